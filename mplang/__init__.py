@@ -1,0 +1,49 @@
+"""MPLang: one program, traced into a typed graph, run across parties who keep their data private.
+
+The public API is listed in ``__all__``.
+"""
+
+from mplang import simp
+from mplang.api import compile, evaluate, fetch
+from mplang.backends.simp_driver.mem import Simulator
+from mplang.dialects import func, tensor
+from mplang.edsl.function import function
+from mplang.edsl.object import MPObject
+from mplang.edsl.program import Program, load
+from mplang.edsl.typing import Mask, MPType, TensorType
+from mplang.frontend.errors import (
+    MPCommunicationError,
+    MPLangError,
+    MPRuntimeError,
+    MPSerializationError,
+    MPTraceError,
+    MPTypeError,
+    MPVerifyError,
+)
+from mplang.frontend.registry import describe, list_ops
+
+__all__ = [
+    "MPCommunicationError",
+    "MPLangError",
+    "MPObject",
+    "MPRuntimeError",
+    "MPSerializationError",
+    "MPTraceError",
+    "MPType",
+    "MPTypeError",
+    "MPVerifyError",
+    "Mask",
+    "Program",
+    "Simulator",
+    "TensorType",
+    "compile",
+    "describe",
+    "evaluate",
+    "fetch",
+    "func",
+    "function",
+    "list_ops",
+    "load",
+    "simp",
+    "tensor",
+]

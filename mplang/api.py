@@ -1,0 +1,63 @@
+"""The user-facing verbs: compile, evaluate, fetch."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+from mplang.edsl.context import ExecutionContext
+from mplang.edsl.function import run_function
+from mplang.edsl.object import MPObject
+from mplang.edsl.program import Program, trace_program
+from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
+from mplang.frontend.errors import MPLangError
+
+
+def compile(fn: Callable[..., Any], *args: Any, world_size: int, **kwargs: Any) -> Program:  # noqa: A001
+    """Trace ``fn(*args, **kwargs)`` into a program for ``world_size`` parties.
+
+    Plain values among the arguments are compile-time constants; MPLang objects
+    (from an earlier evaluate) are runtime inputs, replaceable by objects of the
+    same types when the program is evaluated.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise MPLangError(f"world_size must be a positive int, got {world_size!r}")
+    program, _ = trace_program(fn, args, kwargs, world_size)
+    return program
+
+
+def evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program, *args: Any,
+             mode: str | None = None, **kwargs: Any) -> Any:
+    """Run a function (traced on ``args`` first) or a compiled program in ``ctx``.
+
+    A program takes only its runtime inputs (MPLang objects). ``mode`` is
+    ``"launch"`` (default: every party runs the whole graph) or ``"standard"``
+    (the driver interprets and dispatches op by op).
+    """
+    if not isinstance(ctx, ExecutionContext):
+        raise MPLangError(f"evaluate needs an execution context (e.g. mp.Simulator), got {ctx!r}")
+    options = {} if mode is None else {"mode": mode}
+    if isinstance(fn_or_program, Program):
+        if kwargs:
+            raise MPLangError("a compiled program takes positional runtime inputs only")
+        leaves, _ = tree_flatten(args)
+        plain = [type(x).__name__ for x in leaves if not isinstance(x, MPObject)]
+        if plain:
+            raise MPLangError(
+                f"a compiled program takes MPLang objects only; got plain values of types "
+                f"{plain} (compile-time constants are already part of the program)")
+        outputs = ctx.run_program(fn_or_program, leaves, **options)
+        return tree_unflatten(fn_or_program.out_tree, outputs)
+    if not builtins.callable(fn_or_program):
+        raise MPLangError(f"evaluate takes a function or a Program, got {fn_or_program!r}")
+    return run_function(ctx, fn_or_program, args, kwargs, **options)
+
+
+def fetch(ctx: ExecutionContext, obj: Any) -> Any:
+    """The values of ``obj`` (any pytree of MPLang objects), brought to the caller.
+
+    A simp-level object becomes a list with one entry per party (None where the
+    party holds nothing).
+    """
+    return tree_map(lambda x: ctx.fetch_object(x) if isinstance(x, MPObject) else x, obj)

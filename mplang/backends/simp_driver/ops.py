@@ -1,0 +1,117 @@
+"""Driver kernels of the ``simp`` dialect (seed 000 HOST_HANDLERS).
+
+Standard mode dispatches each simp op to the parties that take part in it,
+merges values for ``converge`` on the driver, and decides control flow on the
+driver after checking that all parties saw the same predicate. Launch mode
+differs only in ``func.call``: the whole body goes to every worker at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mplang.backends.func_impl import call_region
+from mplang.backends.simp_driver.values import HostVar
+from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.typing import Mask
+from mplang.frontend.errors import MPRuntimeError
+from mplang.runtime.interpreter import Interpreter, KernelTable
+
+if TYPE_CHECKING:
+    from mplang.backends.simp_driver.base import SimpDriver
+
+STANDARD = KernelTable()
+LAUNCH_OVERRIDES = KernelTable()
+
+
+def _driver(interp: Interpreter) -> SimpDriver:
+    driver: SimpDriver = interp.states["simp"]
+    return driver
+
+
+def _participants(op: Operation, args: list[HostVar], world_size: int) -> list[int] | None:
+    """The parties an op needs (None: all of them)."""
+    if op.opcode == "simp.constant":
+        return list(op.attrs["parties"])
+    if op.opcode == "simp.pcall":
+        parties: Mask | None = op.attrs["parties"]
+        if parties is not None:
+            return list(parties)
+        return [r for r in range(world_size) if all(a.uris[r] is not None for a in args)]
+    if op.opcode == "simp.shuffle_static":
+        routes: dict[int, int] = op.attrs["routes"]
+        return sorted(set(routes) | set(routes.values()))
+    return None
+
+
+def _dispatch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    driver = _driver(interp)
+    graph = Graph(list(op.inputs), [op], list(op.outputs))
+    parties = _participants(op, args, driver.world_size)
+    return driver.run_on_parties(graph, args, interp.exec_id, key, parties)
+
+
+for _name in ("simp.constant", "simp.prank", "simp.pcall", "simp.shuffle_static", "simp.shuffle"):
+    STANDARD.register(_name)(_dispatch)
+
+
+@STANDARD.register("simp.converge")
+def _converge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    merged: list[str | None] = []
+    for rank in range(_driver(interp).world_size):
+        held = [a.uris[rank] for a in args if a.uris[rank] is not None]
+        if len(held) > 1:
+            raise MPRuntimeError(f"op simp.converge: party {rank} holds more than one input",
+                                 party=rank, op=op.opcode)
+        merged.append(held[0] if held else None)
+    return [HostVar(tuple(merged))]
+
+
+def _uniform_predicate(interp: Interpreter, op: Operation, pred: HostVar, verify: bool) -> bool:
+    values = _driver(interp).fetch_var(pred)
+    missing = [r for r, v in enumerate(values) if v is None]
+    if missing:
+        raise MPRuntimeError(f"op {op.opcode}: parties {missing} do not hold the predicate",
+                             party=missing[0], op=op.opcode)
+    seen = [bool(np.asarray(v)) for v in values]
+    if verify and len(set(seen)) > 1:
+        detail = ", ".join(f"party {r}: {v}" for r, v in enumerate(seen))
+        raise MPRuntimeError(f"op {op.opcode}: the predicate is not uniform ({detail})",
+                             op=op.opcode)
+    return seen[0]
+
+
+@STANDARD.register("simp.uniform_cond")
+def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    pred, *operands = args
+    branch = 0 if _uniform_predicate(interp, op, pred, op.attrs["verify_uniform"]) else 1
+    return interp.run(op.regions[branch], operands, f"{key}/b{branch}")
+
+
+@STANDARD.register("simp.while_loop")
+def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    cond_g, body_g = op.regions
+    num_state = len(body_g.outputs)
+    state, captured = list(args[:num_state]), list(args[num_state:])
+    iteration = 0
+    while True:
+        scope = f"{key}/i{iteration}"
+        (pred,) = interp.run(cond_g, state + captured, scope + "/c")
+        if not _uniform_predicate(interp, op, pred, True):
+            return state
+        state = interp.run(body_g, state + captured, scope + "/b")
+        iteration += 1
+
+
+STANDARD.register("func.call")(call_region)
+
+
+@LAUNCH_OVERRIDES.register("func.call")
+def _launch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    return _driver(interp).run_on_parties(op.regions[0], args, interp.exec_id, key)
+
+
+DRIVER_KERNELS = {"standard": STANDARD, "launch": STANDARD.with_overrides(LAUNCH_OVERRIDES)}
+"""Kernel table of each execution mode."""

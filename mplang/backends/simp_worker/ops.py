@@ -1,0 +1,153 @@
+"""Worker kernels of the ``simp`` dialect: local execution and direct messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mplang.backends.simp_worker.state import SimpWorker
+from mplang.edsl.graph import Operation
+from mplang.edsl.typing import Mask
+from mplang.frontend.errors import MPRuntimeError
+from mplang.runtime.interpreter import Interpreter, KernelTable
+
+KERNELS = KernelTable()
+
+
+def _worker(interp: Interpreter) -> SimpWorker:
+    worker: SimpWorker = interp.states["simp"]
+    return worker
+
+
+def _fail(worker: SimpWorker, op: Operation, message: str) -> MPRuntimeError:
+    return MPRuntimeError(f"party {worker.rank}: op {op.opcode}: {message}",
+                          party=worker.rank, op=op.opcode)
+
+
+@KERNELS.register("simp.constant")
+def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    return [op.attrs["value"] if _worker(interp).rank in op.attrs["parties"] else None]
+
+
+@KERNELS.register("simp.prank")
+def _prank(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    return [np.asarray(_worker(interp).rank, dtype=np.int32)]
+
+
+@KERNELS.register("simp.pcall")
+def _pcall(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    worker = _worker(interp)
+    parties: Mask | None = op.attrs["parties"]
+    if parties is None:
+        runs = all(a is not None for a in args)
+    else:
+        runs = worker.rank in parties
+        missing = [i for i, a in enumerate(args) if a is None]
+        if runs and missing:
+            raise _fail(worker, op, f"runs on parties {parties} but this party does not hold "
+                                    f"input {missing[0]}")
+    if not runs:
+        return [None] * len(op.outputs)
+    return interp.run(op.regions[0], args, key)
+
+
+@KERNELS.register("simp.shuffle_static")
+def _shuffle_static(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    worker = _worker(interp)
+    (x,) = args
+    tag = (interp.exec_id, key)
+    routes: dict[int, int] = op.attrs["routes"]
+    for dst, src in routes.items():
+        if src == worker.rank and dst != src:
+            if x is None:
+                raise _fail(worker, op, f"must send to party {dst} a value it does not hold")
+            worker.communicator.send(dst, tag, x)
+    src = routes.get(worker.rank)
+    if src is None:
+        return [None]
+    if src == worker.rank:
+        if x is None:
+            raise _fail(worker, op, "must keep a value it does not hold")
+        return [x]
+    return [worker.communicator.recv(src, tag)]
+
+
+@KERNELS.register("simp.shuffle")
+def _shuffle(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    worker = _worker(interp)
+    x, index = args
+    me, world = worker.rank, worker.world_size
+    request = -1 if index is None else int(np.asarray(index))
+    if index is not None and not 0 <= request < world:
+        request = -2
+    ask = (interp.exec_id, key + "/ask")
+    give = (interp.exec_id, key + "/give")
+    for peer in range(world):
+        if peer != me:
+            worker.communicator.send(peer, ask, request)
+    requests = {peer: worker.communicator.recv(peer, ask) for peer in range(world) if peer != me}
+    for peer, wanted in requests.items():
+        if wanted == me:
+            worker.communicator.send(peer, give, x)
+    if index is None:
+        return [None]
+    if request == -2:
+        raise _fail(worker, op, f"index {int(np.asarray(index))} is not a party of a "
+                                f"{world}-party world")
+    value = x if request == me else worker.communicator.recv(request, give)
+    if value is None:
+        raise _fail(worker, op, f"party {request} does not hold the value requested from it")
+    return [value]
+
+
+@KERNELS.register("simp.converge")
+def _converge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    held = [i for i, a in enumerate(args) if a is not None]
+    if len(held) > 1:
+        raise _fail(_worker(interp), op, f"inputs {held} are all held by this party; "
+                                          "converge needs disjoint holders")
+    return [args[held[0]] if held else None]
+
+
+def _uniform_predicate(interp: Interpreter, op: Operation, pred: Any, tag_key: str,
+                       verify: bool) -> bool:
+    worker = _worker(interp)
+    if pred is None:
+        raise _fail(worker, op, "this party does not hold the predicate")
+    value = bool(np.asarray(pred))
+    if verify and worker.world_size > 1:
+        tag = (interp.exec_id, tag_key)
+        for peer in range(worker.world_size):
+            if peer != worker.rank:
+                worker.communicator.send(peer, tag, value)
+        seen = {peer: worker.communicator.recv(peer, tag)
+                for peer in range(worker.world_size) if peer != worker.rank}
+        seen[worker.rank] = value
+        if len(set(seen.values())) > 1:
+            detail = ", ".join(f"party {p}: {seen[p]}" for p in sorted(seen))
+            raise _fail(worker, op, f"the predicate is not uniform ({detail})")
+    return value
+
+
+@KERNELS.register("simp.uniform_cond")
+def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    pred, *operands = args
+    take_then = _uniform_predicate(interp, op, pred, key + "/pred", op.attrs["verify_uniform"])
+    branch = 0 if take_then else 1
+    return interp.run(op.regions[branch], operands, f"{key}/b{branch}")
+
+
+@KERNELS.register("simp.while_loop")
+def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    cond_g, body_g = op.regions
+    num_state = len(body_g.outputs)
+    state, captured = list(args[:num_state]), list(args[num_state:])
+    iteration = 0
+    while True:
+        scope = f"{key}/i{iteration}"
+        (pred,) = interp.run(cond_g, state + captured, scope + "/c")
+        if not _uniform_predicate(interp, op, pred, scope + "/pred", True):
+            return state
+        state = interp.run(body_g, state + captured, scope + "/b")
+        iteration += 1

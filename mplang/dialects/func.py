@@ -1,0 +1,51 @@
+"""The `func` dialect: opaque calls (seed 004 §3.1 ``@builtin_function``).
+
+``func.func(fn)`` makes a function whose calls appear in the caller's graph as
+one ``func.call`` op with the traced body as its region, instead of inlining.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mplang.edsl.function import function
+from mplang.edsl.graph import Graph
+from mplang.edsl.primitive import Primitive
+from mplang.edsl.pytree import tree_unflatten
+from mplang.edsl.tracer import current_tracer, mp_leaves, trace_function
+from mplang.edsl.typing import ValueType
+from mplang.frontend.errors import MPTypeError
+
+call_p = Primitive("func.call", kind="call", execution_model="any",
+                   doc="Call a function body (its region) as one opaque node.")
+
+
+@call_p.def_type_rule
+def _call_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+               world_size: int) -> list[ValueType]:
+    (body,) = regions
+    for i, (t, v) in enumerate(zip(in_types, body.inputs, strict=True)):
+        if t != v.type:
+            raise MPTypeError(f"func.call @{attrs['callee']}: argument {i} is {t}, "
+                              f"the body expects {v.type}")
+    return [v.type for v in body.outputs]
+
+
+def func(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate ``fn`` so each call is traced as a single ``func.call`` op."""
+    callee = getattr(fn, "__name__", "fn")
+
+    @function
+    @functools.wraps(fn)
+    def call(*args: Any) -> Any:
+        tracer = current_tracer(f"func.call @{callee}")
+        traced = trace_function(tracer.child(local=tracer.local), fn, args)
+        outs = call_p.bind(mp_leaves(args) + traced.captured, {"callee": callee}, [traced.graph])
+        return tree_unflatten(traced.out_tree, outs)
+
+    return call
+
+
+__all__ = ["func"]

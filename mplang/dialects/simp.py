@@ -1,0 +1,370 @@
+"""The `simp` dialect: SPMD primitives across parties (seed 000, seed 004 §3).
+
+Definitions and type rules only; kernels live in `backends/simp_driver` and
+`backends/simp_worker`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from mplang.dialects.common import as_array
+from mplang.edsl.function import function
+from mplang.edsl.graph import Graph, Value
+from mplang.edsl.object import MPObject
+from mplang.edsl.primitive import Primitive
+from mplang.edsl.pytree import tree_flatten, tree_unflatten
+from mplang.edsl.tracer import TracedFunction, Tracer, current_tracer, mp_leaves, trace_function
+from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType, scalar
+from mplang.frontend.errors import MPTypeError
+
+constant_p = Primitive("simp.constant", kind="source", execution_model="multi_party",
+                       doc="A compile-time constant held by the given parties.")
+prank_p = Primitive("simp.prank", kind="source", execution_model="multi_party",
+                    doc="Each party's own rank, as an int32 scalar held by every party.")
+pcall_p = Primitive("simp.pcall", kind="call", execution_model="multi_party",
+                    doc="Run a party-local region on each of the given parties.")
+shuffle_static_p = Primitive("simp.shuffle_static", kind="communication",
+                             execution_model="multi_party",
+                             doc="Move values between parties along static {dst: src} routes.")
+shuffle_p = Primitive("simp.shuffle", kind="communication", execution_model="multi_party",
+                      doc="Each party holding an index receives the value of party `index`.")
+converge_p = Primitive("simp.converge", kind="compute", execution_model="multi_party",
+                       doc="Merge values held by disjoint sets of parties into one.")
+uniform_cond_p = Primitive("simp.uniform_cond", kind="control_flow",
+                           execution_model="multi_party",
+                           doc="All parties take the same branch, chosen by a uniform predicate.")
+while_loop_p = Primitive("simp.while_loop", kind="control_flow", execution_model="multi_party",
+                         doc="All parties iterate while a uniform predicate holds.")
+
+
+def _mp(op: str, t: ValueType, what: str) -> MPType:
+    if not isinstance(t, MPType):
+        raise MPTypeError(f"{op}: {what} must be a simp-level value, got {t}")
+    return t
+
+
+def _check_parties(op: str, parties: Mask, world_size: int) -> None:
+    if not parties.issubset(Mask.all(world_size)):
+        raise MPTypeError(f"{op}: parties {parties} are outside the world of {world_size} parties")
+    if len(parties) == 0:
+        raise MPTypeError(f"{op}: the set of parties is empty")
+
+
+def _to_mask(op: str, parties: Iterable[int] | Mask) -> Mask:
+    if isinstance(parties, Mask):
+        return parties
+    try:
+        return Mask.of(parties)
+    except (TypeError, ValueError) as e:
+        raise MPTypeError(f"{op}: parties must be an iterable of ranks, got {parties!r} ({e})")
+
+
+def _is_bool_scalar(t: BaseType) -> bool:
+    return isinstance(t, TensorType) and t.is_scalar and t.dtype == "bool"
+
+
+# ---------------------------------------------------------------- constant / prank
+
+
+@constant_p.def_type_rule
+def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                   world_size: int) -> list[ValueType]:
+    parties: Mask = attrs["parties"]
+    _check_parties("simp.constant", parties, world_size)
+    value: np.ndarray = attrs["value"]
+    return [MPType(TensorType.of(value.dtype, value.shape), parties)]
+
+
+@function
+def constant(parties: Iterable[int] | Mask, value: Any) -> MPObject:
+    """``value`` (a Python scalar or array, fixed at compile time) held by ``parties``."""
+    mask = _to_mask("simp.constant", parties)
+    return constant_p.bind([], {"parties": mask, "value": as_array("simp.constant", value)})[0]
+
+
+@prank_p.def_type_rule
+def _prank_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                world_size: int) -> list[ValueType]:
+    return [MPType(scalar("int32"), Mask.all(world_size))]
+
+
+@function
+def prank() -> MPObject:
+    """Each party's rank (int32), held by all parties."""
+    return prank_p.bind([])[0]
+
+
+# ---------------------------------------------------------------- pcall
+
+
+@pcall_p.def_type_rule
+def _pcall_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                world_size: int) -> list[ValueType]:
+    op = "simp.pcall"
+    args = [_mp(op, t, f"input {i}") for i, t in enumerate(in_types)]
+    (body,) = regions
+    for i, (arg, v) in enumerate(zip(args, body.inputs, strict=True)):
+        if arg.base != v.type:
+            raise MPTypeError(f"{op}: input {i} is {arg.base} but the body expects {v.type}")
+    parties: Mask | None = attrs["parties"]
+    known = all(a.pmask is not None for a in args)
+    holders: Mask | None = None
+    if known and args:
+        holders = Mask.all(world_size)
+        for a in args:
+            assert a.pmask is not None
+            holders = holders & a.pmask
+    if parties is not None:
+        _check_parties(op, parties, world_size)
+        if known:
+            for i, a in enumerate(args):
+                assert a.pmask is not None
+                if not parties.issubset(a.pmask):
+                    raise MPTypeError(
+                        f"{op} on parties {parties}: input {i} ({a}) is held only by "
+                        f"{a.pmask}; parties {Mask(parties.bits & ~a.pmask.bits)} do not hold it"
+                    )
+        pmask: Mask | None = parties
+    elif not args:
+        raise MPTypeError(f"{op}: a pcall without inputs needs explicit parties")
+    elif known:
+        assert holders is not None
+        if len(holders) == 0:
+            held = ", ".join(str(a) for a in args)
+            raise MPTypeError(f"{op}: no party holds all inputs ({held})")
+        pmask = holders
+    else:
+        pmask = None
+    for v in body.outputs:
+        if isinstance(v.type, MPType):
+            raise MPTypeError(f"{op}: the body returned simp-level value {v.type}")
+    return [MPType(v.type, pmask) for v in body.outputs]
+
+
+@function
+def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` locally on each of ``parties``.
+
+    ``parties=None`` means every party that holds all inputs. Inside ``fn``,
+    values are party-local tensors.
+    """
+    tracer = current_tracer("simp.pcall")
+    mask = None if parties is None else _to_mask("simp.pcall", parties)
+    traced = trace_function(tracer.child(local=True), fn, args)
+    operands = mp_leaves(args) + traced.captured
+    name = getattr(fn, "__name__", "fn")
+    outs = pcall_p.bind(operands, {"parties": mask, "fn": name}, [traced.graph])
+    return tree_unflatten(traced.out_tree, outs)
+
+
+# ---------------------------------------------------------------- shuffles
+
+
+@shuffle_static_p.def_type_rule
+def _shuffle_static_rule(in_types: list[ValueType], attrs: dict[str, Any],
+                         regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+    op = "simp.shuffle_static"
+    (x,) = in_types
+    src_t = _mp(op, x, "the value")
+    routes: dict[int, int] = attrs["routes"]
+    if not routes:
+        raise MPTypeError(f"{op}: routes {{dst: src}} must not be empty")
+    for dst, src in routes.items():
+        for role, rank in (("destination", dst), ("source", src)):
+            if type(rank) is not int or not 0 <= rank < world_size:
+                raise MPTypeError(f"{op}: {role} {rank!r} is not a party of a "
+                                  f"{world_size}-party world")
+        if src_t.pmask is not None and src not in src_t.pmask:
+            raise MPTypeError(f"{op}: route {dst} <- {src} reads from party {src}, "
+                              f"but the value ({src_t}) is held only by {src_t.pmask}")
+    return [MPType(src_t.base, Mask.of(routes))]
+
+
+@function
+def shuffle_static(x: MPObject, routes: dict[int, int]) -> MPObject:
+    """Party ``dst`` receives party ``src``'s ``x`` for each ``{dst: src}`` entry."""
+    if not isinstance(routes, dict):
+        raise MPTypeError(f"simp.shuffle_static: routes must be a dict {{dst: src}}, got {routes!r}")
+    clean = {int(d): int(s) for d, s in sorted(routes.items())}
+    return shuffle_static_p.bind([x], {"routes": clean})[0]
+
+
+@shuffle_p.def_type_rule
+def _shuffle_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                  world_size: int) -> list[ValueType]:
+    op = "simp.shuffle"
+    x, index = (_mp(op, t, what) for t, what in zip(in_types, ("the value", "the index")))
+    if not (isinstance(index.base, TensorType) and index.base.is_scalar
+            and np.issubdtype(np.dtype(index.base.dtype), np.integer)):
+        raise MPTypeError(f"{op}: the index must be an integer scalar, got {index}")
+    return [MPType(x.base, index.pmask)]
+
+
+@function
+def shuffle(x: MPObject, index: MPObject) -> MPObject:
+    """Each party holding ``index`` receives ``x`` from party ``index`` (chosen at run time)."""
+    return shuffle_p.bind([x, index])[0]
+
+
+# ---------------------------------------------------------------- converge
+
+
+@converge_p.def_type_rule
+def _converge_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                   world_size: int) -> list[ValueType]:
+    op = "simp.converge"
+    xs = [_mp(op, t, f"input {i}") for i, t in enumerate(in_types)]
+    if not xs:
+        raise MPTypeError(f"{op}: needs at least one input")
+    for i, x in enumerate(xs[1:], 1):
+        if x.base != xs[0].base:
+            raise MPTypeError(f"{op}: inputs must share one type; input 0 is {xs[0].base}, "
+                              f"input {i} is {x.base}")
+    union: Mask | None = Mask(0)
+    for i, x in enumerate(xs):
+        if x.pmask is None or union is None:
+            union = None
+            continue
+        for j, y in enumerate(xs[:i]):
+            if y.pmask is not None and (x.pmask & y.pmask).bits:
+                raise MPTypeError(f"{op}: inputs must be held by disjoint parties; input {j} "
+                                  f"({y}) and input {i} ({x}) overlap on {x.pmask & y.pmask}")
+        union = union | x.pmask
+    return [MPType(xs[0].base, union)]
+
+
+@function
+def converge(*xs: MPObject) -> MPObject:
+    """Merge values held by disjoint parties into one value held by all of them."""
+    return converge_p.bind(list(xs))[0]
+
+
+# ---------------------------------------------------------------- control flow
+
+
+def _unify_regions(tracer: Tracer, traced: list[TracedFunction], num_args: int
+                   ) -> tuple[list[Graph], list[MPObject]]:
+    """Give every region the same inputs: the explicit ones, then the union of captures."""
+    union: list[MPObject] = []
+    seen: set[int] = set()
+    for t in traced:
+        for obj in t.captured:
+            if id(obj) not in seen:
+                seen.add(id(obj))
+                union.append(obj)
+    graphs = []
+    for t in traced:
+        own = {id(o): v for o, v in zip(t.captured, t.graph.inputs[num_args:], strict=True)}
+        capture_inputs: list[Value] = [own.get(id(o)) or tracer.new_value(o.mptype) for o in union]
+        graphs.append(Graph(t.graph.inputs[:num_args] + capture_inputs,
+                            t.graph.operations, t.graph.outputs))
+    return graphs, union
+
+
+def _check_predicate(op: str, t: ValueType, world_size: int) -> None:
+    pred = _mp(op, t, "the predicate")
+    if not _is_bool_scalar(pred.base):
+        raise MPTypeError(f"{op}: the predicate must be a boolean scalar, got {pred}")
+    world = Mask.all(world_size)
+    if pred.pmask is not None and pred.pmask != world:
+        raise MPTypeError(f"{op}: the predicate ({pred}) must be held by every party {world}; "
+                          "make it uniform first (e.g. shuffle or reveal it to all parties)")
+
+
+def _check_region_inputs(op: str, operands: Sequence[ValueType], region: Graph, name: str) -> None:
+    for i, (t, v) in enumerate(zip(operands, region.inputs, strict=True)):
+        if t != v.type:
+            raise MPTypeError(f"{op}: {name} input {i} is {v.type} but the operand is {t}")
+
+
+@uniform_cond_p.def_type_rule
+def _uniform_cond_rule(in_types: list[ValueType], attrs: dict[str, Any],
+                       regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+    op = "simp.uniform_cond"
+    _check_predicate(op, in_types[0], world_size)
+    then_g, else_g = regions
+    _check_region_inputs(op, in_types[1:], then_g, "then-branch")
+    _check_region_inputs(op, in_types[1:], else_g, "else-branch")
+    then_t = [v.type for v in then_g.outputs]
+    else_t = [v.type for v in else_g.outputs]
+    if then_t != else_t:
+        raise MPTypeError(
+            f"{op}: branches must return the same types; then-branch returns "
+            f"({', '.join(map(str, then_t))}), else-branch returns ({', '.join(map(str, else_t))})"
+        )
+    return then_t
+
+
+@function
+def uniform_cond(pred: MPObject, then_fn: Callable[..., Any], else_fn: Callable[..., Any],
+                 *args: Any, verify_uniform: bool = True) -> Any:
+    """``then_fn(*args)`` if ``pred`` else ``else_fn(*args)``, the same branch on every party.
+
+    ``pred`` must be a boolean scalar held by all parties. With ``verify_uniform``
+    the parties check at run time that they all saw the same predicate.
+    """
+    tracer = current_tracer("simp.uniform_cond")
+    traced = [trace_function(tracer.child(local=False), f, args) for f in (then_fn, else_fn)]
+    if traced[0].out_tree != traced[1].out_tree:
+        raise MPTypeError("simp.uniform_cond: branches return different structures: "
+                          f"{traced[0].out_tree} vs {traced[1].out_tree}")
+    arg_leaves = mp_leaves(args)
+    graphs, captured = _unify_regions(tracer, traced, len(arg_leaves))
+    outs = uniform_cond_p.bind([pred, *arg_leaves, *captured],
+                               {"verify_uniform": bool(verify_uniform)}, graphs)
+    return tree_unflatten(traced[0].out_tree, outs)
+
+
+@while_loop_p.def_type_rule
+def _while_loop_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                     world_size: int) -> list[ValueType]:
+    op = "simp.while_loop"
+    cond_g, body_g = regions
+    _check_region_inputs(op, in_types, cond_g, "cond")
+    _check_region_inputs(op, in_types, body_g, "body")
+    if len(cond_g.outputs) != 1:
+        raise MPTypeError(f"{op}: cond_fn must return one predicate, got {len(cond_g.outputs)}")
+    _check_predicate(op, cond_g.outputs[0].type, world_size)
+    num_state = len(body_g.outputs)
+    state = in_types[:num_state]
+    for i, (before, v) in enumerate(zip(state, body_g.outputs, strict=True)):
+        if before != v.type:
+            raise MPTypeError(f"{op}: the loop state changes type: state {i} is {before} before "
+                              f"the body and {v.type} after it")
+    return list(state)
+
+
+@function
+def while_loop(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], init: Any) -> Any:
+    """Repeat ``state = body_fn(state)`` while ``cond_fn(state)``, in lockstep on all parties."""
+    tracer = current_tracer("simp.while_loop")
+    leaves, _ = tree_flatten(init)
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, MPObject):
+            raise MPTypeError(f"simp.while_loop: loop state leaf {i} is a plain "
+                              f"{type(leaf).__name__}; the state must consist of MPLang values")
+    cond_t = trace_function(tracer.child(local=False), cond_fn, (init,))
+    body_t = trace_function(tracer.child(local=False), body_fn, (init,))
+    init_tree = tree_flatten(init)[1]
+    if body_t.out_tree != init_tree:
+        raise MPTypeError("simp.while_loop: body_fn must return the same structure as the "
+                          f"initial state; got {body_t.out_tree}, expected {init_tree}")
+    graphs, captured = _unify_regions(tracer, [cond_t, body_t], len(leaves))
+    outs = while_loop_p.bind([*leaves, *captured], {}, graphs)
+    return tree_unflatten(body_t.out_tree, outs)
+
+
+__all__ = [
+    "constant",
+    "converge",
+    "pcall",
+    "prank",
+    "shuffle",
+    "shuffle_static",
+    "uniform_cond",
+    "while_loop",
+]

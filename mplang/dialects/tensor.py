@@ -1,0 +1,217 @@
+"""The `tensor` dialect: party-local tensor computation.
+
+`run_jax` traces any JAX function once per (function, static arguments, input
+types), exports it as serialized StableHLO (``jax.export``) and records it as
+data in the op, so the program can cross the network without Python code.
+Python operators on MPLang values are `run_jax` calls of the matching
+``jax.numpy`` function. Used at the simp level, they run on every party that
+holds all operands (an implicit ``simp.pcall``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import export as jax_export
+
+from mplang.dialects import simp
+from mplang.dialects.common import as_array
+from mplang.edsl.function import function
+from mplang.edsl.graph import Graph
+from mplang.edsl.object import OPERATORS, MPObject
+from mplang.edsl.primitive import Primitive
+from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
+from mplang.edsl.tracer import current_tracer
+from mplang.edsl.typing import TensorType, ValueType
+from mplang.frontend.errors import MPTypeError
+
+constant_p = Primitive("tensor.constant", kind="source", execution_model="single_rank",
+                       doc="A compile-time constant tensor inside a party-local region.")
+run_jax_p = Primitive("tensor.run_jax", kind="compute", execution_model="single_rank",
+                      doc="Run a JAX function, stored as serialized StableHLO, on local tensors.")
+
+_CACHE_LIMIT = 4096
+
+
+class _LRU(OrderedDict[Any, Any]):
+    def lookup(self, key: Any) -> Any:
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def store(self, key: Any, value: Any) -> None:
+        self[key] = value
+        if len(self) > _CACHE_LIMIT:
+            self.popitem(last=False)
+
+
+_EXPORTS = _LRU()
+"""(fn, arg tree, static leaves, input types) -> `_Exported`."""
+_MODULES = _LRU()
+"""serialized module bytes -> deserialized ``jax.export.Exported``."""
+
+
+@dataclass(frozen=True)
+class _Exported:
+    module: bytes
+    out_tree: Any  # jax PyTreeDef of the function's result
+
+
+@dataclass(frozen=True)
+class _StaticSlice:
+    """A hashable stand-in for a `slice` (slices are unhashable before Python 3.12)."""
+
+    start: Any
+    stop: Any
+    step: Any
+
+
+_DYNAMIC = object()
+
+
+def exported_module(module: bytes) -> jax_export.Exported:
+    """The deserialized form of ``module`` (cached per distinct bytes)."""
+    exp = _MODULES.lookup(module)
+    if exp is None:
+        exp = jax_export.deserialize(bytearray(module))
+        _MODULES.store(module, exp)
+    return exp
+
+
+def _tensor_type(op: str, t: ValueType, i: int) -> TensorType:
+    if not isinstance(t, TensorType):
+        raise MPTypeError(f"{op}: input {i} must be a local tensor, got {t}")
+    return t
+
+
+@constant_p.def_type_rule
+def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                   world_size: int) -> list[ValueType]:
+    value: np.ndarray = attrs["value"]
+    return [TensorType.of(value.dtype, value.shape)]
+
+
+@run_jax_p.def_type_rule
+def _run_jax_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                  world_size: int) -> list[ValueType]:
+    op = f"tensor.run_jax[{attrs['fn']}]"
+    exp = exported_module(attrs["module"])
+    ins = [_tensor_type(op, t, i) for i, t in enumerate(in_types)]
+    expected = [TensorType.of(a.dtype, a.shape) for a in exp.in_avals]
+    if ins != expected:
+        raise MPTypeError(f"{op}: inputs are ({', '.join(map(str, ins))}) but the module expects "
+                          f"({', '.join(map(str, expected))})")
+    return [TensorType.of(a.dtype, a.shape) for a in exp.out_avals]
+
+
+@function
+def constant(value: Any) -> MPObject:
+    """A local constant tensor (inside a pcall body)."""
+    return constant_p.bind([], {"value": as_array("tensor.constant", value)})[0]
+
+
+def _static_leaf(fn_name: str, leaf: Any) -> Hashable:
+    if isinstance(leaf, slice):
+        return _StaticSlice(leaf.start, leaf.stop, leaf.step)
+    try:
+        hash(leaf)
+    except TypeError:
+        raise MPTypeError(f"tensor.run_jax[{fn_name}]: static argument of type "
+                          f"{type(leaf).__name__} is not hashable; pass arrays instead") from None
+    return leaf
+
+
+def _restore_static(leaf: Any) -> Any:
+    return slice(leaf.start, leaf.stop, leaf.step) if isinstance(leaf, _StaticSlice) else leaf
+
+
+def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, ...],
+            in_types: tuple[TensorType, ...]) -> _Exported:
+    def flat(*arrays: Any) -> Any:
+        it = iter(arrays)
+        leaves = [next(it) if s is _DYNAMIC else _restore_static(s) for s in spec]
+        args, kwargs = tree_unflatten(tree, leaves)
+        return fn(*args, **kwargs)
+
+    avals = [jax.ShapeDtypeStruct(t.shape, np.dtype(t.dtype)) for t in in_types]
+    try:
+        exp = jax_export.export(jax.jit(flat))(*avals)
+    except Exception as e:  # noqa: BLE001 - any JAX tracing failure is a type error here
+        types = ", ".join(map(str, in_types))
+        raise MPTypeError(f"tensor.run_jax[{name}]: JAX could not trace the function on "
+                          f"({types}): {type(e).__name__}: {e}") from None
+    return _Exported(bytes(exp.serialize()), exp.out_tree)
+
+
+@function
+def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run JAX-traceable ``fn`` on local tensors; returns ``fn``'s output pytree.
+
+    MPLang values and arrays among the arguments are inputs; other leaves
+    (Python scalars, slices, strings) are static and part of the cache key.
+    """
+    name = getattr(fn, "__name__", type(fn).__name__)
+    tracer = current_tracer(f"tensor.run_jax[{name}]")
+    if not tracer.local:
+        return simp.pcall(None, lambda *a: run_jax(fn, *a, **kwargs), *args)
+    leaves, tree = tree_flatten((args, kwargs))
+    inputs: list[MPObject] = []
+    spec: list[Any] = []
+    for leaf in leaves:
+        if isinstance(leaf, (np.ndarray, np.generic, jax.Array)):
+            leaf = constant(np.asarray(leaf))
+        if isinstance(leaf, MPObject):
+            inputs.append(leaf)
+            spec.append(_DYNAMIC)
+        else:
+            spec.append(_static_leaf(name, leaf))
+    in_types = tuple(_tensor_type(f"tensor.run_jax[{name}]", x.mptype, i)
+                     for i, x in enumerate(inputs))
+    key = (fn, tree, tuple(spec), in_types)
+    try:
+        entry = _EXPORTS.lookup(key)
+    except TypeError:  # an unhashable callable: no caching
+        key, entry = None, None
+    if entry is None:
+        entry = _export(fn, name, tree, tuple(spec), in_types)
+        if key is not None:
+            _EXPORTS.store(key, entry)
+    outs = run_jax_p.bind(inputs, {"fn": name, "module": entry.module})
+    return entry.out_tree.unflatten(outs)
+
+
+def _operator(jfn: Callable[..., Any]) -> Callable[..., Any]:
+    def apply(*operands: Any) -> Any:
+        return run_jax(jfn, *operands)
+
+    return apply
+
+
+OPERATORS.update({
+    "add": _operator(jnp.add),
+    "subtract": _operator(jnp.subtract),
+    "multiply": _operator(jnp.multiply),
+    "divide": _operator(jnp.true_divide),
+    "floor_divide": _operator(jnp.floor_divide),
+    "remainder": _operator(jnp.remainder),
+    "power": _operator(jnp.power),
+    "matmul": _operator(jnp.matmul),
+    "less": _operator(jnp.less),
+    "less_equal": _operator(jnp.less_equal),
+    "greater": _operator(jnp.greater),
+    "greater_equal": _operator(jnp.greater_equal),
+    "equal": _operator(jnp.equal),
+    "not_equal": _operator(jnp.not_equal),
+    "negative": _operator(jnp.negative),
+    "getitem": _operator(operator.getitem),
+})
+
+__all__ = ["constant", "run_jax"]

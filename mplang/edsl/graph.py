@@ -1,0 +1,90 @@
+"""The graph IR: SSA values, operations with nested regions, and graphs.
+
+One node shape: ``Operation(opcode, inputs, outputs, attrs, regions)``. Every
+op is a name in the registry, never a subclass. Regions are closed: a region
+graph reads only its own inputs and the outputs of its own ops, so captured
+outer values arrive as explicit region inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mplang.edsl.typing import ValueType
+from mplang.frontend.errors import MPVerifyError
+from mplang.frontend.registry import is_registered
+
+
+@dataclass(eq=False)
+class Value:
+    """An SSA value: defined once (graph input or op output), compared by identity."""
+
+    name: str
+    type: ValueType
+
+    def __repr__(self) -> str:
+        return f"%{self.name}: {self.type}"
+
+
+@dataclass(frozen=True, eq=False)
+class Operation:
+    """One op: ``outputs = opcode(inputs) {attrs} [regions]``.
+
+    Immutable; use `replace` to derive a changed copy.
+    """
+
+    opcode: str
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    regions: tuple[Graph, ...] = ()
+
+    def replace(self, **changes: Any) -> Operation:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(eq=False)
+class Graph:
+    """A list of operations over SSA values, with explicit inputs and outputs."""
+
+    inputs: list[Value]
+    operations: list[Operation]
+    outputs: list[Value]
+
+    def walk(self) -> Iterator[Operation]:
+        """Every op of this graph and its regions, outer ops before their regions' ops."""
+        for op in self.operations:
+            yield op
+            for region in op.regions:
+                yield from region.walk()
+
+    def verify(self) -> None:
+        """Check SSA well-formedness; raise `MPVerifyError` naming the offending op."""
+        _verify(self, "graph")
+
+
+def _verify(graph: Graph, where: str) -> None:
+    defined: set[int] = set()
+    for v in graph.inputs:
+        if id(v) in defined:
+            raise MPVerifyError(f"{where}: input %{v.name} is listed twice")
+        defined.add(id(v))
+    for index, op in enumerate(graph.operations):
+        label = f"{where}: op #{index} {op.opcode}"
+        if not is_registered(op.opcode):
+            raise MPVerifyError(f"{label}: unknown op")
+        for v in op.inputs:
+            if id(v) not in defined:
+                raise MPVerifyError(f"{label}: input %{v.name} is used before it is defined")
+        for region_index, region in enumerate(op.regions):
+            _verify(region, f"{label} region {region_index}")
+        for v in op.outputs:
+            if id(v) in defined:
+                raise MPVerifyError(f"{label}: output %{v.name} is defined twice")
+            defined.add(id(v))
+    for v in graph.outputs:
+        if id(v) not in defined:
+            raise MPVerifyError(f"{where}: output %{v.name} is not defined in the graph")

@@ -1,0 +1,107 @@
+"""`MPObject`: the user-facing handle of a typed multi-party value.
+
+Two kinds exist: trace objects (a `Value` in a graph being built) and runtime
+objects (values that live on the parties). Python operators on either are
+forwarded to an operator table that the tensor dialect fills at import time,
+so this module depends on no dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType
+from mplang.frontend.errors import MPTraceError
+
+OperatorImpl = Callable[..., Any]
+OPERATORS: dict[str, OperatorImpl] = {}
+"""Operator name (``add``, ``getitem`` …) to implementation; filled by the tensor dialect."""
+
+
+def _apply(name: str, *operands: Any) -> Any:
+    impl = OPERATORS.get(name)
+    if impl is None:
+        raise MPTraceError(f"operator {name!r} is not available: import mplang.dialects.tensor")
+    return impl(*operands)
+
+
+class MPObject:
+    """A typed multi-party value (traced or held by the parties)."""
+
+    __slots__ = ()
+
+    @property
+    def mptype(self) -> ValueType:
+        raise NotImplementedError
+
+    @property
+    def pmask(self) -> Mask | None:
+        t = self.mptype
+        return t.pmask if isinstance(t, MPType) else None
+
+    @property
+    def base_type(self) -> BaseType:
+        t = self.mptype
+        return t.base if isinstance(t, MPType) else t
+
+    @property
+    def dtype(self) -> str:
+        base = self.base_type
+        if not isinstance(base, TensorType):
+            raise AttributeError(f"{base} has no dtype")
+        return base.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        base = self.base_type
+        if not isinstance(base, TensorType):
+            raise AttributeError(f"{base} has no shape")
+        return base.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __bool__(self) -> bool:
+        raise MPTraceError(
+            f"the truth value of {self!r} is not known while tracing: Python `if`, `while`, "
+            "`and`/`or` cannot branch on it; use simp.uniform_cond / simp.while_loop across "
+            "parties, or jnp.where / jax.lax.cond inside tensor.run_jax"
+        )
+
+    def __iter__(self) -> Any:
+        raise MPTraceError(f"cannot iterate over {self!r}; index it explicitly (x[i])")
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a scalar")
+        return self.shape[0]
+
+    __hash__ = object.__hash__
+
+    # Arithmetic and comparison operators, forwarded to the operator table.
+    def __add__(self, o: Any) -> Any: return _apply("add", self, o)
+    def __radd__(self, o: Any) -> Any: return _apply("add", o, self)
+    def __sub__(self, o: Any) -> Any: return _apply("subtract", self, o)
+    def __rsub__(self, o: Any) -> Any: return _apply("subtract", o, self)
+    def __mul__(self, o: Any) -> Any: return _apply("multiply", self, o)
+    def __rmul__(self, o: Any) -> Any: return _apply("multiply", o, self)
+    def __truediv__(self, o: Any) -> Any: return _apply("divide", self, o)
+    def __rtruediv__(self, o: Any) -> Any: return _apply("divide", o, self)
+    def __floordiv__(self, o: Any) -> Any: return _apply("floor_divide", self, o)
+    def __rfloordiv__(self, o: Any) -> Any: return _apply("floor_divide", o, self)
+    def __mod__(self, o: Any) -> Any: return _apply("remainder", self, o)
+    def __rmod__(self, o: Any) -> Any: return _apply("remainder", o, self)
+    def __pow__(self, o: Any) -> Any: return _apply("power", self, o)
+    def __rpow__(self, o: Any) -> Any: return _apply("power", o, self)
+    def __matmul__(self, o: Any) -> Any: return _apply("matmul", self, o)
+    def __rmatmul__(self, o: Any) -> Any: return _apply("matmul", o, self)
+    def __lt__(self, o: Any) -> Any: return _apply("less", self, o)
+    def __le__(self, o: Any) -> Any: return _apply("less_equal", self, o)
+    def __gt__(self, o: Any) -> Any: return _apply("greater", self, o)
+    def __ge__(self, o: Any) -> Any: return _apply("greater_equal", self, o)
+    def __eq__(self, o: Any) -> Any: return _apply("equal", self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> Any: return _apply("not_equal", self, o)  # type: ignore[override]
+    def __neg__(self) -> Any: return _apply("negative", self)
+    def __getitem__(self, index: Any) -> Any: return _apply("getitem", self, index)

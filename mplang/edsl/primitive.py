@@ -1,0 +1,77 @@
+"""Primitives: one object per op name, with a type rule attached separately.
+
+``bind`` records the op in the current tracer after running the type rule on
+the operand types, so ill-typed programs fail while tracing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mplang.edsl.graph import Graph
+from mplang.edsl.object import MPObject
+from mplang.edsl.tracer import TraceObject, current_tracer
+from mplang.edsl.typing import ValueType
+from mplang.frontend.errors import MPTypeError
+from mplang.frontend.registry import ExecutionModel, OpInfo, OpKind, register_op
+
+TypeRule = Callable[[list[ValueType], dict[str, Any], Sequence[Graph], int], list[ValueType]]
+"""``rule(input types, attrs, regions, world size) -> output types``; pure, raises MPTypeError."""
+
+
+class Primitive:
+    """A named op. Creating one registers it in the op registry."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kind: OpKind,
+        execution_model: ExecutionModel,
+        side_effects: bool = False,
+        doc: str = "",
+    ):
+        self.name = name
+        self.info = OpInfo(name, name.split(".")[0], kind, execution_model, side_effects, doc)
+        register_op(self.info)
+        self._type_rule: TypeRule | None = None
+
+    def def_type_rule(self, rule: TypeRule) -> TypeRule:
+        if self._type_rule is not None:
+            raise ValueError(f"{self.name} already has a type rule")
+        self._type_rule = rule
+        return rule
+
+    def infer(self, in_types: list[ValueType], attrs: dict[str, Any],
+              regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+        if self._type_rule is None:
+            raise NotImplementedError(f"{self.name} has no type rule")
+        return self._type_rule(in_types, attrs, regions, world_size)
+
+    def bind(
+        self,
+        operands: Sequence[MPObject],
+        attrs: dict[str, Any] | None = None,
+        regions: Sequence[Graph] = (),
+    ) -> list[TraceObject]:
+        """Record this op with ``operands`` in the current tracer; return its outputs."""
+        tracer = current_tracer(self.name)
+        model = self.info.execution_model
+        if model == "single_rank" and not tracer.local:
+            raise MPTypeError(
+                f"{self.name} is a party-local op; at the simp level run it inside "
+                "simp.pcall(parties, fn, ...)"
+            )
+        if model == "multi_party" and tracer.local:
+            raise MPTypeError(
+                f"{self.name} runs across parties and cannot be used inside a party-local "
+                "region (a pcall body)"
+            )
+        inputs = [tracer.lift(x) for x in operands]
+        attrs = attrs or {}
+        out_types = self.infer([v.type for v in inputs], attrs, regions, tracer.world_size)
+        return tracer.add_op(self.name, inputs, out_types, attrs, regions)
+
+    def __repr__(self) -> str:
+        return f"Primitive({self.name})"

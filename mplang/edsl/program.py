@@ -1,0 +1,84 @@
+"""`Program`: a traced, typed graph plus the pytree shape of its outputs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mplang.edsl.graph import Graph
+from mplang.edsl.object import MPObject
+from mplang.edsl.printer import format_graph
+from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
+from mplang.edsl.pytree import TreeDef
+from mplang.edsl.tracer import Tracer, trace_function
+from mplang.edsl.typing import ValueType
+from mplang.frontend.errors import MPSerializationError
+
+
+@dataclass(eq=False)
+class Program:
+    """A compiled program: runs on ``world_size`` parties.
+
+    Its graph inputs are the runtime inputs (MPLang objects) it takes, in order;
+    ``str(program)`` is the IR text.
+    """
+
+    graph: Graph
+    out_tree: TreeDef
+    world_size: int
+    name: str = "main"
+
+    @property
+    def input_types(self) -> list[ValueType]:
+        return [v.type for v in self.graph.inputs]
+
+    @property
+    def output_types(self) -> list[ValueType]:
+        return [v.type for v in self.graph.outputs]
+
+    def __str__(self) -> str:
+        return format_graph(self.graph, self.name)
+
+    def to_bytes(self) -> bytes:
+        meta = {"name": self.name, "world_size": self.world_size, "out_tree": self.out_tree.to_json()}
+        return encode_graph_bundle(self.graph, meta)
+
+    @staticmethod
+    def from_bytes(data: bytes) -> Program:
+        graph, meta = decode_graph_bundle(data)
+        try:
+            name, world_size = meta["name"], meta["world_size"]
+            out_tree = TreeDef.from_json(meta["out_tree"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise MPSerializationError(f"malformed program metadata: {e}") from None
+        if not (isinstance(name, str) and type(world_size) is int and world_size > 0):
+            raise MPSerializationError("malformed program metadata")
+        if out_tree.num_leaves != len(graph.outputs):
+            raise MPSerializationError("output tree does not match the graph outputs")
+        graph.verify()
+        return Program(graph, out_tree, world_size, name)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the program's serialized bytes (deterministic, no pickle) to ``path``."""
+        with open(path, "wb") as f:
+            f.write(self.to_bytes())
+
+
+def load(path: str | os.PathLike[str]) -> Program:
+    """Read a program written by `Program.save`."""
+    with open(path, "rb") as f:
+        return Program.from_bytes(f.read())
+
+
+def trace_program(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], world_size: int
+) -> tuple[Program, list[MPObject]]:
+    """Trace ``fn`` into a program; also return the runtime objects it takes as inputs."""
+    traced = trace_function(Tracer(world_size), fn, args, kwargs)
+    traced.graph.verify()
+    name = getattr(fn, "__name__", "main")
+    if not name.isidentifier():
+        name = "main"
+    return Program(traced.graph, traced.out_tree, world_size, name), traced.captured

@@ -1,0 +1,191 @@
+"""Tracing: running Python functions on trace objects to record a `Graph`.
+
+A `Tracer` owns the graph being built. Nested tracers build regions; an outer
+value used inside a region is captured: it becomes an explicit region input,
+and the region's op receives the outer value as an extra operand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mplang.edsl.context import Context, current_context
+from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.object import MPObject
+from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
+from mplang.edsl.typing import MPType, ValueType
+from mplang.frontend.errors import MPTraceError
+
+
+class TraceObject(MPObject):
+    """A value of the graph being traced by ``tracer``."""
+
+    __slots__ = ("tracer", "value")
+
+    def __init__(self, tracer: Tracer, value: Value):
+        self.tracer = tracer
+        self.value = value
+
+    @property
+    def mptype(self) -> ValueType:
+        return self.value.type
+
+    def __repr__(self) -> str:
+        return f"TraceObject(%{self.value.name}: {self.value.type})"
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.next = 0
+
+    def take(self) -> str:
+        name = str(self.next)
+        self.next += 1
+        return name
+
+
+class Tracer(Context):
+    """Records primitive calls as operations.
+
+    ``local`` tracers build party-local regions (``pcall`` bodies), whose values
+    carry bare base types; the others build simp-level graphs of `MPType` values.
+    """
+
+    def __init__(self, world_size: int, *, parent: Tracer | None = None, local: bool = False):
+        self.world_size = world_size
+        self.parent = parent
+        self.local = local
+        self._names: _Counter = parent._names if parent is not None else _Counter()
+        self.inputs: list[Value] = []
+        self.operations: list[Operation] = []
+        self.captured: list[MPObject] = []
+        self._capture_values: dict[int, Value] = {}
+
+    def child(self, *, local: bool) -> Tracer:
+        return Tracer(self.world_size, parent=self, local=local or self.local)
+
+    def new_value(self, vtype: ValueType) -> Value:
+        if self.local and isinstance(vtype, MPType):
+            vtype = vtype.base
+        return Value(self._names.take(), vtype)
+
+    def new_input(self, vtype: ValueType) -> TraceObject:
+        value = self.new_value(vtype)
+        self.inputs.append(value)
+        return TraceObject(self, value)
+
+    def lift(self, obj: MPObject) -> Value:
+        """The value ``obj`` stands for in this graph, capturing it if it is from outside."""
+        if isinstance(obj, TraceObject) and obj.tracer is self:
+            return obj.value
+        if isinstance(obj, TraceObject) and not self._is_ancestor(obj.tracer):
+            raise MPTraceError(
+                f"{obj!r} escaped the function that traced it; values of one trace cannot be "
+                "used in another (return it from the function instead)"
+            )
+        key = id(obj)
+        value = self._capture_values.get(key)
+        if value is None:
+            value = self.new_value(obj.mptype)
+            self._capture_values[key] = value
+            self.captured.append(obj)
+        return value
+
+    def _is_ancestor(self, tracer: Tracer) -> bool:
+        node = self.parent
+        while node is not None:
+            if node is tracer:
+                return True
+            node = node.parent
+        return False
+
+    def add_op(
+        self,
+        opcode: str,
+        inputs: Sequence[Value],
+        out_types: Sequence[ValueType],
+        attrs: dict[str, Any],
+        regions: Sequence[Graph] = (),
+    ) -> list[TraceObject]:
+        outputs = tuple(self.new_value(t) for t in out_types)
+        self.operations.append(Operation(opcode, tuple(inputs), outputs, attrs, tuple(regions)))
+        return [TraceObject(self, v) for v in outputs]
+
+    def build(self, outputs: Sequence[Value]) -> Graph:
+        """The finished graph; captured values follow the declared inputs."""
+        capture_inputs = [self._capture_values[id(o)] for o in self.captured]
+        return Graph(self.inputs + capture_inputs, list(self.operations), list(outputs))
+
+
+def current_tracer(opname: str) -> Tracer:
+    ctx = current_context()
+    if not isinstance(ctx, Tracer):
+        raise MPTraceError(
+            f"{opname} was called outside a trace; run it through mp.evaluate / mp.compile, "
+            "an @mp.function, or inside `with simulator:`"
+        )
+    return ctx
+
+
+@dataclass
+class TracedFunction:
+    """A function traced into a graph.
+
+    ``graph.inputs`` are the declared inputs followed by one input per captured
+    outer object (``captured``, in first-use order).
+    """
+
+    graph: Graph
+    in_tree: TreeDef
+    out_tree: TreeDef
+    captured: list[MPObject]
+
+
+def check_output_leaf(leaf: Any, where: str) -> MPObject:
+    if isinstance(leaf, MPObject):
+        return leaf
+    if callable(leaf):
+        raise MPTraceError(
+            f"{where} returned a Python function ({getattr(leaf, '__name__', leaf)!r}); traced "
+            "functions return only MPLang values, since a program's control flow must be static"
+        )
+    raise MPTraceError(
+        f"{where} returned a plain Python value of type {type(leaf).__name__}; return MPLang "
+        "values only (e.g. make a constant with simp.constant or inside a pcall body)"
+    )
+
+
+def trace_function(
+    tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None
+) -> TracedFunction:
+    """Trace ``fn(*args, **kwargs)`` in ``tracer`` (a fresh root or child tracer).
+
+    MPObject leaves of the arguments become graph inputs; other leaves are passed
+    to ``fn`` unchanged as compile-time constants.
+    """
+    leaves, in_tree = tree_flatten((tuple(args), kwargs or {}))
+    call_leaves: list[Any] = []
+    with tracer:
+        for leaf in leaves:
+            if isinstance(leaf, MPObject):
+                if tracer.parent is None and not isinstance(leaf, TraceObject):
+                    call_leaves.append(TraceObject(tracer, tracer.lift(leaf)))
+                else:
+                    call_leaves.append(tracer.new_input(leaf.mptype))
+            else:
+                call_leaves.append(leaf)
+        call_args, call_kwargs = tree_unflatten(in_tree, call_leaves)
+        result = fn(*call_args, **call_kwargs)
+        out_leaves, out_tree = tree_flatten(result)
+        name = getattr(fn, "__name__", "function")
+        out_values = [tracer.lift(check_output_leaf(x, f"function {name!r}")) for x in out_leaves]
+    graph = tracer.build(out_values)
+    return TracedFunction(graph, in_tree, out_tree, list(tracer.captured))
+
+
+def mp_leaves(tree: Any) -> list[MPObject]:
+    """The MPObject leaves of ``tree``, in flattening order."""
+    leaves, _ = tree_flatten(tree)
+    return [x for x in leaves if isinstance(x, MPObject)]
