@@ -14,7 +14,7 @@ from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
 from mplang.frontend.errors import MPLangError
 
 
-def compile(fn: Callable[..., Any], *args: Any, world_size: int, **kwargs: Any) -> Program:  # noqa: A001
+def compile(fn: Callable[..., Any], *args: Any, world_size: int, **kwargs: Any) -> Program:
     """Trace ``fn(*args, **kwargs)`` into a program for ``world_size`` parties.
 
     Plain values among the arguments are compile-time constants; MPLang objects

@@ -11,15 +11,17 @@ from typing import Any
 
 import numpy as np
 
+from mplang.dialects import tensor
 from mplang.dialects.common import as_array
+from mplang.edsl.context import current_context
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Value
-from mplang.edsl.object import MPObject
+from mplang.edsl.object import OPERATORS, MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.tracer import TracedFunction, Tracer, current_tracer, mp_leaves, trace_function
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType, scalar
-from mplang.frontend.errors import MPTypeError
+from mplang.frontend.errors import MPLangError, MPTypeError
 
 constant_p = Primitive("simp.constant", kind="source", execution_model="multi_party",
                        doc="A compile-time constant held by the given parties.")
@@ -60,7 +62,8 @@ def _to_mask(op: str, parties: Iterable[int] | Mask) -> Mask:
     try:
         return Mask.of(parties)
     except (TypeError, ValueError) as e:
-        raise MPTypeError(f"{op}: parties must be an iterable of ranks, got {parties!r} ({e})")
+        raise MPTypeError(
+            f"{op}: parties must be an iterable of ranks, got {parties!r} ({e})") from None
 
 
 def _is_bool_scalar(t: BaseType) -> bool:
@@ -139,10 +142,27 @@ def _pcall_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seque
         pmask = holders
     else:
         pmask = None
+    outs: list[ValueType] = []
     for v in body.outputs:
-        if isinstance(v.type, MPType):
+        if not isinstance(v.type, BaseType):
             raise MPTypeError(f"{op}: the body returned simp-level value {v.type}")
-    return [MPType(v.type, pmask) for v in body.outputs]
+        outs.append(MPType(v.type, pmask))
+    return outs
+
+
+def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any]) -> TracedFunction:
+    """Trace a pcall body; a plain JAX function (one that rejects MPLang values) is
+    traced as ``tensor.run_jax(fn, *args)`` instead."""
+    try:
+        return trace_function(tracer.child(local=True), fn, args)
+    except MPLangError:
+        raise
+    except Exception as error:
+        try:
+            return trace_function(tracer.child(local=True),
+                                  lambda *a: tensor.run_jax(fn, *a), args)
+        except Exception:
+            raise error from None
 
 
 @function
@@ -150,11 +170,11 @@ def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: A
     """Run ``fn(*args)`` locally on each of ``parties``.
 
     ``parties=None`` means every party that holds all inputs. Inside ``fn``,
-    values are party-local tensors.
+    values are party-local tensors; ``fn`` may also be any JAX function.
     """
     tracer = current_tracer("simp.pcall")
     mask = None if parties is None else _to_mask("simp.pcall", parties)
-    traced = trace_function(tracer.child(local=True), fn, args)
+    traced = _trace_body(tracer, fn, args)
     operands = mp_leaves(args) + traced.captured
     name = getattr(fn, "__name__", "fn")
     outs = pcall_p.bind(operands, {"parties": mask, "fn": name}, [traced.graph])
@@ -188,7 +208,8 @@ def _shuffle_static_rule(in_types: list[ValueType], attrs: dict[str, Any],
 def shuffle_static(x: MPObject, routes: dict[int, int]) -> MPObject:
     """Party ``dst`` receives party ``src``'s ``x`` for each ``{dst: src}`` entry."""
     if not isinstance(routes, dict):
-        raise MPTypeError(f"simp.shuffle_static: routes must be a dict {{dst: src}}, got {routes!r}")
+        raise MPTypeError(
+            f"simp.shuffle_static: routes must be a dict {{dst: src}}, got {routes!r}")
     clean = {int(d): int(s) for d, s in sorted(routes.items())}
     return shuffle_static_p.bind([x], {"routes": clean})[0]
 
@@ -197,7 +218,7 @@ def shuffle_static(x: MPObject, routes: dict[int, int]) -> MPObject:
 def _shuffle_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
                   world_size: int) -> list[ValueType]:
     op = "simp.shuffle"
-    x, index = (_mp(op, t, what) for t, what in zip(in_types, ("the value", "the index")))
+    x, index = _mp(op, in_types[0], "the value"), _mp(op, in_types[1], "the index")
     if not (isinstance(index.base, TensorType) and index.base.is_scalar
             and np.issubdtype(np.dtype(index.base.dtype), np.integer)):
         raise MPTypeError(f"{op}: the index must be an integer scalar, got {index}")
@@ -357,6 +378,20 @@ def while_loop(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
     outs = while_loop_p.bind([*leaves, *captured], {}, graphs)
     return tree_unflatten(body_t.out_tree, outs)
 
+
+def _lift_operator(name: str, local_op: Callable[..., Any]) -> Callable[..., Any]:
+    def apply(*operands: Any) -> Any:
+        ctx = current_context()
+        if isinstance(ctx, Tracer) and ctx.local:
+            return local_op(*operands)
+        return pcall(None, local_op, *operands)
+
+    apply.__name__ = name
+    return apply
+
+
+OPERATORS.update({name: _lift_operator(name, op) for name, op in tensor.LOCAL_OPERATORS.items()})
+"""At the simp level an operator runs on every party holding all its operands."""
 
 __all__ = [
     "constant",

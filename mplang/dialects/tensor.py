@@ -3,9 +3,8 @@
 `run_jax` traces any JAX function once per (function, static arguments, input
 types), exports it as serialized StableHLO (``jax.export``) and records it as
 data in the op, so the program can cross the network without Python code.
-Python operators on MPLang values are `run_jax` calls of the matching
-``jax.numpy`` function. Used at the simp level, they run on every party that
-holds all operands (an implicit ``simp.pcall``).
+Python operators on local values are `run_jax` calls of the matching
+``jax.numpy`` function (`LOCAL_OPERATORS`).
 """
 
 from __future__ import annotations
@@ -21,11 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
 
-from mplang.dialects import simp
 from mplang.dialects.common import as_array
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph
-from mplang.edsl.object import OPERATORS, MPObject
+from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
@@ -144,7 +142,7 @@ def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, .
     avals = [jax.ShapeDtypeStruct(t.shape, np.dtype(t.dtype)) for t in in_types]
     try:
         exp = jax_export.export(jax.jit(flat))(*avals)
-    except Exception as e:  # noqa: BLE001 - any JAX tracing failure is a type error here
+    except Exception as e:
         types = ", ".join(map(str, in_types))
         raise MPTypeError(f"tensor.run_jax[{name}]: JAX could not trace the function on "
                           f"({types}): {type(e).__name__}: {e}") from None
@@ -159,9 +157,7 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     (Python scalars, slices, strings) are static and part of the cache key.
     """
     name = getattr(fn, "__name__", type(fn).__name__)
-    tracer = current_tracer(f"tensor.run_jax[{name}]")
-    if not tracer.local:
-        return simp.pcall(None, lambda *a: run_jax(fn, *a, **kwargs), *args)
+    current_tracer(f"tensor.run_jax[{name}]")
     leaves, tree = tree_flatten((args, kwargs))
     inputs: list[MPObject] = []
     spec: list[Any] = []
@@ -175,7 +171,7 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             spec.append(_static_leaf(name, leaf))
     in_types = tuple(_tensor_type(f"tensor.run_jax[{name}]", x.mptype, i)
                      for i, x in enumerate(inputs))
-    key = (fn, tree, tuple(spec), in_types)
+    key: tuple[Any, ...] | None = (fn, tree, tuple(spec), in_types)
     try:
         entry = _EXPORTS.lookup(key)
     except TypeError:  # an unhashable callable: no caching
@@ -192,10 +188,11 @@ def _operator(jfn: Callable[..., Any]) -> Callable[..., Any]:
     def apply(*operands: Any) -> Any:
         return run_jax(jfn, *operands)
 
+    apply.__name__ = getattr(jfn, "__name__", "operator")
     return apply
 
 
-OPERATORS.update({
+LOCAL_OPERATORS: dict[str, Callable[..., Any]] = {
     "add": _operator(jnp.add),
     "subtract": _operator(jnp.subtract),
     "multiply": _operator(jnp.multiply),
@@ -212,6 +209,7 @@ OPERATORS.update({
     "not_equal": _operator(jnp.not_equal),
     "negative": _operator(jnp.negative),
     "getitem": _operator(operator.getitem),
-})
+}
+"""Python operators on party-local values; the simp dialect lifts them to the simp level."""
 
 __all__ = ["constant", "run_jax"]

@@ -31,7 +31,8 @@ class ExecutionContext(Context, ABC):
     """A context that runs programs across ``world_size`` parties."""
 
     @abstractmethod
-    def run_program(self, program: Program, inputs: list[MPObject], **options: Any) -> list[MPObject]:
+    def run_program(self, program: Program, inputs: list[MPObject],
+                    **options: Any) -> list[MPObject]:
         """Run ``program`` on runtime objects ``inputs``; return its outputs as runtime objects."""
 
     @abstractmethod

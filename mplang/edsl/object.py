@@ -101,7 +101,7 @@ class MPObject:
     def __le__(self, o: Any) -> Any: return _apply("less_equal", self, o)
     def __gt__(self, o: Any) -> Any: return _apply("greater", self, o)
     def __ge__(self, o: Any) -> Any: return _apply("greater_equal", self, o)
-    def __eq__(self, o: Any) -> Any: return _apply("equal", self, o)  # type: ignore[override]
-    def __ne__(self, o: Any) -> Any: return _apply("not_equal", self, o)  # type: ignore[override]
+    def __eq__(self, o: Any) -> Any: return _apply("equal", self, o)
+    def __ne__(self, o: Any) -> Any: return _apply("not_equal", self, o)
     def __neg__(self) -> Any: return _apply("negative", self)
     def __getitem__(self, index: Any) -> Any: return _apply("getitem", self, index)

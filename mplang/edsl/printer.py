@@ -18,14 +18,18 @@ def format_attr(value: Any) -> str:
     if isinstance(value, np.ndarray):
         if value.size <= _INLINE_ARRAY_LIMIT:
             body = np.array2string(value, separator=",").replace("\n", "")
-            return f"{body}:{value.dtype.name}" if value.ndim else f"{value.item()!r}:{value.dtype.name}"
+            if value.ndim == 0:
+                return f"{value.item()!r}:{value.dtype.name}"
+            return f"{body}:{value.dtype.name}"
         return f"array<{value.dtype.name}{list(value.shape)}>"
     if isinstance(value, (Mask, BaseType, MPType)):
         return str(value)
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{format_attr(k)}: {format_attr(v)}" for k, v in value.items()) + "}"
+        items = ", ".join(f"{format_attr(k)}: {format_attr(v)}" for k, v in value.items())
+        return "{" + items + "}"
     if isinstance(value, tuple):
-        return "(" + ", ".join(format_attr(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+        items = ", ".join(format_attr(v) for v in value)
+        return "(" + items + ("," if len(value) == 1 else "") + ")"
     if isinstance(value, list):
         return "[" + ", ".join(format_attr(v) for v in value) + "]"
     return repr(value)

@@ -10,8 +10,8 @@ from typing import Any
 from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
 from mplang.edsl.printer import format_graph
-from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
 from mplang.edsl.pytree import TreeDef
+from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
 from mplang.edsl.tracer import Tracer, trace_function
 from mplang.edsl.typing import ValueType
 from mplang.frontend.errors import MPSerializationError
@@ -42,7 +42,8 @@ class Program:
         return format_graph(self.graph, self.name)
 
     def to_bytes(self) -> bytes:
-        meta = {"name": self.name, "world_size": self.world_size, "out_tree": self.out_tree.to_json()}
+        meta = {"name": self.name, "world_size": self.world_size,
+                "out_tree": self.out_tree.to_json()}
         return encode_graph_bundle(self.graph, meta)
 
     @staticmethod

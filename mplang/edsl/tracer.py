@@ -157,9 +157,8 @@ def check_output_leaf(leaf: Any, where: str) -> MPObject:
     )
 
 
-def trace_function(
-    tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any] | None = None
-) -> TracedFunction:
+def trace_function(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any],
+                   kwargs: dict[str, Any] | None = None) -> TracedFunction:
     """Trace ``fn(*args, **kwargs)`` in ``tracer`` (a fresh root or child tracer).
 
     MPObject leaves of the arguments become graph inputs; other leaves are passed

@@ -37,7 +37,7 @@ class SimpMemDriver(SimpDriver):
         future: Future[Any] = Future()
         try:
             future.set_result(self.mesh.workers[rank].store.get(uri))
-        except Exception as e:  # noqa: BLE001 - delivered through the future
+        except Exception as e:
             future.set_exception(e)
         return future
 

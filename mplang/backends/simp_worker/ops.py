@@ -63,14 +63,14 @@ def _shuffle_static(interp: Interpreter, op: Operation, args: list[Any], key: st
             if x is None:
                 raise _fail(worker, op, f"must send to party {dst} a value it does not hold")
             worker.communicator.send(dst, tag, x)
-    src = routes.get(worker.rank)
-    if src is None:
+    source = routes.get(worker.rank)
+    if source is None:
         return [None]
-    if src == worker.rank:
+    if source == worker.rank:
         if x is None:
             raise _fail(worker, op, "must keep a value it does not hold")
         return [x]
-    return [worker.communicator.recv(src, tag)]
+    return [worker.communicator.recv(source, tag)]
 
 
 @KERNELS.register("simp.shuffle")

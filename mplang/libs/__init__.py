@@ -1,0 +1,1 @@
+"""Protocols and applications written in MPLang."""
