@@ -1,0 +1,224 @@
+"""`ClusterSpec`: the parties (nodes) of a deployment and the devices built on them.
+
+A node is one party with a network endpoint. A device is a named place where
+computation runs: a PPU (one node, plaintext), an SPU (several nodes, secret
+sharing through libspu) or a TEE. Specs come from a dict or a YAML file and are
+validated with messages that name the offending entry.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+
+from mplang.frontend.errors import MPLangError
+
+DeviceKind = Literal["PPU", "SPU", "TEE"]
+SPU_PROTOCOLS = {"SEMI2K": None, "ABY3": 3, "CHEETAH": 2}
+"""Protocol name -> the exact number of members it needs (None: two or more)."""
+SPU_FIELDS = ("FM64", "FM128")
+DEFAULT_BASE_PORT = 61920
+
+
+class ClusterSpecError(MPLangError, ValueError):
+    """A cluster spec is invalid; the message names the node or device at fault."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One party: its name and the ``host:port`` (or URL) its worker listens on."""
+
+    name: str
+    endpoint: str
+
+
+@dataclass(frozen=True)
+class Device:
+    """A named device over member nodes. ``config`` holds kind-specific settings
+    (for an SPU: ``protocol``, ``field``, ``fxp_fraction_bits``)."""
+
+    name: str
+    kind: DeviceKind
+    members: tuple[str, ...]
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Nodes (ranks in order) and devices."""
+
+    nodes: tuple[Node, ...]
+    devices: Mapping[str, Device]
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.nodes)
+
+    def rank_of(self, node: str) -> int:
+        for rank, n in enumerate(self.nodes):
+            if n.name == node:
+                return rank
+        raise ClusterSpecError(f"unknown node {node!r}")
+
+    def device(self, name: str) -> Device:
+        try:
+            return self.devices[name]
+        except KeyError:
+            known = ", ".join(sorted(self.devices)) or "none"
+            raise ClusterSpecError(f"unknown device {name!r}; this cluster has: {known}") from None
+
+    def ranks(self, device: str) -> tuple[int, ...]:
+        """The ranks of ``device``'s members, in member order."""
+        return tuple(self.rank_of(m) for m in self.device(device).members)
+
+    # -- construction
+    @staticmethod
+    def simple(world_size: int, *, host: str = "127.0.0.1",
+               base_port: int = DEFAULT_BASE_PORT) -> ClusterSpec:
+        """Nodes ``node_0..``, PPUs ``P0..`` and, for 2+ parties, SPU ``SP0`` over all
+        nodes (ABY3 for exactly 3 parties, SEMI2K otherwise; FM64)."""
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ClusterSpecError(f"world size must be a positive int, got {world_size!r}")
+        nodes = tuple(Node(f"node_{i}", f"{host}:{base_port + i}") for i in range(world_size))
+        devices = {f"P{i}": Device(f"P{i}", "PPU", (n.name,)) for i, n in enumerate(nodes)}
+        if world_size >= 2:
+            protocol = "ABY3" if world_size == 3 else "SEMI2K"
+            devices["SP0"] = Device("SP0", "SPU", tuple(n.name for n in nodes),
+                                    {"protocol": protocol, "field": "FM64"})
+        return ClusterSpec(nodes, devices)
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> ClusterSpec:
+        """Build from ``{"nodes": [{name, endpoint}], "devices": {name: {kind, members,
+        config}}}`` (devices may also be a list of entries with a ``name``)."""
+        if not isinstance(data, Mapping):
+            raise ClusterSpecError("a cluster spec is a mapping with 'nodes' and 'devices'")
+        unknown = set(data) - {"nodes", "devices"}
+        if unknown:
+            raise ClusterSpecError(f"unknown cluster spec keys: {sorted(unknown)}")
+        raw_nodes = data.get("nodes")
+        if not isinstance(raw_nodes, list) or not raw_nodes:
+            raise ClusterSpecError("'nodes' must be a non-empty list")
+        nodes = tuple(_node(i, n) for i, n in enumerate(raw_nodes))
+        raw_devices = data.get("devices", {})
+        if isinstance(raw_devices, Mapping):
+            entries = [{"name": k, **(v or {})} for k, v in raw_devices.items()]
+        elif isinstance(raw_devices, list):
+            entries = list(raw_devices)
+        else:
+            raise ClusterSpecError("'devices' must be a mapping or a list")
+        devices: dict[str, Device] = {}
+        for entry in entries:
+            device = _device(entry)
+            if device.name in devices:
+                raise ClusterSpecError(f"duplicate device name {device.name!r}")
+            devices[device.name] = device
+        return ClusterSpec(nodes, devices)
+
+    @staticmethod
+    def from_yaml(path: str | os.PathLike[str]) -> ClusterSpec:
+        with open(path, encoding="utf-8") as f:
+            try:
+                data = yaml.safe_load(f)
+            except yaml.YAMLError as e:
+                raise ClusterSpecError(f"{path}: invalid YAML: {e}") from None
+        return ClusterSpec.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": [{"name": n.name, "endpoint": n.endpoint} for n in self.nodes],
+            "devices": {d.name: {"kind": d.kind, "members": list(d.members),
+                                 "config": dict(d.config)} for d in self.devices.values()},
+        }
+
+
+def _node(index: int, entry: Any) -> Node:
+    if not isinstance(entry, Mapping) or set(entry) - {"name", "endpoint"}:
+        raise ClusterSpecError(f"node #{index} must be a mapping with 'name' and 'endpoint'")
+    name, endpoint = entry.get("name"), entry.get("endpoint")
+    if not isinstance(name, str) or not name:
+        raise ClusterSpecError(f"node #{index} needs a non-empty string 'name'")
+    if not isinstance(endpoint, str) or not endpoint:
+        raise ClusterSpecError(f"node {name!r} needs a string 'endpoint' (host:port)")
+    return Node(name, endpoint)
+
+
+def _device(entry: Any) -> Device:
+    if not isinstance(entry, Mapping):
+        raise ClusterSpecError(f"a device entry must be a mapping, got {entry!r}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise ClusterSpecError(f"a device needs a non-empty string 'name': {dict(entry)}")
+    unknown = set(entry) - {"name", "kind", "members", "config"}
+    if unknown:
+        raise ClusterSpecError(f"device {name!r}: unknown keys {sorted(unknown)}")
+    kind = entry.get("kind")
+    if kind not in ("PPU", "SPU", "TEE"):
+        raise ClusterSpecError(f"device {name!r}: kind must be PPU, SPU or TEE, got {kind!r}")
+    members = entry.get("members")
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        raise ClusterSpecError(f"device {name!r}: 'members' must be a list of node names")
+    config = entry.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise ClusterSpecError(f"device {name!r}: 'config' must be a mapping")
+    return Device(name, kind, tuple(members), dict(config))
+
+
+def _validate(spec: ClusterSpec) -> None:
+    names = [n.name for n in spec.nodes]
+    for name in names:
+        if names.count(name) > 1:
+            raise ClusterSpecError(f"duplicate node name {name!r}")
+    endpoints = [n.endpoint for n in spec.nodes]
+    for endpoint in endpoints:
+        if endpoints.count(endpoint) > 1:
+            raise ClusterSpecError(f"two nodes share endpoint {endpoint!r}")
+    for key, device in spec.devices.items():
+        if key != device.name:
+            raise ClusterSpecError(f"device registered as {key!r} is named {device.name!r}")
+        if device.name in names:
+            raise ClusterSpecError(f"device {device.name!r} has the name of a node")
+        for member in device.members:
+            if member not in names:
+                raise ClusterSpecError(f"device {device.name!r}: unknown member {member!r}")
+        if len(set(device.members)) != len(device.members):
+            raise ClusterSpecError(f"device {device.name!r}: a member is listed twice")
+        if device.kind in ("PPU", "TEE") and len(device.members) != 1:
+            raise ClusterSpecError(f"{device.kind} {device.name!r} needs exactly one member, "
+                                   f"got {len(device.members)}")
+        if device.kind == "SPU":
+            _validate_spu(device)
+
+
+def _validate_spu(device: Device) -> None:
+    n = len(device.members)
+    if n < 2:
+        raise ClusterSpecError(f"SPU {device.name!r} needs at least two members, got {n}")
+    config = device.config
+    unknown = set(config) - {"protocol", "field", "fxp_fraction_bits"}
+    if unknown:
+        raise ClusterSpecError(f"SPU {device.name!r}: unknown config keys {sorted(unknown)}")
+    protocol = config.get("protocol", "SEMI2K")
+    if protocol not in SPU_PROTOCOLS:
+        raise ClusterSpecError(f"SPU {device.name!r}: unknown protocol {protocol!r}; "
+                               f"use one of {', '.join(SPU_PROTOCOLS)}")
+    need = SPU_PROTOCOLS[protocol]
+    if need is not None and n != need:
+        raise ClusterSpecError(f"SPU {device.name!r}: {protocol} needs exactly {need} members, "
+                               f"got {n}")
+    field_name = config.get("field", "FM64")
+    if field_name not in SPU_FIELDS:
+        raise ClusterSpecError(f"SPU {device.name!r}: unknown field {field_name!r}; "
+                               f"use one of {', '.join(SPU_FIELDS)}")
+    bits = config.get("fxp_fraction_bits")
+    if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int)
+                             or not 0 < bits < 64):
+        raise ClusterSpecError(f"SPU {device.name!r}: fxp_fraction_bits must be an int in "
+                               f"1..63, got {bits!r}")

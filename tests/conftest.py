@@ -1,0 +1,51 @@
+"""Shared fixtures for the execution-side tests.
+
+``sim`` is a 3-party in-memory simulator; ``world`` is a simulator of each of
+the world sizes in ``WORLD_SIZES`` (parametrized); ``mode`` is each of the two
+driver execution modes. Every simulator is closed after its test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import mplang as mp
+
+WORLD_SIZES = (2, 3, 10, 32)
+"""World sizes the multi-party semantics are checked on (32 is the slow one)."""
+
+MODES = ("launch", "standard")
+"""The two execution modes of `mp.evaluate`."""
+
+
+@pytest.fixture
+def sim() -> Iterator[mp.Simulator]:
+    """A 3-party simulator, closed after the test."""
+    simulator = mp.Simulator(3)
+    try:
+        yield simulator
+    finally:
+        simulator.close()
+
+
+@pytest.fixture(params=WORLD_SIZES, ids=lambda n: f"world{n}")
+def world(request: pytest.FixtureRequest) -> Iterator[mp.Simulator]:
+    """A simulator of each world size in ``WORLD_SIZES``, closed after the test."""
+    simulator = mp.Simulator(request.param)
+    try:
+        yield simulator
+    finally:
+        simulator.close()
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """``"launch"`` and ``"standard"``, the modes of `mp.evaluate`."""
+    return str(request.param)
+
+
+def make_world(world_size: int) -> mp.Simulator:
+    """A fresh simulator of ``world_size`` parties (the caller closes it)."""
+    return mp.Simulator(world_size)
