@@ -6,6 +6,7 @@ import builtins
 from collections.abc import Callable
 from typing import Any
 
+from mplang.device.cluster import ClusterSpec
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.function import run_function
 from mplang.edsl.object import MPObject
@@ -14,16 +15,25 @@ from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
 from mplang.frontend.errors import MPLangError
 
 
-def compile(fn: Callable[..., Any], *args: Any, world_size: int, **kwargs: Any) -> Program:
-    """Trace ``fn(*args, **kwargs)`` into a program for ``world_size`` parties.
+def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,
+            cluster: ClusterSpec | None = None, **kwargs: Any) -> Program:
+    """Trace ``fn(*args, **kwargs)`` into a program for ``world_size`` parties, or for
+    the parties and devices of ``cluster``.
 
     Plain values among the arguments are compile-time constants; MPLang objects
     (from an earlier evaluate) are runtime inputs, replaceable by objects of the
     same types when the program is evaluated.
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise MPLangError(f"world_size must be a positive int, got {world_size!r}")
-    program, _ = trace_program(fn, args, kwargs, world_size)
+    if cluster is None:
+        if world_size is None:
+            raise MPLangError("compile needs world_size=N or cluster=ClusterSpec")
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise MPLangError(f"world_size must be a positive int, got {world_size!r}")
+        cluster = ClusterSpec.simple(world_size)
+    elif world_size is not None and world_size != cluster.world_size:
+        raise MPLangError(f"world_size={world_size} contradicts the cluster's "
+                          f"{cluster.world_size} nodes")
+    program, _ = trace_program(fn, args, kwargs, cluster.world_size, cluster)
     return program
 
 

@@ -17,6 +17,8 @@ class Context:
     """Base of tracing and execution contexts; ``with ctx:`` makes it current."""
 
     world_size: int
+    cluster: Any
+    """The `ClusterSpec` device names resolve against (None if the context has none)."""
 
     def __enter__(self) -> Any:
         _stack().append(self)

@@ -36,6 +36,11 @@ class MPObject:
         raise NotImplementedError
 
     @property
+    def device(self) -> str | None:
+        """The device this value was placed on by the device layer (None: simp level)."""
+        return None
+
+    @property
     def pmask(self) -> Mask | None:
         t = self.mptype
         return t.pmask if isinstance(t, MPType) else None

@@ -29,6 +29,13 @@ class Program:
     out_tree: TreeDef
     world_size: int
     name: str = "main"
+    out_devices: tuple[str | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.out_devices:
+            self.out_devices = (None,) * len(self.graph.outputs)
+        if len(self.out_devices) != len(self.graph.outputs):
+            raise ValueError("one device entry per output is required")
 
     @property
     def input_types(self) -> list[ValueType]:
@@ -43,7 +50,7 @@ class Program:
 
     def to_bytes(self) -> bytes:
         meta = {"name": self.name, "world_size": self.world_size,
-                "out_tree": self.out_tree.to_json()}
+                "out_tree": self.out_tree.to_json(), "out_devices": list(self.out_devices)}
         return encode_graph_bundle(self.graph, meta)
 
     @staticmethod
@@ -52,14 +59,17 @@ class Program:
         try:
             name, world_size = meta["name"], meta["world_size"]
             out_tree = TreeDef.from_json(meta["out_tree"])
+            out_devices = tuple(meta["out_devices"])
         except (KeyError, TypeError, ValueError) as e:
             raise MPSerializationError(f"malformed program metadata: {e}") from None
         if not (isinstance(name, str) and type(world_size) is int and world_size > 0):
             raise MPSerializationError("malformed program metadata")
-        if out_tree.num_leaves != len(graph.outputs):
+        if out_tree.num_leaves != len(graph.outputs) or len(out_devices) != len(graph.outputs):
             raise MPSerializationError("output tree does not match the graph outputs")
+        if not all(d is None or isinstance(d, str) for d in out_devices):
+            raise MPSerializationError("malformed program metadata: output devices")
         graph.verify()
-        return Program(graph, out_tree, world_size, name)
+        return Program(graph, out_tree, world_size, name, out_devices)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the program's serialized bytes (deterministic, no pickle) to ``path``."""
@@ -74,12 +84,18 @@ def load(path: str | os.PathLike[str]) -> Program:
 
 
 def trace_program(
-    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], world_size: int
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], world_size: int,
+    cluster: Any = None,
 ) -> tuple[Program, list[MPObject]]:
-    """Trace ``fn`` into a program; also return the runtime objects it takes as inputs."""
-    traced = trace_function(Tracer(world_size), fn, args, kwargs)
+    """Trace ``fn`` into a program; also return the runtime objects it takes as inputs.
+
+    ``cluster`` (a `ClusterSpec`) lets device-level code resolve device names.
+    """
+    traced = trace_function(Tracer(world_size, cluster=cluster), fn, args, kwargs)
     traced.graph.verify()
     name = getattr(fn, "__name__", "main")
     if not name.isidentifier():
         name = "main"
-    return Program(traced.graph, traced.out_tree, world_size, name), traced.captured
+    program = Program(traced.graph, traced.out_tree, world_size, name,
+                      tuple(traced.out_devices))
+    return program, traced.captured

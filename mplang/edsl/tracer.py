@@ -22,11 +22,20 @@ from mplang.frontend.errors import MPTraceError
 class TraceObject(MPObject):
     """A value of the graph being traced by ``tracer``."""
 
-    __slots__ = ("tracer", "value")
+    __slots__ = ("_device", "tracer", "value")
 
-    def __init__(self, tracer: Tracer, value: Value):
+    def __init__(self, tracer: Tracer, value: Value, device: str | None = None):
         self.tracer = tracer
         self.value = value
+        self._device = device
+
+    @property
+    def device(self) -> str | None:
+        return self._device
+
+    def placed(self, device: str | None) -> TraceObject:
+        """The same value tagged as living on ``device``."""
+        return TraceObject(self.tracer, self.value, device)
 
     @property
     def mptype(self) -> ValueType:
@@ -53,8 +62,10 @@ class Tracer(Context):
     carry bare base types; the others build simp-level graphs of `MPType` values.
     """
 
-    def __init__(self, world_size: int, *, parent: Tracer | None = None, local: bool = False):
+    def __init__(self, world_size: int, *, cluster: Any = None, parent: Tracer | None = None,
+                 local: bool = False):
         self.world_size = world_size
+        self.cluster = parent.cluster if parent is not None else cluster
         self.parent = parent
         self.local = local
         self._names: _Counter = parent._names if parent is not None else _Counter()
@@ -141,6 +152,7 @@ class TracedFunction:
     in_tree: TreeDef
     out_tree: TreeDef
     captured: list[MPObject]
+    out_devices: list[str | None]
 
 
 def check_output_leaf(leaf: Any, where: str) -> MPObject:
@@ -170,18 +182,20 @@ def trace_function(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any],
         for leaf in leaves:
             if isinstance(leaf, MPObject):
                 if tracer.parent is None and not isinstance(leaf, TraceObject):
-                    call_leaves.append(TraceObject(tracer, tracer.lift(leaf)))
+                    call_leaves.append(TraceObject(tracer, tracer.lift(leaf), leaf.device))
                 else:
-                    call_leaves.append(tracer.new_input(leaf.mptype))
+                    call_leaves.append(tracer.new_input(leaf.mptype).placed(leaf.device))
             else:
                 call_leaves.append(leaf)
         call_args, call_kwargs = tree_unflatten(in_tree, call_leaves)
         result = fn(*call_args, **call_kwargs)
         out_leaves, out_tree = tree_flatten(result)
         name = getattr(fn, "__name__", "function")
-        out_values = [tracer.lift(check_output_leaf(x, f"function {name!r}")) for x in out_leaves]
+        out_objects = [check_output_leaf(x, f"function {name!r}") for x in out_leaves]
+        out_values = [tracer.lift(x) for x in out_objects]
     graph = tracer.build(out_values)
-    return TracedFunction(graph, in_tree, out_tree, list(tracer.captured))
+    return TracedFunction(graph, in_tree, out_tree, list(tracer.captured),
+                          [x.device for x in out_objects])
 
 
 def mp_leaves(tree: Any) -> list[MPObject]:

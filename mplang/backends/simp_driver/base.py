@@ -18,6 +18,7 @@ import numpy as np
 
 from mplang.backends.simp_driver.ops import DRIVER_KERNELS
 from mplang.backends.simp_driver.values import DriverObject, HostVar
+from mplang.device.cluster import ClusterSpec
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.object import MPObject
@@ -39,10 +40,9 @@ class SimpDriver(ExecutionContext, ABC):
 
     dialect_name = "simp"
 
-    def __init__(self, world_size: int, *, default_mode: Mode = "launch"):
-        if world_size < 1:
-            raise ValueError(f"a world needs at least one party, got {world_size}")
-        self.world_size = world_size
+    def __init__(self, cluster: ClusterSpec, *, default_mode: Mode = "launch"):
+        self.cluster = cluster
+        self.world_size = cluster.world_size
         self.default_mode: Mode = default_mode
 
     # -- transport, provided by subclasses
@@ -130,5 +130,6 @@ class SimpDriver(ExecutionContext, ABC):
         interp = Interpreter(DRIVER_KERNELS[mode or self.default_mode], {"simp": self},
                              party=None, exec_id=uuid.uuid4().hex)
         results: list[HostVar] = interp.run(launcher, args)
-        return [DriverObject(self, var, v.type, self.release)
-                for var, v in zip(results, program.graph.outputs, strict=True)]
+        return [DriverObject(self, var, v.type, self.release, device)
+                for var, v, device in zip(results, program.graph.outputs, program.out_devices,
+                                          strict=True)]

@@ -9,6 +9,7 @@ from typing import Any
 from mplang.backends.simp_driver.base import Mode, SimpDriver
 from mplang.backends.simp_worker import WORKER_KERNELS
 from mplang.backends.simp_worker.mem import LocalMesh
+from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
 from mplang.frontend.errors import MPLangError
 
@@ -16,10 +17,11 @@ from mplang.frontend.errors import MPLangError
 class SimpMemDriver(SimpDriver):
     """A driver whose parties are threads of this process (in-memory IPC)."""
 
-    def __init__(self, world_size: int, *, timeout: float = 60.0, default_mode: Mode = "launch"):
-        super().__init__(world_size, default_mode=default_mode)
-        self.mesh = LocalMesh(world_size, WORKER_KERNELS, timeout)
-        self._pool = ThreadPoolExecutor(max_workers=max(32, 4 * world_size),
+    def __init__(self, cluster: ClusterSpec, *, timeout: float = 60.0,
+                 default_mode: Mode = "launch"):
+        super().__init__(cluster, default_mode=default_mode)
+        self.mesh = LocalMesh(self.world_size, WORKER_KERNELS, timeout)
+        self._pool = ThreadPoolExecutor(max_workers=max(32, 4 * self.world_size),
                                         thread_name_prefix="mplang-party")
         self._closed = False
 
@@ -57,13 +59,17 @@ class SimpMemDriver(SimpDriver):
 
 
 class Simulator(SimpMemDriver):
-    """An in-memory world of ``world_size`` parties (threads), usable as a context:
-    under ``with sim:``, MPLang functions and primitives run eagerly."""
+    """An in-memory world (one thread per party), usable as a context: under
+    ``with sim:``, MPLang functions and primitives run eagerly.
 
-    def __init__(self, world_size: int, *, timeout: float = 60.0, default_mode: Mode = "launch"):
-        if isinstance(world_size, bool) or not isinstance(world_size, int):
-            raise TypeError(f"Simulator takes the number of parties, got {world_size!r}")
-        super().__init__(world_size, timeout=timeout, default_mode=default_mode)
+    ``Simulator(n)`` is ``Simulator(ClusterSpec.simple(n))``.
+    """
+
+    def __init__(self, cluster: ClusterSpec | int, *, timeout: float = 60.0,
+                 default_mode: Mode = "launch"):
+        if not isinstance(cluster, ClusterSpec):
+            cluster = ClusterSpec.simple(cluster)
+        super().__init__(cluster, timeout=timeout, default_mode=default_mode)
 
     def __repr__(self) -> str:
         return f"Simulator(world_size={self.world_size})"

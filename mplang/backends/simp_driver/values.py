@@ -25,18 +25,24 @@ class DriverObject(MPObject):
     """A runtime value living on the parties of ``owner``; its data never passes the driver
     unless fetched. Parties free their pieces when the object is garbage collected."""
 
-    __slots__ = ("__weakref__", "_type", "owner", "var")
+    __slots__ = ("__weakref__", "_device", "_type", "owner", "var")
 
     def __init__(self, owner: Any, var: HostVar, vtype: ValueType,
-                 release: Callable[[Sequence[str | None]], None]):
+                 release: Callable[[Sequence[str | None]], None], device: str | None = None):
         self.owner = owner
         self.var = var
         self._type = vtype
+        self._device = device
         weakref.finalize(self, release, var.uris)
 
     @property
     def mptype(self) -> ValueType:
         return self._type
 
+    @property
+    def device(self) -> str | None:
+        return self._device
+
     def __repr__(self) -> str:
-        return f"DriverObject({self._type}, held by {list(self.var.holders())})"
+        where = f"on {self._device}" if self._device else f"held by {list(self.var.holders())}"
+        return f"DriverObject({self._type}, {where})"
