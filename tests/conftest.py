@@ -45,7 +45,3 @@ def mode(request: pytest.FixtureRequest) -> str:
     """``"launch"`` and ``"standard"``, the modes of `mp.evaluate`."""
     return str(request.param)
 
-
-def make_world(world_size: int) -> mp.Simulator:
-    """A fresh simulator of ``world_size`` parties (the caller closes it)."""
-    return mp.Simulator(world_size)

@@ -151,18 +151,24 @@ def _pcall_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seque
 
 
 def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any]) -> TracedFunction:
-    """Trace a pcall body; a plain JAX function (one that rejects MPLang values) is
-    traced as ``tensor.run_jax(fn, *args)`` instead."""
+    """Trace a pcall body; a plain JAX function (one that rejects MPLang values or
+    returns JAX arrays) is traced as ``tensor.run_jax(fn, *args)`` instead."""
     try:
         return trace_function(tracer.child(local=True), fn, args)
-    except MPLangError:
+    except MPTypeError:
         raise
     except Exception as error:
         try:
             return trace_function(tracer.child(local=True),
                                   lambda *a: tensor.run_jax(fn, *a), args)
-        except Exception:
-            raise error from None
+        except Exception as jax_error:
+            if isinstance(error, MPLangError):
+                raise error from None
+            name = getattr(fn, "__name__", "fn")
+            raise MPTypeError(
+                f"simp.pcall: body {name!r} could not be traced, neither as an MPLang function "
+                f"({type(error).__name__}: {error}) nor as a JAX function ({jax_error})"
+            ) from error
 
 
 @function

@@ -157,10 +157,11 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     (Python scalars, slices, strings) are static and part of the cache key.
     """
     name = getattr(fn, "__name__", type(fn).__name__)
-    current_tracer(f"tensor.run_jax[{name}]")
+    tracer = current_tracer(f"tensor.run_jax[{name}]")
     leaves, tree = tree_flatten((args, kwargs))
     inputs: list[MPObject] = []
     spec: list[Any] = []
+    spec_types: list[type] = []
     for leaf in leaves:
         if isinstance(leaf, (np.ndarray, np.generic, jax.Array)):
             leaf = constant(np.asarray(leaf))
@@ -169,9 +170,10 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             spec.append(_DYNAMIC)
         else:
             spec.append(_static_leaf(name, leaf))
-    in_types = tuple(_tensor_type(f"tensor.run_jax[{name}]", x.mptype, i)
+            spec_types.append(type(leaf))
+    in_types = tuple(_tensor_type(f"tensor.run_jax[{name}]", tracer.lift(x).type, i)
                      for i, x in enumerate(inputs))
-    key: tuple[Any, ...] | None = (fn, tree, tuple(spec), in_types)
+    key: tuple[Any, ...] | None = (fn, tree, tuple(spec), tuple(spec_types), in_types)
     try:
         entry = _EXPORTS.lookup(key)
     except TypeError:  # an unhashable callable: no caching

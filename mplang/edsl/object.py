@@ -84,6 +84,7 @@ class MPObject:
         return self.shape[0]
 
     __hash__ = object.__hash__
+    __array_ufunc__ = None  # numpy defers to our reflected operators (np.array(...) + obj)
 
     # Arithmetic and comparison operators, forwarded to the operator table.
     def __add__(self, o: Any) -> Any: return _apply("add", self, o)

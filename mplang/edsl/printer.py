@@ -45,7 +45,7 @@ def _typed(values: list[Value] | tuple[Value, ...]) -> str:
 
 def _print_op(op: Operation, indent: str, lines: list[str]) -> None:
     lhs = f"{_values(op.outputs)} = " if op.outputs else ""
-    attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in op.attrs.items() if k != "module")
+    attrs = ", ".join(f"{k}={format_attr(v)}" for k, v in sorted(op.attrs.items()) if k != "module")
     attrs = f" {{{attrs}}}" if attrs else ""
     types = ", ".join(str(v.type) for v in op.outputs)
     lines.append(f"{indent}{lhs}{op.opcode}({_values(op.inputs)}){attrs} : ({types})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -23,6 +23,8 @@ class TreeDef:
     kind: str
     children: tuple[TreeDef, ...] = ()
     meta: tuple[Any, ...] = ()
+    node_type: type | None = field(default=None, compare=False, repr=False)
+    """The dataclass itself when known in this process (not serialized)."""
 
     @property
     def num_leaves(self) -> int:
@@ -44,8 +46,14 @@ class TreeDef:
         meta = data["meta"]
         if not isinstance(meta, list):
             raise ValueError("malformed tree definition meta")
+        if kind == "dict" and not all(isinstance(k, (str, int, float, bool)) for k in meta):
+            raise ValueError("dict keys in a tree definition must be scalars")
         if kind == "dataclass":
-            meta = [meta[0], meta[1], tuple(meta[2])] if len(meta) == 3 else meta
+            names_ok = len(meta) == 3 and isinstance(meta[2], list) \
+                and all(isinstance(x, str) for x in [*meta[:2], *meta[2]])
+            if not names_ok:
+                raise ValueError("malformed dataclass tree definition")
+            meta = [meta[0], meta[1], tuple(meta[2])]
         children = tuple(TreeDef.from_json(c) for c in data["children"])
         return TreeDef(kind, children, tuple(meta))
 
@@ -74,7 +82,7 @@ def _flatten(tree: Any, leaves: list[Any]) -> TreeDef:
         names = tuple(f.name for f in dataclasses.fields(tree))
         cls = type(tree)
         children = tuple(_flatten(getattr(tree, n), leaves) for n in names)
-        return TreeDef("dataclass", children, (cls.__module__, cls.__qualname__, names))
+        return TreeDef("dataclass", children, (cls.__module__, cls.__qualname__, names), cls)
     leaves.append(tree)
     return LEAF
 
@@ -109,7 +117,7 @@ def _unflatten(treedef: TreeDef, it: Any) -> Any:
         return dict(zip(treedef.meta, children, strict=True))
     module, qualname, names = treedef.meta
     fields = dict(zip(names, children, strict=True))
-    cls = _loaded_class(module, qualname)
+    cls = treedef.node_type or _loaded_class(module, qualname)
     return cls(**fields) if cls is not None else fields
 
 

@@ -31,6 +31,7 @@ from mplang.edsl.typing import (
     TableType,
     TensorType,
     ValueType,
+    numpy_dtype,
 )
 from mplang.frontend.errors import MPSerializationError
 from mplang.frontend.registry import is_registered
@@ -40,7 +41,7 @@ _HEADER = struct.Struct("<8sQ")
 MAX_DEPTH = 64
 _ALLOWED_DTYPES = frozenset(
     ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-     "float16", "float32", "float64", "complex64", "complex128"]
+     "float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
 )
 
 
@@ -211,9 +212,9 @@ def _decode_attr(data: Any, buffers: _BufferReader, depth: int = 0) -> Any:
         _expect(isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape),
                 "array shape")
         raw = buffers.get(index)
-        dt = np.dtype(dtype).newbyteorder("<")
+        dt = numpy_dtype(dtype).newbyteorder("<")
         _expect(len(raw) == dt.itemsize * math.prod(shape), "array size does not match shape")
-        return np.frombuffer(raw, dtype=dt).astype(np.dtype(dtype)).reshape(shape)
+        return np.frombuffer(raw, dtype=dt).astype(numpy_dtype(dtype)).reshape(shape)
     if tag == "$mask":
         _expect(type(body) is int and body >= 0, "$mask body")
         return Mask(body)
@@ -312,10 +313,15 @@ def decode_graph_bundle(data: bytes | memoryview, max_bytes: int = 1 << 32) -> t
     _expect(_HEADER.size + json_len <= len(view), "truncated")
     try:
         doc = json.loads(bytes(view[_HEADER.size:_HEADER.size + json_len]))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:
         raise _fail(f"invalid JSON: {e}") from None
     _expect(isinstance(doc, dict) and set(doc) == {"version", "meta", "graph", "buffers"},
             "top-level fields")
     _expect(doc["version"] == 1, f"unsupported version {doc['version']!r}")
     buffers = _BufferReader(view[_HEADER.size + json_len:], doc["buffers"])
-    return _decode_graph(doc["graph"], buffers, 0), doc["meta"]
+    try:
+        return _decode_graph(doc["graph"], buffers, 0), doc["meta"]
+    except MPSerializationError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as e:
+        raise _fail(f"{type(e).__name__}: {e}") from None

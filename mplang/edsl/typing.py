@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 _DTYPE_SHORT = {
@@ -28,7 +30,6 @@ _DTYPE_SHORT = {
     "complex64": "c64",
     "complex128": "c128",
 }
-_DTYPE_LONG = {v: k for k, v in _DTYPE_SHORT.items()}
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,9 @@ class Mask:
         return self.bits.bit_count()
 
     def __contains__(self, rank: object) -> bool:
-        return isinstance(rank, int) and rank >= 0 and bool(self.bits >> rank & 1)
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 0:
+            return False
+        return bool(self.bits >> int(rank) & 1)
 
     def __and__(self, other: Mask) -> Mask:
         return Mask(self.bits & other.bits)
@@ -180,9 +183,8 @@ ValueType = BaseType | MPType
 """Values in a party-local region carry a bare `BaseType`; values at the simp level an `MPType`."""
 
 
-def dtype_short_name(dtype: str) -> str:
-    return _DTYPE_SHORT[dtype]
-
-
-def dtype_from_short_name(name: str) -> str:
-    return _DTYPE_LONG[name]
+def numpy_dtype(name: str) -> np.dtype[Any]:
+    """The numpy dtype called ``name`` (``bfloat16`` comes from ml_dtypes)."""
+    if name == "bfloat16":
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)

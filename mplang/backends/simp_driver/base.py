@@ -8,8 +8,10 @@ dispatches each simp op to the workers (seed 001).
 
 from __future__ import annotations
 
+import threading
 import uuid
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from typing import Any, Literal
@@ -44,6 +46,9 @@ class SimpDriver(ExecutionContext, ABC):
         self.cluster = cluster
         self.world_size = cluster.world_size
         self.default_mode: Mode = default_mode
+        self._lock = threading.Lock()
+        self._refs: Counter[str] = Counter()
+        self._created: dict[str, list[HostVar]] = {}
 
     # -- transport, provided by subclasses
     @abstractmethod
@@ -56,12 +61,31 @@ class SimpDriver(ExecutionContext, ABC):
         """Get the value at ``uri`` from party ``rank``."""
 
     @abstractmethod
-    def release(self, uris: Sequence[str | None]) -> None:
+    def delete(self, uris: Sequence[str | None]) -> None:
         """Tell each party to drop its object (``uris[rank]``); best effort."""
 
     @abstractmethod
     def abort(self, exec_id: str, reason: str) -> None:
         """Make every party abandon execution ``exec_id`` and free its messages."""
+
+    # -- ownership: a party's object lives while a driver handle or a running execution uses it
+    def _retain(self, var: HostVar) -> None:
+        with self._lock:
+            self._refs.update(u for u in var.uris if u is not None)
+
+    def release(self, uris: Sequence[str | None]) -> None:
+        """Drop one reference to each URI; delete the objects no one references any more."""
+        dead: list[str | None] = [None] * len(uris)
+        with self._lock:
+            for rank, uri in enumerate(uris):
+                if uri is None:
+                    continue
+                self._refs[uri] -= 1
+                if self._refs[uri] <= 0:
+                    del self._refs[uri]
+                    dead[rank] = uri
+        if any(u is not None for u in dead):
+            self.delete(dead)
 
     # -- shared logic
     def collect(self, futures: Sequence[Future[Any]], exec_id: str) -> list[Any]:
@@ -82,13 +106,27 @@ class SimpDriver(ExecutionContext, ABC):
         """Run ``graph`` on ``parties`` (default: all); one HostVar per graph output."""
         ranks = range(self.world_size) if parties is None else parties
         futures = [self.submit(r, graph, [a.uris[r] for a in args], exec_id, scope) for r in ranks]
-        results = self.collect(futures, exec_id)
+        try:
+            results = self.collect(futures, exec_id)
+        except BaseException:
+            for r, f in zip(ranks, futures, strict=True):
+                if f.done() and not f.cancelled() and f.exception() is None:
+                    for uri in f.result():
+                        self.delete([uri if p == r else None for p in range(self.world_size)])
+            raise
         per_party: list[list[str | None]] = [[None] * len(graph.outputs)
                                              for _ in range(self.world_size)]
         for r, uris in zip(ranks, results, strict=True):
             per_party[r] = uris
-        return [HostVar(tuple(per_party[r][i] for r in range(self.world_size)))
-                for i in range(len(graph.outputs))]
+        out = [HostVar(tuple(per_party[r][i] for r in range(self.world_size)))
+               for i in range(len(graph.outputs))]
+        with self._lock:
+            created = self._created.get(exec_id)
+            if created is not None:
+                created.extend(out)
+        for var in out:
+            self._retain(var)
+        return out
 
     def fetch_var(self, var: HostVar) -> list[Any]:
         """Each party's value of ``var`` (``None`` where it holds nothing)."""
@@ -127,9 +165,24 @@ class SimpDriver(ExecutionContext, ABC):
         call = Operation("func.call", tuple(launcher_inputs), launcher_outputs,
                          {"callee": program.name}, (program.graph,))
         launcher = Graph(launcher_inputs, [call], list(launcher_outputs))
-        interp = Interpreter(DRIVER_KERNELS[mode or self.default_mode], {"simp": self},
-                             party=None, exec_id=uuid.uuid4().hex)
-        results: list[HostVar] = interp.run(launcher, args)
-        return [DriverObject(self, var, v.type, self.release, device)
-                for var, v, device in zip(results, program.graph.outputs, program.out_devices,
-                                          strict=True)]
+        kernels = DRIVER_KERNELS.get(mode or self.default_mode)
+        if kernels is None:
+            raise MPLangError(f"unknown mode {mode!r}; use 'launch' or 'standard'")
+        exec_id = uuid.uuid4().hex
+        interp = Interpreter(kernels, {"simp": self}, party=None, exec_id=exec_id)
+        with self._lock:
+            self._created[exec_id] = []
+        try:
+            results: list[HostVar] = interp.run(launcher, args)
+            outputs: list[MPObject] = [self._handle(var, v.type, device) for var, v, device
+                       in zip(results, program.graph.outputs, program.out_devices, strict=True)]
+        finally:
+            with self._lock:
+                created = self._created.pop(exec_id)
+            for var in created:
+                self.release(var.uris)
+        return outputs
+
+    def _handle(self, var: HostVar, vtype: Any, device: str | None) -> DriverObject:
+        self._retain(var)
+        return DriverObject(self, var, vtype, self.release, device)

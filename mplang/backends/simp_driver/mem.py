@@ -43,7 +43,7 @@ class SimpMemDriver(SimpDriver):
             future.set_exception(e)
         return future
 
-    def release(self, uris: Sequence[str | None]) -> None:
+    def delete(self, uris: Sequence[str | None]) -> None:
         for worker, uri in zip(self.mesh.workers, uris, strict=True):
             if uri is not None:
                 worker.store.delete(uri)

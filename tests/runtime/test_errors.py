@@ -1,0 +1,297 @@
+"""Run-time failures: how they surface, how fast they stop the other parties,
+and that the simulator stays usable afterwards. Also the checks `evaluate`
+makes on compiled programs and their runtime inputs.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mplang as mp
+from mplang import simp
+from mplang.backends.simp_worker import WORKER_KERNELS
+from mplang.edsl.graph import Operation
+from mplang.edsl.primitive import Primitive
+from mplang.runtime.interpreter import Interpreter
+
+# ---------------------------------------------------------------- a kernel that fails on demand
+# Created once per session at import (op names can be registered only once).
+
+FAIL_OP = "testing.runtime_fail_on"
+
+fail_on_p = Primitive(FAIL_OP, kind="compute", execution_model="single_rank",
+                      doc="Test-only: identity, except that it raises on party `party`.")
+
+
+@fail_on_p.def_type_rule
+def _fail_on_rule(in_types: list[Any], attrs: dict[str, Any], regions: Any,
+                  world_size: int) -> list[Any]:
+    return [in_types[0]]
+
+
+@WORKER_KERNELS.register(FAIL_OP)
+def _fail_on_kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    if interp.party == op.attrs["party"]:
+        raise ValueError("injected failure")  # the message itself names no party
+    return [args[0]]
+
+
+def fail_on(x: Any, party: int) -> Any:
+    """Inside a pcall body: ``x``, except that the kernel raises on ``party``."""
+    return fail_on_p.bind([x], {"party": party})[0]
+
+
+def ring_program(n: int) -> Any:
+    """A correct program: party i receives 10 * (i - 1 mod n) + 1."""
+
+    def prog() -> Any:
+        return simp.shuffle_static(simp.prank() * 10 + 1, {i: (i - 1) % n for i in range(n)})
+
+    return prog
+
+
+def check_still_usable(sim: mp.Simulator, mode: str) -> None:
+    n = sim.world_size
+    out = mp.evaluate(sim, ring_program(n), mode=mode)
+    assert [int(v) for v in mp.fetch(sim, out)] == [10 * ((i - 1) % n) + 1 for i in range(n)]
+
+
+# ---------------------------------------------------------------- kernel failures
+
+
+def test_kernel_failure_names_the_party_and_the_op(sim: mp.Simulator, mode: str) -> None:
+    def prog() -> Any:
+        return simp.pcall(None, lambda v: fail_on(v + 1, 1), simp.prank())
+
+    with pytest.raises(mp.MPRuntimeError) as info:
+        mp.evaluate(sim, prog, mode=mode)
+    err = info.value
+    assert not isinstance(err, mp.MPCommunicationError)  # the root cause, not a side effect
+    assert "party 1" in str(err)
+    assert FAIL_OP in str(err)
+    assert "injected failure" in str(err)
+    assert err.party == 1
+    assert err.op == FAIL_OP
+    check_still_usable(sim, mode)
+
+
+@pytest.mark.parametrize("failing", [0, 2])
+def test_kernel_failure_on_other_parties(sim: mp.Simulator, mode: str, failing: int) -> None:
+    def prog() -> Any:
+        return simp.pcall(None, lambda v: fail_on(v, failing), simp.prank())
+
+    with pytest.raises(mp.MPRuntimeError, match=f"party {failing}") as info:
+        mp.evaluate(sim, prog, mode=mode)
+    assert info.value.party == failing
+
+
+def test_failure_inside_a_loop_body(sim: mp.Simulator, mode: str) -> None:
+    def prog() -> Any:
+        i = simp.constant((0, 1, 2), 0)
+
+        def body(k: Any) -> Any:
+            return simp.pcall(None, lambda v: fail_on(v + 1, 2), k)
+
+        return simp.while_loop(lambda k: k < 3, body, i)
+
+    with pytest.raises(mp.MPRuntimeError, match="party 2") as info:
+        mp.evaluate(sim, prog, mode=mode)
+    assert FAIL_OP in str(info.value)
+    check_still_usable(sim, mode)
+
+
+def test_a_failed_party_releases_the_parties_waiting_for_it(sim: mp.Simulator,
+                                                             mode: str) -> None:
+    """Party 0 waits for party 1's message; party 1 fails first. The wait must end at
+    once (the simulator's message timeout is 60 s)."""
+
+    def prog() -> Any:
+        y = simp.pcall((1,), lambda v: fail_on(v, 1), simp.prank())
+        return simp.shuffle_static(y, {0: 1})
+
+    start = time.monotonic()
+    with pytest.raises(mp.MPRuntimeError) as info:
+        mp.evaluate(sim, prog, mode=mode)
+    elapsed = time.monotonic() - start
+    assert elapsed < 10, f"evaluation took {elapsed:.1f} s to fail"
+    assert not isinstance(info.value, mp.MPCommunicationError)
+    assert "party 1" in str(info.value) and FAIL_OP in str(info.value)
+    check_still_usable(sim, mode)
+
+
+def test_a_failed_party_releases_everyone_in_an_all_to_all_exchange(mode: str) -> None:
+    """In a dynamic shuffle every party waits for every other; one of ten fails."""
+    sim = mp.Simulator(10)
+    try:
+
+        def prog() -> Any:
+            r = simp.prank()
+            x = simp.pcall(None, lambda v: fail_on(v * 2, 7), r)
+            return simp.shuffle(x, (r + 1) % 10)
+
+        start = time.monotonic()
+        with pytest.raises(mp.MPRuntimeError, match="party 7") as info:
+            mp.evaluate(sim, prog, mode=mode)
+        assert time.monotonic() - start < 10
+        assert FAIL_OP in str(info.value)
+        check_still_usable(sim, mode)
+    finally:
+        sim.close()
+
+
+def test_a_failed_evaluation_leaves_nothing_in_the_stores(sim: mp.Simulator, mode: str) -> None:
+    """Parties that finished before another failed must not keep orphaned results."""
+
+    def prog() -> Any:
+        y = simp.pcall(None, lambda v: fail_on(v, 1), simp.prank())
+        return y, y * 2
+
+    gc.collect()
+    before = [len(w.store) for w in sim.mesh.workers]
+    with pytest.raises(mp.MPRuntimeError):
+        mp.evaluate(sim, prog, mode=mode)
+    gc.collect()
+    assert [len(w.store) for w in sim.mesh.workers] == before
+
+
+def test_shuffle_index_out_of_range(sim: mp.Simulator, mode: str) -> None:
+    def prog() -> Any:
+        return simp.shuffle(simp.prank(), simp.constant((0, 1, 2), 5))
+
+    with pytest.raises(mp.MPRuntimeError, match="not a party"):
+        mp.evaluate(sim, prog, mode=mode)
+    check_still_usable(sim, mode)
+
+
+def test_shuffle_from_a_party_that_holds_nothing(sim: mp.Simulator, mode: str) -> None:
+    def prog() -> Any:
+        x = simp.constant((0, 1), 5)
+        return simp.shuffle(x, simp.constant((0, 1, 2), 2))  # party 2 holds no x
+
+    with pytest.raises(mp.MPRuntimeError, match="does not hold"):
+        mp.evaluate(sim, prog, mode=mode)
+    check_still_usable(sim, mode)
+
+
+# ---------------------------------------------------------------- uniformity checks
+
+
+def _non_uniform_cond(verify: bool) -> Any:
+    def prog() -> Any:
+        pred = simp.pcall(None, lambda r: r == 0, simp.prank())  # True on party 0 only
+        x = simp.prank()
+        return simp.uniform_cond(pred, lambda v: v + 100, lambda v: v + 200, x,
+                                 verify_uniform=verify)
+
+    return prog
+
+
+def test_uniform_cond_rejects_a_non_uniform_predicate(sim: mp.Simulator, mode: str) -> None:
+    with pytest.raises(mp.MPRuntimeError, match="not uniform") as info:
+        mp.evaluate(sim, _non_uniform_cond(True), mode=mode)
+    assert "simp.uniform_cond" in str(info.value)
+    check_still_usable(sim, mode)
+
+
+def test_uniform_cond_without_verification_runs(sim: mp.Simulator, mode: str) -> None:
+    out = mp.evaluate(sim, _non_uniform_cond(False), mode=mode)
+    got = [int(v) for v in mp.fetch(sim, out)]
+    # The predicate was promised uniform but is not: each party ends up in one branch.
+    assert all(g in (r + 100, r + 200) for r, g in enumerate(got))
+    if mode == "launch":  # every party decides on its own predicate
+        assert got == [100, 201, 202]
+    else:  # the driver decides once for everyone
+        assert got in ([100, 101, 102], [200, 201, 202])
+
+
+def test_while_loop_rejects_a_non_uniform_predicate(sim: mp.Simulator, mode: str) -> None:
+    def prog() -> Any:
+        x = simp.prank()
+        return simp.while_loop(lambda v: v < 2, lambda v: v + 1, x)  # party 2 stops at once
+
+    with pytest.raises(mp.MPRuntimeError, match="not uniform") as info:
+        mp.evaluate(sim, prog, mode=mode)
+    assert "simp.while_loop" in str(info.value)
+    check_still_usable(sim, mode)
+
+
+# ---------------------------------------------------------------- compiled programs and inputs
+
+
+def _int_on_all(sim: mp.Simulator, value: int = 1) -> Any:
+    return mp.evaluate(sim, lambda: simp.constant((0, 1, 2), value))
+
+
+def test_program_rejects_an_input_of_another_type(sim: mp.Simulator, mode: str) -> None:
+    x = _int_on_all(sim)
+    program = mp.compile(lambda v: v + 1, x, world_size=3)
+
+    wrong_dtype = mp.evaluate(sim, lambda: simp.constant((0, 1, 2), 1.0))
+    wrong_pmask = mp.evaluate(sim, lambda: simp.constant((0, 1), 1))
+    wrong_shape = mp.evaluate(sim, lambda: simp.constant((0, 1, 2), [1, 2]))
+    for bad in (wrong_dtype, wrong_pmask, wrong_shape):
+        with pytest.raises(mp.MPLangError, match="runtime input 0"):
+            mp.evaluate(sim, program, bad, mode=mode)
+    # the right type still works
+    assert [int(v) for v in mp.fetch(sim, mp.evaluate(sim, program, x, mode=mode))] == [2] * 3
+
+
+def test_program_rejects_an_object_of_another_simulator(sim: mp.Simulator, mode: str) -> None:
+    x = _int_on_all(sim)
+    program = mp.compile(lambda v: v + 1, x, world_size=3)
+    other = mp.Simulator(3)
+    try:
+        foreign = _int_on_all(other)
+        with pytest.raises(mp.MPLangError):
+            mp.evaluate(sim, program, foreign, mode=mode)
+        with pytest.raises(mp.MPLangError):
+            mp.fetch(sim, foreign)
+    finally:
+        other.close()
+
+
+def test_program_rejects_plain_values_and_wrong_arity(sim: mp.Simulator) -> None:
+    x = _int_on_all(sim)
+    program = mp.compile(lambda v: v + 1, x, world_size=3)
+    with pytest.raises(mp.MPLangError):
+        mp.evaluate(sim, program, 1)
+    with pytest.raises(mp.MPLangError):
+        mp.evaluate(sim, program, np.int32(1))
+    with pytest.raises(mp.MPLangError):
+        mp.evaluate(sim, program)
+    with pytest.raises(mp.MPLangError):
+        mp.evaluate(sim, program, x, x)
+
+
+def test_program_compiled_for_another_world_size(mode: str) -> None:
+    program = mp.compile(ring_program(3), world_size=3)
+    sim4 = mp.Simulator(4)
+    try:
+        with pytest.raises(mp.MPLangError, match="3 parties"):
+            mp.evaluate(sim4, program, mode=mode)
+    finally:
+        sim4.close()
+
+
+def test_evaluate_needs_an_execution_context() -> None:
+    with pytest.raises(mp.MPLangError):
+        mp.evaluate(None, ring_program(3))  # type: ignore[arg-type]
+
+
+def test_a_closed_simulator_refuses_to_run(mode: str) -> None:
+    sim = mp.Simulator(3)
+    x = _int_on_all(sim, 5)
+    program = mp.compile(ring_program(3), world_size=3)
+    sim.close()
+    with pytest.raises(mp.MPLangError, match="closed"):
+        mp.evaluate(sim, ring_program(3), mode=mode)
+    with pytest.raises(mp.MPLangError, match="closed"):
+        mp.evaluate(sim, program, mode=mode)
+    with pytest.raises(mp.MPLangError, match="closed"):
+        mp.fetch(sim, x)
+    sim.close()  # closing twice is harmless
