@@ -1,0 +1,106 @@
+"""The `mplang` command and the README's example, run as a user would."""
+
+from __future__ import annotations
+
+import re
+import runpy
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mplang.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_demo_prints_each_step(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "3 parties" in out
+    assert "ring shift" in out
+    # party 0's vector [1,2,3] squared, and the gathered sum 6 + 12 + 18 = 36
+    assert "party 0: [1. 4. 9.]" in out
+    assert "party 0: 36.0" in out
+
+
+def test_demo_results_match_numpy() -> None:
+    from mplang.libs.demo import run_demo
+
+    results = run_demo(4, echo=lambda _: None)
+    vectors = [np.arange(1, 4, dtype=np.float32) * (i + 1) for i in range(4)]
+    for got, want in zip(results[0], vectors, strict=True):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(results[1], vectors, strict=True):
+        np.testing.assert_array_equal(got, want**2)
+    assert results[3][0] == pytest.approx(sum(v.sum() for v in vectors))
+    assert results[3][1:] == [None, None, None]
+    assert list(results[4]) == [0, 2, 4, 6]
+    assert list(results[5]) == [5, 5, 5, 5]
+
+
+def _write(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "user_prog.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_ir_prints_a_functions_ir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, """
+        import jax.numpy as jnp
+        from mplang import simp
+
+        def prog(a):
+            x = simp.constant((0,), a)
+            return simp.shuffle_static(simp.pcall((0,), jnp.square, x), {1: 0})
+    """)
+    assert main(["ir", f"{path}:prog", "--arg", "3", "--world-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("func @prog() -> (i32[]@{1}) {")
+    assert "simp.constant() {parties={0}, value=3:int32}" in out
+    assert "tensor.run_jax(" in out and "{fn='square'}" in out
+    assert "simp.shuffle_static(" in out and "{routes={1: 0}}" in out
+
+
+def test_ir_reports_type_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, """
+        from mplang import simp
+
+        def bad():
+            return simp.converge(simp.constant((0, 1), 1), simp.constant((1,), 2))
+    """)
+    assert main(["ir", f"{path}:bad"]) == 1
+    err = capsys.readouterr().err
+    assert "MPTypeError" in err and "simp.converge" in err and "overlap on {1}" in err
+
+
+@pytest.mark.parametrize("target", ["nofile.py:f", "justtext", "{path}:missing"])
+def test_ir_rejects_bad_targets(tmp_path: Path, target: str) -> None:
+    path = _write(tmp_path, "x = 1\n")
+    with pytest.raises(SystemExit, match="mplang ir"):
+        main(["ir", target.format(path=path)])
+
+
+def test_console_script_runs_demo() -> None:
+    proc = subprocess.run([sys.executable, "-m", "mplang.cli", "demo", "--world-size", "2"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 parties" in proc.stdout
+
+
+def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert blocks, "README has no python example"
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "readme_example.py"
+    script.write_text(blocks[0])
+    runpy.run_path(str(script))
+    out = capsys.readouterr().out
+    assert "[None, np.int32(9), None]" in out
+    assert "simp.shuffle_static" in out
+    assert (tmp_path / "prog.mpl").exists()
