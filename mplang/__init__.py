@@ -6,7 +6,9 @@ The public API is listed in ``__all__``.
 from mplang import simp
 from mplang.api import compile, evaluate, fetch
 from mplang.backends.simp_driver.mem import Simulator
-from mplang.dialects import func, tensor
+from mplang.device.api import device, get_dev_attr, put
+from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device, Node
+from mplang.dialects import func, spu, tensor
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program, load
@@ -23,6 +25,9 @@ from mplang.frontend.errors import (
 from mplang.frontend.registry import describe, list_ops
 
 __all__ = [
+    "ClusterSpec",
+    "ClusterSpecError",
+    "Device",
     "MPCommunicationError",
     "MPLangError",
     "MPObject",
@@ -33,17 +38,22 @@ __all__ = [
     "MPTypeError",
     "MPVerifyError",
     "Mask",
+    "Node",
     "Program",
     "Simulator",
     "TensorType",
     "compile",
     "describe",
+    "device",
     "evaluate",
     "fetch",
     "func",
     "function",
+    "get_dev_attr",
     "list_ops",
     "load",
+    "put",
     "simp",
+    "spu",
     "tensor",
 ]

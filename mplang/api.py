@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mplang.device.cluster import ClusterSpec
+from mplang.device.fetch import fetch_device_object
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.function import run_function
 from mplang.edsl.object import MPObject
@@ -68,6 +69,12 @@ def fetch(ctx: ExecutionContext, obj: Any) -> Any:
     """The values of ``obj`` (any pytree of MPLang objects), brought to the caller.
 
     A simp-level object becomes a list with one entry per party (None where the
-    party holds nothing).
+    party holds nothing); an object on a device becomes its plain value (an SPU
+    object is revealed to the caller).
     """
-    return tree_map(lambda x: ctx.fetch_object(x) if isinstance(x, MPObject) else x, obj)
+    def one(x: Any) -> Any:
+        if not isinstance(x, MPObject):
+            return x
+        return ctx.fetch_object(x) if x.device is None else fetch_device_object(ctx, x)
+
+    return tree_map(one, obj)

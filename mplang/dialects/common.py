@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import jax
@@ -22,3 +23,22 @@ def as_array(op: str, value: Any) -> np.ndarray:
     arr = arr.astype(dtype, copy=False)
     return arr if arr.flags.c_contiguous else arr.copy()
 
+
+
+class LRUCache(OrderedDict[Any, Any]):
+    """A bounded mapping that evicts the least recently used entry."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def lookup(self, key: Any) -> Any:
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def store(self, key: Any, value: Any) -> None:
+        self[key] = value
+        if len(self) > self.limit:
+            self.popitem(last=False)

@@ -10,7 +10,6 @@ Python operators on local values are `run_jax` calls of the matching
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
 
-from mplang.dialects.common import as_array
+from mplang.dialects.common import LRUCache, as_array
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
@@ -35,25 +34,9 @@ constant_p = Primitive("tensor.constant", kind="source", execution_model="single
 run_jax_p = Primitive("tensor.run_jax", kind="compute", execution_model="single_rank",
                       doc="Run a JAX function, stored as serialized StableHLO, on local tensors.")
 
-_CACHE_LIMIT = 4096
-
-
-class _LRU(OrderedDict[Any, Any]):
-    def lookup(self, key: Any) -> Any:
-        value = self.get(key)
-        if value is not None:
-            self.move_to_end(key)
-        return value
-
-    def store(self, key: Any, value: Any) -> None:
-        self[key] = value
-        if len(self) > _CACHE_LIMIT:
-            self.popitem(last=False)
-
-
-_EXPORTS = _LRU()
+_EXPORTS = LRUCache(4096)
 """(fn, arg tree, static leaves, input types) -> `_Exported`."""
-_MODULES = _LRU()
+_MODULES = LRUCache(4096)
 """serialized module bytes -> deserialized ``jax.export.Exported``."""
 
 

@@ -21,8 +21,11 @@ regions and loop iterations), so parties tag their messages with it.
 class KernelTable:
     """Op name -> kernel. Registering a name twice is an error unless ``override``."""
 
-    def __init__(self, kernels: Mapping[str, Kernel] | None = None):
+    def __init__(self, kernels: Mapping[str, Kernel] | None = None,
+                 fallback: Callable[[str], Kernel | None] | None = None):
         self._kernels: dict[str, Kernel] = dict(kernels or {})
+        self.fallback = fallback
+        """Resolves names without a registered kernel (e.g. by op metadata)."""
 
     def register(self, name: str, *, override: bool = False) -> Callable[[Kernel], Kernel]:
         def deco(kernel: Kernel) -> Kernel:
@@ -34,7 +37,10 @@ class KernelTable:
         return deco
 
     def get(self, name: str) -> Kernel | None:
-        return self._kernels.get(name)
+        kernel = self._kernels.get(name)
+        if kernel is None and self.fallback is not None:
+            kernel = self.fallback(name)
+        return kernel
 
     def names(self) -> list[str]:
         return sorted(self._kernels)
@@ -48,7 +54,7 @@ class KernelTable:
         return merged
 
     def with_overrides(self, overrides: KernelTable) -> KernelTable:
-        table = KernelTable(self._kernels)
+        table = KernelTable(self._kernels, self.fallback)
         table._kernels.update(overrides._kernels)
         return table
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from typing import Any, Literal
 
+import jax
 import numpy as np
 
 from mplang.backends.simp_driver.ops import DRIVER_KERNELS
@@ -32,7 +33,10 @@ Mode = Literal["launch", "standard"]
 
 
 def to_host_value(value: Any) -> Any:
-    """A fetched value as numpy: arrays as ``np.ndarray``, rank-0 as numpy scalars."""
+    """A fetched value as numpy: arrays as ``np.ndarray``, rank-0 as numpy scalars;
+    opaque values (secret shares) unchanged."""
+    if not isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        return value
     arr = np.asarray(value)
     return arr[()] if arr.ndim == 0 else arr
 

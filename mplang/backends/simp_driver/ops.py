@@ -17,12 +17,19 @@ from mplang.backends.simp_driver.values import HostVar
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.typing import Mask
 from mplang.frontend.errors import MPRuntimeError
-from mplang.runtime.interpreter import Interpreter, KernelTable
+from mplang.frontend.registry import get_op, is_registered
+from mplang.runtime.interpreter import Interpreter, Kernel, KernelTable
 
 if TYPE_CHECKING:
     from mplang.backends.simp_driver.base import SimpDriver
 
-STANDARD = KernelTable()
+def _dispatch_multi_party(name: str) -> Kernel | None:
+    """Every multi-party op without a driver kernel of its own is dispatched to the parties."""
+    return _dispatch if is_registered(name) and get_op(name).execution_model == "multi_party" \
+        else None
+
+
+STANDARD = KernelTable(fallback=_dispatch_multi_party)
 LAUNCH_OVERRIDES = KernelTable()
 
 
@@ -52,9 +59,6 @@ def _dispatch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> 
     parties = _participants(op, args, driver.world_size)
     return driver.run_on_parties(graph, args, interp.exec_id, key, parties)
 
-
-for _name in ("simp.constant", "simp.prank", "simp.pcall", "simp.shuffle_static", "simp.shuffle"):
-    STANDARD.register(_name)(_dispatch)
 
 
 @STANDARD.register("simp.converge")

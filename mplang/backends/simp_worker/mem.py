@@ -8,6 +8,7 @@ from collections import deque
 from typing import Any
 
 from mplang.backends.simp_worker.state import SimpWorker, Tag
+from mplang.backends.spu_impl import MemLinkFactory, SpuState
 from mplang.frontend.errors import MPCommunicationError
 from mplang.runtime.interpreter import KernelTable
 from mplang.runtime.object_store import ObjectStore
@@ -83,14 +84,16 @@ class ThreadCommunicator:
 
 
 class LocalMesh:
-    """``world_size`` workers in this process, one mailbox each."""
+    """``world_size`` workers in this process, one mailbox each; SPU traffic goes
+    through libspu's in-memory links, created when an SPU op first runs."""
 
     def __init__(self, world_size: int, kernels: KernelTable, timeout: float):
         self.world_size = world_size
         self.mailboxes = [Mailbox(r) for r in range(world_size)]
+        spu_links = MemLinkFactory(timeout)
         self.workers = [
             SimpWorker(r, world_size, ThreadCommunicator(r, self.mailboxes, timeout),
-                       ObjectStore(f"party{r}"), kernels)
+                       ObjectStore(f"party{r}"), kernels, {"spu": SpuState(spu_links)})
             for r in range(world_size)
         ]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from mplang.edsl.graph import Graph
@@ -27,17 +27,20 @@ class SimpWorker:
     dialect_name = "simp"
 
     def __init__(self, rank: int, world_size: int, communicator: Communicator,
-                 store: ObjectStore, kernels: KernelTable):
+                 store: ObjectStore, kernels: KernelTable,
+                 states: Mapping[str, Any] | None = None):
         self.rank = rank
         self.world_size = world_size
         self.communicator = communicator
         self.store = store
         self.kernels = kernels
+        self.states: dict[str, Any] = {**(states or {}), "simp": self}
+        """Dialect states given to kernels (``simp`` is this worker)."""
 
     def run(self, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
             scope: str = "") -> list[str | None]:
         """Run ``graph`` on stored inputs; store the outputs this party holds, return their URIs."""
         inputs = [None if uri is None else self.store.get(uri) for uri in input_uris]
-        interp = Interpreter(self.kernels, {"simp": self}, party=self.rank, exec_id=exec_id)
+        interp = Interpreter(self.kernels, self.states, party=self.rank, exec_id=exec_id)
         outputs = interp.run(graph, inputs, scope)
         return [None if v is None else self.store.put(v) for v in outputs]
