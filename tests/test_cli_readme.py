@@ -25,6 +25,8 @@ def test_demo_prints_each_step(capsys: pytest.CaptureFixture[str]) -> None:
     # party 0's vector [1,2,3] squared, and the gathered sum 6 + 12 + 18 = 36
     assert "party 0: [1. 4. 9.]" in out
     assert "party 0: 36.0" in out
+    assert "millionaire's problem, revealed to P0 only: is P0 poorer than P1? True" in out
+    assert "secure mean of the 3 private vectors: 4.0000" in out
 
 
 def test_demo_results_match_numpy() -> None:
@@ -40,6 +42,8 @@ def test_demo_results_match_numpy() -> None:
     assert results[3][1:] == [None, None, None]
     assert list(results[4]) == [0, 2, 4, 6]
     assert list(results[5]) == [5, 5, 5, 5]
+    assert bool(results[6]) is True
+    assert results[7] == pytest.approx(np.mean(vectors), abs=1e-3)
 
 
 def _write(tmp_path: Path, body: str) -> Path:

@@ -9,7 +9,6 @@ link and a world that never uses its SPU never creates one.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -29,26 +28,34 @@ KERNELS = KernelTable()
 _SECRET = libspu.Visibility.VIS_SECRET
 
 
-@dataclass(frozen=True)
 class SpuShare:
-    """One party's share of a secret tensor, as libspu serializes it."""
+    """One party's share of a secret tensor.
 
-    meta: bytes
-    chunks: tuple[bytes, ...]
+    Within a process it wraps libspu's share object as is; `to_parts` and
+    `from_parts` give the plain-bytes form for transports between processes.
+    """
 
-    @staticmethod
-    def from_libspu(share: Any) -> SpuShare:
-        return SpuShare(bytes(share.meta), tuple(bytes(c) for c in share.share_chunks))
+    __slots__ = ("_share",)
+
+    def __init__(self, share: Any):
+        self._share = share
 
     def to_libspu(self) -> Any:
-        share = libspu.Share()
-        share.meta = self.meta
-        share.share_chunks = list(self.chunks)
-        return share
+        return self._share
 
-    @property
-    def nbytes(self) -> int:
-        return len(self.meta) + sum(len(c) for c in self.chunks)
+    def to_parts(self) -> tuple[bytes, list[bytes]]:
+        """``(meta, chunks)``: libspu's serialized form of the share."""
+        return bytes(self._share.meta), [bytes(c) for c in self._share.share_chunks]
+
+    @staticmethod
+    def from_parts(meta: bytes, chunks: list[bytes]) -> SpuShare:
+        share = libspu.Share()
+        share.meta = meta
+        share.share_chunks = chunks
+        return SpuShare(share)
+
+    def __repr__(self) -> str:
+        return "SpuShare(<secret share>)"
 
 
 class SpuLinkFactory(Protocol):
@@ -150,9 +157,9 @@ def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
         shares = io_for(config).make_shares(np.asarray(x), _SECRET)
         for member, share in zip(config.members, shares, strict=True):
             if member == worker.rank:
-                mine = SpuShare.from_libspu(share)
+                mine = SpuShare(share)
             else:
-                worker.communicator.send(member, tag, SpuShare.from_libspu(share))
+                worker.communicator.send(member, tag, SpuShare(share))
     if worker.rank not in config.members:
         return [None]
     return [mine if mine is not None else worker.communicator.recv(owner, tag)]
@@ -172,7 +179,7 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
             raise RuntimeError(f"input {i} is not a secret share held by this party")
         runtime.set_var(input_name(i), share.to_libspu())
     runtime.run(_executable(op.attrs["executable"]))
-    return [SpuShare.from_libspu(runtime.get_var(output_name(i)))
+    return [SpuShare(runtime.get_var(output_name(i)))
             for i in range(len(op.outputs))]
 
 

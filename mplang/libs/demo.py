@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 
 import mplang as mp
 from mplang import simp
@@ -55,6 +56,21 @@ def _steps(world_size: int) -> list[tuple[str, Callable[[], Any]]]:
     ]
 
 
+def millionaire() -> Any:
+    """Who is richer? Party 0 learns only the answer; nobody sees the other's wealth."""
+    alice = mp.device("P0")(lambda: jnp.int32(1_000_000))()
+    bob = mp.device("P1")(lambda: jnp.int32(2_000_000))()
+    richer = mp.device("SP0")(lambda a, b: a < b)(alice, bob)
+    return mp.put("P0", richer)
+
+
+def secure_mean(world_size: int) -> Any:
+    """The mean of all parties' private vectors, computed on secret shares."""
+    vectors = [mp.put(f"P{i}", np.arange(1, 4, dtype=np.float32) * (i + 1))
+               for i in range(world_size)]
+    return mp.device("SP0")(lambda *vs: jnp.mean(jnp.stack(vs)))(*vectors)
+
+
 def run_demo(world_size: int = 3, echo: Callable[[str], None] = print) -> list[Any]:
     """Run every demo step on a ``world_size``-party simulator; return the fetched results."""
     results = []
@@ -66,5 +82,12 @@ def run_demo(world_size: int = 3, echo: Callable[[str], None] = print) -> list[A
             echo(f"- {title}:")
             for rank, v in enumerate(value):
                 echo(f"    party {rank}: {v}")
+        if world_size >= 2:
+            echo(f"Secure computation on SPU {sim.cluster.device('SP0').config}:")
+            richer = mp.fetch(sim, mp.evaluate(sim, millionaire))
+            echo(f"- millionaire's problem, revealed to P0 only: is P0 poorer than P1? {richer}")
+            mean = mp.fetch(sim, mp.evaluate(sim, secure_mean, world_size))
+            echo(f"- secure mean of the {world_size} private vectors: {mean:.4f}")
+            results += [richer, mean]
         sim.close()
     return results
