@@ -5,6 +5,7 @@ The public API is listed in ``__all__``.
 
 from mplang import simp
 from mplang.api import compile, evaluate, fetch
+from mplang.backends.simp_driver.http import Driver
 from mplang.backends.simp_driver.mem import Simulator
 from mplang.device.api import device, get_dev_attr, put
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device, Node
@@ -28,6 +29,7 @@ __all__ = [
     "ClusterSpec",
     "ClusterSpecError",
     "Device",
+    "Driver",
     "MPCommunicationError",
     "MPLangError",
     "MPObject",

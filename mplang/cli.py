@@ -1,4 +1,4 @@
-"""The ``mplang`` command: ``mplang demo`` and ``mplang ir FILE.py:FUNC``."""
+"""The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``worker`` and ``up``."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import argparse
 import ast
 import importlib.util
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import mplang as mp
+from mplang.runtime.auth import SECRET_ENV, load_secret
 
 
 def _load_function(target: str) -> Any:
@@ -39,6 +41,35 @@ def _literal(text: str) -> Any:
         raise SystemExit(f"mplang ir: --arg takes Python literals, got {text!r}") from None
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from mplang.backends.simp_worker.http import serve
+    from mplang.runtime.local_cluster import LocalCluster
+
+    try:
+        cluster = mp.ClusterSpec.from_yaml(args.cluster)
+        secret = load_secret(args.secret_file)
+        if args.command == "worker":
+            serve(cluster, args.node, secret)
+            return 0
+        local = LocalCluster(cluster, secret)
+        try:
+            local.start()
+            for node, url in zip(cluster.nodes, cluster.base_urls(), strict=True):
+                print(f"{node.name}: {url}", flush=True)
+            print("all workers are healthy; Ctrl-C stops them", flush=True)
+            while all(p.poll() is None for p in local.processes.values()):
+                time.sleep(0.5)
+            print("a worker exited; stopping the others", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            local.close()
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mplang", description="MPLang command line")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -49,6 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ir.add_argument("--world-size", type=int, default=3)
     ir.add_argument("--arg", action="append", default=[],
                     help="a compile-time argument as a Python literal (repeatable)")
+    worker = commands.add_parser("worker", help="serve one node of a cluster spec over HTTP")
+    worker.add_argument("--cluster", required=True, help="cluster spec YAML")
+    worker.add_argument("--node", required=True, help="the node to serve, e.g. node_0")
+    worker.add_argument("--secret-file", help=f"cluster secret (default: ${SECRET_ENV})")
+    up = commands.add_parser("up", help="start every node of a cluster spec on this machine")
+    up.add_argument("--cluster", required=True, help="cluster spec YAML")
+    up.add_argument("--secret-file", help=f"cluster secret (default: ${SECRET_ENV})")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -56,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         run_demo(args.world_size)
         return 0
+    if args.command in ("worker", "up"):
+        return _serve(args)
     fn = _load_function(args.target)
     try:
         program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)

@@ -1,5 +1,6 @@
 """The ``simp`` API as users see it: the dialect's primitives plus the context factories."""
 
+from mplang.backends.simp_driver.http import make_driver
 from mplang.backends.simp_driver.mem import make_simulator
 from mplang.dialects.simp import (
     constant,
@@ -15,6 +16,7 @@ from mplang.dialects.simp import (
 __all__ = [
     "constant",
     "converge",
+    "make_driver",
     "make_simulator",
     "pcall",
     "prank",

@@ -59,9 +59,10 @@ class SpuShare:
 
 
 class SpuLinkFactory(Protocol):
-    """Creates the libspu link of one member for one SPU op (``name`` is unique per op run)."""
+    """Creates the libspu link of one member for one run of an SPU op; ``(exec_id, key)``
+    is unique to that run."""
 
-    def __call__(self, config: SpuConfig, name: str, member_index: int) -> Any: ...
+    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any: ...
 
 
 class MemLinkFactory:
@@ -70,9 +71,9 @@ class MemLinkFactory:
     def __init__(self, recv_timeout_s: float):
         self.recv_timeout_ms = int(recv_timeout_s * 1000)
 
-    def __call__(self, config: SpuConfig, name: str, member_index: int) -> Any:
+    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
         desc = libspu.link.Desc()
-        desc.id = name
+        desc.id = f"{exec_id}{key}"
         desc.recv_timeout_ms = self.recv_timeout_ms
         for rank in config.members:
             desc.add_party(f"party{rank}", f"mem:{rank}")
@@ -172,7 +173,7 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     if worker.rank not in config.members:
         return [None] * len(op.outputs)
     state: SpuState = interp.states["spu"]
-    link = state.link_factory(config, f"{interp.exec_id}{key}", config.members.index(worker.rank))
+    link = state.link_factory(config, interp.exec_id, key, config.members.index(worker.rank))
     runtime = spu.Runtime(link, _runtime_config(config))
     for i, share in enumerate(args):
         if not isinstance(share, SpuShare):

@@ -48,11 +48,22 @@ class Device:
 
 
 @dataclass(frozen=True)
+class TlsConfig:
+    """Certificates for HTTPS between driver and workers: each worker serves with
+    ``certfile``/``keyfile``; clients verify peers against ``cafile``."""
+
+    certfile: str
+    keyfile: str
+    cafile: str | None = None
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
-    """Nodes (ranks in order) and devices."""
+    """Nodes (ranks in order), devices, and optional TLS settings."""
 
     nodes: tuple[Node, ...]
     devices: Mapping[str, Device]
+    tls: TlsConfig | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -78,6 +89,16 @@ class ClusterSpec:
         """The ranks of ``device``'s members, in member order."""
         return tuple(self.rank_of(m) for m in self.device(device).members)
 
+    def base_urls(self) -> list[str]:
+        """Each node's base URL (``https`` when TLS is configured)."""
+        scheme = "https" if self.tls else "http"
+        return [n.endpoint.rstrip("/") if "://" in n.endpoint else f"{scheme}://{n.endpoint}"
+                for n in self.nodes]
+
+    def client_verify(self) -> bool | str:
+        """What HTTP clients verify server certificates against."""
+        return self.tls.cafile or True if self.tls else True
+
     # -- construction
     @staticmethod
     def simple(world_size: int, *, host: str = "127.0.0.1",
@@ -100,7 +121,7 @@ class ClusterSpec:
         config}}}`` (devices may also be a list of entries with a ``name``)."""
         if not isinstance(data, Mapping):
             raise ClusterSpecError("a cluster spec is a mapping with 'nodes' and 'devices'")
-        unknown = set(data) - {"nodes", "devices"}
+        unknown = set(data) - {"nodes", "devices", "tls"}
         if unknown:
             raise ClusterSpecError(f"unknown cluster spec keys: {sorted(unknown)}")
         raw_nodes = data.get("nodes")
@@ -120,7 +141,7 @@ class ClusterSpec:
             if device.name in devices:
                 raise ClusterSpecError(f"duplicate device name {device.name!r}")
             devices[device.name] = device
-        return ClusterSpec(nodes, devices)
+        return ClusterSpec(nodes, devices, _tls(data.get("tls")))
 
     @staticmethod
     def from_yaml(path: str | os.PathLike[str]) -> ClusterSpec:
@@ -132,11 +153,35 @@ class ClusterSpec:
         return ClusterSpec.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "nodes": [{"name": n.name, "endpoint": n.endpoint} for n in self.nodes],
             "devices": {d.name: {"kind": d.kind, "members": list(d.members),
                                  "config": dict(d.config)} for d in self.devices.values()},
         }
+        if self.tls is not None:
+            data["tls"] = {"certfile": self.tls.certfile, "keyfile": self.tls.keyfile,
+                           "cafile": self.tls.cafile}
+        return data
+
+    @staticmethod
+    def from_endpoints(endpoints: list[str]) -> ClusterSpec:
+        """Nodes ``node_i`` at ``endpoints`` with the devices of `ClusterSpec.simple`."""
+        simple = ClusterSpec.simple(len(endpoints))
+        nodes = tuple(Node(f"node_{i}", e) for i, e in enumerate(endpoints))
+        return ClusterSpec(nodes, simple.devices)
+
+
+def _tls(entry: Any) -> TlsConfig | None:
+    if entry is None:
+        return None
+    if not isinstance(entry, Mapping) or set(entry) - {"certfile", "keyfile", "cafile"}:
+        raise ClusterSpecError("'tls' must be a mapping with certfile, keyfile and cafile")
+    certfile, keyfile, cafile = entry.get("certfile"), entry.get("keyfile"), entry.get("cafile")
+    if not isinstance(certfile, str) or not isinstance(keyfile, str):
+        raise ClusterSpecError("'tls' needs 'certfile' and 'keyfile' paths")
+    if cafile is not None and not isinstance(cafile, str):
+        raise ClusterSpecError("'tls.cafile' must be a path")
+    return TlsConfig(certfile, keyfile, cafile)
 
 
 def _node(index: int, entry: Any) -> Node:

@@ -20,6 +20,12 @@ def as_array(op: str, value: Any) -> np.ndarray:
     if arr.dtype == object or arr.dtype.kind in "USV":
         raise MPTypeError(f"{op}: values of dtype {arr.dtype} are not supported; use numbers")
     dtype = jax.dtypes.canonicalize_dtype(arr.dtype)
+    if dtype != arr.dtype and arr.dtype.kind in "iu" and arr.size:
+        info = np.iinfo(dtype)
+        low, high = arr.min(), arr.max()
+        if low < info.min or high > info.max:
+            raise MPTypeError(f"{op}: integer values in [{low}, {high}] do not fit {dtype} "
+                              "(JAX runs with 32-bit integers unless jax_enable_x64 is set)")
     arr = arr.astype(dtype, copy=False)
     return arr if arr.flags.c_contiguous else arr.copy()
 

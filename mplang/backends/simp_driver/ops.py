@@ -8,6 +8,7 @@ differs only in ``func.call``: the whole body goes to every worker at once.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from mplang.backends.func_impl import call_region
 from mplang.backends.simp_driver.values import HostVar
 from mplang.edsl.graph import Graph, Operation
-from mplang.edsl.typing import Mask
+from mplang.edsl.typing import Mask, MPType
 from mplang.frontend.errors import MPRuntimeError
 from mplang.frontend.registry import get_op, is_registered
 from mplang.runtime.interpreter import Interpreter, Kernel, KernelTable
@@ -112,9 +113,38 @@ def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -
 STANDARD.register("func.call")(call_region)
 
 
+_PARTIES: weakref.WeakKeyDictionary[Graph, Mask | None] = weakref.WeakKeyDictionary()
+
+
+def graph_parties(graph: Graph, world_size: int) -> list[int] | None:
+    """The parties that hold any value of ``graph`` (None: all, or not known statically).
+
+    A party outside every value's pmask has nothing to compute, send or receive.
+    """
+    if graph not in _PARTIES:
+        _PARTIES[graph] = _holders(graph)
+    mask = _PARTIES[graph]
+    return None if mask is None or len(mask) == world_size else list(mask)
+
+
+def _holders(graph: Graph) -> Mask | None:
+    mask = Mask(0)
+    values = [*graph.inputs, *(v for op in graph.walk() for v in (*op.inputs, *op.outputs))]
+    for v in values:
+        if not isinstance(v.type, MPType):
+            continue
+        if v.type.pmask is None:
+            return None
+        mask = mask | v.type.pmask
+    return mask
+
+
 @LAUNCH_OVERRIDES.register("func.call")
 def _launch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    return _driver(interp).run_on_parties(op.regions[0], args, interp.exec_id, key)
+    driver = _driver(interp)
+    body = op.regions[0]
+    parties = graph_parties(body, driver.world_size)
+    return driver.run_on_parties(body, args, interp.exec_id, key, parties)
 
 
 DRIVER_KERNELS = {"standard": STANDARD, "launch": STANDARD.with_overrides(LAUNCH_OVERRIDES)}

@@ -1,0 +1,98 @@
+"""Joint mean and variance of three parties' private data.
+
+Three parties (devices ``P0``, ``P1``, ``P2``) each hold a private float32
+vector; the vectors may have different lengths. They want the mean and the
+(population) variance of all their values together, and nothing else:
+
+1. each vector is secret-shared into the SPU ``SP0`` (ABY3 over the three
+   parties) simply by passing it to a function run on ``SP0``;
+2. on the SPU the vectors are concatenated and the two-pass formulas
+   ``mean = sum(x) / n`` and ``var = sum((x - mean)**2) / n`` are evaluated on
+   shares (in fixed point: see Precision below);
+3. the two statistics are revealed to ``P0`` only.
+
+Only the vector lengths are public (they are part of the program's types).
+
+Precision: the SPU computes in fixed point. Dividing by the public count ``n``
+multiplies by ``1/n`` encoded with the field's fraction bits, so with the
+default 64-bit field (18 fraction bits) the results can be off by up to
+about ``n * 2**-19`` relative (2.4e-4 for the 125 values here). The 128-bit
+field (``field="FM128"``, 26 fraction bits by default) is 256x more precise at
+a modest cost; ``main(field="FM128")`` builds such a cluster.
+
+Run: ``python examples/secure_mean_variance.py``
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+import mplang as mp
+
+SIZES = (40, 25, 60)
+"""Number of values held by P0, P1 and P2."""
+
+
+def make_data(seed: int = 0, sizes: tuple[int, ...] = SIZES) -> list[np.ndarray]:
+    """One private float32 vector per party (e.g. salaries, in thousands)."""
+    rng = np.random.default_rng(seed)
+    return [rng.normal(50.0 + 5 * i, 10.0, size=n).astype(np.float32)
+            for i, n in enumerate(sizes)]
+
+
+def mean_and_variance(*parts: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Mean and population variance of all values of ``parts`` (a plain JAX function)."""
+    x = jnp.concatenate(parts)
+    mean = jnp.sum(x) / x.size
+    variance = jnp.sum((x - mean) ** 2) / x.size
+    return mean, variance
+
+
+@mp.function
+def joint_stats(a: Any, b: Any, c: Any) -> Any:
+    """``a``, ``b``, ``c`` live on P0, P1, P2; the statistics end up on P0 only."""
+    mean, variance = mp.device("SP0")(mean_and_variance)(a, b, c)
+    return mp.put("P0", mean), mp.put("P0", variance)
+
+
+def make_cluster(field: str = "FM64") -> mp.ClusterSpec:
+    """Three parties with PPUs P0..P2 and an ABY3 SPU ``SP0`` over the ring ``field``
+    (``ClusterSpec.simple(3)`` is this cluster with ``field="FM64"``)."""
+    nodes = [{"name": f"node_{i}", "endpoint": f"127.0.0.1:{61920 + i}"} for i in range(3)]
+    devices: dict[str, Any] = {f"P{i}": {"kind": "PPU", "members": [f"node_{i}"]}
+                               for i in range(3)}
+    devices["SP0"] = {"kind": "SPU", "members": [n["name"] for n in nodes],
+                      "config": {"protocol": "ABY3", "field": field}}
+    return mp.ClusterSpec.from_dict({"nodes": nodes, "devices": devices})
+
+
+def main(seed: int = 0, field: str = "FM64") -> dict[str, Any]:
+    """Run the joint statistics on a 3-party simulator; returns inputs and results."""
+    data = make_data(seed)
+    sim = mp.Simulator(make_cluster(field))
+    try:
+        # Each party's private input (in a real deployment each party loads its own).
+        with sim:
+            inputs = [mp.put(f"P{i}", v) for i, v in enumerate(data)]
+        mean, variance = mp.evaluate(sim, joint_stats, *inputs)
+        return {
+            "data": data,
+            "device": mp.get_dev_attr(mean),  # "P0"
+            "mean": float(mp.fetch(sim, mean)),
+            "variance": float(mp.fetch(sim, variance)),
+        }
+    finally:
+        sim.close()
+
+
+if __name__ == "__main__":
+    for field in ("FM64", "FM128"):
+        result = main(field=field)
+        values = np.concatenate(result["data"]).astype(np.float64)
+        print(f"{field}: party sizes {[len(v) for v in result['data']]}, "
+              f"revealed to {result['device']} only")
+        print(f"  SPU mean     = {result['mean']:.5f}   (numpy: {values.mean():.5f})")
+        print(f"  SPU variance = {result['variance']:.5f}   (numpy: {values.var():.5f})")

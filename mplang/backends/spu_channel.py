@@ -1,0 +1,79 @@
+"""libspu links over a worker's own communicator (`libspu.link.IChannel`).
+
+SPU protocol messages then travel like every other message between parties:
+authenticated, tagged with the execution id (so aborting an execution also
+releases libspu's waits), and without extra ports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import spu.libspu as libspu
+
+from mplang.backends.simp_worker.state import Communicator
+from mplang.dialects.spu import SpuConfig
+
+
+class _CommChannel(libspu.link.IChannel):
+    """One peer of one SPU link; libspu calls these (CamelCase) methods from its threads."""
+
+    def __init__(self, communicator: Communicator, peer: int, exec_id: str, prefix: str):
+        super().__init__()
+        self._comm = communicator
+        self._peer = peer
+        self._exec_id = exec_id
+        self._prefix = prefix
+
+    def _tag(self, tag: str) -> tuple[str, str]:
+        return (self._exec_id, f"{self._prefix}#{tag}")
+
+    def Send(self, tag: str, data: Any) -> None:
+        self._comm.send(self._peer, self._tag(tag), bytes(data))
+
+    def SendAsync(self, tag: str, data: Any) -> None:
+        self.Send(tag, data)
+
+    def SendAsyncThrottled(self, tag: str, data: Any) -> None:
+        self.Send(tag, data)
+
+    def Recv(self, tag: str) -> bytes:
+        data: bytes = self._comm.recv(self._peer, self._tag(tag))
+        return data
+
+    def TestSend(self, timeout: int) -> None:
+        self.Send("__test__", b"\x00")
+
+    def TestRecv(self) -> None:
+        self.Recv("__test__")
+
+    def WaitLinkTaskFinish(self) -> None:
+        pass
+
+    def Abort(self) -> None:
+        pass
+
+    def SetThrottleWindowSize(self, size: int) -> None:
+        pass
+
+    def SetChunkParallelSendSize(self, size: int) -> None:
+        pass
+
+
+class ChannelLinkFactory:
+    """SPU links whose messages go through ``communicator`` (one per worker)."""
+
+    def __init__(self, communicator: Communicator, recv_timeout_s: float):
+        self.communicator = communicator
+        self.recv_timeout_ms = int(recv_timeout_s * 1000)
+
+    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
+        desc = libspu.link.Desc()
+        desc.id = f"{exec_id}{key}"
+        desc.recv_timeout_ms = self.recv_timeout_ms
+        for rank in config.members:
+            desc.add_party(f"party{rank}", f"channel:{rank}")
+        channels = [None if i == member_index else
+                    _CommChannel(self.communicator, rank, exec_id, f"spu{key}")
+                    for i, rank in enumerate(config.members)]
+        return libspu.link.create_with_channels(desc, member_index, channels)

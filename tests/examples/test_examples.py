@@ -1,0 +1,171 @@
+"""Every program in ``examples/`` runs, and its results match plain Python/numpy.
+
+Each example is imported from its file and its ``main()`` (or a helper it
+exposes) is run; the results are checked against references computed here:
+exactly for integers and booleans, with tolerances for the SPU's fixed point.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import runpy
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE_FILES = ("millionaire", "secure_mean_variance", "logistic_regression", "psi")
+
+
+def load(name: str) -> ModuleType:
+    """Import ``examples/<name>.py`` as a module (examples are not a package)."""
+    module_name = f"mplang_example_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- millionaire
+
+
+def test_millionaire_main() -> None:
+    results = load("millionaire").main()
+    assert {(r["parties"], r["protocol"]) for r in results} == {(2, "SEMI2K"), (3, "ABY3")}
+    for r in results:
+        assert r["alice_is_poorer"] is (r["alice"] < r["bob"]), r
+        assert r["device"] == "P0"
+        assert r["holders"] == (0,)  # revealed to party 0 only
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_millionaire_random_wealths(world_size: int) -> None:
+    rng = np.random.default_rng(world_size)
+    pairs = [(int(a), int(b)) for a, b in rng.integers(-(2**31), 2**31 - 1, size=(6, 2))]
+    pairs += [(5, 5), (-1, 0), (2**31 - 1, -(2**31))]
+    results = load("millionaire").run(world_size, pairs)
+    assert [r["alice_is_poorer"] for r in results] == [a < b for a, b in pairs]
+
+
+# ---------------------------------------------------------------- mean and variance
+
+
+@pytest.mark.parametrize(("field", "rtol"), [("FM64", 1e-3), ("FM128", 2e-5)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_secure_mean_variance(field: str, rtol: float, seed: int) -> None:
+    example = load("secure_mean_variance")
+    result = example.main(seed=seed, field=field)
+    data = result["data"]
+    assert [len(v) for v in data] == list(example.SIZES)
+    assert len(set(example.SIZES)) > 1  # the parties hold vectors of different lengths
+    expected = example.make_data(seed)
+    for got, want in zip(data, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    values = np.concatenate(expected).astype(np.float64)
+    assert result["device"] == "P0"
+    assert result["mean"] == pytest.approx(values.mean(), rel=rtol)
+    assert result["variance"] == pytest.approx(values.var(), rel=rtol)
+
+
+# ---------------------------------------------------------------- logistic regression
+
+
+def numpy_logistic_regression(data: dict[str, np.ndarray], iterations: int,
+                              learning_rate: float) -> tuple[np.ndarray, float]:
+    """Reference: float64 numpy gradient descent, standardizing with training statistics."""
+    x_train = np.hstack([data["x0_train"], data["x1_train"]]).astype(np.float64)
+    x_test = np.hstack([data["x0_test"], data["x1_test"]]).astype(np.float64)
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0)
+    x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
+    y = data["y_train"].astype(np.float64)
+    n, d = x_train.shape
+    w, b = np.zeros(d), 0.0
+    for _ in range(iterations):
+        error = 1.0 / (1.0 + np.exp(-(x_train @ w + b))) - y
+        w -= learning_rate / n * (x_train.T @ error)
+        b -= learning_rate / n * error.sum()
+    return np.append(w, b), x_test
+
+
+@pytest.fixture(scope="module")
+def logreg() -> dict[str, Any]:
+    example = load("logistic_regression")
+    result = example.main()
+    data = example.load_data()
+    params, x_test = numpy_logistic_regression(data, example.ITERATIONS, example.LEARNING_RATE)
+    return {"example": example, "result": result, "data": data, "params": params,
+            "x_test": x_test}
+
+
+def test_logistic_regression_data_split(logreg: dict[str, Any]) -> None:
+    data, example = logreg["data"], logreg["example"]
+    assert data["x0_train"].shape[1] == example.P0_FEATURES
+    assert data["x0_train"].shape[1] + data["x1_train"].shape[1] == 30
+    assert len(data["y_train"]) + len(data["y_test"]) == 569
+    devices = logreg["result"]["spu"]["devices"]
+    assert devices == {"w0": "P0", "w1": "P1", "b": "P1", "predicted": "P1", "accuracy": "P1"}
+
+
+def test_logistic_regression_plaintext_matches_numpy(logreg: dict[str, Any]) -> None:
+    plain = logreg["result"]["plaintext"]
+    got = np.concatenate([plain["w0"], plain["w1"], [plain["b"]]])
+    np.testing.assert_allclose(got, logreg["params"], atol=1e-3)
+    y_test = logreg["data"]["y_test"] > 0.5
+    reference_accuracy = np.mean((logreg["x_test"] @ logreg["params"][:-1]
+                                  + logreg["params"][-1] > 0) == y_test)
+    assert plain["accuracy"] == pytest.approx(reference_accuracy, abs=1 / len(y_test) + 1e-9)
+    assert plain["accuracy"] > 0.9
+
+
+def test_logistic_regression_spu_close_to_plaintext(logreg: dict[str, Any]) -> None:
+    spu, plain = logreg["result"]["spu"], logreg["result"]["plaintext"]
+    # same model up to fixed-point error
+    got = np.concatenate([spu["w0"], spu["w1"], [spu["b"]]])
+    np.testing.assert_allclose(got, logreg["params"], atol=0.05)
+    assert abs(spu["accuracy"] - plain["accuracy"]) <= 0.02
+    # the accuracy P1 computed is that of the predictions P1 received
+    y_test = logreg["data"]["y_test"] > 0.5
+    assert spu["predicted"].dtype == np.bool_
+    assert spu["predicted"].shape == y_test.shape
+    assert spu["accuracy"] == pytest.approx(np.mean(spu["predicted"] == y_test), abs=1e-6)
+    # and those predictions are the sign of the revealed model's scores
+    scores = logreg["x_test"] @ got[:-1] + got[-1]
+    clear = np.abs(scores) > 0.05
+    np.testing.assert_array_equal(spu["predicted"][clear], scores[clear] > 0)
+
+
+# ---------------------------------------------------------------- PSI
+
+
+@pytest.mark.parametrize(("seed", "sizes", "common"),
+                         [(0, (200, 150), 37), (1, (30, 80), 0), (2, (40, 40), 40)])
+def test_psi(seed: int, sizes: tuple[int, int], common: int) -> None:
+    result = load("psi").main(seed, sizes, common)
+    ids0, ids1 = result["ids0"], result["ids1"]
+    assert (len(ids0), len(ids1)) == sizes
+    expected = set(ids0.tolist()) & set(ids1.tolist())
+    assert len(expected) == common
+    assert result["size_at_p0"] == result["size_at_p1"] == len(expected)
+    np.testing.assert_array_equal(result["mask_at_p0"], np.isin(ids0, ids1))
+    assert result["intersection"].tolist() == sorted(expected)
+    assert result["devices"] == {"size_at_p0": "P0", "size_at_p1": "P1", "mask_at_p0": "P0"}
+
+
+# ---------------------------------------------------------------- as scripts
+
+
+@pytest.mark.parametrize("name", EXAMPLE_FILES)
+def test_example_runs_as_script(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert out.strip()
+    if name == "psi":
+        assert "matches Python's set intersection: True" in out
