@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,7 @@ def mpyc_party(op: str, size: int, data_dir: Path, repeats: int, bits: int, frac
         warm = None if own is None else own[:WARMUP_SIZE]
 
         async def once(value: np.ndarray | None, n: int) -> np.ndarray | None:
-            def share(sender: int) -> object:
+            def share(sender: int) -> Any:
                 # integral=False on every party: MPyC otherwise infers it from the local value
                 # (placeholders look integral), and parties disagreeing on it breaks truncation.
                 local = (secfxp.array(value, integral=False) if mpc.pid == sender
@@ -112,7 +113,7 @@ def mpyc_party(op: str, size: int, data_dir: Path, repeats: int, bits: int, frac
 @dataclass
 class MPyCResult:
     seconds: float | None  # best timed run; None if it went over the budget
-    info: dict[str, object]
+    info: dict[str, Any]
 
 
 def run_mpyc(op: str, size: int, data_dir: Path, args: argparse.Namespace,
@@ -161,7 +162,7 @@ def bench(args: argparse.Namespace) -> None:
     spu_bench = load_bench_spu()
     rows: list[str] = []
     finished: int | None = None
-    info: dict[str, object] = {}
+    info: dict[str, Any] = {}
     print("| size | op | MPyC s | MPLang s | MPyC / MPLang |")
     print("|---:|---|---:|---:|---:|", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench_mpyc_") as tmp:

@@ -39,16 +39,20 @@ def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,
 
 
 def evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program, *args: Any,
-             mode: str | None = None, **kwargs: Any) -> Any:
+             mode: str | None = None, progress: bool | Callable[[str], None] = False,
+             **kwargs: Any) -> Any:
     """Run a function (traced on ``args`` first) or a compiled program in ``ctx``.
 
     A program takes only its runtime inputs (MPLang objects). ``mode`` is
     ``"launch"`` (default: every party runs the whole graph) or ``"standard"``
-    (the driver interprets and dispatches op by op).
+    (the driver interprets and dispatches op by op). ``progress=True`` prints a
+    line per completed op (or pass a callable taking the message).
     """
     if not isinstance(ctx, ExecutionContext):
         raise MPLangError(f"evaluate needs an execution context (e.g. mp.Simulator), got {ctx!r}")
-    options = {} if mode is None else {"mode": mode}
+    options: dict[str, Any] = {} if mode is None else {"mode": mode}
+    if progress:
+        options["progress"] = progress
     if isinstance(fn_or_program, Program):
         if kwargs:
             raise MPLangError("a compiled program takes positional runtime inputs only")

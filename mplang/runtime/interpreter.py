@@ -67,11 +67,14 @@ class Interpreter:
     """
 
     def __init__(self, kernels: KernelTable, states: Mapping[str, Any], *,
-                 party: int | None, exec_id: str):
+                 party: int | None, exec_id: str,
+                 on_op: Callable[[Operation, str], None] | None = None):
         self.kernels = kernels
         self.states = states
         self.party = party
         self.exec_id = exec_id
+        self.on_op = on_op
+        """Called after each completed op with the op and its key (progress reporting)."""
 
     def run(self, graph: Graph, inputs: Sequence[Any], scope: str = "") -> list[Any]:
         """Evaluate ``graph`` on ``inputs``; ``scope`` prefixes the ops' message keys."""
@@ -88,6 +91,11 @@ class Interpreter:
             args = [env[v] for v in op.inputs]
             try:
                 outs = kernel(self, op, args, f"{scope}/{index}")
+            except MPRuntimeError as e:
+                if e.op is None:  # name the op a communication wait belonged to
+                    e.op = op.opcode
+                    e.args = (f"{e.args[0]} (in op {op.opcode})", *e.args[1:])
+                raise
             except MPLangError:
                 raise
             except Exception as e:
@@ -101,4 +109,6 @@ class Interpreter:
                                      f"for {len(op.outputs)} outputs", party=self.party,
                                      op=op.opcode)
             env.update(zip(op.outputs, outs, strict=True))
+            if self.on_op is not None:
+                self.on_op(op, f"{scope}/{index}")
         return [env[v] for v in graph.outputs]

@@ -8,11 +8,13 @@ dispatches each simp op to the workers (seed 001).
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from typing import Any, Literal
 
@@ -30,6 +32,21 @@ from mplang.frontend.errors import MPCommunicationError, MPLangError, MPRuntimeE
 from mplang.runtime.interpreter import Interpreter
 
 Mode = Literal["launch", "standard"]
+Progress = Callable[[str], None]
+
+
+def _reporter(progress: bool | Progress, name: str) -> Progress | None:
+    if progress is False or progress is None:
+        return None
+    if progress is True:
+        start = time.perf_counter()
+
+        def to_stderr(message: str) -> None:
+            print(f"[mplang {name} +{time.perf_counter() - start:.3f}s] {message}",
+                  file=sys.stderr, flush=True)
+
+        return to_stderr
+    return progress
 
 
 def to_host_value(value: Any) -> Any:
@@ -53,6 +70,12 @@ class SimpDriver(ExecutionContext, ABC):
         self._lock = threading.Lock()
         self._refs: Counter[str] = Counter()
         self._created: dict[str, list[HostVar]] = {}
+        self._progress: dict[str, Progress] = {}
+        """Progress reporters of the executions that asked for one."""
+
+    def progress_of(self, exec_id: str) -> Progress | None:
+        with self._lock:
+            return self._progress.get(exec_id)
 
     # -- transport, provided by subclasses
     @abstractmethod
@@ -103,6 +126,14 @@ class SimpDriver(ExecutionContext, ABC):
         errors = [e for f in futures if (e := f.exception()) is not None]
         root = next((e for e in errors if not isinstance(e, MPCommunicationError)), errors[0])
         assert root is not None
+        if isinstance(root, MPRuntimeError) and root.op is None:
+            # a party was lost without saying where: report where the others stopped
+            stops = [f"party {e.party} in op {e.op}" for e in errors
+                     if isinstance(e, MPRuntimeError) and e is not root and e.op is not None]
+            if stops:
+                root.op = next(e.op for e in errors if isinstance(e, MPRuntimeError) and e.op)
+                root.args = (f"{root.args[0]}; the other parties stopped at: "
+                             f"{', '.join(stops)}", *root.args[1:])
         raise root
 
     def run_on_parties(self, graph: Graph, args: Sequence[HostVar], exec_id: str, scope: str,
@@ -148,7 +179,12 @@ class SimpDriver(ExecutionContext, ABC):
         return obj
 
     def run_program(self, program: Program, inputs: list[MPObject], *, mode: Mode | None = None,
-                    **options: Any) -> list[MPObject]:
+                    progress: bool | Progress = False, **options: Any) -> list[MPObject]:
+        """Run ``program``; with ``progress``, report each completed op (True: to stderr).
+
+        In launch mode the parties report their ops (in the simulator through the
+        same reporter; HTTP workers in their own log); in standard mode the driver does.
+        """
         if options:
             raise TypeError(f"unknown options: {sorted(options)}")
         if program.world_size != self.world_size:
@@ -173,9 +209,14 @@ class SimpDriver(ExecutionContext, ABC):
         if kernels is None:
             raise MPLangError(f"unknown mode {mode!r}; use 'launch' or 'standard'")
         exec_id = uuid.uuid4().hex
-        interp = Interpreter(kernels, {"simp": self}, party=None, exec_id=exec_id)
+        reporter = _reporter(progress, program.name)
+        interp = Interpreter(kernels, {"simp": self}, party=None, exec_id=exec_id,
+                             on_op=None if reporter is None else
+                             lambda op, key: reporter(f"driver: {op.opcode} {key} done"))
         with self._lock:
             self._created[exec_id] = []
+            if reporter is not None:
+                self._progress[exec_id] = reporter
         try:
             results: list[HostVar] = interp.run(launcher, args)
             outputs: list[MPObject] = [self._handle(var, v.type, device) for var, v, device
@@ -183,6 +224,7 @@ class SimpDriver(ExecutionContext, ABC):
         finally:
             with self._lock:
                 created = self._created.pop(exec_id)
+                self._progress.pop(exec_id, None)
             for var in created:
                 self.release(var.uris)
         return outputs

@@ -58,8 +58,9 @@ class SimpHttpDriver(SimpDriver):
 
     def _run(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
              scope: str) -> list[str | None]:
-        parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris)},
-                             [self._graph_bytes(graph)])
+        progress = self.progress_of(exec_id) is not None
+        parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris),
+                              "progress": progress}, [self._graph_bytes(graph)])
         what = (f"op {graph.operations[0].opcode}" if len(graph.operations) == 1
                 else f"a program of {len(graph.operations)} ops")
         try:
@@ -76,6 +77,9 @@ class SimpHttpDriver(SimpDriver):
                 else MPRuntimeError
             raise cls(body.get("error", response.text), party=rank, op=body.get("op"))
         outputs: list[str | None] = body["outputs"]
+        reporter = self.progress_of(exec_id)
+        if reporter is not None:
+            reporter(f"party {rank}: finished {what}")
         return outputs
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,

@@ -32,7 +32,11 @@ class SimpMemDriver(SimpDriver):
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
                scope: str) -> Future[list[str | None]]:
         self._check_open()
-        return self._pool.submit(self.mesh.workers[rank].run, graph, input_uris, exec_id, scope)
+        reporter = self.progress_of(exec_id)
+        on_op = None if reporter is None else \
+            (lambda op, key: reporter(f"party {rank}: {op.opcode} {key} done"))
+        return self._pool.submit(self.mesh.workers[rank].run, graph, input_uris, exec_id, scope,
+                                 on_op)
 
     def fetch(self, rank: int, uri: str) -> Future[Any]:
         self._check_open()

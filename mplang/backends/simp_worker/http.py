@@ -40,7 +40,7 @@ from mplang.backends.wire import (
     split_frame,
 )
 from mplang.device.cluster import ClusterSpec
-from mplang.edsl.graph import Graph
+from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.serde import decode_graph_bundle
 from mplang.frontend.errors import (
     MPCommunicationError,
@@ -153,9 +153,13 @@ class WorkerServer:
             if self.worker.kernels.get(op.opcode) is None:
                 raise MPSerializationError(f"op {op.opcode} has no kernel on this worker")
 
-    def run(self, graph: Graph, inputs: list[str | None], exec_id: str, scope: str
-            ) -> list[str | None]:
-        return self.worker.run(graph, inputs, exec_id, scope)
+    def run(self, graph: Graph, inputs: list[str | None], exec_id: str, scope: str,
+            progress: bool) -> list[str | None]:
+        on_op = None
+        if progress:
+            def on_op(op: Operation, key: str) -> None:
+                log.warning("execution %s: %s %s done", exec_id, op.opcode, key)
+        return self.worker.run(graph, inputs, exec_id, scope, on_op)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -197,7 +201,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         loop = asyncio.get_running_loop()
         try:
             outputs = await loop.run_in_executor(server.pool, server.run, graph, inputs,
-                                                 exec_id, scope)
+                                                 exec_id, scope, header.get("progress") is True)
         except MPLangError as e:
             log.info("execution %s failed: %s", exec_id, e)
             return _error(500, str(e), kind=type(e).__name__, party=server.rank,

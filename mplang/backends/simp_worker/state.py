@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from mplang.edsl.graph import Graph
+from mplang.edsl.graph import Graph, Operation
 from mplang.runtime.interpreter import Interpreter, KernelTable
 from mplang.runtime.object_store import ObjectStore
 
@@ -38,9 +38,11 @@ class SimpWorker:
         """Dialect states given to kernels (``simp`` is this worker)."""
 
     def run(self, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-            scope: str = "") -> list[str | None]:
+            scope: str = "", on_op: Callable[[Operation, str], None] | None = None
+            ) -> list[str | None]:
         """Run ``graph`` on stored inputs; store the outputs this party holds, return their URIs."""
         inputs = [None if uri is None else self.store.get(uri) for uri in input_uris]
-        interp = Interpreter(self.kernels, self.states, party=self.rank, exec_id=exec_id)
+        interp = Interpreter(self.kernels, self.states, party=self.rank, exec_id=exec_id,
+                             on_op=on_op)
         outputs = interp.run(graph, inputs, scope)
         return [None if v is None else self.store.put(v) for v in outputs]
