@@ -18,14 +18,14 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mplang.backends.simp_worker import WORKER_KERNELS
 from mplang.backends.simp_worker.mailbox import Mailbox
@@ -35,7 +35,6 @@ from mplang.backends.spu_impl import SpuState
 from mplang.backends.wire import (
     decode_value,
     encode_value,
-    encode_value_bytes,
     pack_message,
     split_frame,
 )
@@ -48,7 +47,7 @@ from mplang.frontend.errors import (
     MPRuntimeError,
     MPSerializationError,
 )
-from mplang.runtime.auth import AuthError, Signer, Verifier, body_digest
+from mplang.runtime.auth import AuthError, Signer, Verifier
 from mplang.runtime.object_store import ObjectStore
 
 log = logging.getLogger("mplang.worker")
@@ -82,9 +81,9 @@ class HttpCommunicator:
 
 def post(client: httpx.Client, signer: Signer, base_url: str, path: str,
          parts: list[bytes | memoryview], timeout: float | None = None) -> httpx.Response:
-    """A signed POST of ``parts`` (sent back to back); raises on transport errors and 4xx."""
-    body = b"".join(parts)
-    headers = signer.headers("POST", path, body_digest([body]))
+    """A signed POST of ``parts`` (streamed back to back); raises on transport errors and 4xx."""
+    headers = signer.headers("POST", path)
+    body = cast(Iterable[bytes], signer.body(headers, parts))  # httpx sends memoryviews as is
     headers["content-type"] = "application/octet-stream"
     kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     response = client.post(base_url + path, content=body, headers=headers, **kwargs)
@@ -137,16 +136,14 @@ class WorkerServer:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             raise AuthError(f"body of {declared} bytes exceeds the {self.max_body} limit", 413)
-        chunks, size = [], 0
+        sender, checker = self.verifier.verify(request.method, request.url.path, request.headers)
+        size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > self.max_body:
                 raise AuthError(f"body exceeds the {self.max_body} byte limit", 413)
-            chunks.append(chunk)
-        body = b"".join(chunks)
-        sender = self.verifier.verify(request.method, request.url.path, request.headers,
-                                      body_digest([body]))
-        return body, sender
+            checker.feed(chunk)
+        return checker.finish(), sender
 
     def check_kernels(self, graph: Graph) -> None:
         for op in graph.walk():
@@ -220,7 +217,7 @@ def create_app(server: WorkerServer) -> FastAPI:
             value = server.worker.store.get(uri)
         except MPRuntimeError as e:
             return _error(404, str(e))
-        return Response(encode_value_bytes(value), media_type="application/octet-stream")
+        return StreamingResponse(iter(encode_value(value)), media_type="application/octet-stream")
 
     @app.post("/delete")
     async def delete(request: Request) -> Response:
