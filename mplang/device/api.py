@@ -13,6 +13,7 @@ from typing import Any
 
 from mplang.device.cluster import ClusterSpec, Device
 from mplang.dialects import simp, spu, tensor
+from mplang.dialects.common import as_array
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
@@ -65,12 +66,21 @@ def _move(cluster: ClusterSpec, obj: MPObject, dst: Device, what: str) -> Any:
         src_rank, dst_rank = _ppu_rank(cluster, src), _ppu_rank(cluster, dst)
         return _place(simp.shuffle_static(obj, {dst_rank: src_rank}), dst.name)
     if src.kind == "PPU" and dst.kind == "SPU":
+        _check_spu_dtype(obj, dst, what)
         return _place(spu.seal(obj, spu.SpuConfig.of(cluster, dst)), dst.name)
     if src.kind == "SPU" and dst.kind == "PPU":
         config = spu.SpuConfig.of(cluster, src)
         return _place(spu.reveal(obj, config, _ppu_rank(cluster, dst)), dst.name)
     raise MPTypeError(f"{what}: cannot move a value from {src.kind} {src.name} to "
                       f"{dst.kind} {dst.name}")
+
+
+def _check_spu_dtype(obj: MPObject, dst: Device, what: str) -> None:
+    base = obj.base_type
+    if isinstance(base, TensorType) and base.dtype not in spu.SUPPORTED_DTYPES:
+        raise MPTypeError(f"{what}: SPU {dst.name} cannot hold dtype {base.dtype} "
+                          f"({_describe(obj)}); supported: "
+                          f"{', '.join(sorted(spu.SUPPORTED_DTYPES))}")
 
 
 def _adopt(cluster: ClusterSpec, obj: MPObject, t: MPType, dst: Device, what: str) -> Any:
@@ -87,6 +97,7 @@ def _adopt(cluster: ClusterSpec, obj: MPObject, t: MPType, dst: Device, what: st
         if isinstance(t.base, SecretShareType) and t.pmask == Mask.of(config.members):
             return _place(obj, dst.name)
         if isinstance(t.base, TensorType) and t.pmask is not None and len(t.pmask) == 1:
+            _check_spu_dtype(obj, dst, what)
             return _place(spu.seal(obj, config), dst.name)
     raise MPTypeError(f"{what}: {_describe(obj)} is not on a device and cannot move to "
                       f"{dst.kind} {dst.name}; place it first with mp.put")
@@ -124,9 +135,13 @@ def _call_on_device(name: str | None, fn: Callable[..., Any], args: tuple[Any, .
     call_args, call_kwargs = tree_unflatten(tree, moved)
     if dev.kind == "PPU":
         rank = _ppu_rank(cluster, dev)
-        out = simp.pcall((rank,), lambda *a: tensor.run_jax(fn, *a, **call_kwargs), *call_args)
+        try:
+            out = simp.pcall((rank,), lambda *a: tensor.run_jax(fn, *a, **call_kwargs),
+                             *call_args)
+        except MPTypeError as e:
+            raise MPTypeError(f"{what}: {e}") from None
     elif dev.kind == "SPU":
-        out = spu.run(fn, spu.SpuConfig.of(cluster, dev), *call_args, **call_kwargs)
+        out = spu.run(fn, spu.SpuConfig.of(cluster, dev), *call_args, label=what, **call_kwargs)
     else:
         raise MPTypeError(f"{what}: {dev.kind} devices cannot run functions yet")
     out_leaves, out_tree = tree_flatten(out)
@@ -162,10 +177,12 @@ def put(device_name: str, obj: Any) -> Any:
     what = f"put({device_name!r})"
     if isinstance(obj, MPObject):
         return _move(cluster, obj, dev, what)
+    value = as_array(what, obj)
     if dev.kind == "PPU":
-        return _place(simp.constant((_ppu_rank(cluster, dev),), obj), dev.name)
+        return _place(simp.constant((_ppu_rank(cluster, dev),), value), dev.name)
     if dev.kind == "SPU":
         config = spu.SpuConfig.of(cluster, dev)
-        owner = simp.constant((config.members[0],), obj)
+        owner = simp.constant((config.members[0],), value)
+        _check_spu_dtype(owner, dev, what)
         return _place(spu.seal(owner, config), dev.name)
     raise MPTypeError(f"{what}: cannot put a constant on {dev.kind} {dev.name}")

@@ -185,8 +185,12 @@ def _tls(entry: Any) -> TlsConfig | None:
 
 
 def _node(index: int, entry: Any) -> Node:
-    if not isinstance(entry, Mapping) or set(entry) - {"name", "endpoint"}:
+    if not isinstance(entry, Mapping):
         raise ClusterSpecError(f"node #{index} must be a mapping with 'name' and 'endpoint'")
+    unknown = set(entry) - {"name", "endpoint"}
+    if unknown:
+        raise ClusterSpecError(f"node #{index}: unknown keys {sorted(unknown)}; a node has "
+                               "'name' and 'endpoint'")
     name, endpoint = entry.get("name"), entry.get("endpoint")
     if not isinstance(name, str) or not name:
         raise ClusterSpecError(f"node #{index} needs a non-empty string 'name'")

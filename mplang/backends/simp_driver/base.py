@@ -118,13 +118,15 @@ class SimpDriver(ExecutionContext, ABC):
     def collect(self, futures: Sequence[Future[Any]], exec_id: str) -> list[Any]:
         """Wait for all futures; on the first failure abort the execution and raise its cause."""
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        errors = [f.exception() for f in done if f.exception() is not None]
-        if not errors:
+        first = [e for f in done if (e := f.exception()) is not None]
+        if not first:
             return [f.result() for f in futures]
-        self.abort(exec_id, f"{errors[0]}")
+        self.abort(exec_id, f"{first[0]}")
         wait(pending)
         errors = [e for f in futures if (e := f.exception()) is not None]
-        root = next((e for e in errors if not isinstance(e, MPCommunicationError)), errors[0])
+        # the cause is what failed first; failures of parties waiting on it come later
+        root = next((e for e in [*first, *errors] if not isinstance(e, MPCommunicationError)),
+                    first[0])
         assert root is not None
         if isinstance(root, MPRuntimeError) and root.op is None:
             # a party was lost without saying where: report where the others stopped

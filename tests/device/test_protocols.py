@@ -1,0 +1,198 @@
+"""SPU protocols and settings from the device config: SEMI2K (2 and 4 parties),
+ABY3 (3), CHEETAH (2); fields FM64 and FM128; fixed-point fraction bits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mplang as mp
+from mplang.backends.spu_impl import SpuShare
+
+X = np.array([1.5, -2.0, 3.25, 0.0], dtype=np.float32)
+Y = np.array([0.5, 4.0, -1.0, 2.0], dtype=np.float32)
+K = np.array([3, -7, 11, 0], dtype=np.int32)
+
+
+def kernel(x: Any, y: Any, k: Any) -> Any:
+    return {
+        "add": x + y,
+        "mul": x * y,
+        "lt": x < y,
+        "where": jnp.where(x > y, x, y),
+        "sum": jnp.sum(x * y),
+        "imul": k * k - k,
+    }
+
+
+def reference(x: np.ndarray, y: np.ndarray, k: np.ndarray) -> dict[str, Any]:
+    return {
+        "add": x + y,
+        "mul": x * y,
+        "lt": x < y,
+        "where": np.where(x > y, x, y),
+        "sum": np.float32(np.sum(x * y)),
+        "imul": k * k - k,
+    }
+
+
+def joint_program(n: int) -> Any:
+    """x from P0, y from P1, k from the last party; everything revealed to P0."""
+
+    def prog() -> Any:
+        x = mp.put("P0", X)
+        y = mp.put("P1", Y)
+        k = mp.put(f"P{n - 1}", K)
+        out = mp.device("S")(kernel)(x, y, k)
+        return {name: mp.put("P0", v) for name, v in out.items()}, out["mul"]
+
+    return prog
+
+
+CASES = [
+    ("SEMI2K", 2, "FM64"),
+    ("SEMI2K", 2, "FM128"),
+    ("SEMI2K", 4, "FM64"),
+    ("ABY3", 3, "FM64"),
+    ("ABY3", 3, "FM128"),
+    ("CHEETAH", 2, "FM64"),
+]
+
+
+@pytest.fixture
+def spu_world(request: pytest.FixtureRequest, make_spec: Any) -> Iterator[mp.Simulator]:
+    protocol, n, field = request.param
+    sim = mp.Simulator(make_spec(n, protocol=protocol, field=field))
+    try:
+        yield sim
+    finally:
+        sim.close()
+
+
+@pytest.mark.parametrize("spu_world", CASES, ids=[f"{p}-{n}pc-{f}" for p, n, f in CASES],
+                         indirect=True)
+def test_protocol_matches_numpy(spu_world: mp.Simulator) -> None:
+    world = spu_world
+    n = world.world_size
+    spu = world.cluster.device("S")
+    protocol, field = spu.config["protocol"], spu.config["field"]
+    program = mp.compile(joint_program(n), cluster=world.cluster)
+    text = str(program)
+    assert f"protocol='{protocol}'" in text and f"field='{field}'" in text
+    revealed, shared = mp.evaluate(world, program)
+    values = mp.fetch(world, revealed)
+    expected = reference(X, Y, K)
+    for name, want in expected.items():
+        got = np.asarray(values[name])
+        assert got.shape == np.shape(want), name
+        if np.asarray(want).dtype.kind in "biu":
+            assert got.dtype == np.asarray(want).dtype, name
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=name)
+    # revealed to P0 only
+    for name in expected:
+        assert all(v is None for v in world.fetch_object(revealed[name])[1:]), name
+    # the secret output is shared among all members, under the configured protocol and field
+    shares = world.fetch_object(shared)
+    assert len(shares) == n and all(isinstance(s, SpuShare) for s in shares)
+    meta = bytes(shares[0].to_libspu().meta).decode("latin-1")
+    assert f"{protocol.lower()}." in meta
+    assert f"<{field}>" in meta
+    np.testing.assert_allclose(mp.fetch(world, shared), X * Y, rtol=1e-3, atol=1e-3)
+
+
+def test_four_party_semi2k_spans_all_parties(make_spec: Any) -> None:
+    sim = mp.Simulator(make_spec(4, protocol="SEMI2K"))
+    try:
+        def prog() -> Any:
+            parts = [mp.put(f"P{i}", np.float32(i + 1) * X) for i in range(4)]
+            return mp.device("S")(lambda *xs: sum(xs[1:], xs[0]) / 10)(*parts)
+
+        out = mp.evaluate(sim, prog)
+        assert all(isinstance(s, SpuShare) for s in sim.fetch_object(out))
+        np.testing.assert_allclose(mp.fetch(sim, out), X, rtol=1e-3, atol=1e-3)
+    finally:
+        sim.close()
+
+
+def test_simple_three_party_cluster_uses_aby3() -> None:
+    sim = mp.Simulator(3)
+    try:
+        out = mp.evaluate(sim, lambda: mp.put("SP0", K))
+        meta = bytes(sim.fetch_object(out)[0].to_libspu().meta).decode("latin-1")
+        assert "aby3." in meta
+        np.testing.assert_array_equal(mp.fetch(sim, out), K)
+    finally:
+        sim.close()
+
+
+# ---------------------------------------------------------------- fields
+
+
+def square_big(make_spec: Any, field: str) -> np.ndarray:
+    sim = mp.Simulator(make_spec(2, protocol="SEMI2K", field=field))
+    try:
+        big = np.array([1.0e7, 3.0], dtype=np.float32)
+        out = mp.evaluate(sim, lambda: mp.device("S")(lambda v: v * v)(mp.put("P0", big)))
+        return np.asarray(mp.fetch(sim, out))
+    finally:
+        sim.close()
+
+
+def test_fm128_has_room_that_fm64_lacks(make_spec: Any) -> None:
+    # 1e7 * 1e7 = 1e14 needs ~47 integer bits plus the fraction bits: it fits the
+    # 128-bit ring and overflows the 64-bit one; the field really reaches libspu.
+    wide = square_big(make_spec, "FM128")
+    np.testing.assert_allclose(wide, [1.0e14, 9.0], rtol=1e-3)
+    narrow = square_big(make_spec, "FM64")
+    assert narrow[1] == pytest.approx(9.0, abs=1e-3)
+    assert not np.isclose(narrow[0], 1.0e14, rtol=1e-2)
+
+
+# ---------------------------------------------------------------- fixed point
+
+
+def third(make_spec: Any, bits: int | None, protocol: str = "SEMI2K", n: int = 2) -> float:
+    sim = mp.Simulator(make_spec(n, protocol=protocol, fxp_fraction_bits=bits))
+    try:
+        def prog() -> Any:
+            return mp.put("P1", mp.device("S")(lambda v: v / 3)(mp.put("P0", np.float32(1.0))))
+
+        text = str(mp.compile(prog, cluster=sim.cluster))
+        assert f"fxp_fraction_bits={bits or 0}" in text
+        return float(mp.fetch(sim, mp.evaluate(sim, prog)))
+    finally:
+        sim.close()
+
+
+def test_fraction_bits_change_precision(make_spec: Any) -> None:
+    coarse = third(make_spec, 4)
+    fine = third(make_spec, 24)
+    default = third(make_spec, None)
+    assert abs(coarse - 1 / 3) > 1e-2     # 4 fraction bits: steps of 1/16
+    assert abs(coarse * 16 - round(coarse * 16)) < 1e-6  # a multiple of 1/16
+    assert abs(fine - 1 / 3) < 1e-5
+    assert abs(default - 1 / 3) < 1e-4
+    assert abs(fine - 1 / 3) < abs(coarse - 1 / 3)
+
+
+def test_fraction_bits_apply_to_aby3(make_spec: Any) -> None:
+    coarse = third(make_spec, 5, protocol="ABY3", n=3)
+    assert abs(coarse - 1 / 3) > 5e-3
+    assert abs(coarse * 32 - round(coarse * 32)) < 1e-6
+
+
+def test_fraction_bits_reach_the_shares(make_spec: Any) -> None:
+    """An SPU input is encoded with the configured scale: with 2 fraction bits 0.3
+    can only be stored as 0.25."""
+    sim = mp.Simulator(make_spec(2, fxp_fraction_bits=2))
+    try:
+        out = mp.evaluate(sim, lambda: mp.put("S", np.array([0.3, 1.75], np.float32)))
+        np.testing.assert_allclose(mp.fetch(sim, out), [0.25, 1.75], atol=1e-6)
+    finally:
+        sim.close()
