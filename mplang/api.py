@@ -40,19 +40,23 @@ def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,
 
 def evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program, *args: Any,
              mode: str | None = None, progress: bool | Callable[[str], None] = False,
-             **kwargs: Any) -> Any:
+             parallel: bool = True, **kwargs: Any) -> Any:
     """Run a function (traced on ``args`` first) or a compiled program in ``ctx``.
 
     A program takes only its runtime inputs (MPLang objects). ``mode`` is
     ``"launch"`` (default: every party runs the whole graph) or ``"standard"``
     (the driver interprets and dispatches op by op). ``progress=True`` prints a
     line per completed op (or pass a callable taking the message).
+    ``parallel=False`` runs one op at a time (see `SimpDriver.run_program`);
+    results are identical either way.
     """
     if not isinstance(ctx, ExecutionContext):
         raise MPLangError(f"evaluate needs an execution context (e.g. mp.Simulator), got {ctx!r}")
     options: dict[str, Any] = {} if mode is None else {"mode": mode}
     if progress:
         options["progress"] = progress
+    if not parallel:
+        options["parallel"] = False
     if isinstance(fn_or_program, Program):
         if kwargs:
             raise MPLangError("a compiled program takes positional runtime inputs only")

@@ -4,11 +4,13 @@ for its name. Backends only register kernels; nothing overrides this loop.
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from mplang.edsl.graph import Graph, Operation
 from mplang.frontend.errors import MPLangError, MPRuntimeError
+from mplang.runtime.scheduler import Scheduler, plan
 
 Kernel = Callable[["Interpreter", Operation, list[Any], str], list[Any]]
 """``kernel(interp, op, input values, key) -> output values``.
@@ -64,17 +66,22 @@ class Interpreter:
 
     ``party`` is the rank this interpreter runs for (None on the driver); it
     appears in error messages. ``exec_id`` identifies the run for message tags.
+    With a ``scheduler``, graphs run as dataflow (an op starts as soon as its
+    inputs are ready); without one, op by op in program order.
     """
 
     def __init__(self, kernels: KernelTable, states: Mapping[str, Any], *,
                  party: int | None, exec_id: str,
-                 on_op: Callable[[Operation, str], None] | None = None):
+                 on_op: Callable[[Operation, str], None] | None = None,
+                 scheduler: Scheduler | None = None):
         self.kernels = kernels
         self.states = states
         self.party = party
         self.exec_id = exec_id
         self.on_op = on_op
         """Called after each completed op with the op and its key (progress reporting)."""
+        self.scheduler = scheduler
+        self._where = "the driver" if party is None else f"party {party}"
 
     def run(self, graph: Graph, inputs: Sequence[Any], scope: str = "") -> list[Any]:
         """Evaluate ``graph`` on ``inputs``; ``scope`` prefixes the ops' message keys."""
@@ -82,33 +89,73 @@ class Interpreter:
             raise MPRuntimeError(f"graph takes {len(graph.inputs)} inputs, got {len(inputs)}",
                                  party=self.party)
         env: dict[Any, Any] = dict(zip(graph.inputs, inputs, strict=True))
-        where = "the driver" if self.party is None else f"party {self.party}"
-        for index, op in enumerate(graph.operations):
-            kernel = self.kernels.get(op.opcode)
-            if kernel is None:
-                raise MPRuntimeError(f"{where} has no kernel for op {op.opcode}",
-                                     party=self.party, op=op.opcode)
-            args = [env[v] for v in op.inputs]
-            try:
-                outs = kernel(self, op, args, f"{scope}/{index}")
-            except MPRuntimeError as e:
-                if e.op is None:  # name the op a communication wait belonged to
-                    e.op = op.opcode
-                    e.args = (f"{e.args[0]} (in op {op.opcode})", *e.args[1:])
-                raise
-            except MPLangError:
-                raise
-            except Exception as e:
-                results = ", ".join(f"%{v.name}" for v in op.outputs) or "no results"
-                raise MPRuntimeError(
-                    f"{where}: op {op.opcode} (defining {results}) failed: "
-                    f"{type(e).__name__}: {e}", party=self.party, op=op.opcode,
-                ) from e
-            if len(outs) != len(op.outputs):
-                raise MPRuntimeError(f"{where}: kernel of {op.opcode} returned {len(outs)} values "
-                                     f"for {len(op.outputs)} outputs", party=self.party,
-                                     op=op.opcode)
-            env.update(zip(op.outputs, outs, strict=True))
-            if self.on_op is not None:
-                self.on_op(op, f"{scope}/{index}")
+        if self.scheduler is not None and len(graph.operations) > 1 and plan(graph).parallel:
+            self._run_dataflow(graph, env, scope)
+        else:
+            for index, op in enumerate(graph.operations):
+                outs = self._execute(op, [env[v] for v in op.inputs], f"{scope}/{index}")
+                env.update(zip(op.outputs, outs, strict=True))
         return [env[v] for v in graph.outputs]
+
+    def _run_dataflow(self, graph: Graph, env: dict[Any, Any], scope: str) -> None:
+        assert self.scheduler is not None
+        ops = graph.operations
+        deps = plan(graph)
+        waiting = [len(d) for d in deps.deps]
+        ready = [i for i, n in enumerate(waiting) if n == 0]
+        finished: queue.SimpleQueue[tuple[int, list[Any] | None, BaseException | None]] = \
+            queue.SimpleQueue()
+
+        def execute(index: int, args: list[Any]) -> None:
+            try:
+                finished.put((index, self._execute(ops[index], args, f"{scope}/{index}"), None))
+            except BaseException as e:  # delivered to the coordinating thread
+                finished.put((index, None, e))
+
+        remaining = len(ops)
+        while remaining:
+            for index in sorted(ready):
+                args = [env[v] for v in ops[index].inputs]
+                if self.scheduler.try_submit(execute, index, args) is None:
+                    execute(index, args)
+            ready = []
+            index, outs, error = finished.get()
+            if error is not None:
+                # ops still running fail or finish on their own once the execution is aborted
+                raise error
+            assert outs is not None
+            env.update(zip(ops[index].outputs, outs, strict=True))
+            remaining -= 1
+            for user in deps.users[index]:
+                waiting[user] -= 1
+                if waiting[user] == 0:
+                    ready.append(user)
+
+    def _execute(self, op: Operation, args: list[Any], key: str) -> list[Any]:
+        kernel = self.kernels.get(op.opcode)
+        where = self._where
+        if kernel is None:
+            raise MPRuntimeError(f"{where} has no kernel for op {op.opcode}",
+                                 party=self.party, op=op.opcode)
+        try:
+            outs = kernel(self, op, args, key)
+        except MPRuntimeError as e:
+            if e.op is None:  # name the op a communication wait belonged to
+                e.op = op.opcode
+                e.args = (f"{e.args[0]} (in op {op.opcode})", *e.args[1:])
+            raise
+        except MPLangError:
+            raise
+        except Exception as e:
+            results = ", ".join(f"%{v.name}" for v in op.outputs) or "no results"
+            raise MPRuntimeError(
+                f"{where}: op {op.opcode} (defining {results}) failed: "
+                f"{type(e).__name__}: {e}", party=self.party, op=op.opcode,
+            ) from e
+        if len(outs) != len(op.outputs):
+            raise MPRuntimeError(f"{where}: kernel of {op.opcode} returned {len(outs)} values "
+                                 f"for {len(op.outputs)} outputs", party=self.party,
+                                 op=op.opcode)
+        if self.on_op is not None:
+            self.on_op(op, key)
+        return outs

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import jax
@@ -30,9 +31,21 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program
 from mplang.frontend.errors import MPCommunicationError, MPLangError, MPRuntimeError
 from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.scheduler import Scheduler
 
 Mode = Literal["launch", "standard"]
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How one execution runs: dataflow or op by op, and where progress goes."""
+
+    parallel: bool = True
+    reporter: Progress | None = None
+
+
+_DEFAULT_RUN = RunOptions()
 
 
 def _reporter(progress: bool | Progress, name: str) -> Progress | None:
@@ -70,12 +83,13 @@ class SimpDriver(ExecutionContext, ABC):
         self._lock = threading.Lock()
         self._refs: Counter[str] = Counter()
         self._created: dict[str, list[HostVar]] = {}
-        self._progress: dict[str, Progress] = {}
-        """Progress reporters of the executions that asked for one."""
+        self._runs: dict[str, RunOptions] = {}
+        """Options of the executions in flight, by execution id."""
+        self.scheduler = Scheduler(64, "mplang-driver")
 
-    def progress_of(self, exec_id: str) -> Progress | None:
+    def run_options(self, exec_id: str) -> RunOptions:
         with self._lock:
-            return self._progress.get(exec_id)
+            return self._runs.get(exec_id, _DEFAULT_RUN)
 
     # -- transport, provided by subclasses
     @abstractmethod
@@ -181,11 +195,14 @@ class SimpDriver(ExecutionContext, ABC):
         return obj
 
     def run_program(self, program: Program, inputs: list[MPObject], *, mode: Mode | None = None,
-                    progress: bool | Progress = False, **options: Any) -> list[MPObject]:
+                    progress: bool | Progress = False, parallel: bool = True,
+                    **options: Any) -> list[MPObject]:
         """Run ``program``; with ``progress``, report each completed op (True: to stderr).
 
         In launch mode the parties report their ops (in the simulator through the
         same reporter; HTTP workers in their own log); in standard mode the driver does.
+        ``parallel=False`` runs one op at a time everywhere (standard mode unless
+        ``mode`` says otherwise), for comparison and debugging.
         """
         if options:
             raise TypeError(f"unknown options: {sorted(options)}")
@@ -207,18 +224,20 @@ class SimpDriver(ExecutionContext, ABC):
         call = Operation("func.call", tuple(launcher_inputs), launcher_outputs,
                          {"callee": program.name}, (program.graph,))
         launcher = Graph(launcher_inputs, [call], list(launcher_outputs))
-        kernels = DRIVER_KERNELS.get(mode or self.default_mode)
+        if mode is None:
+            mode = self.default_mode if parallel else "standard"
+        kernels = DRIVER_KERNELS.get(mode)
         if kernels is None:
             raise MPLangError(f"unknown mode {mode!r}; use 'launch' or 'standard'")
         exec_id = uuid.uuid4().hex
         reporter = _reporter(progress, program.name)
         interp = Interpreter(kernels, {"simp": self}, party=None, exec_id=exec_id,
                              on_op=None if reporter is None else
-                             lambda op, key: reporter(f"driver: {op.opcode} {key} done"))
+                             lambda op, key: reporter(f"driver: {op.opcode} {key} done"),
+                             scheduler=self.scheduler if parallel else None)
         with self._lock:
             self._created[exec_id] = []
-            if reporter is not None:
-                self._progress[exec_id] = reporter
+            self._runs[exec_id] = RunOptions(parallel, reporter)
         try:
             results: list[HostVar] = interp.run(launcher, args)
             outputs: list[MPObject] = [self._handle(var, v.type, device) for var, v, device
@@ -226,7 +245,7 @@ class SimpDriver(ExecutionContext, ABC):
         finally:
             with self._lock:
                 created = self._created.pop(exec_id)
-                self._progress.pop(exec_id, None)
+                self._runs.pop(exec_id, None)
             for var in created:
                 self.release(var.uris)
         return outputs

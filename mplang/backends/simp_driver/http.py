@@ -58,9 +58,10 @@ class SimpHttpDriver(SimpDriver):
 
     def _run(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
              scope: str) -> list[str | None]:
-        progress = self.progress_of(exec_id) is not None
+        options = self.run_options(exec_id)
         parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris),
-                              "progress": progress}, [self._graph_bytes(graph)])
+                              "progress": options.reporter is not None,
+                              "parallel": options.parallel}, [self._graph_bytes(graph)])
         what = (f"op {graph.operations[0].opcode}" if len(graph.operations) == 1
                 else f"a program of {len(graph.operations)} ops")
         try:
@@ -77,9 +78,8 @@ class SimpHttpDriver(SimpDriver):
                 else MPRuntimeError
             raise cls(body.get("error", response.text), party=rank, op=body.get("op"))
         outputs: list[str | None] = body["outputs"]
-        reporter = self.progress_of(exec_id)
-        if reporter is not None:
-            reporter(f"party {rank}: finished {what}")
+        if options.reporter is not None:
+            options.reporter(f"party {rank}: finished {what}")
         return outputs
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
@@ -130,6 +130,7 @@ class SimpHttpDriver(SimpDriver):
         if not self._closed:
             self._closed = True
             self._pool.shutdown(wait=True, cancel_futures=True)
+            self.scheduler.shutdown()
             self._client.close()
 
     def __repr__(self) -> str:

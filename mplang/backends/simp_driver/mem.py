@@ -32,11 +32,12 @@ class SimpMemDriver(SimpDriver):
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
                scope: str) -> Future[list[str | None]]:
         self._check_open()
-        reporter = self.progress_of(exec_id)
+        options = self.run_options(exec_id)
+        reporter = options.reporter
         on_op = None if reporter is None else \
             (lambda op, key: reporter(f"party {rank}: {op.opcode} {key} done"))
         return self._pool.submit(self.mesh.workers[rank].run, graph, input_uris, exec_id, scope,
-                                 on_op)
+                                 on_op, options.parallel)
 
     def fetch(self, rank: int, uri: str) -> Future[Any]:
         self._check_open()
@@ -60,6 +61,8 @@ class SimpMemDriver(SimpDriver):
         if not self._closed:
             self._closed = True
             self._pool.shutdown(wait=True, cancel_futures=True)
+            self.scheduler.shutdown()
+            self.mesh.close()
 
 
 class Simulator(SimpMemDriver):

@@ -151,15 +151,16 @@ class WorkerServer:
                 raise MPSerializationError(f"op {op.opcode} has no kernel on this worker")
 
     def run(self, graph: Graph, inputs: list[str | None], exec_id: str, scope: str,
-            progress: bool) -> list[str | None]:
+            progress: bool, parallel: bool) -> list[str | None]:
         on_op = None
         if progress:
             def on_op(op: Operation, key: str) -> None:
                 log.warning("execution %s: %s %s done", exec_id, op.opcode, key)
-        return self.worker.run(graph, inputs, exec_id, scope, on_op)
+        return self.worker.run(graph, inputs, exec_id, scope, on_op, parallel)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.worker.scheduler.shutdown()
         self.client.close()
 
 
@@ -198,7 +199,8 @@ def create_app(server: WorkerServer) -> FastAPI:
         loop = asyncio.get_running_loop()
         try:
             outputs = await loop.run_in_executor(server.pool, server.run, graph, inputs,
-                                                 exec_id, scope, header.get("progress") is True)
+                                                 exec_id, scope, header.get("progress") is True,
+                                                 header.get("parallel") is not False)
         except MPLangError as e:
             log.info("execution %s failed: %s", exec_id, e)
             return _error(500, str(e), kind=type(e).__name__, party=server.rank,

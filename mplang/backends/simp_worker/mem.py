@@ -43,3 +43,7 @@ class LocalMesh:
     def abort(self, exec_id: str, reason: str) -> None:
         for box in self.mailboxes:
             box.abort(exec_id, reason)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.scheduler.shutdown()
