@@ -35,10 +35,19 @@ class SpuShare:
     `from_parts` give the plain-bytes form for transports between processes.
     """
 
-    __slots__ = ("_share",)
+    __slots__ = ("_nbytes", "_share")
 
     def __init__(self, share: Any):
         self._share = share
+        self._nbytes: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """The size of the share's serialized form."""
+        if self._nbytes is None:
+            meta, chunks = self.to_parts()
+            self._nbytes = len(meta) + sum(len(c) for c in chunks)
+        return self._nbytes
 
     def to_libspu(self) -> Any:
         return self._share

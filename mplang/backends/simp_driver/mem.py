@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from mplang.backends.simp_driver.base import Mode, SimpDriver
 from mplang.backends.simp_worker import WORKER_KERNELS
 from mplang.backends.simp_worker.mem import LocalMesh
+from mplang.backends.simp_worker.network import NetworkModel
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
 from mplang.frontend.errors import MPLangError
@@ -18,9 +19,9 @@ class SimpMemDriver(SimpDriver):
     """A driver whose parties are threads of this process (in-memory IPC)."""
 
     def __init__(self, cluster: ClusterSpec, *, timeout: float = 60.0,
-                 default_mode: Mode = "launch"):
+                 default_mode: Mode = "launch", network: NetworkModel | None = None):
         super().__init__(cluster, default_mode=default_mode)
-        self.mesh = LocalMesh(self.world_size, WORKER_KERNELS, timeout)
+        self.mesh = LocalMesh(self.world_size, WORKER_KERNELS, timeout, network)
         self._pool = ThreadPoolExecutor(max_workers=max(32, 4 * self.world_size),
                                         thread_name_prefix="mplang-party")
         self._closed = False
@@ -69,14 +70,21 @@ class Simulator(SimpMemDriver):
     """An in-memory world (one thread per party), usable as a context: under
     ``with sim:``, MPLang functions and primitives run eagerly.
 
-    ``Simulator(n)`` is ``Simulator(ClusterSpec.simple(n))``.
+    ``Simulator(n)`` is ``Simulator(ClusterSpec.simple(n))``. ``latency_ms``,
+    ``bandwidth_mbps`` and per-link overrides ``links={(src, dst): (latency_ms,
+    bandwidth_mbps)}`` delay every message between parties as a real link would.
     """
 
     def __init__(self, cluster: ClusterSpec | int, *, timeout: float = 60.0,
-                 default_mode: Mode = "launch"):
+                 default_mode: Mode = "launch", latency_ms: float = 0.0,
+                 bandwidth_mbps: float | None = None,
+                 links: Mapping[tuple[int, int], tuple[float, float | None]] | None = None):
         if not isinstance(cluster, ClusterSpec):
             cluster = ClusterSpec.simple(cluster)
-        super().__init__(cluster, timeout=timeout, default_mode=default_mode)
+        network = None
+        if latency_ms or bandwidth_mbps is not None or links:
+            network = NetworkModel(latency_ms, bandwidth_mbps, links)
+        super().__init__(cluster, timeout=timeout, default_mode=default_mode, network=network)
 
     def __repr__(self) -> str:
         return f"Simulator(world_size={self.world_size})"
