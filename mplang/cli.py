@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import mplang as mp
+from mplang.frontend.pyfuncs import import_pyfunc
 from mplang.runtime.auth import SECRET_ENV, load_secret
 
 
@@ -49,9 +50,11 @@ def _serve(args: argparse.Namespace) -> int:
         cluster = mp.ClusterSpec.from_yaml(args.cluster)
         secret = load_secret(args.secret_file)
         if args.command == "worker":
+            for spec in args.register:
+                import_pyfunc(spec)
             serve(cluster, args.node, secret)
             return 0
-        local = LocalCluster(cluster, secret)
+        local = LocalCluster(cluster, secret, register=args.register)
         try:
             local.start()
             for node, url in zip(cluster.nodes, cluster.base_urls(), strict=True):
@@ -84,9 +87,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--cluster", required=True, help="cluster spec YAML")
     worker.add_argument("--node", required=True, help="the node to serve, e.g. node_0")
     worker.add_argument("--secret-file", help=f"cluster secret (default: ${SECRET_ENV})")
+    worker.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
+                        help="a host function tensor.pyfunc may call here (repeatable)")
     up = commands.add_parser("up", help="start every node of a cluster spec on this machine")
     up.add_argument("--cluster", required=True, help="cluster spec YAML")
     up.add_argument("--secret-file", help=f"cluster secret (default: ${SECRET_ENV})")
+    up.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
+                    help="a host function every worker may call (repeatable)")
     args = parser.parse_args(argv)
 
     if args.command == "demo":

@@ -6,9 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
 from mplang.dialects.tensor import exported_module
 from mplang.edsl.graph import Operation
+from mplang.edsl.typing import TensorType, numpy_dtype
+from mplang.frontend.pyfuncs import lookup_pyfunc
 from mplang.runtime.interpreter import Interpreter, KernelTable
 
 KERNELS = KernelTable()
@@ -36,3 +39,24 @@ def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> 
 def _run_jax(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     out = _compiled(op.attrs["module"])(*args)
     return list(jax.tree_util.tree_leaves(out))
+
+
+@KERNELS.register("tensor.pyfunc")
+def _pyfunc(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    name: str = op.attrs["fn"]
+    fn = lookup_pyfunc(name)
+    if fn is None:
+        raise RuntimeError(f"host function {name!r} is not registered on this party; start "
+                           f"the worker with --register {name}")
+    result = fn(*[np.asarray(a) for a in args])
+    out_types: tuple[TensorType, ...] = op.attrs["out_types"]
+    values = list(result) if isinstance(result, tuple | list) else [result]
+    if len(values) != len(out_types):
+        raise RuntimeError(f"{name} returned {len(values)} values, declared {len(out_types)}")
+    outs = []
+    for i, (value, t) in enumerate(zip(values, out_types, strict=True)):
+        arr = np.asarray(value)
+        if arr.shape != t.shape:
+            raise RuntimeError(f"{name} result {i} has shape {arr.shape}, declared {t}")
+        outs.append(arr.astype(numpy_dtype(t.dtype), copy=False))
+    return outs

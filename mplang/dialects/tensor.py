@@ -28,11 +28,15 @@ from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import TensorType, ValueType
 from mplang.frontend.errors import MPTypeError
+from mplang.frontend.pyfuncs import name_of, register_pyfunc
 
 constant_p = Primitive("tensor.constant", kind="source", execution_model="single_rank",
                        doc="A compile-time constant tensor inside a party-local region.")
 run_jax_p = Primitive("tensor.run_jax", kind="compute", execution_model="single_rank",
                       doc="Run a JAX function, stored as serialized StableHLO, on local tensors.")
+pyfunc_p = Primitive("tensor.pyfunc", kind="compute", execution_model="single_rank",
+                     side_effects=True,
+                     doc="Call a named host function (I/O, a local service) on local tensors.")
 
 _EXPORTS = LRUCache(4096)
 """(fn, arg tree, static leaves, input types) -> `_Exported`."""
@@ -169,6 +173,46 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return entry.out_tree.unflatten(outs)
 
 
+@pyfunc_p.def_type_rule
+def _pyfunc_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                 world_size: int) -> list[ValueType]:
+    for i, t in enumerate(in_types):
+        _tensor_type(f"tensor.pyfunc[{attrs['fn']}]", t, i)
+    return list(attrs["out_types"])
+
+
+def _out_type(spec: Any) -> TensorType:
+    if isinstance(spec, TensorType):
+        return spec
+    if hasattr(spec, "shape") and hasattr(spec, "dtype"):
+        return TensorType.of(jax.dtypes.canonicalize_dtype(spec.dtype), spec.shape)
+    raise MPTypeError(f"tensor.pyfunc: out= takes TensorType or ShapeDtypeStruct leaves, "
+                      f"got {spec!r}")
+
+
+@function
+def pyfunc(fn: Callable[..., Any] | str, *args: MPObject, out: Any) -> Any:
+    """Call host function ``fn`` on local tensors (as numpy arrays) on the party.
+
+    ``out`` gives the result types (a pytree of `TensorType` or
+    ``jax.ShapeDtypeStruct``). ``fn`` may be a callable (registered in this
+    process under its name) or the name of a function an HTTP worker was
+    started with (``--register module:function``). Calls keep their program
+    order on each party.
+    """
+    name = fn if isinstance(fn, str) else name_of(fn)
+    if not isinstance(fn, str):
+        register_pyfunc(name, fn)
+    for i, x in enumerate(args):
+        if not isinstance(x, MPObject):
+            raise MPTypeError(f"tensor.pyfunc[{name}]: argument {i} must be an MPLang value, "
+                              f"got {type(x).__name__}")
+    leaves, out_tree = tree_flatten(out)
+    out_types = tuple(_out_type(s) for s in leaves)
+    outs = pyfunc_p.bind(list(args), {"fn": name, "out_types": out_types})
+    return tree_unflatten(out_tree, outs)
+
+
 def _operator(jfn: Callable[..., Any]) -> Callable[..., Any]:
     def apply(*operands: Any) -> Any:
         return run_jax(jfn, *operands)
@@ -197,4 +241,4 @@ LOCAL_OPERATORS: dict[str, Callable[..., Any]] = {
 }
 """Python operators on party-local values; the simp dialect lifts them to the simp level."""
 
-__all__ = ["constant", "run_jax"]
+__all__ = ["constant", "pyfunc", "run_jax"]

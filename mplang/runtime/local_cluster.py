@@ -25,8 +25,11 @@ class LocalCluster:
     Used by ``mplang up`` and by tests; a context manager that stops all workers.
     """
 
-    def __init__(self, cluster: ClusterSpec, secret: bytes, *, log_dir: str | None = None):
+    def __init__(self, cluster: ClusterSpec, secret: bytes, *, log_dir: str | None = None,
+                 register: list[str] | None = None):
         self.cluster = cluster
+        self.register = list(register or [])
+        """``module:function`` host functions every worker registers for ``tensor.pyfunc``."""
         self._secret = secret
         self._dir = tempfile.TemporaryDirectory(prefix="mplang-cluster-")
         self.spec_path = Path(self._dir.name) / "cluster.yaml"
@@ -37,9 +40,10 @@ class LocalCluster:
     def _spawn(self, node: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, SECRET_ENV: self._secret.decode()}
         log = open(self.log_dir / f"{node}.log", "ab")  # noqa: SIM115 - owned by the process
+        registers = [arg for spec in self.register for arg in ("--register", spec)]
         return subprocess.Popen(
             [sys.executable, "-m", "mplang.cli", "worker", "--cluster", str(self.spec_path),
-             "--node", node], env=env, stdout=log, stderr=subprocess.STDOUT)
+             "--node", node, *registers], env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def start(self, timeout: float = 60.0) -> None:
         """Start every worker and wait until all answer ``/health``."""
