@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mplang.edsl.typing import BaseType, Mask, MPType
+
 
 @dataclass(frozen=True)
 class TreeDef:
@@ -59,6 +61,8 @@ class TreeDef:
 
 
 _KINDS = {"leaf", "none", "tuple", "list", "dict", "dataclass"}
+_ATOMIC_DATACLASSES = (BaseType, MPType, Mask)
+"""MPLang's own value-like dataclasses are leaves, never containers."""
 LEAF = TreeDef("leaf")
 
 
@@ -78,7 +82,7 @@ def _flatten(tree: Any, leaves: list[Any]) -> TreeDef:
     if type(tree) is dict:
         keys = sorted(tree, key=repr)
         return TreeDef("dict", tuple(_flatten(tree[k], leaves) for k in keys), tuple(keys))
-    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, (*_ATOMIC_DATACLASSES, type)):
         names = tuple(f.name for f in dataclasses.fields(tree))
         cls = type(tree)
         children = tuple(_flatten(getattr(tree, n), leaves) for n in names)
