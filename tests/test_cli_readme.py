@@ -95,16 +95,54 @@ def test_console_script_runs_demo() -> None:
     assert "2 parties" in proc.stdout
 
 
-def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                             capsys: pytest.CaptureFixture[str]) -> None:
+def _readme_blocks() -> list[str]:
     readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
-    assert blocks, "README has no python example"
+    return re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+
+
+def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    blocks = _readme_blocks()
+    assert len(blocks) == 3, "README's python examples changed: update this test"
     monkeypatch.chdir(tmp_path)
     script = tmp_path / "readme_example.py"
-    script.write_text(blocks[0])
+    # the device example continues the first one; its last line's value is printed
+    device = blocks[1].rstrip().splitlines()
+    device[-1] = f"print({device[-1].split('#')[0].strip()})"
+    script.write_text(blocks[0] + "\n".join(device) + "\n")
     runpy.run_path(str(script))
     out = capsys.readouterr().out
     assert "[None, np.int32(9), None]" in out
     assert "simp.shuffle_static" in out
+    assert out.rstrip().endswith("True")
     assert (tmp_path / "prog.mpl").exists()
+
+
+def test_readme_driver_example_runs_on_worker_processes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    import yaml
+
+    import mplang as mp
+    from mplang.runtime.local_cluster import LocalCluster
+
+    ports = []
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    spec = mp.ClusterSpec.from_endpoints([f"127.0.0.1:{p}" for p in ports])
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(spec.to_dict()))
+    secret = "readme-test-secret-0123456789"
+    monkeypatch.setenv("MPLANG_CLUSTER_SECRET", secret)
+    monkeypatch.chdir(tmp_path)
+    blocks = _readme_blocks()
+    driver = blocks[2].rstrip().splitlines()
+    driver[-1] = f"print({driver[-1].split('#')[0].strip()})"
+    script = tmp_path / "readme_driver.py"
+    script.write_text(blocks[0] + blocks[1] + "\n".join(driver) + "\ndrv.close()\n")
+    with LocalCluster(spec, secret.encode()):
+        runpy.run_path(str(script))
+    assert capsys.readouterr().out.rstrip().endswith("True")
