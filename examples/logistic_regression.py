@@ -88,12 +88,13 @@ def train(x0: jnp.ndarray, x1: jnp.ndarray, y: jnp.ndarray,
 
 @mp.function
 def vertical_logistic_regression(x0_train: Any, x0_test: Any, x1_train: Any, x1_test: Any,
-                                 y_train: Any, y_test: Any) -> dict[str, Any]:
+                                 y_train: Any, y_test: Any,
+                                 iterations: int = ITERATIONS) -> dict[str, Any]:
     """The whole protocol; ``x0_*`` live on P0, ``x1_*`` and ``y_*`` on P1."""
     x0_train, x0_test = mp.device("P0")(standardize)(x0_train, x0_test)
     x1_train, x1_test = mp.device("P1")(standardize)(x1_train, x1_test)
 
-    w0, w1, b = mp.device("SP0")(train)(x0_train, x1_train, y_train)
+    w0, w1, b = mp.device("SP0")(train)(x0_train, x1_train, y_train, iterations)
     w0, w1, b = mp.put("P0", w0), mp.put("P1", w1), mp.put("P1", b)  # each its own part
 
     score0 = mp.device("P0")(lambda x, w: x @ w)(x0_test, w0)

@@ -4,6 +4,7 @@ The public API is listed in ``__all__``.
 """
 
 from mplang import simp
+from mplang.analysis import analyze
 from mplang.api import compile, evaluate, fetch
 from mplang.backends.simp_driver.http import Driver
 from mplang.backends.simp_driver.mem import Simulator
@@ -24,6 +25,7 @@ from mplang.frontend.errors import (
     MPVerifyError,
 )
 from mplang.frontend.registry import describe, list_ops
+from mplang.passes import optimize
 
 __all__ = [
     "ClusterSpec",
@@ -44,6 +46,7 @@ __all__ = [
     "Program",
     "Simulator",
     "TensorType",
+    "analyze",
     "compile",
     "describe",
     "device",
@@ -54,6 +57,7 @@ __all__ = [
     "get_dev_attr",
     "list_ops",
     "load",
+    "optimize",
     "put",
     "simp",
     "spu",

@@ -2,8 +2,11 @@
 
 A frame is ``b"MPV1"``, a little-endian u32 header length, a JSON header and
 the raw payload. Arrays travel as their raw bytes (no JSON lists, no pickle),
-secret shares as libspu's own byte chunks. Decoding checks the header against
-a closed set of kinds and dtypes and the payload size against the header.
+secret shares as libspu's own byte chunks, and a list of values (one message
+carrying several, as a batched ``simp.shuffle_static`` sends) as the sizes of
+its elements' frames followed by those frames; lists do not nest. Decoding
+checks the header against a closed set of kinds and dtypes and the payload
+size against the header.
 """
 
 from __future__ import annotations
@@ -47,6 +50,12 @@ def encode_value(value: Any) -> list[Buffer]:
     if isinstance(value, SpuShare):
         meta, chunks = value.to_parts()
         return _frame({"kind": "share", "sizes": [len(meta), *map(len, chunks)]}, [meta, *chunks])
+    if isinstance(value, list):
+        if any(isinstance(v, list) for v in value):
+            raise MPSerializationError("cannot send a list of lists: lists do not nest")
+        frames = [encode_value(v) for v in value]
+        return _frame({"kind": "list", "sizes": [sum(map(len, f)) for f in frames]},
+                      [buf for f in frames for buf in f])
     if isinstance(value, np.ndarray | np.generic | jax.Array):
         arr = np.asarray(value)
         if arr.dtype.name not in ARRAY_DTYPES:
@@ -87,8 +96,24 @@ def split_frame(data: Buffer) -> tuple[dict[str, Any], memoryview]:
 
 def decode_value(data: Buffer) -> Any:
     """Inverse of `encode_value`; raises `MPSerializationError` on anything unexpected."""
+    return _decode(data, in_list=False)
+
+
+def _decode(data: Buffer, in_list: bool) -> Any:
     header, payload = split_frame(data)
     kind = header.get("kind")
+    if kind == "list":
+        sizes = header.get("sizes")
+        if in_list:
+            raise _bad("a list inside a list")
+        if not (isinstance(sizes, list) and all(type(s) is int and s >= 0 for s in sizes)
+                and sum(sizes) == len(payload)):
+            raise _bad("list sizes")
+        items, offset = [], 0
+        for size in sizes:
+            items.append(_decode(payload[offset:offset + size], in_list=True))
+            offset += size
+        return items
     if kind == "none" and not payload:
         return None
     if kind == "scalar" and not payload:

@@ -193,9 +193,13 @@ def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: A
 @shuffle_static_p.def_type_rule
 def _shuffle_static_rule(in_types: list[ValueType], attrs: dict[str, Any],
                          regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+    """One or more values move along the same routes (several values: one message per
+    route carries all of them); output ``i`` is input ``i`` held by the destinations."""
     op = "simp.shuffle_static"
-    (x,) = in_types
-    src_t = _mp(op, x, "the value")
+    if not in_types:
+        raise MPTypeError(f"{op}: needs at least one value to move")
+    many = len(in_types) > 1
+    srcs = [_mp(op, x, f"value {i}" if many else "the value") for i, x in enumerate(in_types)]
     routes: dict[int, int] = attrs["routes"]
     if not routes:
         raise MPTypeError(f"{op}: routes {{dst: src}} must not be empty")
@@ -204,10 +208,13 @@ def _shuffle_static_rule(in_types: list[ValueType], attrs: dict[str, Any],
             if type(rank) is not int or not 0 <= rank < world_size:
                 raise MPTypeError(f"{op}: {role} {rank!r} is not a party of a "
                                   f"{world_size}-party world")
-        if src_t.pmask is not None and src not in src_t.pmask:
-            raise MPTypeError(f"{op}: route {dst} <- {src} reads from party {src}, "
-                              f"but the value ({src_t}) is held only by {src_t.pmask}")
-    return [MPType(src_t.base, Mask.of(routes))]
+        for i, src_t in enumerate(srcs):
+            if src_t.pmask is not None and src not in src_t.pmask:
+                what = f"value {i}" if many else "the value"
+                raise MPTypeError(f"{op}: route {dst} <- {src} reads from party {src}, "
+                                  f"but {what} ({src_t}) is held only by {src_t.pmask}")
+    dsts = Mask.of(routes)
+    return [MPType(src_t.base, dsts) for src_t in srcs]
 
 
 @function

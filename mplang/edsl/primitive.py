@@ -13,11 +13,41 @@ from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import TraceObject, current_tracer
 from mplang.edsl.typing import ValueType
-from mplang.frontend.errors import MPTypeError
+from mplang.frontend.errors import MPLangError, MPTypeError, MPVerifyError
 from mplang.frontend.registry import ExecutionModel, OpInfo, OpKind, register_op
 
 TypeRule = Callable[[list[ValueType], dict[str, Any], Sequence[Graph], int], list[ValueType]]
 """``rule(input types, attrs, regions, world size) -> output types``; pure, raises MPTypeError."""
+
+
+_PRIMITIVES: dict[str, Primitive] = {}
+
+
+def check_types(graph: Graph, world_size: int) -> None:
+    """Re-derive every op's output types with its type rule (recursively into regions).
+
+    For graphs that did not come from the tracer (loaded or received): raises
+    `MPVerifyError` naming the op when attributes are malformed or types disagree.
+    """
+    for index, op in enumerate(graph.operations):
+        label = f"op #{index} {op.opcode}"
+        prim = _PRIMITIVES.get(op.opcode)
+        if prim is None:
+            raise MPVerifyError(f"{label}: unknown op")
+        for region in op.regions:
+            check_types(region, world_size)
+        try:
+            expected = prim.infer([v.type for v in op.inputs], dict(op.attrs), op.regions,
+                                  world_size)
+        except MPLangError as e:
+            raise MPVerifyError(f"{label}: {e}") from None
+        except Exception as e:
+            raise MPVerifyError(f"{label}: malformed attributes ({type(e).__name__}: {e})"
+                                ) from None
+        found = [v.type for v in op.outputs]
+        if found != list(expected):
+            raise MPVerifyError(f"{label}: outputs are typed ({', '.join(map(str, found))}) but "
+                                f"its type rule gives ({', '.join(map(str, expected))})")
 
 
 class Primitive:
@@ -35,6 +65,7 @@ class Primitive:
         self.name = name
         self.info = OpInfo(name, name.split(".")[0], kind, execution_model, side_effects, doc)
         register_op(self.info)
+        _PRIMITIVES[name] = self
         self._type_rule: TypeRule | None = None
 
     def def_type_rule(self, rule: TypeRule) -> TypeRule:

@@ -9,12 +9,13 @@ from typing import Any
 
 from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
+from mplang.edsl.primitive import check_types
 from mplang.edsl.printer import format_graph
 from mplang.edsl.pytree import TreeDef
 from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
 from mplang.edsl.tracer import Tracer, trace_function
 from mplang.edsl.typing import ValueType
-from mplang.frontend.errors import MPSerializationError
+from mplang.frontend.errors import MPSerializationError, MPVerifyError
 
 
 @dataclass(eq=False)
@@ -68,7 +69,11 @@ class Program:
             raise MPSerializationError("output tree does not match the graph outputs")
         if not all(d is None or isinstance(d, str) for d in out_devices):
             raise MPSerializationError("malformed program metadata: output devices")
-        graph.verify()
+        try:
+            graph.verify()
+            check_types(graph, world_size)
+        except MPVerifyError as e:
+            raise MPSerializationError(f"invalid program: {e}") from None
         return Program(graph, out_tree, world_size, name, out_devices)
 
     def save(self, path: str | os.PathLike[str]) -> None:

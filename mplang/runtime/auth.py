@@ -127,9 +127,12 @@ class BodyChecker:
 class Verifier:
     """Checks signatures; remembers nonces for the accepted clock window."""
 
-    def __init__(self, secret: bytes, window_s: float = 120.0):
+    def __init__(self, secret: bytes, window_s: float = 120.0, not_before: float | None = None):
         self._secret = secret
         self.window_s = window_s
+        self.not_before = not_before
+        """Requests signed before this time are refused: nonces seen by an earlier
+        process serving the same endpoint are not known here."""
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -149,6 +152,8 @@ class Verifier:
             raise AuthError("invalid timestamp", 401) from None
         if age > self.window_s:
             raise AuthError("request timestamp outside the accepted window", 401)
+        if self.not_before is not None and float(timestamp) < self.not_before:
+            raise AuthError("request signed before this worker started (a replay)", 403)
         now = time.monotonic()
         with self._lock:
             if nonce in self._seen:

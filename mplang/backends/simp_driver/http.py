@@ -67,6 +67,11 @@ class SimpHttpDriver(SimpDriver):
         try:
             response = post(self._client, self._signer, self._urls[rank], "/run", parts,
                             timeout=self._run_timeout)
+        except httpx.HTTPStatusError as e:
+            status = e.response.status_code
+            hint = " (check the cluster secret)" if status in (401, 403) else ""
+            raise MPRuntimeError(f"{self._where(rank)} refused to run {what}: {status} "
+                                 f"{e.response.text[:300]}{hint}", party=rank) from e
         except httpx.HTTPError as e:
             raise MPRuntimeError(f"{self._where(rank)} failed while running {what}: the "
                                  f"connection was lost or refused ({type(e).__name__}: {e})",

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -40,12 +41,14 @@ from mplang.backends.wire import (
 )
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.primitive import check_types
 from mplang.edsl.serde import decode_graph_bundle
 from mplang.frontend.errors import (
     MPCommunicationError,
     MPLangError,
     MPRuntimeError,
     MPSerializationError,
+    MPVerifyError,
 )
 from mplang.runtime.auth import AuthError, Signer, Verifier
 from mplang.runtime.object_store import ObjectStore
@@ -119,7 +122,7 @@ class WorkerServer:
         self.rank = cluster.rank_of(node)
         self.node = node
         self.max_body = max_body
-        self.verifier = Verifier(secret)
+        self.verifier = Verifier(secret, not_before=time.time())
         self.mailbox = Mailbox(self.rank)
         self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0),
                                    verify=cluster.client_verify(),
@@ -192,7 +195,11 @@ def create_app(server: WorkerServer) -> FastAPI:
         exec_id, scope = _require_str(header, "exec"), _require_str(header, "scope")
         inputs = _str_or_none_list(header.get("inputs"), "inputs")
         graph, _ = decode_graph_bundle(payload, max_bytes=server.max_body)
-        graph.verify()
+        try:
+            graph.verify()
+            check_types(graph, server.cluster.world_size)
+        except MPVerifyError as e:
+            raise MPSerializationError(f"invalid program: {e}") from None
         server.check_kernels(graph)
         if len(inputs) != len(graph.inputs):
             raise MPSerializationError("the number of inputs does not match the graph")

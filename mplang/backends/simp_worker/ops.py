@@ -54,23 +54,32 @@ def _pcall(interp: Interpreter, op: Operation, args: list[Any], key: str) -> lis
 
 @KERNELS.register("simp.shuffle_static")
 def _shuffle_static(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    """Each route carries one message: the value itself, or the list of all N values."""
     worker = _worker(interp)
-    (x,) = args
     tag = (interp.exec_id, key)
     routes: dict[int, int] = op.attrs["routes"]
+    count = len(args)
+    missing = next((i for i, x in enumerate(args) if x is None), None)
+    what = "a value" if count == 1 else f"value {missing}, which"  # used if missing is set
     for dst, src in routes.items():
         if src == worker.rank and dst != src:
-            if x is None:
-                raise _fail(worker, op, f"must send to party {dst} a value it does not hold")
-            worker.communicator.send(dst, tag, x)
+            if missing is not None:
+                raise _fail(worker, op, f"must send to party {dst} {what} it does not hold")
+            worker.communicator.send(dst, tag, args[0] if count == 1 else list(args))
     source = routes.get(worker.rank)
     if source is None:
-        return [None]
+        return [None] * count
     if source == worker.rank:
-        if x is None:
-            raise _fail(worker, op, "must keep a value it does not hold")
-        return [x]
-    return [worker.communicator.recv(source, tag)]
+        if missing is not None:
+            raise _fail(worker, op, f"must keep {what} it does not hold")
+        return list(args)
+    message = worker.communicator.recv(source, tag)
+    if count == 1:
+        return [message]
+    if not isinstance(message, list) or len(message) != count:
+        raise _fail(worker, op, f"expected {count} values from party {source}, got "
+                                f"{len(message) if isinstance(message, list) else 'one'}")
+    return list(message)
 
 
 @KERNELS.register("simp.shuffle")

@@ -1,0 +1,84 @@
+"""Fixtures of the HTTP runtime tests.
+
+``local_cluster`` starts one 3-node `LocalCluster` (worker processes on free
+loopback ports; PPUs P0..P2, ABY3 SPU SP0) for the whole session;
+``http_driver`` is an `mp.Driver` for it and ``sim_ctx`` a simulator of the same
+spec. ``ctx`` is each of the two (``"sim"`` / ``"http"``). Tests that kill a
+worker restart it before they return, so the cluster stays whole.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import mplang as mp
+from mplang.runtime.local_cluster import LocalCluster
+
+
+def _support() -> ModuleType:
+    name = "_mplang_http_tests_support"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name,
+                                                      Path(__file__).with_name("support.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+support = _support()
+
+
+@pytest.fixture(scope="session")
+def cluster_spec() -> mp.ClusterSpec:
+    return support.make_spec(support.free_ports(3))
+
+
+@pytest.fixture(scope="session")
+def local_cluster(cluster_spec: mp.ClusterSpec) -> Iterator[LocalCluster]:
+    """The shared worker processes; all of them are stopped at the end of the session."""
+    cluster = LocalCluster(cluster_spec, support.SECRET)
+    try:
+        cluster.start(timeout=60)
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def http_driver(local_cluster: LocalCluster) -> Iterator[mp.Driver]:
+    # bounded waits: a hung worker fails a test instead of stalling the session
+    driver = mp.Driver(local_cluster.cluster, secret=support.SECRET, timeout=30.0,
+                       run_timeout=120.0)
+    try:
+        yield driver
+    finally:
+        driver.close()
+
+
+@pytest.fixture(scope="session")
+def sim_ctx(cluster_spec: mp.ClusterSpec) -> Iterator[mp.Simulator]:
+    simulator = mp.Simulator(cluster_spec)
+    try:
+        yield simulator
+    finally:
+        simulator.close()
+
+
+@pytest.fixture(params=["sim", "http"])
+def ctx(request: pytest.FixtureRequest) -> mp.Simulator | mp.Driver:
+    """The in-memory simulator and the HTTP driver, over the same cluster spec."""
+    return request.getfixturevalue("sim_ctx" if request.param == "sim" else "http_driver")
+
+
+@pytest.fixture
+def urls(local_cluster: LocalCluster) -> list[str]:
+    """Base URLs of the shared workers, in rank order."""
+    return local_cluster.cluster.base_urls()
