@@ -7,7 +7,8 @@ driver execution modes. Every simulator is closed after its test.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -45,3 +46,18 @@ def mode(request: pytest.FixtureRequest) -> str:
     """``"launch"`` and ``"standard"``, the modes of `mp.evaluate`."""
     return str(request.param)
 
+
+
+def _eventually(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.fixture
+def eventually() -> Callable[..., bool]:
+    """Poll a condition until it holds: parties free collected objects asynchronously."""
+    return _eventually

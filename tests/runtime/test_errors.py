@@ -152,10 +152,10 @@ def test_a_failed_evaluation_leaves_nothing_in_the_stores(sim: mp.Simulator, mod
         return y, y * 2
 
     gc.collect()
+    time.sleep(0.1)  # let objects of earlier tests be freed
     before = [len(w.store) for w in sim.mesh.workers]
     with pytest.raises(mp.MPRuntimeError):
         mp.evaluate(sim, prog, mode=mode)
-    gc.collect()
     assert [len(w.store) for w in sim.mesh.workers] == before
 
 

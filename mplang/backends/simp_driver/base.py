@@ -8,6 +8,7 @@ dispatches each simp op to the workers (seed 001).
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 import time
@@ -86,6 +87,28 @@ class SimpDriver(ExecutionContext, ABC):
         self._runs: dict[str, RunOptions] = {}
         """Options of the executions in flight, by execution id."""
         self.scheduler = Scheduler(64, "mplang-driver")
+        self._garbage: queue.SimpleQueue[Sequence[str | None] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._collect_garbage, name="mplang-collector",
+                         daemon=True).start()
+
+    def discard(self, uris: Sequence[str | None]) -> None:
+        """Called by a collected `DriverObject`'s finalizer: only queues its URIs.
+
+        A finalizer may run inside any allocation, while this thread holds a
+        lock (an executor's, a store's); so the release happens on the
+        collector thread, never here.
+        """
+        self._garbage.put(uris)
+
+    def _collect_garbage(self) -> None:
+        while (uris := self._garbage.get()) is not None:
+            try:
+                self.release(uris)
+            except Exception:  # freeing is best effort; keep collecting
+                continue
+
+    def stop_collector(self) -> None:
+        self._garbage.put(None)
 
     def run_options(self, exec_id: str) -> RunOptions:
         with self._lock:
@@ -252,4 +275,4 @@ class SimpDriver(ExecutionContext, ABC):
 
     def _handle(self, var: HostVar, vtype: Any, device: str | None) -> DriverObject:
         self._retain(var)
-        return DriverObject(self, var, vtype, self.release, device)
+        return DriverObject(self, var, vtype, self.discard, device)

@@ -136,6 +136,7 @@ class SimpHttpDriver(SimpDriver):
             self._closed = True
             self._pool.shutdown(wait=True, cancel_futures=True)
             self.scheduler.shutdown()
+            self.stop_collector()
             self._client.close()
 
     def __repr__(self) -> str:

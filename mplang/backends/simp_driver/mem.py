@@ -63,6 +63,7 @@ class SimpMemDriver(SimpDriver):
             self._closed = True
             self._pool.shutdown(wait=True, cancel_futures=True)
             self.scheduler.shutdown()
+            self.stop_collector()
             self.mesh.close()
 
 
