@@ -93,21 +93,11 @@ CASES = [c for c in programs.CASES if c.name in
          ("shuffles", "cond_and_while", "device_level", "pcall_chains", "dead_code",
           "duplicated", "millionaire")]
 
-REPEATED_OPERAND = pytest.mark.xfail(
-    strict=True, raises=mp.MPRuntimeError,
-    reason="known driver bug, not a pass bug: standard mode dispatches an op as the graph "
-           "Graph(op.inputs, [op], op.outputs), which lists a value twice when the op reads "
-           "it twice (already `x * x` on simp values); HTTP workers refuse that graph "
-           "(mplang/backends/simp_driver/ops.py::_dispatch). CSE makes `a + b` read one value "
-           "twice once b is found to equal a.")
-
-
 def _params() -> list[Any]:
     params = []
     for case in CASES:
         for mode in ("launch", "standard"):
-            marks = [REPEATED_OPERAND] if (case.name, mode) == ("duplicated", "standard") else []
-            params.append(pytest.param(case, mode, id=f"{case.name}-{mode}", marks=marks))
+            params.append(pytest.param(case, mode, id=f"{case.name}-{mode}"))
     return params
 
 
@@ -119,9 +109,8 @@ def test_optimized_programs_over_http(driver: mp.Driver, case: Any, mode: str) -
         programs.run(driver, program, inputs, mode)
 
 
-@REPEATED_OPERAND
 def test_repeated_operand_in_standard_mode_without_any_pass(driver: mp.Driver) -> None:
-    """The driver bug above, with no optimization involved."""
+    """An op reading one value twice is dispatched correctly in standard mode over HTTP."""
     def square() -> Any:
         x = simp.constant((0,), np.float32(3.0))
         return x * x

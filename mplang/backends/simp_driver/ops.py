@@ -56,9 +56,11 @@ def _participants(op: Operation, args: list[HostVar], world_size: int) -> list[i
 
 def _dispatch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     driver = _driver(interp)
-    graph = Graph(list(op.inputs), [op], list(op.outputs))
+    # an op may read one value twice (x * x); the one-op graph lists each input once
+    unique = dict(zip(op.inputs, args, strict=True))
+    graph = Graph(list(unique), [op], list(op.outputs))
     parties = _participants(op, args, driver.world_size)
-    return driver.run_on_parties(graph, args, interp.exec_id, key, parties)
+    return driver.run_on_parties(graph, list(unique.values()), interp.exec_id, key, parties)
 
 
 
