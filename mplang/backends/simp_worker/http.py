@@ -40,6 +40,7 @@ from mplang.backends.wire import (
     split_frame,
 )
 from mplang.device.cluster import ClusterSpec
+from mplang.dialects.common import LRUCache
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.primitive import check_types
 from mplang.edsl.serde import decode_graph_bundle
@@ -133,6 +134,7 @@ class WorkerServer:
                                  WORKER_KERNELS,
                                  {"spu": SpuState(ChannelLinkFactory(communicator, timeout))})
         self.pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix=f"mplang-{node}")
+        self._programs = LRUCache(64)
 
     async def authenticated_body(self, request: Request) -> tuple[bytes, str]:
         """The request body and its authenticated sender (raises `AuthError`)."""
@@ -147,6 +149,21 @@ class WorkerServer:
                 raise AuthError(f"body exceeds the {self.max_body} byte limit", 413)
             checker.feed(chunk)
         return checker.finish(), sender
+
+    def program(self, payload: memoryview) -> Graph:
+        """The decoded, verified and type-checked graph (cached per distinct payload)."""
+        key = bytes(payload)
+        graph: Graph | None = self._programs.lookup(key)
+        if graph is None:
+            graph, _ = decode_graph_bundle(payload, max_bytes=self.max_body)
+            try:
+                graph.verify()
+                check_types(graph, self.cluster.world_size)
+            except MPVerifyError as e:
+                raise MPSerializationError(f"invalid program: {e}") from None
+            self.check_kernels(graph)
+            self._programs.store(key, graph)
+        return graph
 
     def check_kernels(self, graph: Graph) -> None:
         for op in graph.walk():
@@ -194,13 +211,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         header, payload = split_frame((await server.authenticated_body(request))[0])
         exec_id, scope = _require_str(header, "exec"), _require_str(header, "scope")
         inputs = _str_or_none_list(header.get("inputs"), "inputs")
-        graph, _ = decode_graph_bundle(payload, max_bytes=server.max_body)
-        try:
-            graph.verify()
-            check_types(graph, server.cluster.world_size)
-        except MPVerifyError as e:
-            raise MPSerializationError(f"invalid program: {e}") from None
-        server.check_kernels(graph)
+        graph = server.program(payload)
         if len(inputs) != len(graph.inputs):
             raise MPSerializationError("the number of inputs does not match the graph")
         loop = asyncio.get_running_loop()
