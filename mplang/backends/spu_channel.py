@@ -12,6 +12,7 @@ from typing import Any
 import spu.libspu as libspu
 
 from mplang.backends.simp_worker.state import Communicator
+from mplang.backends.spu_impl import link_desc
 from mplang.dialects.spu import SpuConfig
 
 
@@ -68,11 +69,7 @@ class ChannelLinkFactory:
         self.recv_timeout_ms = int(recv_timeout_s * 1000)
 
     def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
-        desc = libspu.link.Desc()
-        desc.id = f"{exec_id}{key}"
-        desc.recv_timeout_ms = self.recv_timeout_ms
-        for rank in config.members:
-            desc.add_party(f"party{rank}", f"channel:{rank}")
+        desc = link_desc(config, exec_id, key, self.recv_timeout_ms, "channel")
         channels = [None if i == member_index else
                     _CommChannel(self.communicator, rank, exec_id, f"spu{key}")
                     for i, rank in enumerate(config.members)]

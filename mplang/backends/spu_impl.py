@@ -81,12 +81,19 @@ class MemLinkFactory:
         self.recv_timeout_ms = int(recv_timeout_s * 1000)
 
     def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
-        desc = libspu.link.Desc()
-        desc.id = f"{exec_id}{key}"
-        desc.recv_timeout_ms = self.recv_timeout_ms
-        for rank in config.members:
-            desc.add_party(f"party{rank}", f"mem:{rank}")
+        desc = link_desc(config, exec_id, key, self.recv_timeout_ms, "mem")
         return libspu.link.create_mem(desc, member_index)
+
+
+def link_desc(config: SpuConfig, exec_id: str, key: str, recv_timeout_ms: int,
+              transport: str) -> Any:
+    """The libspu link description of one run of an SPU op among ``config``'s members."""
+    desc = libspu.link.Desc()
+    desc.id = f"{exec_id}{key}"
+    desc.recv_timeout_ms = recv_timeout_ms
+    for rank in config.members:
+        desc.add_party(f"party{rank}", f"{transport}:{rank}")
+    return desc
 
 
 class SpuState:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mplang.backends.control_flow import run_while
 from mplang.backends.func_impl import call_region
 from mplang.backends.simp_driver.values import HostVar
 from mplang.edsl.graph import Graph, Operation
@@ -99,17 +100,8 @@ def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str)
 
 @STANDARD.register("simp.while_loop")
 def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    cond_g, body_g = op.regions
-    num_state = len(body_g.outputs)
-    state, captured = list(args[:num_state]), list(args[num_state:])
-    iteration = 0
-    while True:
-        scope = f"{key}/i{iteration}"
-        (pred,) = interp.run(cond_g, state + captured, scope + "/c")
-        if not _uniform_predicate(interp, op, pred, True):
-            return state
-        state = interp.run(body_g, state + captured, scope + "/b")
-        iteration += 1
+    return run_while(interp, op, args, key,
+                     lambda pred, scope: _uniform_predicate(interp, op, pred, True))
 
 
 STANDARD.register("func.call")(call_region)

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from mplang.backends.control_flow import run_while
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import Mask
@@ -149,14 +150,5 @@ def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str)
 
 @KERNELS.register("simp.while_loop")
 def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    cond_g, body_g = op.regions
-    num_state = len(body_g.outputs)
-    state, captured = list(args[:num_state]), list(args[num_state:])
-    iteration = 0
-    while True:
-        scope = f"{key}/i{iteration}"
-        (pred,) = interp.run(cond_g, state + captured, scope + "/c")
-        if not _uniform_predicate(interp, op, pred, scope + "/pred", True):
-            return state
-        state = interp.run(body_g, state + captured, scope + "/b")
-        iteration += 1
+    return run_while(interp, op, args, key, lambda pred, scope: _uniform_predicate(
+        interp, op, pred, scope + "/pred", True))
