@@ -9,31 +9,13 @@ worker restart it before they return, so the cluster stays whole.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 import mplang as mp
 from mplang.runtime.local_cluster import LocalCluster
-
-
-def _support() -> ModuleType:
-    name = "_mplang_http_tests_support"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name,
-                                                      Path(__file__).with_name("support.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-support = _support()
+from tests.http import support
 
 
 @pytest.fixture(scope="session")

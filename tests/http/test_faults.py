@@ -9,16 +9,13 @@ joins the next program.
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jax.numpy as jnp
@@ -30,21 +27,8 @@ from jax import lax
 import mplang as mp
 from mplang import simp, tensor
 from mplang.runtime.local_cluster import LocalCluster
+from tests.http import support
 
-
-def _sibling(name: str) -> ModuleType:
-    module_name = f"_mplang_http_tests_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name,
-                                                      Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
-
-
-support = _sibling("support")
 FAIL_WITHIN_S = 30.0
 
 

@@ -5,17 +5,14 @@ every worker on Ctrl-C (SIGINT), leaving their ports free."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import queue
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 
 import httpx
 import pytest
@@ -23,21 +20,7 @@ import yaml
 
 import mplang as mp
 from mplang import simp
-
-
-def _sibling(name: str) -> ModuleType:
-    module_name = f"_mplang_http_tests_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name,
-                                                      Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
-
-
-support = _sibling("support")
+from tests.http import support
 
 
 def _children(pid: int) -> list[int]:

@@ -9,10 +9,7 @@ a 16 MiB array crosses between workers and back to the driver bit-exact.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -23,22 +20,8 @@ from mplang import simp
 from mplang.backends.wire import encode_value
 from mplang.edsl.pytree import tree_flatten
 from mplang.runtime.local_cluster import LocalCluster
+from tests.http import programs, support
 
-
-def _sibling(name: str) -> ModuleType:
-    module_name = f"_mplang_http_tests_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name,
-                                                      Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
-
-
-programs = _sibling("programs")
-support = _sibling("support")
 Case = Any
 
 

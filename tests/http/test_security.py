@@ -22,7 +22,6 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
@@ -44,21 +43,10 @@ with warnings.catch_warnings():  # Starlette's notice about its httpx-based clie
     from fastapi.testclient import TestClient
 
 
-def _sibling(name: str) -> ModuleType:
-    import importlib.util
-
-    module_name = f"_mplang_http_tests_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name,
-                                                      Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
 
 
-support = _sibling("support")
+from tests.http import support
+
 SECRET = support.SECRET
 ENDPOINTS = support.ENDPOINTS
 

@@ -9,12 +9,8 @@ of ``ClusterSpec.simple(3)``) serves the whole module.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import socket
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -23,23 +19,9 @@ import pytest
 import mplang as mp
 from mplang import simp
 from mplang.runtime.local_cluster import LocalCluster
+from tests.passes import programs
 
 SECRET = b"mplang-pass-tests-" + b"0d9b4e7a21c6f358"
-
-
-def _sibling(name: str) -> ModuleType:
-    module_name = f"_mplang_pass_tests_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name,
-                                                      Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
-
-
-programs = _sibling("programs")
 
 
 def _spec(n: int) -> mp.ClusterSpec:

@@ -8,11 +8,7 @@ transformed program survives a save/load round trip, and running it on a
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,22 +17,7 @@ import mplang as mp
 from mplang import passes
 from mplang.edsl.graph import Graph
 from mplang.edsl.printer import format_graph
-
-
-def _sibling(name: str) -> ModuleType:
-    """Import ``tests/passes/<name>.py`` (the suite imports test files with importlib)."""
-    module_name = f"_mplang_pass_tests_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name,
-                                                      Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
-
-
-programs = _sibling("programs")
+from tests.passes import programs
 
 TRANSFORMS: dict[str, Callable[[mp.Program], mp.Program]] = {
     **{fn.__name__: (lambda p, fn=fn: mp.Program(fn(p.graph), p.out_tree, p.world_size, p.name,

@@ -3,11 +3,7 @@ result comparison used by the pass tests catches a pass that changes results."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -16,21 +12,8 @@ import pytest
 import mplang as mp
 from mplang import passes, simp
 from mplang.edsl.graph import Graph, Operation, Value
+from tests.passes import programs
 
-
-def _sibling(name: str) -> ModuleType:
-    module_name = f"_mplang_pass_tests_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name,
-                                                      Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
-
-
-programs = _sibling("programs")
 W = programs.WORLD
 
 
