@@ -8,6 +8,7 @@ dispatches each simp op to the workers (seed 001).
 
 from __future__ import annotations
 
+import itertools
 import queue
 import sys
 import threading
@@ -85,6 +86,9 @@ class SimpDriver(ExecutionContext, ABC):
         self._refs: Counter[str] = Counter()
         self._created: dict[str, list[HostVar]] = {}
         self._runs: dict[str, RunOptions] = {}
+        self._run_prefix = f"{uuid.uuid4().hex[:16]}-"
+        self._run_ids = itertools.count()
+        """Execution ids: unique per driver (random prefix) and per run (counter)."""
         """Options of the executions in flight, by execution id."""
         self.scheduler = Scheduler(64, "mplang-driver")
         self._garbage: queue.SimpleQueue[Sequence[str | None] | None] = queue.SimpleQueue()
@@ -119,6 +123,12 @@ class SimpDriver(ExecutionContext, ABC):
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
                scope: str) -> Future[list[str | None]]:
         """Run ``graph`` on party ``rank``; the future gives the URIs of its outputs."""
+
+    def submit_here(self, rank: int, graph: Graph, input_uris: Sequence[str | None],
+                    exec_id: str, scope: str) -> Future[list[str | None]]:
+        """Like `submit`, for a run on one party alone; transports may run it in the
+        calling thread (no thread hand-off)."""
+        return self.submit(rank, graph, input_uris, exec_id, scope)
 
     @abstractmethod
     def fetch(self, rank: int, uri: str) -> Future[Any]:
@@ -179,7 +189,8 @@ class SimpDriver(ExecutionContext, ABC):
                        parties: Sequence[int] | None = None) -> list[HostVar]:
         """Run ``graph`` on ``parties`` (default: all); one HostVar per graph output."""
         ranks = range(self.world_size) if parties is None else parties
-        futures = [self.submit(r, graph, [a.uris[r] for a in args], exec_id, scope) for r in ranks]
+        submit = self.submit_here if len(ranks) == 1 else self.submit
+        futures = [submit(r, graph, [a.uris[r] for a in args], exec_id, scope) for r in ranks]
         try:
             results = self.collect(futures, exec_id)
         except BaseException:
@@ -252,7 +263,7 @@ class SimpDriver(ExecutionContext, ABC):
         kernels = DRIVER_KERNELS.get(mode)
         if kernels is None:
             raise MPLangError(f"unknown mode {mode!r}; use 'launch' or 'standard'")
-        exec_id = uuid.uuid4().hex
+        exec_id = f"{self._run_prefix}{next(self._run_ids)}"
         reporter = _reporter(progress, program.name)
         interp = Interpreter(kernels, {"simp": self}, party=None, exec_id=exec_id,
                              on_op=None if reporter is None else

@@ -51,7 +51,7 @@ from mplang.frontend.errors import (
     MPSerializationError,
     MPVerifyError,
 )
-from mplang.runtime.auth import AuthError, Signer, Verifier
+from mplang.runtime.auth import TAG_SIZE, AuthError, Signer, Verifier
 from mplang.runtime.object_store import ObjectStore
 
 log = logging.getLogger("mplang.worker")
@@ -89,6 +89,7 @@ def post(client: httpx.Client, signer: Signer, base_url: str, path: str,
     headers = signer.headers("POST", path)
     body = cast(Iterable[bytes], signer.body(headers, parts))  # httpx sends memoryviews as is
     headers["content-type"] = "application/octet-stream"
+    headers["content-length"] = str(sum(memoryview(p).nbytes for p in parts) + TAG_SIZE)
     kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     response = client.post(base_url + path, content=body, headers=headers, **kwargs)
     if 400 <= response.status_code < 500:
