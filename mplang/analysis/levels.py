@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from mplang.analysis.usedef import UseDef, build_use_def
-from mplang.edsl.graph import Graph
+from mplang.edsl.graph import Graph, effect_order
+from mplang.edsl.graph import op_dependencies as graph_op_dependencies
 from mplang.frontend.errors import MPVerifyError
-from mplang.frontend.registry import get_op, is_registered
 
 
 @dataclass(frozen=True)
@@ -29,26 +28,11 @@ class Dependencies:
     """The previous op with side effects, for ops that have side effects."""
 
 
-def has_side_effects(opcode: str) -> bool:
-    return is_registered(opcode) and get_op(opcode).side_effects
-
-
-def op_dependencies(graph: Graph, use_def: UseDef | None = None) -> Dependencies:
-    """The dependencies of ``graph``'s ops (data, then effect order)."""
-    use_def = use_def or build_use_def(graph)
-    preds: list[tuple[int, ...]] = []
-    effect_preds: list[int | None] = []
-    last_effect: int | None = None
-    for index, op in enumerate(graph.operations):
-        mine = set(use_def.operands_of(index))
-        effect: int | None = None
-        if has_side_effects(op.opcode):
-            effect = last_effect
-            if last_effect is not None:
-                mine.add(last_effect)
-            last_effect = index
-        preds.append(tuple(sorted(mine)))
-        effect_preds.append(effect)
+def op_dependencies(graph: Graph) -> Dependencies:
+    """The dependencies of ``graph``'s ops (data, then effect order), as the scheduler
+    runs them (`mplang.edsl.graph.op_dependencies`)."""
+    preds = [tuple(sorted(d)) for d in graph_op_dependencies(graph.operations)]
+    effect_preds = effect_order(graph.operations)
     succs: list[list[int]] = [[] for _ in graph.operations]
     for index, mine_preds in enumerate(preds):
         for p in mine_preds:

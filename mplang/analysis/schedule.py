@@ -117,7 +117,7 @@ REGION_RULES: dict[str, RegionRule] = {
 def schedule(graph: Graph, model: CostModel) -> GraphSchedule:
     """Analyse ``graph`` and, recursively, its regions under ``model``."""
     use_def = build_use_def(graph)
-    deps = op_dependencies(graph, use_def)
+    deps = op_dependencies(graph)
     level = op_levels(graph, deps)  # also rejects dependency cycles
     estimates: list[OpEstimate] = []
     regions: dict[int, tuple[GraphSchedule, ...]] = {}

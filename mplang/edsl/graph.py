@@ -9,13 +9,13 @@ outer values arrive as explicit region inputs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mplang.edsl.typing import ValueType
 from mplang.frontend.errors import MPVerifyError
-from mplang.frontend.registry import is_registered
+from mplang.frontend.registry import get_op, is_registered
 
 
 @dataclass(eq=False)
@@ -64,6 +64,46 @@ class Graph:
     def verify(self) -> None:
         """Check SSA well-formedness; raise `MPVerifyError` naming the offending op."""
         _verify(self, "graph")
+
+
+def has_effects(op: Operation) -> bool:
+    """Whether ``op`` or any op of its regions has side effects (unknown ops do)."""
+    if not is_registered(op.opcode) or get_op(op.opcode).side_effects:
+        return True
+    return any(has_effects(inner) for region in op.regions for inner in region.operations)
+
+
+def effect_order(ops: Sequence[Operation]) -> list[int | None]:
+    """For each op with effects, the index of the previous op with effects (else None).
+
+    Ops with effects keep their program order: each waits for that op.
+    """
+    previous: list[int | None] = []
+    last: int | None = None
+    for index, op in enumerate(ops):
+        if has_effects(op):
+            previous.append(last)
+            last = index
+        else:
+            previous.append(None)
+    return previous
+
+
+def op_dependencies(ops: Sequence[Operation]) -> list[set[int]]:
+    """For each op, the indices of the ops it must follow: the definers of its inputs
+    and, for an op with effects, the previous op with effects.
+
+    Definers count wherever they stand in ``ops``, so an op list out of order
+    (or with a cycle) shows its true dependencies.
+    """
+    producer = {v: index for index, op in enumerate(ops) for v in op.outputs}
+    deps: list[set[int]] = []
+    for op, effect in zip(ops, effect_order(ops), strict=True):
+        mine = {producer[v] for v in op.inputs if v in producer}
+        if effect is not None:
+            mine.add(effect)
+        deps.append(mine)
+    return deps
 
 
 def _verify(graph: Graph, where: str) -> None:

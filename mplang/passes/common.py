@@ -11,20 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.graph import Graph, Operation, Value, op_dependencies
 from mplang.frontend.registry import get_op, is_registered
 
 _LOCAL_SIMP_OPS = frozenset(["simp.constant", "simp.prank", "simp.converge"])
 """Simp-level ops whose kernels exchange no message between parties."""
 _LOCAL_CALLS = frozenset(["simp.pcall", "func.call"])
 """Ops that run their region in place: local when every op of the region is."""
-
-
-def has_effects(op: Operation) -> bool:
-    """Whether ``op`` or any op of its regions has side effects (unknown ops do)."""
-    if not is_registered(op.opcode) or get_op(op.opcode).side_effects:
-        return True
-    return any(has_effects(inner) for region in op.regions for inner in region.operations)
 
 
 def is_local(op: Operation) -> bool:
@@ -141,28 +134,10 @@ def graphs_equivalent(a: Graph, b: Graph) -> bool:
 # ---------------------------------------------------------------- dependencies
 
 
-def dependencies(ops: Sequence[Operation]) -> list[set[int]]:
-    """For each op, the indices of the ops it must follow: the definers of its
-    inputs and, for an op with effects, the previous op with effects."""
-    producer: dict[Value, int] = {}
-    deps: list[set[int]] = []
-    last_effect: int | None = None
-    for index, op in enumerate(ops):
-        mine = {producer[v] for v in op.inputs if v in producer}
-        if has_effects(op):
-            if last_effect is not None:
-                mine.add(last_effect)
-            last_effect = index
-        deps.append(mine)
-        for v in op.outputs:
-            producer[v] = index
-    return deps
-
-
 def rounds(ops: Sequence[Operation], deps: Sequence[set[int]] | None = None) -> list[int]:
     """For each op, the most communicating ops on any dependency path that ends at it
     (the op itself excluded): the communication round in which it can start."""
-    deps = dependencies(ops) if deps is None else deps
+    deps = op_dependencies(ops) if deps is None else deps
     result: list[int] = []
     for index in range(len(ops)):
         result.append(max((result[d] + (not is_local(ops[d])) for d in deps[index]),
@@ -188,16 +163,9 @@ def stable_topological_order(ops: Sequence[Operation], keys: Sequence[float]
     (the dependencies have a cycle).
     """
     ranked = [ops[i] for i in sorted(range(len(ops)), key=lambda i: keys[i])]
-    producer = {v: index for index, op in enumerate(ranked) for v in op.outputs}
     followers: list[list[int]] = [[] for _ in ranked]
     waiting = [0] * len(ranked)
-    last_effect: int | None = None
-    for index, op in enumerate(ranked):
-        mine = {producer[v] for v in op.inputs if v in producer}
-        if has_effects(op):
-            if last_effect is not None:
-                mine.add(last_effect)
-            last_effect = index
+    for index, mine in enumerate(op_dependencies(ranked)):
         waiting[index] = len(mine)
         for d in mine:
             followers[d].append(index)

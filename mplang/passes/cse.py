@@ -10,11 +10,10 @@ each graph level is deduplicated on its own (regions included).
 
 from __future__ import annotations
 
-from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.graph import Graph, Operation, Value, has_effects
 from mplang.passes.common import (
     attrs_equal,
     graphs_equivalent,
-    has_effects,
     map_regions,
     rebuild,
     shallow_copy,

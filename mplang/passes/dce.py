@@ -8,8 +8,8 @@ roots, so no op loses an input, an output or a region.
 
 from __future__ import annotations
 
-from mplang.edsl.graph import Graph, Operation, Value
-from mplang.passes.common import has_effects, map_regions, rebuild, shallow_copy
+from mplang.edsl.graph import Graph, Operation, Value, has_effects
+from mplang.passes.common import map_regions, rebuild, shallow_copy
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:

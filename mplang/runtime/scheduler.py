@@ -1,7 +1,7 @@
 """The dataflow scheduler: a bounded thread pool and per-graph dependency plans.
 
-An op runs as soon as its inputs are ready. Ops with side effects keep their
-program order (each depends on the previous effectful op of its graph).
+An op runs as soon as its inputs are ready. Ops with side effects, in their
+regions too, keep their program order (`mplang.edsl.graph.op_dependencies`).
 Graphs without at least two ops that can block (communication, calls with
 regions, control flow, host callbacks) run sequentially: for them a thread hop
 costs more than it could save.
@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from mplang.edsl.graph import Graph, Value
+from mplang.edsl.graph import Graph, op_dependencies
 from mplang.frontend.registry import get_op, is_registered
 
 _BLOCKING_KINDS = frozenset(["communication", "call", "control_flow"])
@@ -48,23 +48,12 @@ def plan(graph: Graph) -> DataflowPlan:
         cached = _PLANS.get(graph)
     if cached is not None:
         return cached
-    producer: dict[Value, int] = {}
-    deps: list[tuple[int, ...]] = []
+    deps = [tuple(sorted(d)) for d in op_dependencies(graph.operations)]
     users: list[list[int]] = [[] for _ in graph.operations]
-    last_effect: int | None = None
-    blocking = 0
-    for index, op in enumerate(graph.operations):
-        mine = {producer[v] for v in op.inputs if v in producer}
-        if is_registered(op.opcode) and get_op(op.opcode).side_effects:
-            if last_effect is not None:
-                mine.add(last_effect)
-            last_effect = index
-        blocking += _may_block(op.opcode)
-        deps.append(tuple(sorted(mine)))
+    for index, mine in enumerate(deps):
         for d in mine:
             users[d].append(index)
-        for v in op.outputs:
-            producer[v] = index
+    blocking = sum(_may_block(op.opcode) for op in graph.operations)
     result = DataflowPlan(tuple(deps), tuple(tuple(u) for u in users), blocking >= 2)
     with _PLANS_LOCK:
         _PLANS[graph] = result

@@ -93,6 +93,14 @@ def test_plan_tracks_dependencies_and_effect_order() -> None:
                       world_size=1).graph.operations[1].regions[0]
     assert plan(body).deps == ((), (0,))  # the second call waits for the first
 
+    def calls_in_regions() -> Any:  # effects inside pcall bodies order the pcalls too
+        x = simp.constant((0,), np.float32(1))
+        return (simp.pcall((0,), lambda v: tensor.pyfunc(lambda t: t, v, out=F32), x),
+                simp.pcall((0,), lambda v: tensor.pyfunc(lambda t: t, v, out=F32), x))
+
+    top = mp.compile(calls_in_regions, world_size=1).graph
+    assert plan(top).deps == ((), (0,), (0, 1))
+
 
 def test_independent_ops_really_overlap() -> None:
     """Four host calls on four parties meet at a barrier: only concurrent execution passes."""
