@@ -17,7 +17,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -78,8 +78,15 @@ class SimpDriver(ExecutionContext, ABC):
 
     dialect_name = "simp"
 
-    def __init__(self, cluster: ClusterSpec, *, default_mode: Mode = "launch"):
+    kind = "driver"
+    """What the context is called in messages ("this driver is closed")."""
+
+    def __init__(self, cluster: ClusterSpec, *, default_mode: Mode = "launch",
+                 pool_size: int = 32, pool_name: str = "mplang-driver"):
         self.cluster = cluster
+        self._pool = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix=pool_name)
+        """Threads that carry requests to the parties."""
+        self._closed = False
         self.world_size = cluster.world_size
         self.default_mode: Mode = default_mode
         self._lock = threading.Lock()
@@ -94,6 +101,22 @@ class SimpDriver(ExecutionContext, ABC):
         self._garbage: queue.SimpleQueue[Sequence[str | None] | None] = queue.SimpleQueue()
         threading.Thread(target=self._collect_garbage, name="mplang-collector",
                          daemon=True).start()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MPLangError(f"this {self.kind} is closed")
+
+    def close(self) -> None:
+        """Stop this context's threads and transport; it cannot run programs afterwards."""
+        if not self._closed:
+            self._closed = True
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self.scheduler.shutdown()
+            self.stop_collector()
+            self._close_transport()
+
+    def _close_transport(self) -> None:
+        """Release what the transport holds (connections, in-process parties)."""
 
     def discard(self, uris: Sequence[str | None]) -> None:
         """Called by a collected `DriverObject`'s finalizer: only queues its URIs.

@@ -6,7 +6,7 @@ import contextlib
 import os
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
@@ -17,7 +17,7 @@ from mplang.backends.wire import decode_value, pack_message
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.frontend.errors import MPCommunicationError, MPLangError, MPRuntimeError
+from mplang.frontend.errors import MPCommunicationError, MPRuntimeError
 from mplang.runtime.auth import Signer, load_secret
 
 DRIVER_NAME = "driver"
@@ -32,19 +32,17 @@ class SimpHttpDriver(SimpDriver):
     def __init__(self, cluster: ClusterSpec, *, secret: bytes | None = None,
                  timeout: float = 30.0, run_timeout: float = 600.0,
                  default_mode: Mode = "launch"):
-        super().__init__(cluster, default_mode=default_mode)
+        super().__init__(cluster, default_mode=default_mode,
+                         pool_size=max(32, 8 * cluster.world_size), pool_name="mplang-driver")
         self._signer = Signer(secret if secret is not None else load_secret(), DRIVER_NAME)
         self._urls = cluster.base_urls()
         self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0),
                                     verify=cluster.client_verify(),
                                     limits=httpx.Limits(max_connections=256,
                                                         max_keepalive_connections=64))
-        self._pool = ThreadPoolExecutor(max_workers=max(32, 8 * self.world_size),
-                                        thread_name_prefix="mplang-driver")
         self._timeout = timeout
         self._run_timeout = run_timeout
         self._encoded: weakref.WeakKeyDictionary[Graph, bytes] = weakref.WeakKeyDictionary()
-        self._closed = False
 
     def _graph_bytes(self, graph: Graph) -> bytes:
         data = self._encoded.get(graph)
@@ -136,18 +134,8 @@ class SimpHttpDriver(SimpDriver):
         for f in futures:
             f.result()
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise MPLangError("this driver is closed")
-
-    def close(self) -> None:
-        """Stop the driver's threads and connections (the workers keep running)."""
-        if not self._closed:
-            self._closed = True
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self.scheduler.shutdown()
-            self.stop_collector()
-            self._client.close()
+    def _close_transport(self) -> None:
+        self._client.close()  # the workers keep running
 
     def __repr__(self) -> str:
         return f"Driver({', '.join(self._urls)})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from mplang.backends.simp_driver.base import Mode, SimpDriver
@@ -12,23 +12,18 @@ from mplang.backends.simp_worker.mem import LocalMesh
 from mplang.backends.simp_worker.network import NetworkModel
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
-from mplang.frontend.errors import MPLangError
 
 
 class SimpMemDriver(SimpDriver):
     """A driver whose parties are threads of this process (in-memory IPC)."""
 
+    kind = "simulator"
+
     def __init__(self, cluster: ClusterSpec, *, timeout: float = 60.0,
                  default_mode: Mode = "launch", network: NetworkModel | None = None):
-        super().__init__(cluster, default_mode=default_mode)
+        super().__init__(cluster, default_mode=default_mode,
+                         pool_size=max(32, 4 * cluster.world_size), pool_name="mplang-party")
         self.mesh = LocalMesh(self.world_size, WORKER_KERNELS, timeout, network)
-        self._pool = ThreadPoolExecutor(max_workers=max(32, 4 * self.world_size),
-                                        thread_name_prefix="mplang-party")
-        self._closed = False
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise MPLangError("this simulator is closed")
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
                scope: str) -> Future[list[str | None]]:
@@ -57,14 +52,8 @@ class SimpMemDriver(SimpDriver):
     def abort(self, exec_id: str, reason: str) -> None:
         self.mesh.abort(exec_id, reason)
 
-    def close(self) -> None:
-        """Stop the party threads; the simulator cannot run programs afterwards."""
-        if not self._closed:
-            self._closed = True
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self.scheduler.shutdown()
-            self.stop_collector()
-            self.mesh.close()
+    def _close_transport(self) -> None:
+        self.mesh.close()
 
 
 class Simulator(SimpMemDriver):
