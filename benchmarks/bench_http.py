@@ -21,6 +21,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from timing import best_of
 
 import mplang as mp
 from mplang import simp
@@ -104,15 +105,6 @@ def latency(drv: mp.Driver, runs: int = 300) -> tuple[float, float]:
     return statistics.median(times), float(np.percentile(times, 99))
 
 
-def best(repeats: int, fn: Any) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def throughput(drv: mp.Driver, repeats: int = 3) -> tuple[float, float]:
     n = NBYTES // 4
     with drv:
@@ -121,8 +113,8 @@ def throughput(drv: mp.Driver, repeats: int = 3) -> tuple[float, float]:
     moved = mp.evaluate(drv, move, big)
     got = mp.fetch(drv, moved)[1]
     assert got.shape == (n,) and got[-1] == n - 1
-    shuffle_s = best(repeats, lambda: mp.evaluate(drv, move, big))
-    fetch_s = best(repeats, lambda: drv.fetch_object(moved))
+    shuffle_s = best_of(repeats, lambda: mp.evaluate(drv, move, big))
+    fetch_s = best_of(repeats, lambda: drv.fetch_object(moved))
     return shuffle_s, fetch_s
 
 

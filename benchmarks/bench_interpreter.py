@@ -17,6 +17,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from timing import best_of
 
 import mplang as mp
 from mplang import simp, tensor
@@ -38,15 +39,6 @@ def chain_program(n: int) -> Callable[[], Any]:
         return simp.pcall((0,), body, x)
 
     return chain
-
-
-def best_of(repeats: int, fn: Callable[[], Any]) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def bench_chain(sim: mp.Simulator, n: int) -> dict[str, float]:

@@ -55,16 +55,6 @@ def data(size: int) -> tuple[np.ndarray, np.ndarray]:
             rng.standard_normal(size).astype(np.float32))
 
 
-def best(repeats: int, fn: Callable[[], Any]) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def alternating_best(repeats: int, a: Callable[[], Any], b: Callable[[], Any]
                      ) -> tuple[float, float]:
     """Best time of each, measured alternately so both see the same machine load."""
