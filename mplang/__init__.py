@@ -3,7 +3,7 @@
 The public API is listed in ``__all__``.
 """
 
-from mplang import simp
+from mplang import builtin, simp
 from mplang.analysis import analyze
 from mplang.api import compile, evaluate, fetch
 from mplang.backends.simp_driver.http import Driver
@@ -24,14 +24,18 @@ from mplang.frontend.errors import (
     MPTypeError,
     MPVerifyError,
 )
-from mplang.frontend.registry import describe, list_ops
+from mplang.frontend.introspect import describe, list_ops
+from mplang.frontend.module import FeModule
 from mplang.passes import optimize
+
+builtin.load()
 
 __all__ = [
     "ClusterSpec",
     "ClusterSpecError",
     "Device",
     "Driver",
+    "FeModule",
     "MPCommunicationError",
     "MPLangError",
     "MPObject",

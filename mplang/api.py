@@ -14,6 +14,7 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program, trace_program
 from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
 from mplang.frontend.errors import MPLangError
+from mplang.runtime.options import Mode, make_options
 
 
 def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,
@@ -39,24 +40,25 @@ def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,
 
 
 def evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program, *args: Any,
-             mode: str | None = None, progress: bool | Callable[[str], None] = False,
-             parallel: bool = True, **kwargs: Any) -> Any:
+             mode: Mode | None = None, progress: bool | Callable[[str], None] = False,
+             parallel: bool = True, timeout: float | None = None, **kwargs: Any) -> Any:
     """Run a function (traced on ``args`` first) or a compiled program in ``ctx``.
 
     A program takes only its runtime inputs (MPLang objects). ``mode`` is
     ``"launch"`` (default: every party runs the whole graph) or ``"standard"``
     (the driver interprets and dispatches op by op). ``progress=True`` prints a
     line per completed op (or pass a callable taking the message).
-    ``parallel=False`` runs one op at a time (see `SimpDriver.run_program`);
-    results are identical either way.
+    ``parallel=False`` runs one op at a time, in standard mode unless ``mode``
+    says otherwise; results are identical either way. ``timeout`` bounds every
+    wait for a message (seconds; default: the context's). The keywords become
+    one `RunOptions` that every interpreter of the run receives.
     """
     if not isinstance(ctx, ExecutionContext):
         raise MPLangError(f"evaluate needs an execution context (e.g. mp.Simulator), got {ctx!r}")
-    options: dict[str, Any] = {} if mode is None else {"mode": mode}
-    if progress:
-        options["progress"] = progress
-    if not parallel:
-        options["parallel"] = False
+    name = fn_or_program.name if isinstance(fn_or_program, Program) \
+        else getattr(fn_or_program, "__name__", "main")
+    options = make_options(name, mode=mode, parallel=parallel, timeout=timeout,
+                           progress=progress)
     if isinstance(fn_or_program, Program):
         if kwargs:
             raise MPLangError("a compiled program takes positional runtime inputs only")
@@ -66,11 +68,11 @@ def evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program,
             raise MPLangError(
                 f"a compiled program takes MPLang objects only; got plain values of types "
                 f"{plain} (compile-time constants are already part of the program)")
-        outputs = ctx.run_program(fn_or_program, leaves, **options)
+        outputs = ctx.run_program(fn_or_program, leaves, options)
         return tree_unflatten(fn_or_program.out_tree, outputs)
     if not builtins.callable(fn_or_program):
         raise MPLangError(f"evaluate takes a function or a Program, got {fn_or_program!r}")
-    return run_function(ctx, fn_or_program, args, kwargs, **options)
+    return run_function(ctx, fn_or_program, args, kwargs, options)
 
 
 def fetch(ctx: ExecutionContext, obj: Any) -> Any:

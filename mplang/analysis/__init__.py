@@ -18,7 +18,6 @@ from mplang.analysis.levels import (
 )
 from mplang.analysis.report import AnalysisReport, OpSummary
 from mplang.analysis.schedule import GraphSchedule, OpEstimate, schedule
-from mplang.analysis.spu_rounds import estimate_spu_rounds
 from mplang.analysis.usedef import GRAPH_INPUT, UseDef, build_use_def
 
 __all__ = [
@@ -33,7 +32,6 @@ __all__ = [
     "UseDef",
     "analyze",
     "build_use_def",
-    "estimate_spu_rounds",
     "independent_sets",
     "op_dependencies",
     "schedule",

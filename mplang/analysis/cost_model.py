@@ -3,28 +3,20 @@
 Local ops (compute, sources) cost ``op_s + element_s * elements`` (inputs plus
 outputs). A message costs ``latency_s + bytes / bandwidth_bytes_per_s``;
 messages of one op that travel in parallel (the routes of a shuffle, the
-shares of a seal) count once. Ops with regions get their cost from their
-regions (see `mplang.analysis.schedule`).
+shares of a seal) count once. An op that communicates states its cost with a
+rule in its traits (`OpTraits.cost`, defined by its dialect). Ops with regions
+get their cost from their regions (see `mplang.analysis.schedule`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mplang.analysis.spu_rounds import estimate_spu_rounds
 from mplang.edsl.graph import Operation, Value
-from mplang.edsl.typing import (
-    BaseType,
-    CiphertextType,
-    MPType,
-    SecretShareType,
-    TensorType,
-    ValueType,
-    numpy_dtype,
-)
-from mplang.frontend.registry import get_op, is_registered
+from mplang.edsl.typing import BaseType, MPType, ValueType, numpy_dtype
+from mplang.frontend.registry import traits_of
 
 
 @dataclass(frozen=True)
@@ -86,97 +78,40 @@ def _base(t: ValueType) -> BaseType:
 
 
 def elements(t: ValueType) -> int:
-    """Tensor elements of a value of type ``t`` (its plaintext for shares and ciphertexts)."""
-    base = _base(t)
-    if isinstance(base, (SecretShareType, CiphertextType)):
-        base = base.plaintext
-    return math.prod(base.shape) if isinstance(base, TensorType) else 0
+    """Tensor elements of a value of type ``t`` (the plaintext of shares and ciphertexts)."""
+    plain = _base(t).plaintext()
+    return 0 if plain is None else math.prod(plain.shape)
 
 
 def value_bytes(t: ValueType, model: CostModel) -> float:
     """Bytes of one party's copy of a value of type ``t``.
 
-    Tensors: itemsize x elements; shares and ciphertexts: ``share_factor`` x
-    their plaintext's bytes; types of unknown size (tables, keys): 0.
+    Tensors: itemsize x elements; shares and ciphertexts (types without a fixed
+    ``expansion``): ``share_factor`` x their plaintext's bytes; types of unknown
+    size (keys): 0.
     """
     base = _base(t)
-    if isinstance(base, TensorType):
-        return float(numpy_dtype(base.dtype).itemsize * math.prod(base.shape))
-    if isinstance(base, (SecretShareType, CiphertextType)):
-        return model.share_factor * value_bytes(base.plaintext, model)
-    return 0.0
+    plain = base.plaintext()
+    if plain is None:
+        return 0.0
+    factor = model.share_factor if base.expansion is None else base.expansion
+    return factor * numpy_dtype(plain.dtype).itemsize * math.prod(plain.shape)
 
 
 def _elements_of(values: tuple[Value, ...]) -> int:
     return sum(elements(v.type) for v in values)
 
 
-def _local(op: Operation, model: CostModel) -> OpCost:
+def local_cost(op: Operation, model: CostModel) -> OpCost:
+    """The cost of a local op: fixed plus per element of its inputs and outputs."""
     return OpCost(model.local_s(_elements_of(op.inputs) + _elements_of(op.outputs)))
 
 
-def _bytes_of(values: tuple[Value, ...], model: CostModel) -> float:
-    return sum(value_bytes(v.type, model) for v in values)
-
-
-def _shuffle_static(op: Operation, model: CostModel) -> OpCost:
-    """One message per route, all routes at once; several values share each message."""
-    routes: Mapping[int, int] = op.attrs["routes"]
-    if all(dst == src for dst, src in routes.items()):
-        return OpCost(0.0)
-    return OpCost(model.message_s(_bytes_of(op.inputs, model)), 1)
-
-
-def _shuffle(op: Operation, model: CostModel) -> OpCost:
-    x, index = op.inputs
-    ask, give = value_bytes(index.type, model), value_bytes(x.type, model)
-    return OpCost(model.message_s(ask) + model.message_s(give), 2)
-
-
-def _one_share_message(op: Operation, model: CostModel) -> OpCost:
-    """Seal: the owner sends each member its shares; reveal: each member sends the receiver
-    its shares. The members' messages travel in parallel."""
-    shares = op.outputs if op.opcode == "spu.seal" else op.inputs
-    return OpCost(model.message_s(_bytes_of(shares, model)), 1)
-
-
-def spu_run_rounds(op: Operation, model: CostModel) -> int:
-    """Estimated protocol rounds of an ``spu.run`` (see `mplang.analysis.spu_rounds`)."""
-    return estimate_spu_rounds(bytes(op.attrs["executable"]), str(op.attrs.get("field", "FM64")),
-                               model.loop_iterations)
-
-
-def _spu_run(op: Operation, model: CostModel) -> OpCost:
-    """Each round moves about one share of the largest operand or result."""
-    rounds = spu_run_rounds(op, model)
-    largest = max((value_bytes(v.type, model) for v in (*op.inputs, *op.outputs)), default=0.0)
-    compute = _local(op, model).seconds
-    return OpCost(compute + rounds * model.message_s(largest), rounds)
-
-
-LeafCost = Callable[[Operation, CostModel], OpCost]
-
-LEAF_COSTS: dict[str, LeafCost] = {
-    "simp.shuffle_static": _shuffle_static,
-    "simp.shuffle": _shuffle,
-    "spu.seal": _one_share_message,
-    "spu.reveal": _one_share_message,
-    "spu.run": _spu_run,
-}
-"""Cost rules by opcode; other ops without regions cost as local ops, except
-unlisted communication ops, which cost one message of their outputs."""
-
-
 def leaf_cost(op: Operation, model: CostModel) -> OpCost:
-    """The estimated cost of ``op``, an op whose cost does not come from regions."""
-    rule = LEAF_COSTS.get(op.opcode)
-    if rule is not None:
-        cost = rule(op, model)
-    elif is_registered(op.opcode) and get_op(op.opcode).kind == "communication":
-        nbytes = max((value_bytes(v.type, model) for v in op.outputs), default=0.0)
-        cost = OpCost(model.message_s(nbytes), 1)
-    else:
-        cost = _local(op, model)
+    """The estimated cost of ``op``, an op whose cost does not come from regions: its
+    traits' cost rule, else the cost of a local op."""
+    rule = traits_of(op.opcode).cost
+    cost = local_cost(op, model) if rule is None else rule(op, model)
     if op.opcode in model.op_costs:
         return OpCost(float(model.op_costs[op.opcode]), cost.rounds)
     return cost

@@ -1,10 +1,10 @@
 """Critical path and rounds of a graph under a `CostModel`, through its regions.
 
 Every op gets an estimate: ops without regions from `cost_model.leaf_cost`,
-ops with regions from the analyses of their regions (`REGION_RULES`): a call
-(``simp.pcall``, ``func.call``) costs its body; ``simp.uniform_cond`` one
-predicate check plus its costlier branch; ``simp.while_loop`` with ``n =
-loop_iterations``: ``(n + 1) * (cond + check) + n * body``. Along the
+ops with regions from the analyses of their regions, by their ``regions``
+trait (`REGION_RULES`): a call costs its body; a branch one predicate check
+plus its costlier branch; a loop with ``n = loop_iterations``: ``(n + 1) *
+(cond + check) + n * body``. Along the
 dependencies of `levels.op_dependencies`, an op starts when the last op it
 depends on finishes; the critical path is the latest finish, the rounds the
 longest chain counted in message rounds.
@@ -19,6 +19,7 @@ from mplang.analysis.cost_model import CostModel, OpCost, leaf_cost, predicate_c
 from mplang.analysis.levels import Dependencies, op_dependencies, op_levels
 from mplang.analysis.usedef import UseDef, build_use_def
 from mplang.edsl.graph import Graph, Operation
+from mplang.frontend.registry import traits_of
 
 
 @dataclass(frozen=True)
@@ -105,13 +106,13 @@ def _while_loop(op: Operation, regions: Sequence[GraphSchedule],
         (n + 1) * cond.nested_depth + n * body.nested_depth)
 
 
-REGION_RULES: dict[str, RegionRule] = {
-    "simp.pcall": _call,
-    "func.call": _call,
-    "simp.uniform_cond": _uniform_cond,
-    "simp.while_loop": _while_loop,
+REGION_RULES: dict[str | None, RegionRule] = {
+    "call": _call,
+    "branch": _uniform_cond,
+    "loop": _while_loop,
 }
-"""How an op's estimate follows from its regions', by opcode (default: `_call`)."""
+"""How an op's estimate follows from its regions', by the op's ``regions`` trait
+(default: `_call`)."""
 
 
 def schedule(graph: Graph, model: CostModel) -> GraphSchedule:
@@ -125,7 +126,7 @@ def schedule(graph: Graph, model: CostModel) -> GraphSchedule:
         if op.regions:
             inner = tuple(schedule(r, model) for r in op.regions)
             regions[index] = inner
-            estimate = REGION_RULES.get(op.opcode, _call)(op, inner, model)
+            estimate = REGION_RULES.get(traits_of(op.opcode).regions, _call)(op, inner, model)
             nested = sum(r.num_ops for r in inner)
             estimates.append(OpEstimate(estimate.cost, estimate.depth, nested))
         else:

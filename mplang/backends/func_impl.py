@@ -1,15 +1,18 @@
-"""Kernels of the `func` dialect: a call interprets its body region in place."""
+"""Kernels of the `func` dialect: a call interprets its body region in place,
+on the workers and on the driver alike."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mplang.edsl.graph import Operation
-from mplang.runtime.interpreter import Interpreter, KernelTable
+from mplang.runtime.backend import register_backend
+from mplang.runtime.interpreter import Interpreter
 
-KERNELS = KernelTable()
+BACKEND = register_backend("func")
 
 
-@KERNELS.register("func.call")
+@BACKEND.kernel("func.call")
+@BACKEND.kernel("func.call", runtime="driver")
 def call_region(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return interp.run(op.regions[0], args, key)

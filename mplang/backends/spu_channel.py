@@ -1,19 +1,48 @@
-"""libspu links over a worker's own communicator (`libspu.link.IChannel`).
+"""libspu links for SPU runs: in-memory links within one process, and links over a
+worker's own communicator (`libspu.link.IChannel`) between processes.
 
-SPU protocol messages then travel like every other message between parties:
-authenticated, tagged with the execution id (so aborting an execution also
-releases libspu's waits), and without extra ports.
+Over the communicator, SPU protocol messages travel like every other message
+between parties: authenticated, tagged with the execution id (so aborting an
+execution also releases libspu's waits), and without extra ports.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import spu.libspu as libspu
 
-from mplang.backends.simp_worker.state import Communicator
-from mplang.backends.spu_impl import link_desc
 from mplang.dialects.spu import SpuConfig
+from mplang.runtime.backend import Communicator
+
+
+class SpuLinkFactory(Protocol):
+    """Creates the libspu link of one member for one run of an SPU op; ``(exec_id, key)``
+    is unique to that run."""
+
+    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any: ...
+
+
+class MemLinkFactory:
+    """libspu's in-memory links: all members live in this process."""
+
+    def __init__(self, recv_timeout_s: float):
+        self.recv_timeout_ms = int(recv_timeout_s * 1000)
+
+    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
+        desc = link_desc(config, exec_id, key, self.recv_timeout_ms, "mem")
+        return libspu.link.create_mem(desc, member_index)
+
+
+def link_desc(config: SpuConfig, exec_id: str, key: str, recv_timeout_ms: int,
+              transport: str) -> Any:
+    """The libspu link description of one run of an SPU op among ``config``'s members."""
+    desc = libspu.link.Desc()
+    desc.id = f"{exec_id}{key}"
+    desc.recv_timeout_ms = recv_timeout_ms
+    for rank in config.members:
+        desc.add_party(f"party{rank}", f"{transport}:{rank}")
+    return desc
 
 
 class _CommChannel(libspu.link.IChannel):

@@ -1,30 +1,41 @@
-"""Kernels of the `spu` dialect: libspu runtimes on each member party.
+"""The backend of the `spu` dialect: libspu runtimes on each member party.
 
-Shares travel between parties as `SpuShare` (plain bytes). Each ``spu.run``
-gets its own libspu link, created through the worker's `SpuLinkFactory` under
-a name unique to the execution and op, so concurrent executions never share a
-link and a world that never uses its SPU never creates one.
+One registration gives its worker kernels, its per-worker state (how links are
+made) and the wire codec of `SpuShare`. Each ``spu.run`` gets its own libspu
+link, created through the worker's `SpuLinkFactory` under a name unique to the
+execution and op, so concurrent executions never share a link and a world that
+never uses its SPU never creates one.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import spu
 import spu.libspu as libspu
 
+from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory, SpuLinkFactory
+from mplang.backends.wire import ValueCodec, register_value_codec
 from mplang.dialects.common import LRUCache
-from mplang.dialects.spu import SpuConfig, input_name, output_name
+from mplang.dialects.spu import (
+    SecretShareType,
+    SpuConfig,
+    input_name,
+    io_for,
+    output_name,
+    reconstruct,
+    runtime_config,
+)
 from mplang.edsl.graph import Operation
-from mplang.edsl.typing import MPType, SecretShareType, TensorType, numpy_dtype
-from mplang.runtime.interpreter import Interpreter, KernelTable
+from mplang.edsl.typing import MPType, TensorType
+from mplang.runtime.backend import WorkerEnv, register_backend
+from mplang.runtime.interpreter import Interpreter
 
 if TYPE_CHECKING:
     from mplang.backends.simp_worker.state import SimpWorker
 
-KERNELS = KernelTable()
+BACKEND = register_backend("spu")
 _SECRET = libspu.Visibility.VIS_SECRET
 
 
@@ -67,63 +78,35 @@ class SpuShare:
         return "SpuShare(<secret share>)"
 
 
-class SpuLinkFactory(Protocol):
-    """Creates the libspu link of one member for one run of an SPU op; ``(exec_id, key)``
-    is unique to that run."""
-
-    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any: ...
+def _encode_share(share: SpuShare) -> list[bytes]:
+    meta, chunks = share.to_parts()
+    return [meta, *chunks]
 
 
-class MemLinkFactory:
-    """libspu's in-memory links: all members live in this process."""
-
-    def __init__(self, recv_timeout_s: float):
-        self.recv_timeout_ms = int(recv_timeout_s * 1000)
-
-    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
-        desc = link_desc(config, exec_id, key, self.recv_timeout_ms, "mem")
-        return libspu.link.create_mem(desc, member_index)
+def _decode_share(parts: list[memoryview]) -> SpuShare:
+    if not parts:
+        raise ValueError("a share needs its meta chunk")
+    return SpuShare.from_parts(bytes(parts[0]), [bytes(p) for p in parts[1:]])
 
 
-def link_desc(config: SpuConfig, exec_id: str, key: str, recv_timeout_ms: int,
-              transport: str) -> Any:
-    """The libspu link description of one run of an SPU op among ``config``'s members."""
-    desc = libspu.link.Desc()
-    desc.id = f"{exec_id}{key}"
-    desc.recv_timeout_ms = recv_timeout_ms
-    for rank in config.members:
-        desc.add_party(f"party{rank}", f"{transport}:{rank}")
-    return desc
+register_value_codec(ValueCodec("spu.share", SpuShare, _encode_share, _decode_share,
+                                nbytes=lambda share: share.nbytes))
 
 
 class SpuState:
-    """The ``spu`` dialect state of one worker."""
-
-    dialect_name = "spu"
+    """The ``spu`` dialect state of one worker: how its SPU links are made."""
 
     def __init__(self, link_factory: SpuLinkFactory):
         self.link_factory = link_factory
 
 
-@functools.lru_cache(maxsize=64)
-def runtime_config(protocol: str, field: str, fxp_fraction_bits: int) -> Any:
-    config = libspu.RuntimeConfig(protocol=spu.parse_protocol_kind(protocol),
-                                  field=spu.parse_field_type(field))
-    config.fxp_fraction_bits = fxp_fraction_bits
-    return config
-
-
-def _runtime_config(config: SpuConfig) -> Any:
-    return runtime_config(config.protocol, config.field, config.fxp_fraction_bits)
-
-
-@functools.lru_cache(maxsize=64)
-def _io(world: int, protocol: str, field: str, fxp_fraction_bits: int) -> Any:
-    return spu.Io(world, runtime_config(protocol, field, fxp_fraction_bits))
-
-
-def io_for(config: SpuConfig) -> Any:
-    return _io(len(config.members), config.protocol, config.field, config.fxp_fraction_bits)
+@BACKEND.state
+def _state(env: WorkerEnv) -> SpuState:
+    """In-memory libspu links when all parties share this process; otherwise links over
+    the worker's own communicator (authenticated, tagged by execution, abortable)."""
+    if env.in_process:
+        return SpuState(MemLinkFactory(env.timeout))
+    return SpuState(ChannelLinkFactory(env.communicator, env.timeout))
 
 
 _EXECUTABLES = LRUCache(1024)
@@ -139,12 +122,6 @@ def _executable(data: bytes) -> Any:
     return exe
 
 
-def reconstruct(config: SpuConfig, shares: list[SpuShare], plaintext: TensorType) -> np.ndarray:
-    """The plaintext of ``shares`` (one per member, in member order)."""
-    value = io_for(config).reconstruct([s.to_libspu() for s in shares])
-    return np.asarray(value).astype(numpy_dtype(plaintext.dtype), copy=False)
-
-
 def _worker(interp: Interpreter) -> SimpWorker:
     worker: SimpWorker = interp.states["simp"]
     return worker
@@ -153,12 +130,12 @@ def _worker(interp: Interpreter) -> SimpWorker:
 def _plaintext(op: Operation) -> TensorType:
     t = op.outputs[0].type if op.opcode == "spu.reveal" else op.inputs[0].type
     assert isinstance(t, MPType)
-    base = t.base.plaintext if isinstance(t.base, SecretShareType) else t.base
+    base = t.base.plaintext_type if isinstance(t.base, SecretShareType) else t.base
     assert isinstance(base, TensorType)
     return base
 
 
-@KERNELS.register("spu.seal")
+@BACKEND.kernel("spu.seal")
 def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     config = SpuConfig.from_attrs(op.attrs)
@@ -179,10 +156,10 @@ def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
                 worker.communicator.send(member, tag, SpuShare(share))
     if worker.rank not in config.members:
         return [None]
-    return [mine if mine is not None else worker.communicator.recv(owner, tag)]
+    return [mine if mine is not None else worker.recv(interp, owner, key)]
 
 
-@KERNELS.register("spu.run")
+@BACKEND.kernel("spu.run")
 def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     config = SpuConfig.from_attrs(op.attrs)
@@ -190,7 +167,8 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
         return [None] * len(op.outputs)
     state: SpuState = interp.states["spu"]
     link = state.link_factory(config, interp.exec_id, key, config.members.index(worker.rank))
-    runtime = spu.Runtime(link, _runtime_config(config))
+    runtime = spu.Runtime(link, runtime_config(config.protocol, config.field,
+                                               config.fxp_fraction_bits))
     for i, share in enumerate(args):
         if not isinstance(share, SpuShare):
             raise RuntimeError(f"input {i} is not a secret share held by this party")
@@ -200,7 +178,7 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
             for i in range(len(op.outputs))]
 
 
-@KERNELS.register("spu.reveal")
+@BACKEND.kernel("spu.reveal")
 def _reveal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     config = SpuConfig.from_attrs(op.attrs)
@@ -211,6 +189,6 @@ def _reveal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
         worker.communicator.send(to, tag, share)
     if worker.rank != to:
         return [None]
-    shares = [share if m == worker.rank else worker.communicator.recv(m, tag)
+    shares = [share if m == worker.rank else worker.recv(interp, m, key)
               for m in config.members]
-    return [reconstruct(config, shares, _plaintext(op))]
+    return [reconstruct(config, [s.to_libspu() for s in shares], _plaintext(op))]

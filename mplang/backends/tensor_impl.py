@@ -12,9 +12,10 @@ from mplang.dialects.tensor import exported_module
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
 from mplang.frontend.pyfuncs import lookup_pyfunc
-from mplang.runtime.interpreter import Interpreter, KernelTable
+from mplang.runtime.backend import register_backend
+from mplang.runtime.interpreter import Interpreter
 
-KERNELS = KernelTable()
+BACKEND = register_backend("tensor")
 
 _COMPILED: dict[bytes, Callable[..., Any]] = {}
 _COMPILED_LIMIT = 4096
@@ -30,18 +31,18 @@ def _compiled(module: bytes) -> Callable[..., Any]:
     return fn
 
 
-@KERNELS.register("tensor.constant")
+@BACKEND.kernel("tensor.constant")
 def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return [op.attrs["value"]]
 
 
-@KERNELS.register("tensor.run_jax")
+@BACKEND.kernel("tensor.run_jax")
 def _run_jax(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     out = _compiled(op.attrs["module"])(*args)
     return list(jax.tree_util.tree_leaves(out))
 
 
-@KERNELS.register("tensor.pyfunc")
+@BACKEND.kernel("tensor.pyfunc")
 def _pyfunc(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     name: str = op.attrs["fn"]
     fn = lookup_pyfunc(name)

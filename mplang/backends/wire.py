@@ -2,10 +2,12 @@
 
 A frame is ``b"MPV1"``, a little-endian u32 header length, a JSON header and
 the raw payload. Arrays travel as their raw bytes (no JSON lists, no pickle),
-secret shares as libspu's own byte chunks, and a list of values (one message
-carrying several, as a batched ``simp.shuffle_static`` sends) as the sizes of
-its elements' frames followed by those frames; lists do not nest. Decoding
-checks the header against a closed set of kinds and dtypes and the payload
+and a list of values (one message carrying several, as a batched
+``simp.shuffle_static`` sends) as the sizes of its elements' frames followed by
+those frames; lists do not nest. Other runtime values (a dialect's secret
+shares, keys, ciphertexts) travel through the `ValueCodec` their backend
+registers: a list of byte chunks, decoded by the codec's own checks. Decoding
+accepts only the built-in kinds and registered codecs, and checks the payload
 size against the header.
 """
 
@@ -14,24 +16,75 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import jax
 import numpy as np
 
-from mplang.backends.spu_impl import SpuShare
-from mplang.edsl.typing import numpy_dtype
+from mplang.edsl.typing import DTYPES, numpy_dtype
 from mplang.frontend.errors import MPSerializationError
 
 MAGIC = b"MPV1"
 _PREFIX = struct.Struct("<4sI")
 MAX_HEADER = 1 << 20
-ARRAY_DTYPES = frozenset(["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                          "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
-                          "complex128"])
+_BUILTIN_KINDS = frozenset(["none", "scalar", "bytes", "array", "list"])
 
 Buffer = bytes | memoryview
+
+
+@dataclass(frozen=True)
+class ValueCodec:
+    """How runtime values of class ``cls`` cross the wire, under the name ``kind``.
+
+    ``encode(value)`` gives byte chunks; ``decode(chunks)`` rebuilds the value and
+    raises (any exception) on malformed chunks: it sees bytes from the network,
+    so it must check them and never unpickle or evaluate.
+    """
+
+    kind: str
+    cls: type
+    encode: Callable[[Any], Sequence[Buffer]]
+    decode: Callable[[list[memoryview]], Any]
+    nbytes: Callable[[Any], int] | None = None
+    """The encoded size, if cheaper to know than encoding (the network model asks)."""
+
+
+_CODECS: dict[str, ValueCodec] = {}
+_BY_CLASS: dict[type, ValueCodec] = {}
+
+
+def register_value_codec(codec: ValueCodec) -> ValueCodec:
+    """Make values of ``codec.cls`` sendable; one codec per kind and per class."""
+    if codec.kind in _BUILTIN_KINDS or codec.kind in _CODECS or codec.cls in _BY_CLASS:
+        raise ValueError(f"a value codec for {codec.kind!r} / {codec.cls.__name__} exists")
+    _CODECS[codec.kind] = codec
+    _BY_CLASS[codec.cls] = codec
+    return codec
+
+
+def value_codecs() -> list[ValueCodec]:
+    """The registered codecs, by kind."""
+    return [_CODECS[k] for k in sorted(_CODECS)]
+
+
+def payload_bytes(value: Any) -> int:
+    """The number of payload bytes ``value`` occupies on the wire."""
+    if value is None:
+        return 0
+    if isinstance(value, np.ndarray | np.generic | jax.Array):
+        return int(value.nbytes)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return sum(payload_bytes(v) for v in value)
+    codec = _BY_CLASS.get(type(value))
+    if codec is not None:
+        if codec.nbytes is not None:
+            return codec.nbytes(value)
+        return sum(memoryview(c).nbytes for c in codec.encode(value))
+    return 8
 
 
 def _frame(header: dict[str, Any], payload: Sequence[Buffer]) -> list[Buffer]:
@@ -47,9 +100,11 @@ def encode_value(value: Any) -> list[Buffer]:
         return _frame({"kind": "scalar", "value": value}, [])
     if isinstance(value, bytes):
         return _frame({"kind": "bytes", "size": len(value)}, [value])
-    if isinstance(value, SpuShare):
-        meta, chunks = value.to_parts()
-        return _frame({"kind": "share", "sizes": [len(meta), *map(len, chunks)]}, [meta, *chunks])
+    codec = _BY_CLASS.get(type(value))
+    if codec is not None:
+        chunks = list(codec.encode(value))
+        return _frame({"kind": codec.kind, "sizes": [memoryview(c).nbytes for c in chunks]},
+                      chunks)
     if isinstance(value, list):
         if any(isinstance(v, list) for v in value):
             raise MPSerializationError("cannot send a list of lists: lists do not nest")
@@ -58,7 +113,7 @@ def encode_value(value: Any) -> list[Buffer]:
                       [buf for f in frames for buf in f])
     if isinstance(value, np.ndarray | np.generic | jax.Array):
         arr = np.asarray(value)
-        if arr.dtype.name not in ARRAY_DTYPES:
+        if arr.dtype.name not in DTYPES:
             raise MPSerializationError(f"cannot send arrays of dtype {arr.dtype}")
         arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
         if not arr.flags.c_contiguous:
@@ -125,20 +180,25 @@ def _decode(data: Buffer, in_list: bool) -> Any:
         if header.get("size") != len(payload):
             raise _bad("bytes size")
         return bytes(payload)
-    if kind == "share":
+    codec = _CODECS.get(kind) if isinstance(kind, str) else None
+    if codec is not None:
         sizes = header.get("sizes")
-        if not (isinstance(sizes, list) and sizes and all(type(s) is int and s >= 0
-                                                          for s in sizes)
+        if not (isinstance(sizes, list) and all(type(s) is int and s >= 0 for s in sizes)
                 and sum(sizes) == len(payload)):
-            raise _bad("share sizes")
+            raise _bad(f"{kind} sizes")
         parts, offset = [], 0
         for size in sizes:
-            parts.append(bytes(payload[offset:offset + size]))
+            parts.append(payload[offset:offset + size])
             offset += size
-        return SpuShare.from_parts(parts[0], parts[1:])
+        try:
+            return codec.decode(parts)
+        except MPSerializationError:
+            raise
+        except Exception as e:
+            raise _bad(f"{kind}: {type(e).__name__}: {e}") from None
     if kind == "array":
         dtype, shape = header.get("dtype"), header.get("shape")
-        if dtype not in ARRAY_DTYPES:
+        if dtype not in DTYPES:
             raise _bad(f"array dtype {dtype!r}")
         if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
             raise _bad("array shape")

@@ -1,8 +1,8 @@
 """The device API: run functions on named devices and move values between them.
 
-Devices sit on top of ``simp``: a PPU call is a ``simp.pcall`` on the PPU's
-party, a move between PPUs a ``simp.shuffle_static``, and SPU work goes through
-the ``spu`` dialect (``seal`` / ``run`` / ``reveal``).
+Devices sit on top of ``simp``. What a device of each kind does (run a
+function, take a constant, adopt a value, be fetched) is its kind's module
+(`mplang.device.kinds`); moves between kinds are registered per pair of kinds.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mplang.device.cluster import ClusterSpec, Device
-from mplang.dialects import simp, spu, tensor
+from mplang.device.kinds import get_kind, get_move, place
 from mplang.dialects.common import as_array
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
-from mplang.edsl.tracer import TraceObject, Tracer, current_tracer
-from mplang.edsl.typing import Mask, MPType, SecretShareType, TensorType
+from mplang.edsl.tracer import Tracer, current_tracer
+from mplang.edsl.typing import MPType
 from mplang.frontend.errors import MPTypeError
 
 
@@ -37,70 +37,21 @@ def get_dev_attr(obj: MPObject) -> str | None:
     return obj.device
 
 
-def _place(obj: MPObject, device: str) -> Any:
-    if isinstance(obj, TraceObject):
-        return obj.placed(device)
-    raise MPTypeError(f"cannot place {obj!r} on {device}: not a traced value")
-
-
-def _ppu_rank(cluster: ClusterSpec, dev: Device) -> int:
-    return cluster.rank_of(dev.members[0])
-
-
-def _describe(obj: MPObject) -> str:
-    return f"{obj.mptype}" + (f" on {obj.device}" if obj.device else "")
-
-
 def _move(cluster: ClusterSpec, obj: MPObject, dst: Device, what: str) -> Any:
-    """``obj`` moved to device ``dst`` (seal into an SPU, reveal out of it, send between PPUs)."""
-    src_name = obj.device
-    if src_name == dst.name:
+    """``obj`` moved to device ``dst`` by the move registered for the two devices' kinds."""
+    if obj.device == dst.name:
         return obj
     t = obj.mptype
     if not isinstance(t, MPType):
         raise MPTypeError(f"{what}: {obj!r} is a party-local value and cannot move to {dst.name}")
-    if src_name is None:
-        return _adopt(cluster, obj, t, dst, what)
-    src = cluster.device(src_name)
-    if src.kind == "PPU" and dst.kind == "PPU":
-        src_rank, dst_rank = _ppu_rank(cluster, src), _ppu_rank(cluster, dst)
-        return _place(simp.shuffle_static(obj, {dst_rank: src_rank}), dst.name)
-    if src.kind == "PPU" and dst.kind == "SPU":
-        _check_spu_dtype(obj, dst, what)
-        return _place(spu.seal(obj, spu.SpuConfig.of(cluster, dst)), dst.name)
-    if src.kind == "SPU" and dst.kind == "PPU":
-        config = spu.SpuConfig.of(cluster, src)
-        return _place(spu.reveal(obj, config, _ppu_rank(cluster, dst)), dst.name)
-    raise MPTypeError(f"{what}: cannot move a value from {src.kind} {src.name} to "
-                      f"{dst.kind} {dst.name}")
-
-
-def _check_spu_dtype(obj: MPObject, dst: Device, what: str) -> None:
-    base = obj.base_type
-    if isinstance(base, TensorType) and base.dtype not in spu.SUPPORTED_DTYPES:
-        raise MPTypeError(f"{what}: SPU {dst.name} cannot hold dtype {base.dtype} "
-                          f"({_describe(obj)}); supported: "
-                          f"{', '.join(sorted(spu.SUPPORTED_DTYPES))}")
-
-
-def _adopt(cluster: ClusterSpec, obj: MPObject, t: MPType, dst: Device, what: str) -> Any:
-    """A value not placed on any device joins ``dst`` if ``dst``'s parties hold it."""
-    if dst.kind == "PPU":
-        rank = _ppu_rank(cluster, dst)
-        if t.pmask == Mask.of([rank]):
-            return _place(obj, dst.name)
-        raise MPTypeError(
-            f"{what}: {_describe(obj)} is held by parties {t.pmask if t.pmask else '?'}, not by "
-            f"{dst.name} (party {rank}) alone; move it explicitly with mp.put({dst.name!r}, x)")
-    if dst.kind == "SPU":
-        config = spu.SpuConfig.of(cluster, dst)
-        if isinstance(t.base, SecretShareType) and t.pmask == Mask.of(config.members):
-            return _place(obj, dst.name)
-        if isinstance(t.base, TensorType) and t.pmask is not None and len(t.pmask) == 1:
-            _check_spu_dtype(obj, dst, what)
-            return _place(spu.seal(obj, config), dst.name)
-    raise MPTypeError(f"{what}: {_describe(obj)} is not on a device and cannot move to "
-                      f"{dst.kind} {dst.name}; place it first with mp.put")
+    if obj.device is None:
+        return get_kind(dst.kind).adopt(cluster, obj, t, dst, what)
+    src = cluster.device(obj.device)
+    move = get_move(src.kind, dst.kind)
+    if move is None:
+        raise MPTypeError(f"{what}: cannot move a value from {src.kind} {src.name} to "
+                          f"{dst.kind} {dst.name}")
+    return move(cluster, obj, src, dst, what)
 
 
 def _infer_device(cluster: ClusterSpec, leaves: list[MPObject], what: str) -> str:
@@ -109,14 +60,14 @@ def _infer_device(cluster: ClusterSpec, leaves: list[MPObject], what: str) -> st
         raise MPTypeError(f"{what}: no argument is on a device; name the device: mp.device('P0')")
     if len(names) == 1:
         return names[0]
-    spus = [n for n in names if cluster.device(n).kind == "SPU"]
-    if not spus:
-        # values of several parties meet on the one SPU that spans all of them
+    joint = [n for n in names if get_kind(cluster.device(n).kind).joint]
+    if not joint:
+        # values of several parties meet on the one joint device that spans all of them
         nodes = {m for n in names for m in cluster.device(n).members}
-        spus = [d.name for d in cluster.devices.values()
-                if d.kind == "SPU" and nodes.issubset(d.members)]
-    if len(spus) == 1:
-        return spus[0]
+        joint = [d.name for d in cluster.devices.values()
+                 if get_kind(d.kind).joint and nodes.issubset(d.members)]
+    if len(joint) == 1:
+        return joint[0]
     raise MPTypeError(f"{what}: arguments live on {', '.join(names)}; name the device to use")
 
 
@@ -133,19 +84,9 @@ def _call_on_device(name: str | None, fn: Callable[..., Any], args: tuple[Any, .
     moved = [_move(cluster, x, dev, f"{what}, argument {i}") if isinstance(x, MPObject) else x
              for i, x in enumerate(leaves)]
     call_args, call_kwargs = tree_unflatten(tree, moved)
-    if dev.kind == "PPU":
-        rank = _ppu_rank(cluster, dev)
-        try:
-            out = simp.pcall((rank,), lambda *a: tensor.run_jax(fn, *a, **call_kwargs),
-                             *call_args)
-        except MPTypeError as e:
-            raise MPTypeError(f"{what}: {e}") from None
-    elif dev.kind == "SPU":
-        out = spu.run(fn, spu.SpuConfig.of(cluster, dev), *call_args, label=what, **call_kwargs)
-    else:
-        raise MPTypeError(f"{what}: {dev.kind} devices cannot run functions yet")
+    out = get_kind(dev.kind).call(cluster, dev, fn, call_args, call_kwargs, what)
     out_leaves, out_tree = tree_flatten(out)
-    return tree_unflatten(out_tree, [_place(x, dev.name) for x in out_leaves])
+    return tree_unflatten(out_tree, [place(x, dev.name) for x in out_leaves])
 
 
 def device(name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -154,7 +95,8 @@ def device(name: str | None = None) -> Callable[[Callable[..., Any]], Callable[.
     On a PPU it runs on that party in plaintext; on an SPU it is compiled by
     libspu and run on secret shares by all members. Arguments on other devices
     move first (seal into an SPU, reveal to a PPU, send between PPUs). Without a
-    name the device is inferred from the arguments (mixed PPU and SPU: the SPU).
+    name the device is inferred from the arguments (single-party devices and a
+    joint device: the joint one).
     """
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -177,12 +119,4 @@ def put(device_name: str, obj: Any) -> Any:
     what = f"put({device_name!r})"
     if isinstance(obj, MPObject):
         return _move(cluster, obj, dev, what)
-    value = as_array(what, obj)
-    if dev.kind == "PPU":
-        return _place(simp.constant((_ppu_rank(cluster, dev),), value), dev.name)
-    if dev.kind == "SPU":
-        config = spu.SpuConfig.of(cluster, dev)
-        owner = simp.constant((config.members[0],), value)
-        _check_spu_dtype(owner, dev, what)
-        return _place(spu.seal(owner, config), dev.name)
-    raise MPTypeError(f"{what}: cannot put a constant on {dev.kind} {dev.name}")
+    return get_kind(dev.kind).constant(cluster, dev, as_array(what, obj), what)

@@ -1,9 +1,10 @@
 """`ClusterSpec`: the parties (nodes) of a deployment and the devices built on them.
 
 A node is one party with a network endpoint. A device is a named place where
-computation runs: a PPU (one node, plaintext), an SPU (several nodes, secret
-sharing through libspu) or a TEE. Specs come from a dict or a YAML file and are
-validated with messages that name the offending entry.
+computation runs, of a registered kind (`mplang.device.kinds`): a PPU (one
+node, plaintext), an SPU (several nodes, secret sharing through libspu), ...
+Specs come from a dict or a YAML file and are validated, each device by its
+kind, with messages that name the offending entry.
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
+from mplang.device.kinds import get_kind, kind_names
 from mplang.frontend.errors import MPLangError
 
-DeviceKind = Literal["PPU", "SPU", "TEE"]
-SPU_PROTOCOLS = {"SEMI2K": None, "ABY3": 3, "CHEETAH": 2}
-"""Protocol name -> the exact number of members it needs (None: two or more)."""
-SPU_FIELDS = ("FM64", "FM128")
 DEFAULT_BASE_PORT = 61920
 
 
@@ -42,7 +40,7 @@ class Device:
     (for an SPU: ``protocol``, ``field``, ``fxp_fraction_bits``)."""
 
     name: str
-    kind: DeviceKind
+    kind: str
     members: tuple[str, ...]
     config: Mapping[str, Any] = field(default_factory=dict)
 
@@ -84,10 +82,6 @@ class ClusterSpec:
         except KeyError:
             known = ", ".join(sorted(self.devices)) or "none"
             raise ClusterSpecError(f"unknown device {name!r}; this cluster has: {known}") from None
-
-    def ranks(self, device: str) -> tuple[int, ...]:
-        """The ranks of ``device``'s members, in member order."""
-        return tuple(self.rank_of(m) for m in self.device(device).members)
 
     def base_urls(self) -> list[str]:
         """Each node's base URL (``https`` when TLS is configured)."""
@@ -209,8 +203,9 @@ def _device(entry: Any) -> Device:
     if unknown:
         raise ClusterSpecError(f"device {name!r}: unknown keys {sorted(unknown)}")
     kind = entry.get("kind")
-    if kind not in ("PPU", "SPU", "TEE"):
-        raise ClusterSpecError(f"device {name!r}: kind must be PPU, SPU or TEE, got {kind!r}")
+    if kind not in kind_names():
+        raise ClusterSpecError(f"device {name!r}: kind must be one of "
+                               f"{', '.join(kind_names())}, got {kind!r}")
     members = entry.get("members")
     if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
         raise ClusterSpecError(f"device {name!r}: 'members' must be a list of node names")
@@ -239,35 +234,8 @@ def _validate(spec: ClusterSpec) -> None:
                 raise ClusterSpecError(f"device {device.name!r}: unknown member {member!r}")
         if len(set(device.members)) != len(device.members):
             raise ClusterSpecError(f"device {device.name!r}: a member is listed twice")
-        if device.kind in ("PPU", "TEE") and len(device.members) != 1:
-            raise ClusterSpecError(f"{device.kind} {device.name!r} needs exactly one member, "
-                                   f"got {len(device.members)}")
-        if device.kind == "SPU":
-            _validate_spu(device)
-
-
-def _validate_spu(device: Device) -> None:
-    n = len(device.members)
-    if n < 2:
-        raise ClusterSpecError(f"SPU {device.name!r} needs at least two members, got {n}")
-    config = device.config
-    unknown = set(config) - {"protocol", "field", "fxp_fraction_bits"}
-    if unknown:
-        raise ClusterSpecError(f"SPU {device.name!r}: unknown config keys {sorted(unknown)}")
-    protocol = config.get("protocol", "SEMI2K")
-    if protocol not in SPU_PROTOCOLS:
-        raise ClusterSpecError(f"SPU {device.name!r}: unknown protocol {protocol!r}; "
-                               f"use one of {', '.join(SPU_PROTOCOLS)}")
-    need = SPU_PROTOCOLS[protocol]
-    if need is not None and n != need:
-        raise ClusterSpecError(f"SPU {device.name!r}: {protocol} needs exactly {need} members, "
-                               f"got {n}")
-    field_name = config.get("field", "FM64")
-    if field_name not in SPU_FIELDS:
-        raise ClusterSpecError(f"SPU {device.name!r}: unknown field {field_name!r}; "
-                               f"use one of {', '.join(SPU_FIELDS)}")
-    bits = config.get("fxp_fraction_bits")
-    if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int)
-                             or not 0 < bits < 64):
-        raise ClusterSpecError(f"SPU {device.name!r}: fxp_fraction_bits must be an int in "
-                               f"1..63, got {bits!r}")
+        try:
+            kind = get_kind(device.kind)
+        except MPLangError as e:
+            raise ClusterSpecError(f"device {device.name!r}: {e}") from None
+        kind.validate(device, device.config)

@@ -17,8 +17,12 @@ from mplang.edsl.pytree import tree_unflatten
 from mplang.edsl.tracer import current_tracer, mp_leaves, trace_function
 from mplang.edsl.typing import ValueType
 from mplang.frontend.errors import MPTypeError
+from mplang.frontend.feop import feop
+from mplang.frontend.registry import OpTraits
 
 call_p = Primitive("func.call", kind="call", execution_model="any",
+                   traits=OpTraits(pure=True, communicates=False, regions="call",
+                                   runtimes=("worker", "driver")),
                    doc="Call a function body (its region) as one opaque node.")
 
 
@@ -33,6 +37,8 @@ def _call_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequen
     return [v.type for v in body.outputs]
 
 
+@feop(name="func.func", family="func", op_kind="transform", execution_model="in_controller",
+      dialects=["func"], primitives=["func.call"], example="f = func.func(body); y = f(x)")
 def func(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate ``fn`` so each call is traced as a single ``func.call`` op."""
     callee = getattr(fn, "__name__", "fn")

@@ -15,32 +15,72 @@ from mplang.dialects import tensor
 from mplang.dialects.common import as_array
 from mplang.edsl.context import current_context
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph, Value
+from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.object import OPERATORS, MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.tracer import TracedFunction, Tracer, current_tracer, mp_leaves, trace_function
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType, scalar
 from mplang.frontend.errors import MPLangError, MPTypeError
+from mplang.frontend.feop import feop
+from mplang.frontend.registry import OpTraits
 
+
+def _shuffle_static_cost(op: Operation, model: Any) -> Any:
+    """One message per route, all routes at once; several values share each message."""
+    from mplang.analysis.cost_model import OpCost, value_bytes
+
+    routes: dict[int, int] = op.attrs["routes"]
+    if all(dst == src for dst, src in routes.items()):
+        return OpCost(0.0)
+    return OpCost(model.message_s(sum(value_bytes(v.type, model) for v in op.inputs)), 1)
+
+
+def _shuffle_cost(op: Operation, model: Any) -> Any:
+    """Every party asks for its index, then the asked parties send the value."""
+    from mplang.analysis.cost_model import OpCost, value_bytes
+
+    x, index = op.inputs
+    ask, give = value_bytes(index.type, model), value_bytes(x.type, model)
+    return OpCost(model.message_s(ask) + model.message_s(give), 2)
+
+
+_BOTH = ("worker", "driver")
+_LOCAL = OpTraits(pure=True, communicates=False, runtimes=_BOTH)
 constant_p = Primitive("simp.constant", kind="source", execution_model="multi_party",
+                       traits=_LOCAL,
                        doc="A compile-time constant held by the given parties.")
 prank_p = Primitive("simp.prank", kind="source", execution_model="multi_party",
+                    traits=_LOCAL,
                     doc="Each party's own rank, as an int32 scalar held by every party.")
 pcall_p = Primitive("simp.pcall", kind="call", execution_model="multi_party",
+                    traits=OpTraits(pure=True, communicates=False, regions="call",
+                                    fusable=True, runtimes=_BOTH),
                     doc="Run a party-local region on each of the given parties.")
 shuffle_static_p = Primitive("simp.shuffle_static", kind="communication",
                              execution_model="multi_party",
+                             traits=OpTraits(pure=True, batchable=True,
+                                             cost=_shuffle_static_cost, runtimes=_BOTH),
                              doc="Move values between parties along static {dst: src} routes.")
 shuffle_p = Primitive("simp.shuffle", kind="communication", execution_model="multi_party",
+                      traits=OpTraits(pure=True, cost=_shuffle_cost, runtimes=_BOTH),
                       doc="Each party holding an index receives the value of party `index`.")
 converge_p = Primitive("simp.converge", kind="compute", execution_model="multi_party",
+                       traits=_LOCAL,
                        doc="Merge values held by disjoint sets of parties into one.")
 uniform_cond_p = Primitive("simp.uniform_cond", kind="control_flow",
                            execution_model="multi_party",
+                           traits=OpTraits(pure=True, regions="branch", runtimes=_BOTH),
                            doc="All parties take the same branch, chosen by a uniform predicate.")
 while_loop_p = Primitive("simp.while_loop", kind="control_flow", execution_model="multi_party",
+                         traits=OpTraits(pure=True, regions="loop", runtimes=_BOTH),
                          doc="All parties iterate while a uniform predicate holds.")
+
+
+def _feop(name: str, op_kind: Any, example: str) -> Callable[[Any], Any]:
+    """The frontend metadata of a simp primitive's user function."""
+    return feop(name=name, family="simp", op_kind=op_kind, execution_model="multi_party",
+                dialects=["simp"], primitives=[name], example=example)
 
 
 def _mp(op: str, t: ValueType, what: str) -> MPType:
@@ -82,6 +122,7 @@ def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Se
     return [MPType(TensorType.of(value.dtype, value.shape), parties)]
 
 
+@_feop("simp.constant", "special_op", "x = simp.constant((0,), 3)")
 @function
 def constant(parties: Iterable[int] | Mask, value: Any) -> MPObject:
     """``value`` (a Python scalar or array, fixed at compile time) held by ``parties``."""
@@ -95,6 +136,7 @@ def _prank_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seque
     return [MPType(scalar("int32"), Mask.all(world_size))]
 
 
+@_feop("simp.prank", "special_op", "r = simp.prank()")
 @function
 def prank() -> MPObject:
     """Each party's rank (int32), held by all parties."""
@@ -171,6 +213,7 @@ def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any]) -> 
             ) from error
 
 
+@_feop("simp.pcall", "transform", "y = simp.pcall((0,), jnp.square, x)")
 @function
 def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` locally on each of ``parties``.
@@ -217,6 +260,7 @@ def _shuffle_static_rule(in_types: list[ValueType], attrs: dict[str, Any],
     return [MPType(src_t.base, dsts) for src_t in srcs]
 
 
+@_feop("simp.shuffle_static", "special_op", "z = simp.shuffle_static(y, {1: 0})")
 @function
 def shuffle_static(x: MPObject, routes: dict[int, int]) -> MPObject:
     """Party ``dst`` receives party ``src``'s ``x`` for each ``{dst: src}`` entry."""
@@ -238,6 +282,7 @@ def _shuffle_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seq
     return [MPType(x.base, index.pmask)]
 
 
+@_feop("simp.shuffle", "special_op", "z = simp.shuffle(x, index)")
 @function
 def shuffle(x: MPObject, index: MPObject) -> MPObject:
     """Each party holding ``index`` receives ``x`` from party ``index`` (chosen at run time)."""
@@ -271,6 +316,7 @@ def _converge_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Se
     return [MPType(xs[0].base, union)]
 
 
+@_feop("simp.converge", "special_op", "v = simp.converge(a0, a1)")
 @function
 def converge(*xs: MPObject) -> MPObject:
     """Merge values held by disjoint parties into one value held by all of them."""
@@ -333,6 +379,7 @@ def _uniform_cond_rule(in_types: list[ValueType], attrs: dict[str, Any],
     return then_t
 
 
+@_feop("simp.uniform_cond", "transform", "simp.uniform_cond(pred, f, g, x)")
 @function
 def uniform_cond(pred: MPObject, then_fn: Callable[..., Any], else_fn: Callable[..., Any],
                  *args: Any, verify_uniform: bool = True) -> Any:
@@ -372,6 +419,7 @@ def _while_loop_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: 
     return list(state)
 
 
+@_feop("simp.while_loop", "transform", "simp.while_loop(cond, body, init)")
 @function
 def while_loop(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], init: Any) -> Any:
     """Repeat ``state = body_fn(state)`` while ``cond_fn(state)``, in lockstep on all parties."""

@@ -4,38 +4,114 @@
 members, ``run`` executes a JAX function compiled by libspu on those shares,
 and ``reveal`` reconstructs a result for one party. Every op carries the SPU's
 configuration (members, protocol, field, fixed-point bits) as attributes, so a
-program is self-contained. Kernels live in ``backends/spu_impl.py``.
+program is self-contained. The share type, the ops' type rules, traits and
+cost rules live here; kernels and the share codec in ``backends/spu_impl.py``,
+the device kind in ``device/spu.py``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import jax
+import numpy as np
+import spu as spu_api
 import spu.libspu as libspu
 import spu.utils.frontend as spu_frontend
 
-from mplang.dialects.common import LRUCache
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph
+from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
-from mplang.edsl.typing import Mask, MPType, SecretShareType, TensorType, ValueType, numpy_dtype
+from mplang.edsl.typing import (
+    DTYPES,
+    BaseType,
+    Mask,
+    MPType,
+    TensorType,
+    TypeDecoder,
+    TypeEncoder,
+    ValueType,
+    numpy_dtype,
+    register_type,
+)
+from mplang.frontend.cache import CompileCache
 from mplang.frontend.errors import MPTypeError
+from mplang.frontend.feop import feop
+from mplang.frontend.registry import OpTraits
 
 SHARE_SCHEME = "spu"
-SUPPORTED_DTYPES = frozenset(["bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                              "uint32", "uint64", "float16", "float32", "float64"])
+SUPPORTED_DTYPES = DTYPES - {"bfloat16", "complex64", "complex128"}
+"""Dtypes libspu can secret-share."""
 
+
+@register_type("share")
+@dataclass(frozen=True)
+class SecretShareType(BaseType):
+    """One party's share of a secret-shared tensor (protocol family named by ``scheme``)."""
+
+    scheme: str
+    plaintext_type: TensorType
+    expansion = None
+
+    def plaintext(self) -> TensorType:
+        return self.plaintext_type
+
+    def __str__(self) -> str:
+        return f"share<{self.scheme},{self.plaintext_type}>"
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return [self.scheme, encode(self.plaintext_type)]
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> SecretShareType:
+        scheme, plain = body
+        inner = decode(plain, f"{path}[1]")
+        if not isinstance(scheme, str) or not isinstance(inner, TensorType):
+            raise ValueError("expected [scheme, tensor type]")
+        return SecretShareType(scheme, inner)
+
+
+def _message_cost(op: Operation, model: Any) -> Any:
+    """Seal: the owner sends each member its shares; reveal: each member sends the receiver
+    its shares. The members' messages travel in parallel."""
+    from mplang.analysis.cost_model import OpCost, value_bytes
+
+    shares = op.outputs if op.opcode == seal_p.name else op.inputs
+    return OpCost(model.message_s(sum(value_bytes(v.type, model) for v in shares)), 1)
+
+
+def run_rounds(op: Operation, model: Any) -> int:
+    """Estimated protocol rounds of an ``spu.run`` (see `mplang.analysis.spu_rounds`)."""
+    from mplang.analysis.spu_rounds import estimate_spu_rounds
+
+    return estimate_spu_rounds(bytes(op.attrs["executable"]), str(op.attrs.get("field", "FM64")),
+                               model.loop_iterations)
+
+
+def _run_cost(op: Operation, model: Any) -> Any:
+    """Each round moves about one share of the largest operand or result."""
+    from mplang.analysis.cost_model import OpCost, local_cost, value_bytes
+
+    rounds = run_rounds(op, model)
+    largest = max((value_bytes(v.type, model) for v in (*op.inputs, *op.outputs)), default=0.0)
+    return OpCost(local_cost(op, model).seconds + rounds * model.message_s(largest), rounds)
+
+
+_MULTI_PARTY = ("worker", "driver")
 seal_p = Primitive("spu.seal", kind="communication", execution_model="multi_party",
+                   traits=OpTraits(pure=True, cost=_message_cost, runtimes=_MULTI_PARTY),
                    doc="Secret-share one party's tensor among the SPU's members.")
 run_p = Primitive("spu.run", kind="compute", execution_model="multi_party",
+                  traits=OpTraits(pure=True, cost=_run_cost, runtimes=_MULTI_PARTY),
                   doc="Run a libspu executable on secret shares held by the SPU's members.")
 reveal_p = Primitive("spu.reveal", kind="communication", execution_model="multi_party",
+                     traits=OpTraits(pure=True, cost=_message_cost, runtimes=_MULTI_PARTY),
                      doc="Reconstruct secret shares for one party only.")
 
 
@@ -80,7 +156,7 @@ def _share(op: str, config: SpuConfig, t: ValueType, i: int) -> TensorType:
     if t.pmask != config.mask:
         raise MPTypeError(f"{op} on {config.device}: input {i} ({t}) is shared among "
                           f"{t.pmask}, not among the device's members {config.mask}")
-    return t.base.plaintext
+    return t.base.plaintext_type
 
 
 @seal_p.def_type_rule
@@ -101,6 +177,8 @@ def _seal_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequen
     return [config.share_type(x.base)]
 
 
+@feop(name="spu.seal", family="spu", execution_model="multi_party", dialects=["spu"],
+      primitives=["spu.seal"], targets=["SPU"], example="s = spu.seal(x, config)")
 @function
 def seal(x: MPObject, config: SpuConfig) -> MPObject:
     """Secret-share ``x`` (held by one party) among ``config``'s members."""
@@ -118,6 +196,8 @@ def _reveal_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequ
     return [MPType(plaintext, Mask.of([to]))]
 
 
+@feop(name="spu.reveal", family="spu", execution_model="multi_party", dialects=["spu"],
+      primitives=["spu.reveal"], targets=["SPU"], example="y = spu.reveal(s, config, to=0)")
 @function
 def reveal(x: MPObject, config: SpuConfig, to: int) -> MPObject:
     """Reconstruct secret ``x`` for party ``to`` only."""
@@ -144,7 +224,8 @@ class _Compiled:
     out_tree: Any  # jax PyTreeDef of the function's result
 
 
-_COMPILED = LRUCache(1024)
+_COMPILED: CompileCache[_Compiled] = CompileCache(
+    "spu.run", 1024, same=lambda a, b: a.executable == b.executable)
 """(fn, arg tree, static leaves, input types) -> `_Compiled`; reused functions compile once."""
 _DYNAMIC = object()
 
@@ -180,6 +261,10 @@ def _compile(fn: Callable[..., Any], label: str, tree: Any, spec: tuple[Any, ...
     return _Compiled(executable.SerializeToString(), out_types, out_tree)
 
 
+@feop(name="spu.run", family="spu", op_kind="compiler", execution_model="multi_party",
+      dialects=["pphlo"], primitives=["spu.run"], targets=["SPU"],
+      capabilities={"caching": {"scope": "process", "key_strategy": "signature"}},
+      example="z = spu.run(lambda a, b: a < b, config, x, y)")
 def run(fn: Callable[..., Any], config: SpuConfig, *args: Any, label: str | None = None,
         **kwargs: Any) -> Any:
     """Run JAX function ``fn`` on secret shares; returns ``fn``'s output pytree of shares.
@@ -199,20 +284,38 @@ def run(fn: Callable[..., Any], config: SpuConfig, *args: Any, label: str | None
         else:
             spec.append(leaf)
     in_types = tuple(_share(label, config, x.mptype, i) for i, x in enumerate(inputs))
-    try:
-        key: tuple[Any, ...] | None = (fn, tree, tuple(spec),
-                                       tuple(type(s) for s in spec), in_types)
-        entry = _COMPILED.lookup(key)
-    except TypeError:  # unhashable callable or constant: compile without caching
-        key, entry = None, None
-    if entry is None:
-        entry = _compile(fn, label, tree, tuple(spec), in_types)
-        if key is not None:
-            _COMPILED.store(key, entry)
+    key = (fn, tree, tuple(spec), tuple(type(s) for s in spec), in_types)
+    entry = _COMPILED.get_or_compile(
+        key, lambda: _compile(fn, label, tree, tuple(spec), in_types), label)
     attrs = {**config.attrs(), "fn": name, "executable": entry.executable,
              "in_types": in_types, "out_types": entry.out_types}
     outs = run_p.bind(inputs, attrs)
     return entry.out_tree.unflatten(outs)
 
 
-__all__ = ["SpuConfig", "reveal", "run", "seal"]
+@functools.lru_cache(maxsize=64)
+def runtime_config(protocol: str, field: str, fxp_fraction_bits: int) -> Any:
+    """libspu's runtime configuration for one protocol, field and fixed-point setting."""
+    config = libspu.RuntimeConfig(protocol=spu_api.parse_protocol_kind(protocol),
+                                  field=spu_api.parse_field_type(field))
+    config.fxp_fraction_bits = fxp_fraction_bits
+    return config
+
+
+@functools.lru_cache(maxsize=64)
+def _io(world: int, protocol: str, field: str, fxp_fraction_bits: int) -> Any:
+    return spu_api.Io(world, runtime_config(protocol, field, fxp_fraction_bits))
+
+
+def io_for(config: SpuConfig) -> Any:
+    """libspu's share maker and reconstructor for ``config``'s members."""
+    return _io(len(config.members), config.protocol, config.field, config.fxp_fraction_bits)
+
+
+def reconstruct(config: SpuConfig, shares: list[Any], plaintext: TensorType) -> np.ndarray:
+    """The plaintext of libspu ``shares`` (one per member, in member order)."""
+    value = io_for(config).reconstruct(shares)
+    return np.asarray(value).astype(numpy_dtype(plaintext.dtype), copy=False)
+
+
+__all__ = ["SecretShareType", "SpuConfig", "reveal", "run", "seal"]

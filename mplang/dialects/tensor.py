@@ -27,18 +27,24 @@ from mplang.edsl.primitive import Primitive
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import TensorType, ValueType
+from mplang.frontend.cache import CompileCache
 from mplang.frontend.errors import MPTypeError
+from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
+from mplang.frontend.registry import LOCAL_PURE, OpTraits
 
 constant_p = Primitive("tensor.constant", kind="source", execution_model="single_rank",
+                       traits=LOCAL_PURE,
                        doc="A compile-time constant tensor inside a party-local region.")
 run_jax_p = Primitive("tensor.run_jax", kind="compute", execution_model="single_rank",
+                      traits=LOCAL_PURE,
                       doc="Run a JAX function, stored as serialized StableHLO, on local tensors.")
 pyfunc_p = Primitive("tensor.pyfunc", kind="compute", execution_model="single_rank",
-                     side_effects=True,
+                     traits=OpTraits(pure=False, communicates=False),
                      doc="Call a named host function (I/O, a local service) on local tensors.")
 
-_EXPORTS = LRUCache(4096)
+_EXPORTS: CompileCache[_Exported] = CompileCache(
+    "tensor.run_jax", 4096, same=lambda a, b: a.module == b.module)
 """(fn, arg tree, static leaves, input types) -> `_Exported`."""
 _MODULES = LRUCache(4096)
 """serialized module bytes -> deserialized ``jax.export.Exported``."""
@@ -97,6 +103,9 @@ def _run_jax_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seq
     return [TensorType.of(a.dtype, a.shape) for a in exp.out_avals]
 
 
+@feop(name="tensor.constant", family="tensor", execution_model="single_rank",
+      dialects=["tensor"], primitives=["tensor.constant"], targets=["PPU"],
+      example="c = tensor.constant(np.ones(3))")
 @function
 def constant(value: Any) -> MPObject:
     """A local constant tensor (inside a pcall body)."""
@@ -136,6 +145,10 @@ def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, .
     return _Exported(bytes(exp.serialize()), exp.out_tree)
 
 
+@feop(name="tensor.run_jax", family="tensor", op_kind="compiler",
+      execution_model="single_rank", dialects=["stablehlo"], primitives=["tensor.run_jax"],
+      targets=["PPU"], capabilities={"caching": {"scope": "process", "key_strategy": "signature"}},
+      example="y = tensor.run_jax(jnp.square, x)")
 @function
 def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run JAX-traceable ``fn`` on local tensors; returns ``fn``'s output pytree.
@@ -160,15 +173,9 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             spec_types.append(type(leaf))
     in_types = tuple(_tensor_type(f"tensor.run_jax[{name}]", tracer.lift(x).type, i)
                      for i, x in enumerate(inputs))
-    key: tuple[Any, ...] | None = (fn, tree, tuple(spec), tuple(spec_types), in_types)
-    try:
-        entry = _EXPORTS.lookup(key)
-    except TypeError:  # an unhashable callable: no caching
-        key, entry = None, None
-    if entry is None:
-        entry = _export(fn, name, tree, tuple(spec), in_types)
-        if key is not None:
-            _EXPORTS.store(key, entry)
+    key = (fn, tree, tuple(spec), tuple(spec_types), in_types)
+    entry = _EXPORTS.get_or_compile(key, lambda: _export(fn, name, tree, tuple(spec), in_types),
+                                    f"tensor.run_jax[{name}]")
     outs = run_jax_p.bind(inputs, {"fn": name, "module": entry.module})
     return entry.out_tree.unflatten(outs)
 
@@ -190,6 +197,9 @@ def _out_type(spec: Any) -> TensorType:
                       f"got {spec!r}")
 
 
+@feop(name="tensor.pyfunc", family="tensor", execution_model="single_rank",
+      dialects=["tensor"], primitives=["tensor.pyfunc"], side_effects=True, targets=["PPU"],
+      example="y = tensor.pyfunc(load_rows, x, out=jax.ShapeDtypeStruct((3,), jnp.float32))")
 @function
 def pyfunc(fn: Callable[..., Any] | str, *args: MPObject, out: Any) -> Any:
     """Call host function ``fn`` on local tensors (as numpy arrays) on the party.

@@ -34,8 +34,9 @@ class ExecutionContext(Context, ABC):
 
     @abstractmethod
     def run_program(self, program: Program, inputs: list[MPObject],
-                    **options: Any) -> list[MPObject]:
-        """Run ``program`` on runtime objects ``inputs``; return its outputs as runtime objects."""
+                    options: Any = ...) -> list[MPObject]:
+        """Run ``program`` on runtime objects ``inputs`` under ``options`` (`RunOptions`);
+        return its outputs as runtime objects."""
 
     @abstractmethod
     def fetch_object(self, obj: MPObject) -> Any:

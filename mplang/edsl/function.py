@@ -16,10 +16,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def run_function(ctx: ExecutionContext, fn: Callable[..., Any], args: Any, kwargs: Any,
-                 **options: Any) -> Any:
-    """Trace ``fn`` on ``args`` and run it in ``ctx``; outputs keep ``fn``'s pytree shape."""
+                 options: Any = None) -> Any:
+    """Trace ``fn`` on ``args`` and run it in ``ctx`` with ``options`` (the context's
+    `RunOptions`; None: defaults); outputs keep ``fn``'s pytree shape."""
     program, inputs = trace_program(fn, args, kwargs, ctx.world_size, ctx.cluster)
-    outputs = ctx.run_program(program, inputs, **options)
+    outputs = ctx.run_program(program, inputs) if options is None \
+        else ctx.run_program(program, inputs, options)
     return tree_unflatten(program.out_tree, outputs)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from mplang.edsl.typing import ValueType
 from mplang.frontend.errors import MPVerifyError
-from mplang.frontend.registry import get_op, is_registered
+from mplang.frontend.registry import is_registered, traits_of
 
 
 @dataclass(eq=False)
@@ -41,6 +41,8 @@ class Operation:
     outputs: tuple[Value, ...]
     attrs: Mapping[str, Any] = field(default_factory=dict)
     regions: tuple[Graph, ...] = ()
+    loc: str | None = None
+    """``file.py:LINE`` of the user code that traced the op (None if unknown)."""
 
     def replace(self, **changes: Any) -> Operation:
         return dataclasses.replace(self, **changes)
@@ -68,9 +70,26 @@ class Graph:
 
 def has_effects(op: Operation) -> bool:
     """Whether ``op`` or any op of its regions has side effects (unknown ops do)."""
-    if not is_registered(op.opcode) or get_op(op.opcode).side_effects:
+    if not traits_of(op.opcode).pure:
         return True
     return any(has_effects(inner) for region in op.regions for inner in region.operations)
+
+
+def communicates(op: Operation) -> bool:
+    """Whether running ``op`` may exchange messages between parties (unknown ops may).
+
+    An op whose regions run in place (``regions="call"``) and that does not
+    communicate itself is local exactly when every op of its regions is.
+    """
+    traits = traits_of(op.opcode)
+    if traits.communicates:
+        return True
+    return any(communicates(inner) for region in op.regions for inner in region.operations)
+
+
+def describe_op(op: Operation) -> str:
+    """``op NAME`` plus the source line that traced it, for messages."""
+    return f"op {op.opcode}" + (f" (traced at {op.loc})" if op.loc else "")
 
 
 def effect_order(ops: Sequence[Operation]) -> list[int | None]:

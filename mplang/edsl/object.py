@@ -30,6 +30,8 @@ class MPObject:
     """A typed multi-party value (traced or held by the parties)."""
 
     __slots__ = ()
+    __mplang_object__ = True
+    """Marks MPLang objects for modules that must not import this one (state checks)."""
 
     @property
     def mptype(self) -> ValueType:

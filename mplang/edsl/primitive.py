@@ -10,11 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mplang.edsl.graph import Graph
+from mplang.edsl.location import user_location
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import TraceObject, current_tracer
 from mplang.edsl.typing import ValueType
 from mplang.frontend.errors import MPLangError, MPTypeError, MPVerifyError
-from mplang.frontend.registry import ExecutionModel, OpInfo, OpKind, register_op
+from mplang.frontend.registry import ExecutionModel, OpInfo, OpKind, OpTraits, register_op
 
 TypeRule = Callable[[list[ValueType], dict[str, Any], Sequence[Graph], int], list[ValueType]]
 """``rule(input types, attrs, regions, world size) -> output types``; pure, raises MPTypeError."""
@@ -23,19 +24,25 @@ TypeRule = Callable[[list[ValueType], dict[str, Any], Sequence[Graph], int], lis
 _PRIMITIVES: dict[str, Primitive] = {}
 
 
-def check_types(graph: Graph, world_size: int) -> None:
+def get_primitive(name: str) -> Primitive | None:
+    """The primitive called ``name`` (None if no dialect defines it)."""
+    return _PRIMITIVES.get(name)
+
+
+def check_types(graph: Graph, world_size: int, where: str = "graph") -> None:
     """Re-derive every op's output types with its type rule (recursively into regions).
 
     For graphs that did not come from the tracer (loaded or received): raises
-    `MPVerifyError` naming the op when attributes are malformed or types disagree.
+    `MPVerifyError` naming the op, its region path and its source line when
+    attributes are malformed or types disagree.
     """
     for index, op in enumerate(graph.operations):
-        label = f"op #{index} {op.opcode}"
+        label = f"{where}: op #{index} {op.opcode}" + (f" (traced at {op.loc})" if op.loc else "")
         prim = _PRIMITIVES.get(op.opcode)
         if prim is None:
             raise MPVerifyError(f"{label}: unknown op")
-        for region in op.regions:
-            check_types(region, world_size)
+        for region_index, region in enumerate(op.regions):
+            check_types(region, world_size, f"{where}: op #{index} region {region_index}")
         try:
             expected = prim.infer([v.type for v in op.inputs], dict(op.attrs), op.regions,
                                   world_size)
@@ -51,7 +58,9 @@ def check_types(graph: Graph, world_size: int) -> None:
 
 
 class Primitive:
-    """A named op. Creating one registers it in the op registry."""
+    """A named op. Creating one registers it in the op registry with its traits
+    (`OpTraits`: effects, communication, fusion, batching, cost); an op that
+    declares no traits gets the safe defaults."""
 
     def __init__(
         self,
@@ -59,11 +68,12 @@ class Primitive:
         *,
         kind: OpKind,
         execution_model: ExecutionModel,
-        side_effects: bool = False,
+        traits: OpTraits | None = None,
         doc: str = "",
     ):
         self.name = name
-        self.info = OpInfo(name, name.split(".")[0], kind, execution_model, side_effects, doc)
+        self.info = OpInfo(name, name.split(".")[0], kind, execution_model, doc,
+                           traits or OpTraits())
         register_op(self.info)
         _PRIMITIVES[name] = self
         self._type_rule: TypeRule | None = None
@@ -101,8 +111,15 @@ class Primitive:
             )
         inputs = [tracer.lift(x) for x in operands]
         attrs = attrs or {}
-        out_types = self.infer([v.type for v in inputs], attrs, regions, tracer.world_size)
-        return tracer.add_op(self.name, inputs, out_types, attrs, regions)
+        loc = user_location(2)
+        try:
+            out_types = self.infer([v.type for v in inputs], attrs, regions, tracer.world_size)
+        except MPTypeError as e:
+            if loc is not None and not getattr(e, "located", False):
+                e.args = (f"{e.args[0]} (at {loc})", *e.args[1:])
+                e.located = True  # type: ignore[attr-defined]
+            raise
+        return tracer.add_op(self.name, inputs, out_types, attrs, regions, loc)
 
     def __repr__(self) -> str:
         return f"Primitive({self.name})"

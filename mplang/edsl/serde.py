@@ -5,8 +5,9 @@ buffers back to back. Arrays and byte strings live in buffers; the JSON names
 them by index. Decoding checks every field against the schema below and
 refuses unknown ops, tags and dtypes: nothing is unpickled or evaluated.
 
-Types (T): ``{"tensor": [dtype, shape]}``, ``{"table": [[name, dtype], ...]}``,
-``{"share" | "cipher": [scheme, T]}``, ``{"key": kind}``, ``{"mp": [T, bits|null]}``.
+Types (T): ``{"mp": [T, bits|null]}`` or ``{TAG: body}`` for a type registered
+under TAG (`mplang.edsl.typing.register_type`; ``{"tensor": [dtype, shape]}``).
+Errors name the field path (``graph.ops[3].out[0].type``).
 Attributes: JSON scalars and lists, or one-key tagged objects ``$tuple``,
 ``$dict``, ``$bytes``, ``$array``, ``$mask``, ``$type``, ``$float``.
 """
@@ -21,28 +22,13 @@ from typing import Any
 import numpy as np
 
 from mplang.edsl.graph import Graph, Operation, Value
-from mplang.edsl.typing import (
-    BaseType,
-    CiphertextType,
-    KeyType,
-    Mask,
-    MPType,
-    SecretShareType,
-    TableType,
-    TensorType,
-    ValueType,
-    numpy_dtype,
-)
+from mplang.edsl.typing import DTYPES, BaseType, Mask, MPType, ValueType, numpy_dtype, type_for_tag
 from mplang.frontend.errors import MPSerializationError
 from mplang.frontend.registry import is_registered
 
 MAGIC = b"MPLANG\x00\x01"
 _HEADER = struct.Struct("<8sQ")
 MAX_DEPTH = 64
-_ALLOWED_DTYPES = frozenset(
-    ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-     "float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
-)
 
 
 # ---------------------------------------------------------------- types
@@ -51,17 +37,9 @@ _ALLOWED_DTYPES = frozenset(
 def encode_type(t: ValueType) -> Any:
     if isinstance(t, MPType):
         return {"mp": [encode_type(t.base), None if t.pmask is None else t.pmask.bits]}
-    if isinstance(t, TensorType):
-        return {"tensor": [t.dtype, list(t.shape)]}
-    if isinstance(t, TableType):
-        return {"table": [[n, d] for n, d in t.columns]}
-    if isinstance(t, SecretShareType):
-        return {"share": [t.scheme, encode_type(t.plaintext)]}
-    if isinstance(t, CiphertextType):
-        return {"cipher": [t.scheme, encode_type(t.plaintext)]}
-    if isinstance(t, KeyType):
-        return {"key": t.kind}
-    raise MPSerializationError(f"cannot serialize type {t!r}")
+    if isinstance(t, BaseType) and type_for_tag(getattr(t, "type_tag", "")) is type(t):
+        return {t.type_tag: t.to_json(encode_type)}
+    raise MPSerializationError(f"cannot serialize type {t!r}: its type has no registered tag")
 
 
 def _fail(what: str) -> MPSerializationError:
@@ -73,45 +51,27 @@ def _expect(cond: bool, what: str) -> None:
         raise _fail(what)
 
 
-def _tensor(data: Any) -> TensorType:
-    t = decode_type(data)
-    _expect(isinstance(t, TensorType), "expected a tensor type")
-    assert isinstance(t, TensorType)
-    return t
-
-
-def decode_type(data: Any) -> ValueType:
-    _expect(isinstance(data, dict) and len(data) == 1, "type must be a one-key object")
+def decode_type(data: Any, path: str = "type") -> ValueType:
+    """A type from its JSON form; errors name ``path``, the field that holds it."""
+    _expect(isinstance(data, dict) and len(data) == 1, f"{path}: a type is a one-key object")
     (tag, body), = data.items()
+    if tag == "mp":
+        _expect(isinstance(body, list) and len(body) == 2, f"{path}.mp: expected [type, pmask]")
+        base, bits = body
+        inner = decode_type(base, f"{path}.mp[0]")
+        _expect(isinstance(inner, BaseType), f"{path}.mp[0]: an mp type over a non-base type")
+        assert isinstance(inner, BaseType)
+        _expect(bits is None or (type(bits) is int and bits >= 0), f"{path}.mp[1]: bad pmask")
+        return MPType(inner, None if bits is None else Mask(bits))
+    cls = type_for_tag(tag) if isinstance(tag, str) else None
+    _expect(cls is not None, f"{path}: unknown type tag {tag!r}")
+    assert cls is not None
     try:
-        if tag == "mp":
-            base, bits = body
-            inner = decode_type(base)
-            _expect(isinstance(inner, BaseType), "mp type over a non-base type")
-            assert isinstance(inner, BaseType)
-            _expect(bits is None or (isinstance(bits, int) and bits >= 0), "bad pmask")
-            return MPType(inner, None if bits is None else Mask(bits))
-        if tag == "tensor":
-            dtype, shape = body
-            _expect(dtype in _ALLOWED_DTYPES, f"dtype {dtype!r}")
-            _expect(isinstance(shape, list) and all(type(d) is int for d in shape), "shape")
-            return TensorType(dtype, tuple(shape))
-        if tag == "table":
-            _expect(all(isinstance(n, str) and isinstance(d, str) for n, d in body), "columns")
-            return TableType(tuple((n, d) for n, d in body))
-        if tag in ("share", "cipher"):
-            scheme, plain = body
-            _expect(isinstance(scheme, str), "scheme")
-            cls = SecretShareType if tag == "share" else CiphertextType
-            return cls(scheme, _tensor(plain))
-        if tag == "key":
-            _expect(isinstance(body, str), "key kind")
-            return KeyType(body)
-    except (TypeError, ValueError) as e:
-        if isinstance(e, MPSerializationError):
-            raise
-        raise _fail(f"type {tag!r}: {e}") from None
-    raise _fail(f"unknown type tag {tag!r}")
+        return cls.from_json(body, decode_type, f"{path}.{tag}")
+    except MPSerializationError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        raise _fail(f"{path}.{tag}: {type(e).__name__}: {e}") from None
 
 
 # ---------------------------------------------------------------- buffers
@@ -148,8 +108,8 @@ class _BufferReader:
             _expect(start + length <= len(blob), "buffer span past the end")
             self.spans.append((start, length))
 
-    def get(self, index: Any) -> memoryview:
-        _expect(type(index) is int and 0 <= index < len(self.spans), "buffer index")
+    def get(self, index: Any, path: str) -> memoryview:
+        _expect(type(index) is int and 0 <= index < len(self.spans), f"{path}: buffer index")
         start, length = self.spans[index]
         return self.blob[start:start + length]
 
@@ -169,7 +129,7 @@ def _encode_attr(value: Any, buffers: _BufferWriter, depth: int = 0) -> Any:
     if isinstance(value, bytes):
         return {"$bytes": buffers.add(value)}
     if isinstance(value, np.ndarray):
-        if value.dtype.name not in _ALLOWED_DTYPES:
+        if value.dtype.name not in DTYPES:
             raise MPSerializationError(f"cannot serialize arrays of dtype {value.dtype}")
         data = value.astype(value.dtype.newbyteorder("<"), copy=False)
         return {"$array": [value.dtype.name, list(value.shape), buffers.add(data.tobytes())]}
@@ -187,109 +147,127 @@ def _encode_attr(value: Any, buffers: _BufferWriter, depth: int = 0) -> Any:
     raise MPSerializationError(f"cannot serialize attribute of type {type(value).__name__}")
 
 
-def _decode_attr(data: Any, buffers: _BufferReader, depth: int = 0) -> Any:
-    _expect(depth <= MAX_DEPTH, "attribute nested too deeply")
+def _decode_attr(data: Any, buffers: _BufferReader, path: str, depth: int = 0) -> Any:
+    _expect(depth <= MAX_DEPTH, f"{path}: attribute nested too deeply")
     if data is None or isinstance(data, (bool, str, int, float)):
         return data
     if isinstance(data, list):
-        return [_decode_attr(v, buffers, depth + 1) for v in data]
-    _expect(isinstance(data, dict) and len(data) == 1, "attribute object must have one tag")
+        return [_decode_attr(v, buffers, f"{path}[{i}]", depth + 1) for i, v in enumerate(data)]
+    _expect(isinstance(data, dict) and len(data) == 1,
+            f"{path}: an attribute object must have one tag")
     (tag, body), = data.items()
+    here = f"{path}.{tag}"
     if tag == "$tuple":
-        _expect(isinstance(body, list), "$tuple body")
-        return tuple(_decode_attr(v, buffers, depth + 1) for v in body)
+        _expect(isinstance(body, list), f"{here}: expected a list")
+        return tuple(_decode_attr(v, buffers, f"{here}[{i}]", depth + 1)
+                     for i, v in enumerate(body))
     if tag == "$dict":
         _expect(isinstance(body, list) and all(isinstance(p, list) and len(p) == 2 for p in body),
-                "$dict body")
-        return {_decode_attr(k, buffers, depth + 1): _decode_attr(v, buffers, depth + 1)
-                for k, v in body}
+                f"{here}: expected [key, value] pairs")
+        return {_decode_attr(k, buffers, f"{here}[{i}][0]", depth + 1):
+                _decode_attr(v, buffers, f"{here}[{i}][1]", depth + 1)
+                for i, (k, v) in enumerate(body)}
     if tag == "$bytes":
-        return bytes(buffers.get(body))
+        return bytes(buffers.get(body, here))
     if tag == "$array":
-        _expect(isinstance(body, list) and len(body) == 3, "$array body")
+        _expect(isinstance(body, list) and len(body) == 3, f"{here}: expected [dtype, shape, buf]")
         dtype, shape, index = body
-        _expect(dtype in _ALLOWED_DTYPES, f"array dtype {dtype!r}")
+        _expect(dtype in DTYPES, f"{here}: array dtype {dtype!r}")
         _expect(isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape),
-                "array shape")
-        raw = buffers.get(index)
+                f"{here}: array shape")
+        raw = buffers.get(index, here)
         dt = numpy_dtype(dtype).newbyteorder("<")
-        _expect(len(raw) == dt.itemsize * math.prod(shape), "array size does not match shape")
+        _expect(len(raw) == dt.itemsize * math.prod(shape),
+                f"{here}: array size does not match shape")
         return np.frombuffer(raw, dtype=dt).astype(numpy_dtype(dtype)).reshape(shape)
     if tag == "$mask":
-        _expect(type(body) is int and body >= 0, "$mask body")
+        _expect(type(body) is int and body >= 0, f"{here}: a mask is a non-negative int")
         return Mask(body)
     if tag == "$type":
-        return decode_type(body)
+        return decode_type(body, here)
     if tag == "$float":
-        _expect(body in ("nan", "inf", "-inf"), "$float body")
+        _expect(body in ("nan", "inf", "-inf"), f"{here}: expected nan, inf or -inf")
         return float(body)
-    raise _fail(f"unknown attribute tag {tag!r}")
+    raise _fail(f"{path}: unknown attribute tag {tag!r}")
 
 
 # ---------------------------------------------------------------- graphs
 
 
+def _encode_op(op: Operation, buffers: _BufferWriter) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "op": op.opcode,
+        "in": [v.name for v in op.inputs],
+        "out": [[v.name, encode_type(v.type)] for v in op.outputs],
+        "attrs": {k: _encode_attr(v, buffers) for k, v in sorted(op.attrs.items())},
+        "regions": [_encode_graph(r, buffers) for r in op.regions],
+    }
+    if op.loc is not None:
+        item["loc"] = op.loc
+    return item
+
+
 def _encode_graph(graph: Graph, buffers: _BufferWriter) -> Any:
     return {
         "inputs": [[v.name, encode_type(v.type)] for v in graph.inputs],
-        "ops": [
-            {
-                "op": op.opcode,
-                "in": [v.name for v in op.inputs],
-                "out": [[v.name, encode_type(v.type)] for v in op.outputs],
-                "attrs": {k: _encode_attr(v, buffers) for k, v in sorted(op.attrs.items())},
-                "regions": [_encode_graph(r, buffers) for r in op.regions],
-            }
-            for op in graph.operations
-        ],
+        "ops": [_encode_op(op, buffers) for op in graph.operations],
         "outputs": [v.name for v in graph.outputs],
     }
 
 
-def _decode_values(data: Any, env: dict[str, Value]) -> list[Value]:
-    _expect(isinstance(data, list), "value list")
+def _decode_values(data: Any, env: dict[str, Value], path: str) -> list[Value]:
+    _expect(isinstance(data, list), f"{path}: expected a list of [name, type]")
     values = []
-    for item in data:
+    for i, item in enumerate(data):
         _expect(isinstance(item, list) and len(item) == 2 and isinstance(item[0], str),
-                "value entry")
+                f"{path}[{i}]: expected [name, type]")
         name, vtype = item
-        _expect(name not in env, f"value %{name} defined twice")
-        value = Value(name, decode_type(vtype))
+        _expect(name not in env, f"{path}[{i}]: value %{name} defined twice")
+        value = Value(name, decode_type(vtype, f"{path}[{i}].type"))
         env[name] = value
         values.append(value)
     return values
 
 
-def _lookup(env: dict[str, Value], names: Any, where: str) -> list[Value]:
-    _expect(isinstance(names, list), f"{where}: value name list")
+def _lookup(env: dict[str, Value], names: Any, path: str) -> list[Value]:
+    _expect(isinstance(names, list), f"{path}: expected a list of value names")
     out = []
-    for name in names:
-        _expect(isinstance(name, str) and name in env, f"{where}: %{name} is not defined")
+    for i, name in enumerate(names):
+        _expect(isinstance(name, str) and name in env, f"{path}[{i}]: %{name} is not defined")
         out.append(env[name])
     return out
 
 
-def _decode_graph(data: Any, buffers: _BufferReader, depth: int) -> Graph:
-    _expect(depth <= MAX_DEPTH, "regions nested too deeply")
-    _expect(isinstance(data, dict) and set(data) == {"inputs", "ops", "outputs"}, "graph fields")
+_OP_FIELDS = frozenset(["op", "in", "out", "attrs", "regions"])
+
+
+def _decode_graph(data: Any, buffers: _BufferReader, depth: int, path: str) -> Graph:
+    _expect(depth <= MAX_DEPTH, f"{path}: regions nested too deeply")
+    _expect(isinstance(data, dict) and set(data) == {"inputs", "ops", "outputs"},
+            f"{path}: expected the fields inputs, ops, outputs")
     env: dict[str, Value] = {}
-    inputs = _decode_values(data["inputs"], env)
-    _expect(isinstance(data["ops"], list), "ops")
+    inputs = _decode_values(data["inputs"], env, f"{path}.inputs")
+    _expect(isinstance(data["ops"], list), f"{path}.ops: expected a list")
     ops = []
     for index, item in enumerate(data["ops"]):
-        _expect(isinstance(item, dict) and set(item) == {"op", "in", "out", "attrs", "regions"},
-                f"op #{index} fields")
+        here = f"{path}.ops[{index}]"
+        _expect(isinstance(item, dict) and _OP_FIELDS <= set(item) <= _OP_FIELDS | {"loc"},
+                f"{here}: expected the fields {', '.join(sorted(_OP_FIELDS))} (and loc)")
         opcode = item["op"]
-        _expect(isinstance(opcode, str) and is_registered(opcode), f"unknown op {opcode!r}")
-        where = f"op #{index} {opcode}"
-        op_inputs = _lookup(env, item["in"], where)
-        _expect(isinstance(item["attrs"], dict), f"{where}: attrs")
-        attrs = {k: _decode_attr(v, buffers) for k, v in item["attrs"].items()}
-        _expect(isinstance(item["regions"], list), f"{where}: regions")
-        regions = tuple(_decode_graph(r, buffers, depth + 1) for r in item["regions"])
-        outputs = _decode_values(item["out"], env)
-        ops.append(Operation(opcode, tuple(op_inputs), tuple(outputs), attrs, regions))
-    outputs = _lookup(env, data["outputs"], "graph outputs")
+        _expect(isinstance(opcode, str) and is_registered(opcode),
+                f"{here}.op: unknown op {opcode!r}")
+        loc = item.get("loc")
+        _expect(loc is None or (isinstance(loc, str) and len(loc) <= 1024), f"{here}.loc")
+        op_inputs = _lookup(env, item["in"], f"{here}.in")
+        _expect(isinstance(item["attrs"], dict), f"{here}.attrs: expected an object")
+        attrs = {k: _decode_attr(v, buffers, f"{here}.attrs.{k}")
+                 for k, v in item["attrs"].items()}
+        _expect(isinstance(item["regions"], list), f"{here}.regions: expected a list")
+        regions = tuple(_decode_graph(r, buffers, depth + 1, f"{here}.regions[{i}]")
+                        for i, r in enumerate(item["regions"]))
+        outputs = _decode_values(item["out"], env, f"{here}.out")
+        ops.append(Operation(opcode, tuple(op_inputs), tuple(outputs), attrs, regions, loc))
+    outputs = _lookup(env, data["outputs"], f"{path}.outputs")
     return Graph(inputs, ops, outputs)
 
 
@@ -320,7 +298,7 @@ def decode_graph_bundle(data: bytes | memoryview, max_bytes: int = 1 << 32) -> t
     _expect(doc["version"] == 1, f"unsupported version {doc['version']!r}")
     buffers = _BufferReader(view[_HEADER.size + json_len:], doc["buffers"])
     try:
-        return _decode_graph(doc["graph"], buffers, 0), doc["meta"]
+        return _decode_graph(doc["graph"], buffers, 0, "graph"), doc["meta"]
     except MPSerializationError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as e:

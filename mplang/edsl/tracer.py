@@ -119,9 +119,11 @@ class Tracer(Context):
         out_types: Sequence[ValueType],
         attrs: dict[str, Any],
         regions: Sequence[Graph] = (),
+        loc: str | None = None,
     ) -> list[TraceObject]:
         outputs = tuple(self.new_value(t) for t in out_types)
-        self.operations.append(Operation(opcode, tuple(inputs), outputs, attrs, tuple(regions)))
+        self.operations.append(Operation(opcode, tuple(inputs), outputs, attrs, tuple(regions),
+                                         loc))
         return [TraceObject(self, v) for v in outputs]
 
     def build(self, outputs: Sequence[Value]) -> Graph:

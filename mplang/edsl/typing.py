@@ -6,12 +6,14 @@ printer uses, e.g. ``f32[3,4]@{0,1}``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import ml_dtypes
 import numpy as np
+
+from mplang.frontend.errors import MPTypeError
 
 _DTYPE_SHORT = {
     "bool": "bool",
@@ -30,6 +32,8 @@ _DTYPE_SHORT = {
     "complex64": "c64",
     "complex128": "c128",
 }
+DTYPES = frozenset(_DTYPE_SHORT)
+"""The dtype names a tensor may have (numpy names; ``bfloat16`` from ml_dtypes)."""
 
 
 @dataclass(frozen=True)
@@ -40,14 +44,14 @@ class Mask:
 
     def __post_init__(self) -> None:
         if self.bits < 0:
-            raise ValueError(f"a party mask cannot be negative: {self.bits}")
+            raise MPTypeError(f"a party mask cannot be negative: {self.bits}")
 
     @staticmethod
     def of(parties: Iterable[int]) -> Mask:
         bits = 0
         for p in parties:
             if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 0:
-                raise ValueError(f"party ranks are non-negative integers, got {p!r}")
+                raise MPTypeError(f"party ranks are non-negative integers, got {p!r}")
             bits |= 1 << int(p)
         return Mask(bits)
 
@@ -86,12 +90,65 @@ class Mask:
         return f"Mask({self})"
 
 
+TypeEncoder = Callable[["ValueType"], Any]
+TypeDecoder = Callable[[Any, str], "ValueType"]
+"""``decode(json, field_path)``: decodes a nested type, naming ``field_path`` on errors."""
+
+
 class BaseType:
-    """What a value is, independent of where it lives."""
+    """What a value is, independent of where it lives.
+
+    Each concrete type registers a serialization tag with `register_type` and
+    implements ``to_json`` / ``from_json``. For the cost analysis a type may name
+    the tensor it stands for (``plaintext``) and how many bytes it takes per
+    plaintext byte (``expansion``: 1 for plain data; ``None`` for a secret share or
+    ciphertext, whose factor the cost model supplies).
+    """
 
     __slots__ = ()
+    type_tag: ClassVar[str]
+    expansion: ClassVar[float | None] = 1.0
+
+    def plaintext(self) -> TensorType | None:
+        """The tensor this value holds or hides (None: no tensor, e.g. a key)."""
+        return None
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        """The JSON body of this type (``encode`` serializes nested types)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> BaseType:
+        """Rebuild from `to_json`'s body; raise TypeError/ValueError/KeyError if malformed."""
+        raise NotImplementedError
 
 
+_TYPES: dict[str, type[BaseType]] = {}
+T = TypeVar("T", bound=type[BaseType])
+
+
+def register_type(tag: str) -> Callable[[T], T]:
+    """Class decorator: serialize the type under ``tag`` (one tag per type)."""
+    def deco(cls: T) -> T:
+        if tag in _TYPES or tag == "mp":
+            raise ValueError(f"type tag {tag!r} is already registered")
+        cls.type_tag = tag
+        _TYPES[tag] = cls
+        return cls
+
+    return deco
+
+
+def type_for_tag(tag: str) -> type[BaseType] | None:
+    """The type class registered under ``tag``."""
+    return _TYPES.get(tag)
+
+
+def registered_types() -> dict[str, type[BaseType]]:
+    return dict(_TYPES)
+
+
+@register_type("tensor")
 @dataclass(frozen=True)
 class TensorType(BaseType):
     """A dense array with a numpy dtype name and a static shape (``()`` for scalars)."""
@@ -101,13 +158,30 @@ class TensorType(BaseType):
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPE_SHORT:
-            raise ValueError(f"unsupported tensor dtype {self.dtype!r}")
-        if not all(isinstance(d, int) and d >= 0 for d in self.shape):
-            raise ValueError(f"tensor shape must be non-negative ints, got {self.shape!r}")
+            raise MPTypeError(f"unsupported tensor dtype {self.dtype!r}")
+        if not all(type(d) is int and d >= 0 for d in self.shape):
+            raise MPTypeError(f"tensor shape must be non-negative ints, got {self.shape!r}")
+
+    def plaintext(self) -> TensorType:
+        return self
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return [self.dtype, list(self.shape)]
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> TensorType:
+        dtype, shape = body
+        if not isinstance(shape, list):
+            raise ValueError("shape must be a list")
+        return TensorType(dtype, tuple(shape))
 
     @staticmethod
     def of(dtype: object, shape: Iterable[int]) -> TensorType:
-        return TensorType(np.dtype(dtype).name, tuple(int(d) for d in shape))  # type: ignore[call-overload]
+        try:
+            name = np.dtype(dtype).name  # type: ignore[call-overload]
+        except TypeError as e:
+            raise MPTypeError(f"not a dtype: {dtype!r} ({e})") from None
+        return TensorType(name, tuple(int(d) for d in shape))
 
     @property
     def is_scalar(self) -> bool:
@@ -120,49 +194,6 @@ class TensorType(BaseType):
 def scalar(dtype: object) -> TensorType:
     """The rank-0 tensor type of ``dtype``."""
     return TensorType.of(dtype, ())
-
-
-@dataclass(frozen=True)
-class TableType(BaseType):
-    """A relational table: ordered (column name, dtype name) pairs."""
-
-    columns: tuple[tuple[str, str], ...]
-
-    def __str__(self) -> str:
-        cols = ",".join(f"{n}:{_DTYPE_SHORT.get(d, d)}" for n, d in self.columns)
-        return f"table<{cols}>"
-
-
-@dataclass(frozen=True)
-class SecretShareType(BaseType):
-    """One party's share of a secret-shared tensor (protocol named by ``scheme``)."""
-
-    scheme: str
-    plaintext: TensorType
-
-    def __str__(self) -> str:
-        return f"share<{self.scheme},{self.plaintext}>"
-
-
-@dataclass(frozen=True)
-class CiphertextType(BaseType):
-    """A tensor encrypted under a homomorphic ``scheme``."""
-
-    scheme: str
-    plaintext: TensorType
-
-    def __str__(self) -> str:
-        return f"cipher<{self.scheme},{self.plaintext}>"
-
-
-@dataclass(frozen=True)
-class KeyType(BaseType):
-    """An opaque key (``kind`` such as ``"paillier.public"``)."""
-
-    kind: str
-
-    def __str__(self) -> str:
-        return f"key<{self.kind}>"
 
 
 @dataclass(frozen=True)

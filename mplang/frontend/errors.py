@@ -34,17 +34,51 @@ class MPSerializationError(MPLangError, ValueError):
 class MPRuntimeError(MPLangError, RuntimeError):
     """An op failed while running. The message names the party and the op."""
 
-    def __init__(self, message: str, *, party: int | None = None, op: str | None = None):
+    def __init__(self, message: str, *, party: int | None = None, op: str | None = None,
+                 key: str | None = None, loc: str | None = None):
         super().__init__(message)
         self.party = party
         self.op = op
+        self.key = key
+        """The region path of the op's run (``/0/2/b1/3``: op 0, its op 2, branch 1, op 3)."""
+        self.loc = loc
+        """``file.py:LINE`` of the user code that traced the op."""
 
 
 class MPCommunicationError(MPRuntimeError):
     """A message between parties did not arrive in time, or its execution was abandoned."""
 
 
+class FeError(MPLangError):
+    """Base of the frontend errors: a frontend op's contract was violated."""
+
+
+class FeConfigError(FeError, ValueError):
+    """A frontend op's configuration is missing or does not fit its schema; the message
+    names the op, the field and what the schema expects."""
+
+
+class FeCapabilityError(FeError, TypeError):
+    """A frontend op cannot run on the chosen device (its metadata does not fit the
+    device's kind or members); run it on a device its ``targets`` name."""
+
+
+class FeDeterminismError(FeError):
+    """One signature produced different IR in two compilations: the op depends on
+    hidden state. Make that state an explicit argument or configuration."""
+
+
+class FeStateError(FeError):
+    """Illegal frontend state: an MPLang object stored in process-wide state, or context
+    state asked for without a context. Keep runtime objects in ``ctx`` scope."""
+
+
 __all__ = [
+    "FeCapabilityError",
+    "FeConfigError",
+    "FeDeterminismError",
+    "FeError",
+    "FeStateError",
     "MPCommunicationError",
     "MPLangError",
     "MPRuntimeError",

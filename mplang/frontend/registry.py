@@ -1,16 +1,58 @@
-"""The op registry: every primitive registers here once, with its metadata.
+"""The primitive registry: every IR op registers here once, with its metadata and traits.
 
-Reflection (`list_ops`, `describe`) reads this registry; the deserializer and
-the verifier use it to refuse op names nobody defined.
+The deserializer and the verifier use it to refuse op names nobody defined;
+passes, the scheduler and the analysis read an op's `OpTraits` instead of
+keeping tables of op names.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 OpKind = Literal["compute", "communication", "control_flow", "source", "call"]
 ExecutionModel = Literal["single_rank", "multi_party", "any"]
+RegionUse = Literal["call", "branch", "loop"]
+Runtime = Literal["worker", "driver"]
+
+CostRule = Callable[[Any, Any], Any]
+"""``rule(op, cost_model) -> OpCost`` (see `mplang.analysis.cost_model`)."""
+
+
+@dataclass(frozen=True)
+class OpTraits:
+    """What passes, the scheduler and the analysis may assume about an op.
+
+    The defaults are the safe ones, so an op that declares nothing works with
+    every pass: it has effects (keeps its program order, is never removed or
+    merged), may communicate, is never fused or batched, and costs one local op.
+
+    - ``pure``: no side effects (I/O, randomness, host calls); its result depends
+      on its inputs and attributes only.
+    - ``communicates``: its kernel may exchange messages between parties. For an op
+      with ``regions="call"``, False means: local when its regions are.
+    - ``regions``: how its regions run: ``call`` (each once, in place), ``branch``
+      (one of them, chosen by a uniform predicate), ``loop`` (cond and body repeated).
+    - ``fusable``: two such ops on the same known ``parties`` may run as one
+      (their regions concatenated).
+    - ``batchable``: several such ops with equal attributes may move as one op with
+      several inputs and outputs.
+    - ``cost``: estimated seconds and rounds for the analysis (None: a local op).
+    - ``runtimes``: the runtimes that must have a kernel for it.
+    """
+
+    pure: bool = False
+    communicates: bool = True
+    regions: RegionUse | None = None
+    fusable: bool = False
+    batchable: bool = False
+    cost: CostRule | None = field(default=None, compare=False)
+    runtimes: tuple[Runtime, ...] = ("worker",)
+
+
+LOCAL_PURE = OpTraits(pure=True, communicates=False)
+"""Traits of a party-local computation without side effects."""
 
 
 @dataclass(frozen=True)
@@ -26,8 +68,12 @@ class OpInfo:
     dialect: str
     kind: OpKind
     execution_model: ExecutionModel
-    side_effects: bool
     doc: str
+    traits: OpTraits = OpTraits()
+
+    @property
+    def side_effects(self) -> bool:
+        return not self.traits.pure
 
 
 _OPS: dict[str, OpInfo] = {}
@@ -53,14 +99,31 @@ def is_registered(name: str) -> bool:
     return name in _OPS
 
 
-def list_ops(dialect: str | None = None) -> list[OpInfo]:
-    """All registered ops (of one dialect if given), sorted by name."""
+_UNKNOWN = OpTraits()
+
+
+def traits_of(name: str) -> OpTraits:
+    """The traits of op ``name``; an unregistered name gets the safe defaults."""
+    info = _OPS.get(name)
+    return _UNKNOWN if info is None else info.traits
+
+
+def list_primitives(dialect: str | None = None) -> list[OpInfo]:
+    """All registered primitives (of one dialect if given), sorted by name."""
     return sorted(
         (i for i in _OPS.values() if dialect is None or i.dialect == dialect),
         key=lambda i: i.name,
     )
 
 
-def describe(name: str) -> dict[str, object]:
-    """The metadata of op ``name`` as a plain dict."""
-    return asdict(get_op(name))
+def describe_primitive(name: str) -> dict[str, Any]:
+    """The metadata of primitive ``name`` as a plain dict (traits included)."""
+    info = get_op(name)
+    t = info.traits
+    return {"name": info.name, "dialect": info.dialect, "kind": info.kind,
+            "execution_model": info.execution_model, "side_effects": info.side_effects,
+            "doc": info.doc,
+            "traits": {"pure": t.pure, "communicates": t.communicates, "regions": t.regions,
+                       "fusable": t.fusable, "batchable": t.batchable,
+                       "cost": None if t.cost is None else getattr(t.cost, "__name__", "rule"),
+                       "runtimes": list(t.runtimes)}}

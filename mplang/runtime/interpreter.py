@@ -10,6 +10,7 @@ from typing import Any
 
 from mplang.edsl.graph import Graph, Operation
 from mplang.frontend.errors import MPLangError, MPRuntimeError
+from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
 from mplang.runtime.scheduler import Scheduler, plan
 
 Kernel = Callable[["Interpreter", Operation, list[Any], str], list[Any]]
@@ -23,9 +24,9 @@ regions and loop iterations), so parties tag their messages with it.
 class KernelTable:
     """Op name -> kernel. Registering a name twice is an error unless ``override``."""
 
-    def __init__(self, kernels: Mapping[str, Kernel] | None = None,
+    def __init__(self, kernels: Iterable[tuple[str, Kernel]] = (),
                  fallback: Callable[[str], Kernel | None] | None = None):
-        self._kernels: dict[str, Kernel] = dict(kernels or {})
+        self._kernels: dict[str, Kernel] = dict(kernels)
         self.fallback = fallback
         """Resolves names without a registered kernel (e.g. by op metadata)."""
 
@@ -44,8 +45,8 @@ class KernelTable:
             kernel = self.fallback(name)
         return kernel
 
-    def names(self) -> list[str]:
-        return sorted(self._kernels)
+    def items(self) -> list[tuple[str, Kernel]]:
+        return list(self._kernels.items())
 
     @staticmethod
     def merge(tables: Iterable[KernelTable]) -> KernelTable:
@@ -56,7 +57,7 @@ class KernelTable:
         return merged
 
     def with_overrides(self, overrides: KernelTable) -> KernelTable:
-        table = KernelTable(self._kernels, self.fallback)
+        table = KernelTable(self._kernels.items(), self.fallback)
         table._kernels.update(overrides._kernels)
         return table
 
@@ -66,21 +67,21 @@ class Interpreter:
 
     ``party`` is the rank this interpreter runs for (None on the driver); it
     appears in error messages. ``exec_id`` identifies the run for message tags.
-    With a ``scheduler``, graphs run as dataflow (an op starts as soon as its
-    inputs are ready); without one, op by op in program order.
+    ``options`` are the execution's `RunOptions`: with ``options.parallel`` and a
+    ``scheduler``, graphs run as dataflow (an op starts as soon as its inputs are
+    ready); otherwise op by op in program order. ``options.progress`` hears of each
+    completed op.
     """
 
     def __init__(self, kernels: KernelTable, states: Mapping[str, Any], *,
-                 party: int | None, exec_id: str,
-                 on_op: Callable[[Operation, str], None] | None = None,
+                 party: int | None, exec_id: str, options: RunOptions = DEFAULT_OPTIONS,
                  scheduler: Scheduler | None = None):
         self.kernels = kernels
         self.states = states
         self.party = party
         self.exec_id = exec_id
-        self.on_op = on_op
-        """Called after each completed op with the op and its key (progress reporting)."""
-        self.scheduler = scheduler
+        self.options = options
+        self.scheduler = scheduler if options.parallel else None
         self._where = "the driver" if party is None else f"party {party}"
 
     def run(self, graph: Graph, inputs: Sequence[Any], scope: str = "") -> list[Any]:
@@ -136,26 +137,32 @@ class Interpreter:
         where = self._where
         if kernel is None:
             raise MPRuntimeError(f"{where} has no kernel for op {op.opcode}",
-                                 party=self.party, op=op.opcode)
+                                 party=self.party, op=op.opcode, key=key, loc=op.loc)
         try:
             outs = kernel(self, op, args, key)
         except MPRuntimeError as e:
             if e.op is None:  # name the op a communication wait belonged to
-                e.op = op.opcode
-                e.args = (f"{e.args[0]} (in op {op.opcode})", *e.args[1:])
+                e.op, e.key, e.loc = op.opcode, key, op.loc
+                e.args = (f"{e.args[0]} (in op {op.opcode} at {key}{_at(op)})", *e.args[1:])
             raise
         except MPLangError:
             raise
         except Exception as e:
             results = ", ".join(f"%{v.name}" for v in op.outputs) or "no results"
             raise MPRuntimeError(
-                f"{where}: op {op.opcode} (defining {results}) failed: "
-                f"{type(e).__name__}: {e}", party=self.party, op=op.opcode,
+                f"{where}: op {op.opcode} at {key} (defining {results}{_at(op)}) failed: "
+                f"{type(e).__name__}: {e}", party=self.party, op=op.opcode, key=key,
+                loc=op.loc,
             ) from e
         if len(outs) != len(op.outputs):
             raise MPRuntimeError(f"{where}: kernel of {op.opcode} returned {len(outs)} values "
                                  f"for {len(op.outputs)} outputs", party=self.party,
-                                 op=op.opcode)
-        if self.on_op is not None:
-            self.on_op(op, key)
+                                 op=op.opcode, key=key, loc=op.loc)
+        if self.options.progress is not None:
+            who = "driver" if self.party is None else where
+            self.options.progress(f"{who}: {op.opcode} {key} done")
         return outs
+
+
+def _at(op: Operation) -> str:
+    return f", traced at {op.loc}" if op.loc else ""

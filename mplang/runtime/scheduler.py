@@ -2,9 +2,9 @@
 
 An op runs as soon as its inputs are ready. Ops with side effects, in their
 regions too, keep their program order (`mplang.edsl.graph.op_dependencies`).
-Graphs without at least two ops that can block (communication, calls with
-regions, control flow, host callbacks) run sequentially: for them a thread hop
-costs more than it could save.
+Graphs without at least two ops that can block (ops that communicate, have
+regions or side effects, by their `OpTraits`) run sequentially: for them a
+thread hop costs more than it could save.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from mplang.edsl.graph import Graph, op_dependencies
-from mplang.frontend.registry import get_op, is_registered
-
-_BLOCKING_KINDS = frozenset(["communication", "call", "control_flow"])
+from mplang.edsl.graph import Graph, Operation, op_dependencies
+from mplang.frontend.registry import traits_of
 
 
 @dataclass(frozen=True)
@@ -35,11 +33,9 @@ _PLANS: weakref.WeakKeyDictionary[Graph, DataflowPlan] = weakref.WeakKeyDictiona
 _PLANS_LOCK = threading.Lock()
 
 
-def _may_block(opcode: str) -> bool:
-    if not is_registered(opcode):
-        return False
-    info = get_op(opcode)
-    return info.kind in _BLOCKING_KINDS or info.side_effects
+def _may_block(op: Operation) -> bool:
+    traits = traits_of(op.opcode)
+    return traits.communicates or traits.regions is not None or not traits.pure
 
 
 def plan(graph: Graph) -> DataflowPlan:
@@ -53,7 +49,7 @@ def plan(graph: Graph) -> DataflowPlan:
     for index, mine in enumerate(deps):
         for d in mine:
             users[d].append(index)
-    blocking = sum(_may_block(op.opcode) for op in graph.operations)
+    blocking = sum(_may_block(op) for op in graph.operations)
     result = DataflowPlan(tuple(deps), tuple(tuple(u) for u in users), blocking >= 2)
     with _PLANS_LOCK:
         _PLANS[graph] = result

@@ -10,21 +10,18 @@ from __future__ import annotations
 
 import itertools
 import queue
-import sys
 import threading
-import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import numpy as np
 
-from mplang.backends.simp_driver.ops import DRIVER_KERNELS
+from mplang.backends.simp_driver.ops import dispatch
 from mplang.backends.simp_driver.values import DriverObject, HostVar
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.context import ExecutionContext
@@ -32,36 +29,10 @@ from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program
 from mplang.frontend.errors import MPCommunicationError, MPLangError, MPRuntimeError
+from mplang.runtime.backend import driver_kernels
 from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.options import DEFAULT_OPTIONS, Mode, RunOptions
 from mplang.runtime.scheduler import Scheduler
-
-Mode = Literal["launch", "standard"]
-Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How one execution runs: dataflow or op by op, and where progress goes."""
-
-    parallel: bool = True
-    reporter: Progress | None = None
-
-
-_DEFAULT_RUN = RunOptions()
-
-
-def _reporter(progress: bool | Progress, name: str) -> Progress | None:
-    if progress is False or progress is None:
-        return None
-    if progress is True:
-        start = time.perf_counter()
-
-        def to_stderr(message: str) -> None:
-            print(f"[mplang {name} +{time.perf_counter() - start:.3f}s] {message}",
-                  file=sys.stderr, flush=True)
-
-        return to_stderr
-    return progress
 
 
 def to_host_value(value: Any) -> Any:
@@ -75,8 +46,6 @@ def to_host_value(value: Any) -> Any:
 
 class SimpDriver(ExecutionContext, ABC):
     """Abstract driver: subclasses move graphs and values to and from the parties."""
-
-    dialect_name = "simp"
 
     kind = "driver"
     """What the context is called in messages ("this driver is closed")."""
@@ -92,11 +61,9 @@ class SimpDriver(ExecutionContext, ABC):
         self._lock = threading.Lock()
         self._refs: Counter[str] = Counter()
         self._created: dict[str, list[HostVar]] = {}
-        self._runs: dict[str, RunOptions] = {}
         self._run_prefix = f"{uuid.uuid4().hex[:16]}-"
         self._run_ids = itertools.count()
         """Execution ids: unique per driver (random prefix) and per run (counter)."""
-        """Options of the executions in flight, by execution id."""
         self.scheduler = Scheduler(64, "mplang-driver")
         self._garbage: queue.SimpleQueue[Sequence[str | None] | None] = queue.SimpleQueue()
         threading.Thread(target=self._collect_garbage, name="mplang-collector",
@@ -137,21 +104,17 @@ class SimpDriver(ExecutionContext, ABC):
     def stop_collector(self) -> None:
         self._garbage.put(None)
 
-    def run_options(self, exec_id: str) -> RunOptions:
-        with self._lock:
-            return self._runs.get(exec_id, _DEFAULT_RUN)
-
     # -- transport, provided by subclasses
     @abstractmethod
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-               scope: str) -> Future[list[str | None]]:
+               scope: str, options: RunOptions) -> Future[list[str | None]]:
         """Run ``graph`` on party ``rank``; the future gives the URIs of its outputs."""
 
     def submit_here(self, rank: int, graph: Graph, input_uris: Sequence[str | None],
-                    exec_id: str, scope: str) -> Future[list[str | None]]:
+                    exec_id: str, scope: str, options: RunOptions) -> Future[list[str | None]]:
         """Like `submit`, for a run on one party alone; transports may run it in the
         calling thread (no thread hand-off)."""
-        return self.submit(rank, graph, input_uris, exec_id, scope)
+        return self.submit(rank, graph, input_uris, exec_id, scope, options)
 
     @abstractmethod
     def fetch(self, rank: int, uri: str) -> Future[Any]:
@@ -209,11 +172,13 @@ class SimpDriver(ExecutionContext, ABC):
         raise root
 
     def run_on_parties(self, graph: Graph, args: Sequence[HostVar], exec_id: str, scope: str,
-                       parties: Sequence[int] | None = None) -> list[HostVar]:
+                       parties: Sequence[int] | None = None,
+                       options: RunOptions = DEFAULT_OPTIONS) -> list[HostVar]:
         """Run ``graph`` on ``parties`` (default: all); one HostVar per graph output."""
         ranks = range(self.world_size) if parties is None else parties
         submit = self.submit_here if len(ranks) == 1 else self.submit
-        futures = [submit(r, graph, [a.uris[r] for a in args], exec_id, scope) for r in ranks]
+        futures = [submit(r, graph, [a.uris[r] for a in args], exec_id, scope, options)
+                   for r in ranks]
         try:
             results = self.collect(futures, exec_id)
         except BaseException:
@@ -251,18 +216,13 @@ class SimpDriver(ExecutionContext, ABC):
             raise MPRuntimeError(f"{obj!r} does not belong to this context")
         return obj
 
-    def run_program(self, program: Program, inputs: list[MPObject], *, mode: Mode | None = None,
-                    progress: bool | Progress = False, parallel: bool = True,
-                    **options: Any) -> list[MPObject]:
-        """Run ``program``; with ``progress``, report each completed op (True: to stderr).
+    def run_program(self, program: Program, inputs: list[MPObject],
+                    options: RunOptions = DEFAULT_OPTIONS) -> list[MPObject]:
+        """Run ``program`` under ``options`` (`RunOptions`: mode, parallel, timeout, progress).
 
         In launch mode the parties report their ops (in the simulator through the
         same reporter; HTTP workers in their own log); in standard mode the driver does.
-        ``parallel=False`` runs one op at a time everywhere (standard mode unless
-        ``mode`` says otherwise), for comparison and debugging.
         """
-        if options:
-            raise TypeError(f"unknown options: {sorted(options)}")
         if program.world_size != self.world_size:
             raise MPLangError(f"program {program.name!r} was compiled for {program.world_size} "
                               f"parties; this context has {self.world_size}")
@@ -281,20 +241,13 @@ class SimpDriver(ExecutionContext, ABC):
         call = Operation("func.call", tuple(launcher_inputs), launcher_outputs,
                          {"callee": program.name}, (program.graph,))
         launcher = Graph(launcher_inputs, [call], list(launcher_outputs))
-        if mode is None:
-            mode = self.default_mode if parallel else "standard"
-        kernels = DRIVER_KERNELS.get(mode)
-        if kernels is None:
-            raise MPLangError(f"unknown mode {mode!r}; use 'launch' or 'standard'")
+        mode: Mode = options.mode or self.default_mode
+        kernels = driver_kernels(mode == "launch", dispatch)
         exec_id = f"{self._run_prefix}{next(self._run_ids)}"
-        reporter = _reporter(progress, program.name)
         interp = Interpreter(kernels, {"simp": self}, party=None, exec_id=exec_id,
-                             on_op=None if reporter is None else
-                             lambda op, key: reporter(f"driver: {op.opcode} {key} done"),
-                             scheduler=self.scheduler if parallel else None)
+                             options=options, scheduler=self.scheduler)
         with self._lock:
             self._created[exec_id] = []
-            self._runs[exec_id] = RunOptions(parallel, reporter)
         try:
             results: list[HostVar] = interp.run(launcher, args)
             outputs: list[MPObject] = [self._handle(var, v.type, device) for var, v, device
@@ -302,7 +255,6 @@ class SimpDriver(ExecutionContext, ABC):
         finally:
             with self._lock:
                 created = self._created.pop(exec_id)
-                self._runs.pop(exec_id, None)
             for var in created:
                 self.release(var.uris)
         return outputs

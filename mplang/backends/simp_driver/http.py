@@ -11,14 +11,15 @@ from typing import Any
 
 import httpx
 
-from mplang.backends.simp_driver.base import Mode, SimpDriver
-from mplang.backends.simp_worker.http import post
+from mplang.backends.http_client import post
+from mplang.backends.simp_driver.base import SimpDriver
 from mplang.backends.wire import decode_value, pack_message
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.frontend.errors import MPCommunicationError, MPRuntimeError
 from mplang.runtime.auth import Signer, load_secret
+from mplang.runtime.options import Mode, RunOptions
 
 DRIVER_NAME = "driver"
 
@@ -55,11 +56,9 @@ class SimpHttpDriver(SimpDriver):
         return f"party {rank} ({self.cluster.nodes[rank].name} at {self._urls[rank]})"
 
     def _run(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-             scope: str) -> list[str | None]:
-        options = self.run_options(exec_id)
+             scope: str, options: RunOptions) -> list[str | None]:
         parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris),
-                              "progress": options.reporter is not None,
-                              "parallel": options.parallel}, [self._graph_bytes(graph)])
+                              **options.wire_fields()}, [self._graph_bytes(graph)])
         what = (f"op {graph.operations[0].opcode}" if len(graph.operations) == 1
                 else f"a program of {len(graph.operations)} ops")
         try:
@@ -79,23 +78,24 @@ class SimpHttpDriver(SimpDriver):
         if response.status_code != 200:
             cls = MPCommunicationError if body.get("kind") == "MPCommunicationError" \
                 else MPRuntimeError
-            raise cls(body.get("error", response.text), party=rank, op=body.get("op"))
+            raise cls(body.get("error", response.text), party=rank, op=body.get("op"),
+                      key=body.get("key"), loc=body.get("loc"))
         outputs: list[str | None] = body["outputs"]
-        if options.reporter is not None:
-            options.reporter(f"party {rank}: finished {what}")
+        if options.progress is not None:
+            options.progress(f"party {rank}: finished {what}")
         return outputs
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-               scope: str) -> Future[list[str | None]]:
+               scope: str, options: RunOptions) -> Future[list[str | None]]:
         self._check_open()
-        return self._pool.submit(self._run, rank, graph, input_uris, exec_id, scope)
+        return self._pool.submit(self._run, rank, graph, input_uris, exec_id, scope, options)
 
     def submit_here(self, rank: int, graph: Graph, input_uris: Sequence[str | None],
-                    exec_id: str, scope: str) -> Future[list[str | None]]:
+                    exec_id: str, scope: str, options: RunOptions) -> Future[list[str | None]]:
         self._check_open()
         future: Future[list[str | None]] = Future()
         try:
-            future.set_result(self._run(rank, graph, input_uris, exec_id, scope))
+            future.set_result(self._run(rank, graph, input_uris, exec_id, scope, options))
         except Exception as e:  # delivered through the future, like a pooled run
             future.set_exception(e)
         return future

@@ -6,12 +6,12 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from mplang.backends.simp_driver.base import Mode, SimpDriver
-from mplang.backends.simp_worker import WORKER_KERNELS
+from mplang.backends.simp_driver.base import SimpDriver
 from mplang.backends.simp_worker.mem import LocalMesh
 from mplang.backends.simp_worker.network import NetworkModel
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
+from mplang.runtime.options import Mode, RunOptions
 
 
 class SimpMemDriver(SimpDriver):
@@ -23,17 +23,13 @@ class SimpMemDriver(SimpDriver):
                  default_mode: Mode = "launch", network: NetworkModel | None = None):
         super().__init__(cluster, default_mode=default_mode,
                          pool_size=max(32, 4 * cluster.world_size), pool_name="mplang-party")
-        self.mesh = LocalMesh(self.world_size, WORKER_KERNELS, timeout, network)
+        self.mesh = LocalMesh(self.world_size, timeout, network)
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-               scope: str) -> Future[list[str | None]]:
+               scope: str, options: RunOptions) -> Future[list[str | None]]:
         self._check_open()
-        options = self.run_options(exec_id)
-        reporter = options.reporter
-        on_op = None if reporter is None else \
-            (lambda op, key: reporter(f"party {rank}: {op.opcode} {key} done"))
         return self._pool.submit(self.mesh.workers[rank].run, graph, input_uris, exec_id, scope,
-                                 on_op, options.parallel)
+                                 options)
 
     def fetch(self, rank: int, uri: str) -> Future[Any]:
         self._check_open()

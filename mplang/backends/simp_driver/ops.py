@@ -1,38 +1,34 @@
-"""Driver kernels of the ``simp`` dialect (seed 000 HOST_HANDLERS).
+"""Driver kernels of the ``simp`` dialect.
 
 Standard mode dispatches each simp op to the parties that take part in it,
 merges values for ``converge`` on the driver, and decides control flow on the
 driver after checking that all parties saw the same predicate. Launch mode
 differs only in ``func.call``: the whole body goes to every worker at once.
+Multi-party ops of any dialect without a driver kernel of their own go to
+`dispatch`, which runs them on every party.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mplang.backends.control_flow import run_while
-from mplang.backends.func_impl import call_region
+from mplang.backends.func_impl import BACKEND as FUNC_BACKEND
 from mplang.backends.simp_driver.values import HostVar
+from mplang.backends.simp_worker.ops import BACKEND
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.typing import Mask, MPType
 from mplang.frontend.errors import MPRuntimeError
-from mplang.frontend.registry import get_op, is_registered
-from mplang.runtime.interpreter import Interpreter, Kernel, KernelTable
+from mplang.runtime.interpreter import Interpreter, Kernel
 
 if TYPE_CHECKING:
     from mplang.backends.simp_driver.base import SimpDriver
 
-def _dispatch_multi_party(name: str) -> Kernel | None:
-    """Every multi-party op without a driver kernel of its own is dispatched to the parties."""
-    return _dispatch if is_registered(name) and get_op(name).execution_model == "multi_party" \
-        else None
-
-
-STANDARD = KernelTable(fallback=_dispatch_multi_party)
-LAUNCH_OVERRIDES = KernelTable()
+Participants = Callable[[Operation, list[HostVar], int], list[int] | None]
 
 
 def _driver(interp: Interpreter) -> SimpDriver:
@@ -40,32 +36,48 @@ def _driver(interp: Interpreter) -> SimpDriver:
     return driver
 
 
-def _participants(op: Operation, args: list[HostVar], world_size: int) -> list[int] | None:
-    """The parties an op needs (None: all of them)."""
-    if op.opcode == "simp.constant":
-        return list(op.attrs["parties"])
-    if op.opcode == "simp.pcall":
-        parties: Mask | None = op.attrs["parties"]
-        if parties is not None:
-            return list(parties)
-        return [r for r in range(world_size) if all(a.uris[r] is not None for a in args)]
-    if op.opcode == "simp.shuffle_static":
-        routes: dict[int, int] = op.attrs["routes"]
-        return sorted(set(routes) | set(routes.values()))
-    return None
-
-
-def _dispatch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _run_on(interp: Interpreter, op: Operation, args: list[Any], key: str,
+            parties: list[int] | None) -> list[Any]:
     driver = _driver(interp)
     # an op may read one value twice (x * x); the one-op graph lists each input once
     unique = dict(zip(op.inputs, args, strict=True))
     graph = Graph(list(unique), [op], list(op.outputs))
-    parties = _participants(op, args, driver.world_size)
-    return driver.run_on_parties(graph, list(unique.values()), interp.exec_id, key, parties)
+    return driver.run_on_parties(graph, list(unique.values()), interp.exec_id, key, parties,
+                                 interp.options)
 
 
+def dispatch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    """Run ``op`` on every party (the driver kernel of multi-party ops without their own)."""
+    return _run_on(interp, op, args, key, None)
 
-@STANDARD.register("simp.converge")
+
+def _dispatch_to(participants: Participants) -> Kernel:
+    """A driver kernel running the op on the parties ``participants`` names."""
+    def kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+        return _run_on(interp, op, args, key,
+                       participants(op, args, _driver(interp).world_size))
+
+    return kernel
+
+
+BACKEND.kernel("simp.constant", runtime="driver")(
+    _dispatch_to(lambda op, args, world: list(op.attrs["parties"])))
+BACKEND.kernel("simp.shuffle_static", runtime="driver")(
+    _dispatch_to(lambda op, args, world: sorted(set(op.attrs["routes"])
+                                                | set(op.attrs["routes"].values()))))
+
+
+def _pcall_parties(op: Operation, args: list[HostVar], world_size: int) -> list[int]:
+    parties: Mask | None = op.attrs["parties"]
+    if parties is not None:
+        return list(parties)
+    return [r for r in range(world_size) if all(a.uris[r] is not None for a in args)]
+
+
+BACKEND.kernel("simp.pcall", runtime="driver")(_dispatch_to(_pcall_parties))
+
+
+@BACKEND.kernel("simp.converge", runtime="driver")
 def _converge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     merged: list[str | None] = []
     for rank in range(_driver(interp).world_size):
@@ -91,20 +103,17 @@ def _uniform_predicate(interp: Interpreter, op: Operation, pred: HostVar, verify
     return seen[0]
 
 
-@STANDARD.register("simp.uniform_cond")
+@BACKEND.kernel("simp.uniform_cond", runtime="driver")
 def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     pred, *operands = args
     branch = 0 if _uniform_predicate(interp, op, pred, op.attrs["verify_uniform"]) else 1
     return interp.run(op.regions[branch], operands, f"{key}/b{branch}")
 
 
-@STANDARD.register("simp.while_loop")
+@BACKEND.kernel("simp.while_loop", runtime="driver")
 def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return run_while(interp, op, args, key,
                      lambda pred, scope: _uniform_predicate(interp, op, pred, True))
-
-
-STANDARD.register("func.call")(call_region)
 
 
 _PARTIES: weakref.WeakKeyDictionary[Graph, Mask | None] = weakref.WeakKeyDictionary()
@@ -133,13 +142,12 @@ def _holders(graph: Graph) -> Mask | None:
     return mask
 
 
-@LAUNCH_OVERRIDES.register("func.call")
 def _launch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    """Launch mode's ``func.call``: the whole body goes to every party that takes part."""
     driver = _driver(interp)
     body = op.regions[0]
     parties = graph_parties(body, driver.world_size)
-    return driver.run_on_parties(body, args, interp.exec_id, key, parties)
+    return driver.run_on_parties(body, args, interp.exec_id, key, parties, interp.options)
 
 
-DRIVER_KERNELS = {"standard": STANDARD, "launch": STANDARD.with_overrides(LAUNCH_OVERRIDES)}
-"""Kernel table of each execution mode."""
+FUNC_BACKEND.kernel("func.call", runtime="launch")(_launch)

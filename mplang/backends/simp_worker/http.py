@@ -19,20 +19,18 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from mplang.backends.simp_worker import WORKER_KERNELS
+from mplang.backends.http_client import post
 from mplang.backends.simp_worker.mailbox import Mailbox
-from mplang.backends.simp_worker.state import SimpWorker, Tag
-from mplang.backends.spu_channel import ChannelLinkFactory
-from mplang.backends.spu_impl import SpuState
+from mplang.backends.simp_worker.state import SimpWorker
 from mplang.backends.wire import (
     decode_value,
     encode_value,
@@ -41,7 +39,7 @@ from mplang.backends.wire import (
 )
 from mplang.device.cluster import ClusterSpec
 from mplang.dialects.common import LRUCache
-from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.graph import Graph
 from mplang.edsl.primitive import check_types
 from mplang.edsl.serde import decode_graph_bundle
 from mplang.frontend.errors import (
@@ -51,8 +49,10 @@ from mplang.frontend.errors import (
     MPSerializationError,
     MPVerifyError,
 )
-from mplang.runtime.auth import TAG_SIZE, AuthError, Signer, Verifier
+from mplang.runtime.auth import AuthError, Signer, Verifier
+from mplang.runtime.backend import Tag
 from mplang.runtime.object_store import ObjectStore
+from mplang.runtime.options import RunOptions
 
 log = logging.getLogger("mplang.worker")
 DEFAULT_MAX_BODY = 2 << 30
@@ -79,23 +79,8 @@ class HttpCommunicator:
             raise MPCommunicationError(f"party {self.rank}: sending {tag[1]} to party {dst} "
                                        f"failed: {type(e).__name__}: {e}", party=self.rank) from e
 
-    def recv(self, src: int, tag: Tag) -> Any:
-        return self.mailbox.take(src, tag, self.timeout)
-
-
-def post(client: httpx.Client, signer: Signer, base_url: str, path: str,
-         parts: list[bytes | memoryview], timeout: float | None = None) -> httpx.Response:
-    """A signed POST of ``parts`` (streamed back to back); raises on transport errors and 4xx."""
-    headers = signer.headers("POST", path)
-    body = cast(Iterable[bytes], signer.body(headers, parts))  # httpx sends memoryviews as is
-    headers["content-type"] = "application/octet-stream"
-    headers["content-length"] = str(sum(memoryview(p).nbytes for p in parts) + TAG_SIZE)
-    kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-    response = client.post(base_url + path, content=body, headers=headers, **kwargs)
-    if 400 <= response.status_code < 500:
-        raise httpx.HTTPStatusError(f"{path}: {response.status_code} {response.text[:500]}",
-                                    request=response.request, response=response)
-    return response
+    def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
+        return self.mailbox.take(src, tag, self.timeout if timeout is None else timeout)
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -115,6 +100,19 @@ def _require_str(header: dict[str, Any], key: str) -> str:
     return value
 
 
+def _run_options(header: dict[str, Any], exec_id: str) -> RunOptions:
+    """The execution's options from a ``/run`` header (progress goes to the worker log)."""
+    timeout = header.get("timeout")
+    if timeout is not None and (type(timeout) not in (int, float) or not 0 < timeout <= 86400):
+        raise MPSerializationError("field 'timeout' must be a positive number of seconds")
+
+    def to_log(message: str) -> None:
+        log.warning("execution %s: %s", exec_id, message)
+
+    return RunOptions(parallel=header.get("parallel") is not False, timeout=timeout,
+                      progress=to_log if header.get("progress") is True else None)
+
+
 class WorkerServer:
     """The state behind one worker's HTTP app."""
 
@@ -132,8 +130,7 @@ class WorkerServer:
         communicator = HttpCommunicator(self.rank, cluster.base_urls(), Signer(secret, node),
                                         self.mailbox, timeout, self.client)
         self.worker = SimpWorker(self.rank, cluster.world_size, communicator, ObjectStore(node),
-                                 WORKER_KERNELS,
-                                 {"spu": SpuState(ChannelLinkFactory(communicator, timeout))})
+                                 timeout=timeout, in_process=False)
         self.pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix=f"mplang-{node}")
         self._programs = LRUCache(64)
 
@@ -172,12 +169,8 @@ class WorkerServer:
                 raise MPSerializationError(f"op {op.opcode} has no kernel on this worker")
 
     def run(self, graph: Graph, inputs: list[str | None], exec_id: str, scope: str,
-            progress: bool, parallel: bool) -> list[str | None]:
-        on_op = None
-        if progress:
-            def on_op(op: Operation, key: str) -> None:
-                log.warning("execution %s: %s %s done", exec_id, op.opcode, key)
-        return self.worker.run(graph, inputs, exec_id, scope, on_op, parallel)
+            options: RunOptions) -> list[str | None]:
+        return self.worker.run(graph, inputs, exec_id, scope, options)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -215,15 +208,16 @@ def create_app(server: WorkerServer) -> FastAPI:
         graph = server.program(payload)
         if len(inputs) != len(graph.inputs):
             raise MPSerializationError("the number of inputs does not match the graph")
+        options = _run_options(header, exec_id)
         loop = asyncio.get_running_loop()
         try:
             outputs = await loop.run_in_executor(server.pool, server.run, graph, inputs,
-                                                 exec_id, scope, header.get("progress") is True,
-                                                 header.get("parallel") is not False)
+                                                 exec_id, scope, options)
         except MPLangError as e:
             log.info("execution %s failed: %s", exec_id, e)
             return _error(500, str(e), kind=type(e).__name__, party=server.rank,
-                          op=getattr(e, "op", None))
+                          op=getattr(e, "op", None), key=getattr(e, "key", None),
+                          loc=getattr(e, "loc", None))
         except Exception as e:  # a kernel bug must not take the worker down
             log.exception("execution %s crashed", exec_id)
             return _error(500, f"party {server.rank}: {type(e).__name__}: {e}",

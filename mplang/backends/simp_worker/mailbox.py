@@ -7,8 +7,8 @@ import time
 from collections import deque
 from typing import Any
 
-from mplang.backends.simp_worker.state import Tag
 from mplang.frontend.errors import MPCommunicationError
+from mplang.runtime.backend import Tag
 
 _ABORTED_MEMORY = 4096
 

@@ -6,10 +6,8 @@ from typing import Any
 
 from mplang.backends.simp_worker.mailbox import Mailbox
 from mplang.backends.simp_worker.network import DelayedNetwork, NetworkModel
-from mplang.backends.simp_worker.state import SimpWorker, Tag
-from mplang.backends.spu_channel import ChannelLinkFactory
-from mplang.backends.spu_impl import MemLinkFactory, SpuState
-from mplang.runtime.interpreter import KernelTable
+from mplang.backends.simp_worker.state import SimpWorker
+from mplang.runtime.backend import Tag
 from mplang.runtime.object_store import ObjectStore
 
 
@@ -30,30 +28,28 @@ class ThreadCommunicator:
         else:
             self._network.send(self._mailboxes[dst], self.rank, dst, tag, value)
 
-    def recv(self, src: int, tag: Tag) -> Any:
-        return self._mailboxes[self.rank].take(src, tag, self.timeout)
+    def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
+        return self._mailboxes[self.rank].take(src, tag,
+                                               self.timeout if timeout is None else timeout)
 
 
 class LocalMesh:
     """``world_size`` workers in this process, one mailbox each.
 
-    SPU traffic goes through libspu's in-memory links, created when an SPU op
-    first runs; with a network model it goes through the modelled links instead
-    (libspu channels over the party communicator), so protocol rounds pay latency.
+    Without a network model the workers are ``in_process``: dialects may connect
+    them through in-memory links of their own; with one, every message goes
+    through the modelled links, so protocol rounds pay latency.
     """
 
-    def __init__(self, world_size: int, kernels: KernelTable, timeout: float,
-                 network: NetworkModel | None = None):
+    def __init__(self, world_size: int, timeout: float, network: NetworkModel | None = None):
         self.world_size = world_size
         self.mailboxes = [Mailbox(r) for r in range(world_size)]
         self.network = None if network is None else DelayedNetwork(network)
         self.workers = []
         for r in range(world_size):
             comm = ThreadCommunicator(r, self.mailboxes, timeout, self.network)
-            links = MemLinkFactory(timeout) if network is None \
-                else ChannelLinkFactory(comm, timeout)
             self.workers.append(SimpWorker(r, world_size, comm, ObjectStore(f"party{r}"),
-                                           kernels, {"spu": SpuState(links)}))
+                                           timeout=timeout, in_process=network is None))
 
     def abort(self, exec_id: str, reason: str) -> None:
         for box in self.mailboxes:

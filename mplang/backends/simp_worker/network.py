@@ -12,12 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jax
-import numpy as np
-
 from mplang.backends.simp_worker.mailbox import Mailbox
-from mplang.backends.simp_worker.state import Tag
-from mplang.backends.spu_impl import SpuShare
+from mplang.backends.wire import payload_bytes
+from mplang.runtime.backend import Tag
 
 
 @dataclass(frozen=True)
@@ -50,21 +47,6 @@ class NetworkModel:
         latency, bandwidth = (self.links or {}).get((src, dst),
                                                     (self.latency_ms, self.bandwidth_mbps))
         return Link(latency / 1e3, None if bandwidth is None else bandwidth * 1e6 / 8)
-
-
-def payload_bytes(value: Any) -> int:
-    """The number of bytes ``value`` occupies on the wire (arrays: their raw data)."""
-    if value is None:
-        return 0
-    if isinstance(value, np.ndarray | np.generic | jax.Array):
-        return int(value.nbytes)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return len(value)
-    if isinstance(value, SpuShare):
-        return value.nbytes
-    if isinstance(value, list | tuple):
-        return sum(payload_bytes(v) for v in value)
-    return 8
 
 
 class DelayedNetwork:

@@ -1,4 +1,5 @@
-"""Worker kernels of the ``simp`` dialect: local execution and direct messages."""
+"""The ``simp`` dialect's backend and its worker kernels: local execution and direct
+messages. Driver kernels register on the same backend in `simp_driver.ops`."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from mplang.backends.simp_worker.state import SimpWorker
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import Mask
 from mplang.frontend.errors import MPRuntimeError
-from mplang.runtime.interpreter import Interpreter, KernelTable
+from mplang.runtime.backend import register_backend
+from mplang.runtime.interpreter import Interpreter
 
-KERNELS = KernelTable()
+BACKEND = register_backend("simp")
 
 
 def _worker(interp: Interpreter) -> SimpWorker:
@@ -22,21 +24,22 @@ def _worker(interp: Interpreter) -> SimpWorker:
 
 
 def _fail(worker: SimpWorker, op: Operation, message: str) -> MPRuntimeError:
-    return MPRuntimeError(f"party {worker.rank}: op {op.opcode}: {message}",
-                          party=worker.rank, op=op.opcode)
+    return MPRuntimeError(f"party {worker.rank}: op {op.opcode}"
+                          f"{f' (traced at {op.loc})' if op.loc else ''}: {message}",
+                          party=worker.rank, op=op.opcode, loc=op.loc)
 
 
-@KERNELS.register("simp.constant")
+@BACKEND.kernel("simp.constant")
 def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return [op.attrs["value"] if _worker(interp).rank in op.attrs["parties"] else None]
 
 
-@KERNELS.register("simp.prank")
+@BACKEND.kernel("simp.prank")
 def _prank(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return [np.asarray(_worker(interp).rank, dtype=np.int32)]
 
 
-@KERNELS.register("simp.pcall")
+@BACKEND.kernel("simp.pcall")
 def _pcall(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     parties: Mask | None = op.attrs["parties"]
@@ -53,7 +56,7 @@ def _pcall(interp: Interpreter, op: Operation, args: list[Any], key: str) -> lis
     return interp.run(op.regions[0], args, key)
 
 
-@KERNELS.register("simp.shuffle_static")
+@BACKEND.kernel("simp.shuffle_static")
 def _shuffle_static(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     """Each route carries one message: the value itself, or the list of all N values."""
     worker = _worker(interp)
@@ -74,7 +77,7 @@ def _shuffle_static(interp: Interpreter, op: Operation, args: list[Any], key: st
         if missing is not None:
             raise _fail(worker, op, f"must keep {what} it does not hold")
         return list(args)
-    message = worker.communicator.recv(source, tag)
+    message = worker.recv(interp, source, key)
     if count == 1:
         return [message]
     if not isinstance(message, list) or len(message) != count:
@@ -83,7 +86,7 @@ def _shuffle_static(interp: Interpreter, op: Operation, args: list[Any], key: st
     return list(message)
 
 
-@KERNELS.register("simp.shuffle")
+@BACKEND.kernel("simp.shuffle")
 def _shuffle(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     x, index = args
@@ -96,7 +99,7 @@ def _shuffle(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
     for peer in range(world):
         if peer != me:
             worker.communicator.send(peer, ask, request)
-    requests = {peer: worker.communicator.recv(peer, ask) for peer in range(world) if peer != me}
+    requests = {peer: worker.recv(interp, peer, ask[1]) for peer in range(world) if peer != me}
     for peer, wanted in requests.items():
         if wanted == me:
             worker.communicator.send(peer, give, x)
@@ -105,13 +108,13 @@ def _shuffle(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
     if request == -2:
         raise _fail(worker, op, f"index {int(np.asarray(index))} is not a party of a "
                                 f"{world}-party world")
-    value = x if request == me else worker.communicator.recv(request, give)
+    value = x if request == me else worker.recv(interp, request, give[1])
     if value is None:
         raise _fail(worker, op, f"party {request} does not hold the value requested from it")
     return [value]
 
 
-@KERNELS.register("simp.converge")
+@BACKEND.kernel("simp.converge")
 def _converge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     held = [i for i, a in enumerate(args) if a is not None]
     if len(held) > 1:
@@ -131,7 +134,7 @@ def _uniform_predicate(interp: Interpreter, op: Operation, pred: Any, tag_key: s
         for peer in range(worker.world_size):
             if peer != worker.rank:
                 worker.communicator.send(peer, tag, value)
-        seen = {peer: worker.communicator.recv(peer, tag)
+        seen = {peer: worker.recv(interp, peer, tag_key)
                 for peer in range(worker.world_size) if peer != worker.rank}
         seen[worker.rank] = value
         if len(set(seen.values())) > 1:
@@ -140,7 +143,7 @@ def _uniform_predicate(interp: Interpreter, op: Operation, pred: Any, tag_key: s
     return value
 
 
-@KERNELS.register("simp.uniform_cond")
+@BACKEND.kernel("simp.uniform_cond")
 def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     pred, *operands = args
     take_then = _uniform_predicate(interp, op, pred, key + "/pred", op.attrs["verify_uniform"])
@@ -148,7 +151,7 @@ def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str)
     return interp.run(op.regions[branch], operands, f"{key}/b{branch}")
 
 
-@KERNELS.register("simp.while_loop")
+@BACKEND.kernel("simp.while_loop")
 def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return run_while(interp, op, args, key, lambda pred, scope: _uniform_predicate(
         interp, op, pred, scope + "/pred", True))

@@ -1,0 +1,116 @@
+"""Device kinds: each kind is one module implementing `DeviceKind` and registering it.
+
+A kind says how its devices are configured (validation for `ClusterSpec`),
+how a function runs on one (``device(name)(fn)``), how a driver constant and a
+value not yet on any device join one, and what ``fetch`` returns. Moves
+between devices of two kinds are registered per (source kind, destination kind)
+by the module that knows both, usually the newer kind's.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from mplang.edsl.object import MPObject
+from mplang.edsl.tracer import TraceObject
+from mplang.edsl.typing import MPType
+from mplang.frontend.errors import MPLangError, MPTypeError
+from mplang.frontend.introspect import register_device_profile
+
+if TYPE_CHECKING:
+    from mplang.device.cluster import ClusterSpec, Device
+    from mplang.edsl.context import ExecutionContext
+
+
+class DeviceKind(ABC):
+    """The behaviour of every device of one kind (``name``: "PPU", "SPU", ...).
+
+    ``joint`` kinds compute on values of several parties (secure devices); a
+    function whose arguments live on several single-party devices runs on the
+    one joint device that spans them all.
+    """
+
+    name: str
+    joint: bool = False
+    security_model: str = ""
+    """Who must be honest for the device to keep its inputs private (shown to users)."""
+
+    @abstractmethod
+    def validate(self, device: Device, config: Mapping[str, Any]) -> None:
+        """Check ``device``'s member count and ``config``; raise `ClusterSpecError`."""
+
+    @abstractmethod
+    def call(self, cluster: ClusterSpec, device: Device, fn: Callable[..., Any],
+             args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
+        """Trace ``fn(*args, **kwargs)`` on ``device``; arguments are already on it."""
+
+    @abstractmethod
+    def adopt(self, cluster: ClusterSpec, obj: MPObject, t: MPType, device: Device,
+              what: str) -> MPObject:
+        """``obj``, a value on no device, as a value of ``device`` (or an `MPTypeError`)."""
+
+    @abstractmethod
+    def constant(self, cluster: ClusterSpec, device: Device, value: Any, what: str) -> MPObject:
+        """A driver constant (a numpy array) placed on ``device``."""
+
+    @abstractmethod
+    def fetch(self, ctx: ExecutionContext, cluster: ClusterSpec, device: Device,
+              obj: MPObject) -> Any:
+        """The value ``mp.fetch`` returns for ``obj``, which lives on ``device``."""
+
+
+Move = Callable[["ClusterSpec", MPObject, "Device", "Device", str], MPObject]
+"""``move(cluster, obj, src, dst, what)``: ``obj`` (on ``src``) moved onto ``dst``."""
+
+_KINDS: dict[str, DeviceKind] = {}
+_MOVES: dict[tuple[str, str], Move] = {}
+
+
+def register_kind(kind: DeviceKind) -> DeviceKind:
+    """Make devices of ``kind.name`` available to cluster specs and the device API."""
+    if kind.name in _KINDS:
+        raise ValueError(f"device kind {kind.name!r} is already registered")
+    _KINDS[kind.name] = kind
+    register_device_profile(kind.name, kind.joint, 2 if kind.joint else 1)
+    return kind
+
+
+def register_move(src: str, dst: str) -> Callable[[Move], Move]:
+    """Register how a value moves from a ``src``-kind device to a ``dst``-kind device."""
+    def deco(move: Move) -> Move:
+        if (src, dst) in _MOVES:
+            raise ValueError(f"a move from {src} to {dst} is already registered")
+        _MOVES[(src, dst)] = move
+        return move
+
+    return deco
+
+
+def get_kind(name: str) -> DeviceKind:
+    kind = _KINDS.get(name)
+    if kind is None:
+        raise MPLangError(f"unknown device kind {name!r}; known kinds: "
+                          f"{', '.join(sorted(_KINDS)) or 'none'}")
+    return kind
+
+
+def kind_names() -> list[str]:
+    return sorted(_KINDS)
+
+
+def get_move(src: str, dst: str) -> Move | None:
+    return _MOVES.get((src, dst))
+
+
+def place(obj: MPObject, device: str) -> MPObject:
+    """``obj`` tagged as living on ``device`` (a traced value only)."""
+    if isinstance(obj, TraceObject):
+        return obj.placed(device)
+    raise MPTypeError(f"cannot place {obj!r} on {device}: not a traced value")
+
+
+def describe(obj: MPObject) -> str:
+    """``obj``'s type and device, for messages."""
+    return f"{obj.mptype}" + (f" on {obj.device}" if obj.device else "")

@@ -1,0 +1,67 @@
+"""The PPU device kind: one party computing in plaintext (a ``simp.pcall`` on its rank)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
+from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
+from mplang.dialects import simp, tensor
+from mplang.edsl.context import ExecutionContext
+from mplang.edsl.object import MPObject
+from mplang.edsl.typing import Mask, MPType
+from mplang.frontend.errors import MPTypeError
+
+
+def rank_of(cluster: ClusterSpec, device: Device) -> int:
+    """The rank of a single-member device's node."""
+    return cluster.rank_of(device.members[0])
+
+
+class PPU(DeviceKind):
+    """A plaintext processing unit: one node runs JAX functions on its own data."""
+
+    name = "PPU"
+    security_model = "plaintext on its one party: that party sees everything placed on it"
+
+    def validate(self, device: Device, config: Mapping[str, Any]) -> None:
+        if len(device.members) != 1:
+            raise ClusterSpecError(f"PPU {device.name!r} needs exactly one member, "
+                                   f"got {len(device.members)}")
+        if config:
+            raise ClusterSpecError(f"PPU {device.name!r}: unknown config keys {sorted(config)}")
+
+    def call(self, cluster: ClusterSpec, device: Device, fn: Callable[..., Any],
+             args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
+        try:
+            return simp.pcall((rank_of(cluster, device),),
+                              lambda *a: tensor.run_jax(fn, *a, **kwargs), *args)
+        except MPTypeError as e:
+            raise MPTypeError(f"{what}: {e}") from None
+
+    def adopt(self, cluster: ClusterSpec, obj: MPObject, t: MPType, device: Device,
+              what: str) -> MPObject:
+        rank = rank_of(cluster, device)
+        if t.pmask == Mask.of([rank]):
+            return place(obj, device.name)
+        raise MPTypeError(
+            f"{what}: {describe(obj)} is held by parties {t.pmask if t.pmask else '?'}, not by "
+            f"{device.name} (party {rank}) alone; move it explicitly with "
+            f"mp.put({device.name!r}, x)")
+
+    def constant(self, cluster: ClusterSpec, device: Device, value: Any, what: str) -> MPObject:
+        return place(simp.constant((rank_of(cluster, device),), value), device.name)
+
+    def fetch(self, ctx: ExecutionContext, cluster: ClusterSpec, device: Device,
+              obj: MPObject) -> Any:
+        return ctx.fetch_object(obj)[rank_of(cluster, device)]
+
+
+register_kind(PPU())
+
+
+@register_move("PPU", "PPU")
+def _send(cluster: ClusterSpec, obj: MPObject, src: Device, dst: Device, what: str) -> MPObject:
+    moved = simp.shuffle_static(obj, {rank_of(cluster, dst): rank_of(cluster, src)})
+    return place(moved, dst.name)

@@ -1,0 +1,23 @@
+"""Where the user's code traced an op: the first frame outside MPLang's own package."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_location(skip: int = 1) -> str | None:
+    """``file.py:LINE`` of the innermost caller outside the ``mplang`` package.
+
+    Only the file's base name is kept, so programs traced from the same source
+    are identical wherever the source lives.
+    """
+    frame = sys._getframe(skip)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR) and not filename.startswith("<frozen"):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return None

@@ -1,0 +1,135 @@
+"""Bounded, inspectable compile caches keyed by signature, with an opt-in determinism check.
+
+A frontend op that compiles (``tensor.run_jax`` exports StableHLO, ``spu.run``
+compiles with libspu) keeps its results in a `CompileCache`. The key is the
+op's signature: the function, its static arguments and its input types. Only
+plain data may be cached (bytes, types, tree definitions), never MPLang objects.
+
+With the determinism check on (`determinism_check`), a miss compiles twice and
+raises `FeDeterminismError` when the two results differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from mplang.frontend.errors import FeDeterminismError, FeStateError
+
+V = TypeVar("V")
+
+_CHECK = threading.local()
+
+
+@contextlib.contextmanager
+def determinism_check(enabled: bool = True) -> Iterator[None]:
+    """Within the block (this thread), every cache miss compiles twice and compares."""
+    previous = getattr(_CHECK, "on", False)
+    _CHECK.on = enabled
+    try:
+        yield
+    finally:
+        _CHECK.on = previous
+
+
+def _checking() -> bool:
+    return bool(getattr(_CHECK, "on", False))
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """A snapshot of one cache."""
+
+    name: str
+    size: int
+    limit: int
+    hits: int
+    misses: int
+
+
+class CompileCache(Generic[V]):
+    """A thread-safe LRU map from signatures to compiled artifacts.
+
+    ``same(a, b)`` decides whether two compilations of one signature agree (the
+    determinism check); the default compares with ``==``.
+    """
+
+    def __init__(self, name: str, limit: int,
+                 same: Callable[[V, V], bool] | None = None):
+        if limit < 1:
+            raise ValueError("a compile cache holds at least one entry")
+        self.name = name
+        self.limit = limit
+        self._same = same or (lambda a, b: bool(a == b))
+        self._entries: OrderedDict[Hashable, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        _CACHES[name] = self
+
+    def get_or_compile(self, key: Hashable | None, compile: Callable[[], V],
+                       what: str = "") -> V:
+        """The cached value of ``key``, compiled on a miss; ``key=None`` never caches."""
+        if key is not None:
+            try:
+                with self._lock:
+                    value = self._entries.get(key)
+                    if value is not None:
+                        self._entries.move_to_end(key)
+                        self.hits += 1
+                        return value
+            except TypeError:  # an unhashable signature: compile without caching
+                key = None
+        value = compile()
+        _check_plain(self.name, value)
+        if _checking():
+            again = compile()
+            if not self._same(value, again):
+                raise FeDeterminismError(
+                    f"{what or self.name}: compiling the same signature twice gave different "
+                    "IR; the function depends on hidden state (globals, randomness, "
+                    "iteration order): pass it as an argument or configuration")
+        if key is not None:
+            with self._lock:
+                self.misses += 1
+                self._entries[key] = value
+                self._entries.move_to_end(key)
+                while len(self._entries) > self.limit:
+                    self._entries.popitem(last=False)
+        return value
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(self.name, len(self._entries), self.limit, self.hits, self.misses)
+
+    def keys(self) -> list[Hashable]:
+        """The cached signatures, least recently used first."""
+        with self._lock:
+            return list(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+
+def _check_plain(name: str, value: Any, depth: int = 0) -> None:
+    """Refuse MPLang objects (runtime- or trace-bound) in process-wide caches."""
+    if getattr(value, "__mplang_object__", False):
+        raise FeStateError(f"compile cache {name!r}: an MPLang object cannot be cached "
+                           "process-wide; keep runtime objects in context state")
+    if depth < 4 and isinstance(value, tuple | list):
+        for item in value:
+            _check_plain(name, item, depth + 1)
+
+
+_CACHES: dict[str, CompileCache[Any]] = {}
+
+
+def compile_caches() -> dict[str, CacheStats]:
+    """Stats of every compile cache, by name."""
+    return {name: cache.stats() for name, cache in sorted(_CACHES.items())}

@@ -1,0 +1,77 @@
+"""Reflection over frontend ops: listing, lookup, capabilities and descriptions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from mplang.frontend.feop import ConfigSchema, FeOpInfo, get, meta, registered
+from mplang.frontend.registry import describe_primitive, is_registered
+from mplang.frontend.routing import mismatch
+
+DeviceProfile = tuple[str, bool, int]
+"""A device kind as routing sees it: (kind name, joint, typical member count)."""
+
+_DEVICE_PROFILES: dict[str, DeviceProfile] = {}
+
+
+def register_device_profile(kind: str, joint: bool, members: int) -> None:
+    """Let `describe` list ``kind`` among an op's routes (device kinds call this)."""
+    _DEVICE_PROFILES[kind] = (kind, joint, members)
+
+
+def list_ops(family: str | None = None) -> list[FeOpInfo]:
+    """Metadata of every registered frontend op (of one family if given), by name."""
+    infos = [meta(op) for op in registered()]
+    return [i for i in infos if family is None or i.family == family]
+
+
+def list_frontends() -> list[str]:
+    """The families that have registered ops."""
+    return sorted({meta(op).family for op in registered()})
+
+
+def find(family: str | None, predicate: Callable[[FeOpInfo], bool]) -> list[Callable[..., Any]]:
+    """The ops of ``family`` (None: all) whose metadata satisfies ``predicate``."""
+    return [op for op in registered()
+            if (family is None or meta(op).family == family) and predicate(meta(op))]
+
+
+def capabilities(op: Callable[..., Any] | str) -> dict[str, Any]:
+    """The op's capability constraints (a copy)."""
+    return dict(meta(op).capabilities)
+
+
+def config_schema(op: Callable[..., Any] | str) -> ConfigSchema | None:
+    """The op's configuration schema (None: it takes no configuration)."""
+    return meta(op).config_schema
+
+
+def routes(op: Callable[..., Any] | str | FeOpInfo) -> list[str]:
+    """The registered device kinds ``op`` may run on."""
+    info = op if isinstance(op, FeOpInfo) else meta(op)
+    return [kind for kind, joint, members in sorted(_DEVICE_PROFILES.values())
+            if mismatch(info, kind, joint, members) is None]
+
+
+def describe(op: Callable[..., Any] | str) -> dict[str, Any]:
+    """Everything known about a frontend op: its metadata, the device kinds it routes
+    to, an example, and the IR primitives it emits with their traits. A primitive's
+    name alone gives that primitive's description."""
+    if isinstance(op, str):
+        try:
+            get(op)
+        except KeyError:
+            if is_registered(op):
+                return describe_primitive(op)
+            raise
+    info = meta(op)
+    out = asdict(info)
+    out["config_schema"] = None if info.config_schema is None else info.config_schema.to_dict()
+    out["routes"] = routes(info)
+    out["primitives"] = [describe_primitive(p) for p in info.primitives if is_registered(p)]
+    if out["primitives"] and len(info.primitives) == 1:
+        first = out["primitives"][0]
+        out.update(dialect=first["dialect"], kind=first["kind"], traits=first["traits"])
+    return out

@@ -1,0 +1,46 @@
+"""Plugins: extensions installed as Python packages and found through an entry-point group.
+
+A plugin package declares, in its ``pyproject.toml``::
+
+    [project.entry-points."mplang.plugins"]
+    cms = "mplang_cms"
+
+Importing the named module registers its dialect, backend, codecs and device
+kinds. Nothing is loaded automatically: a program's author imports the plugin
+(or calls `load_plugin`), and a worker loads only what its operator names
+(``mplang worker --plugin cms``), so no received program can pull code in.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from types import ModuleType
+
+from mplang.frontend.errors import MPLangError
+
+GROUP = "mplang.plugins"
+
+
+def discover() -> dict[str, str]:
+    """Installed plugins: entry-point name -> module name."""
+    return {ep.name: ep.value for ep in entry_points(group=GROUP)}
+
+
+def load_plugin(name: str) -> ModuleType:
+    """Import the plugin registered under entry-point ``name``, or the module ``name``."""
+    module_name = discover().get(name, name)
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as e:
+        known = ", ".join(sorted(discover())) or "none installed"
+        raise MPLangError(f"cannot load plugin {name!r} ({module_name}): {e}; installed "
+                          f"plugins: {known}") from None
+
+
+def load_plugins() -> list[str]:
+    """Import every installed plugin; returns their names."""
+    names = sorted(discover())
+    for name in names:
+        load_plugin(name)
+    return names
