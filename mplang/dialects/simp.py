@@ -23,7 +23,7 @@ from mplang.edsl.tracer import TracedFunction, Tracer, current_tracer, mp_leaves
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType, scalar
 from mplang.frontend.errors import MPLangError, MPTypeError
 from mplang.frontend.feop import feop
-from mplang.frontend.registry import OpTraits
+from mplang.frontend.registry import WORKER_AND_DRIVER, OpTraits
 
 
 def _shuffle_static_cost(op: Operation, model: Any) -> Any:
@@ -45,8 +45,7 @@ def _shuffle_cost(op: Operation, model: Any) -> Any:
     return OpCost(model.message_s(ask) + model.message_s(give), 2)
 
 
-_BOTH = ("worker", "driver")
-_LOCAL = OpTraits(pure=True, communicates=False, runtimes=_BOTH)
+_LOCAL = OpTraits(pure=True, communicates=False, runtimes=WORKER_AND_DRIVER)
 constant_p = Primitive("simp.constant", kind="source", execution_model="multi_party",
                        traits=_LOCAL,
                        doc="A compile-time constant held by the given parties.")
@@ -55,25 +54,25 @@ prank_p = Primitive("simp.prank", kind="source", execution_model="multi_party",
                     doc="Each party's own rank, as an int32 scalar held by every party.")
 pcall_p = Primitive("simp.pcall", kind="call", execution_model="multi_party",
                     traits=OpTraits(pure=True, communicates=False, regions="call",
-                                    fusable=True, runtimes=_BOTH),
+                                    fusable=True, runtimes=WORKER_AND_DRIVER),
                     doc="Run a party-local region on each of the given parties.")
 shuffle_static_p = Primitive("simp.shuffle_static", kind="communication",
                              execution_model="multi_party",
                              traits=OpTraits(pure=True, batchable=True,
-                                             cost=_shuffle_static_cost, runtimes=_BOTH),
+                                             cost=_shuffle_static_cost, runtimes=WORKER_AND_DRIVER),
                              doc="Move values between parties along static {dst: src} routes.")
 shuffle_p = Primitive("simp.shuffle", kind="communication", execution_model="multi_party",
-                      traits=OpTraits(pure=True, cost=_shuffle_cost, runtimes=_BOTH),
+                      traits=OpTraits(pure=True, cost=_shuffle_cost, runtimes=WORKER_AND_DRIVER),
                       doc="Each party holding an index receives the value of party `index`.")
 converge_p = Primitive("simp.converge", kind="compute", execution_model="multi_party",
                        traits=_LOCAL,
                        doc="Merge values held by disjoint sets of parties into one.")
 uniform_cond_p = Primitive("simp.uniform_cond", kind="control_flow",
                            execution_model="multi_party",
-                           traits=OpTraits(pure=True, regions="branch", runtimes=_BOTH),
+                           traits=OpTraits(pure=True, regions="branch", runtimes=WORKER_AND_DRIVER),
                            doc="All parties take the same branch, chosen by a uniform predicate.")
 while_loop_p = Primitive("simp.while_loop", kind="control_flow", execution_model="multi_party",
-                         traits=OpTraits(pure=True, regions="loop", runtimes=_BOTH),
+                         traits=OpTraits(pure=True, regions="loop", runtimes=WORKER_AND_DRIVER),
                          doc="All parties iterate while a uniform predicate holds.")
 
 

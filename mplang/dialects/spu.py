@@ -43,7 +43,7 @@ from mplang.edsl.typing import (
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.errors import MPTypeError
 from mplang.frontend.feop import feop
-from mplang.frontend.registry import OpTraits
+from mplang.frontend.registry import WORKER_AND_DRIVER, OpTraits
 
 SHARE_SCHEME = "spu"
 SUPPORTED_DTYPES = DTYPES - {"bfloat16", "complex64", "complex128"}
@@ -103,15 +103,14 @@ def _run_cost(op: Operation, model: Any) -> Any:
     return OpCost(local_cost(op, model).seconds + rounds * model.message_s(largest), rounds)
 
 
-_MULTI_PARTY = ("worker", "driver")
 seal_p = Primitive("spu.seal", kind="communication", execution_model="multi_party",
-                   traits=OpTraits(pure=True, cost=_message_cost, runtimes=_MULTI_PARTY),
+                   traits=OpTraits(pure=True, cost=_message_cost, runtimes=WORKER_AND_DRIVER),
                    doc="Secret-share one party's tensor among the SPU's members.")
 run_p = Primitive("spu.run", kind="compute", execution_model="multi_party",
-                  traits=OpTraits(pure=True, cost=_run_cost, runtimes=_MULTI_PARTY),
+                  traits=OpTraits(pure=True, cost=_run_cost, runtimes=WORKER_AND_DRIVER),
                   doc="Run a libspu executable on secret shares held by the SPU's members.")
 reveal_p = Primitive("spu.reveal", kind="communication", execution_model="multi_party",
-                     traits=OpTraits(pure=True, cost=_message_cost, runtimes=_MULTI_PARTY),
+                     traits=OpTraits(pure=True, cost=_message_cost, runtimes=WORKER_AND_DRIVER),
                      doc="Reconstruct secret shares for one party only.")
 
 

@@ -102,6 +102,10 @@ class CompileCache(Generic[V]):
                     self._entries.popitem(last=False)
         return value
 
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
     def stats(self) -> CacheStats:
         with self._lock:
             return CacheStats(self.name, len(self._entries), self.limit, self.hits, self.misses)

@@ -34,8 +34,8 @@ class ConfigField:
     required: bool = False
     default: Any = None
     choices: tuple[Any, ...] | None = None
-    min: float | None = None
-    max: float | None = None
+    min: Any = None
+    max: Any = None
     doc: str = ""
 
 
@@ -58,7 +58,7 @@ class ConfigSchema:
                     raise FeConfigError(f"{op}: config field {name!r} is required")
                 out[name] = spec.default
                 continue
-            value = config[name]
+            value: Any = config[name]
             types = spec.type if isinstance(spec.type, tuple) else (spec.type,)
             if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
                 expected = " or ".join(t.__name__ for t in types)

@@ -28,7 +28,7 @@ from mplang.edsl.primitive import Primitive
 from mplang.edsl.typing import BaseType, MPType, ValueType
 from mplang.frontend.errors import MPTypeError
 from mplang.frontend.feop import ConfigSchema, FeExecutionModel, feop
-from mplang.frontend.registry import LOCAL_PURE, OpKind, OpTraits
+from mplang.frontend.registry import LOCAL_PURE, ExecutionModel, OpKind, OpTraits
 
 
 class FeModule:
@@ -62,7 +62,8 @@ class FeModule:
             positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
                                                            p.POSITIONAL_OR_KEYWORD)]
             attr_names = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
-            model = "multi_party" if execution_model == "multi_party" else "single_rank"
+            model: ExecutionModel = "multi_party" if execution_model == "multi_party" \
+                else "single_rank"
             prim = Primitive(op_name, kind=kind, execution_model=model,
                              traits=traits or LOCAL_PURE,
                              doc=(rule.__doc__ or op_name).strip().split("\n\n")[0])

@@ -51,6 +51,8 @@ class OpTraits:
     runtimes: tuple[Runtime, ...] = ("worker",)
 
 
+WORKER_AND_DRIVER: tuple[Runtime, ...] = ("worker", "driver")
+"""The runtimes of a multi-party op: workers run it, the driver dispatches it."""
 LOCAL_PURE = OpTraits(pure=True, communicates=False)
 """Traits of a party-local computation without side effects."""
 

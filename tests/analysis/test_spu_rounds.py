@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 import mplang as mp
-from mplang.analysis import estimate_spu_rounds
+from mplang.analysis.spu_rounds import estimate_spu_rounds
 from mplang.analysis.spu_rounds import estimate_rounds_from_code, parse_module
 
 HEAD = 'module @jit_f attributes {mhlo.is_dynamic = false, pphlo.version = "0.10"} {'

@@ -26,7 +26,6 @@ FULL: dict[str, Any] = {
         "S3": {"kind": "SPU", "members": ["alice", "bob", "carol"],
                "config": {"protocol": "ABY3", "field": "FM128", "fxp_fraction_bits": 20}},
         "S2": {"kind": "SPU", "members": ["carol", "alice"], "config": {"protocol": "CHEETAH"}},
-        "T": {"kind": "TEE", "members": ["bob"]},
     },
 }
 
@@ -44,17 +43,20 @@ def test_from_dict_reads_nodes_and_devices() -> None:
     assert [(n.name, n.endpoint) for n in spec.nodes] == [(n["name"], n["endpoint"])
                                                           for n in NODES]
     assert all(isinstance(n, mp.Node) for n in spec.nodes)
-    assert set(spec.devices) == {"PA", "PB", "PC", "S3", "S2", "T"}
+    assert set(spec.devices) == {"PA", "PB", "PC", "S3", "S2"}
     s3 = spec.device("S3")
     assert isinstance(s3, mp.Device)
     assert (s3.name, s3.kind, s3.members) == ("S3", "SPU", ("alice", "bob", "carol"))
     assert dict(s3.config) == {"protocol": "ABY3", "field": "FM128", "fxp_fraction_bits": 20}
     assert spec.device("PB").kind == "PPU" and spec.device("PB").members == ("bob",)
-    assert spec.device("T").kind == "TEE"
-    # ranks follow node order; device ranks follow member order
+    # ranks follow node order
     assert [spec.rank_of(n) for n in ("alice", "bob", "carol")] == [0, 1, 2]
-    assert spec.ranks("S2") == (2, 0)
-    assert spec.ranks("PC") == (2,)
+
+
+def test_a_kind_nobody_registered_is_refused() -> None:
+    with pytest.raises(mp.ClusterSpecError,
+                       match=r"device 'T': kind must be one of PPU, SPU, got 'QPU'"):
+        mp.ClusterSpec.from_dict(with_devices({"T": {"kind": "QPU", "members": ["bob"]}}))
 
 
 def test_devices_may_be_a_list() -> None:
@@ -83,7 +85,7 @@ def test_from_yaml(tmp_path: Any) -> None:
     assert spec.device("SP").kind == "SPU"
     assert dict(spec.device("SP").config) == {"protocol": "SEMI2K", "field": "FM128",
                                               "fxp_fraction_bits": 24}
-    assert spec.ranks("P1") == (1,)
+    assert tuple(spec.rank_of(m) for m in spec.device("P1").members) == (1,)
     assert mp.ClusterSpec.from_yaml(str(path)) == spec  # str paths too
 
 
@@ -203,7 +205,7 @@ def test_cluster_spec_error_is_an_mplang_error_and_a_value_error() -> None:
 def test_direct_construction_is_validated() -> None:
     nodes = (mp.Node("a", "h:1"), mp.Node("b", "h:2"))
     ok = mp.ClusterSpec(nodes, {"S": mp.Device("S", "SPU", ("a", "b"), {"protocol": "CHEETAH"})})
-    assert ok.ranks("S") == (0, 1)
+    assert tuple(ok.rank_of(m) for m in ok.device("S").members) == (0, 1)
     with pytest.raises(mp.ClusterSpecError, match="ABY3"):
         mp.ClusterSpec(nodes, {"S": mp.Device("S", "SPU", ("a", "b"), {"protocol": "ABY3"})})
     with pytest.raises(mp.ClusterSpecError, match="zed"):
@@ -230,7 +232,7 @@ def test_simple(n: int, protocol: str) -> None:
     for i in range(n):
         ppu = spec.device(f"P{i}")
         assert (ppu.kind, ppu.members) == ("PPU", (f"node_{i}",))
-        assert spec.ranks(f"P{i}") == (i,)
+        assert tuple(spec.rank_of(m) for m in spec.device(f"P{i}").members) == (i,)
     spu = spec.device("SP0")
     assert spu.kind == "SPU"
     assert spu.members == tuple(f"node_{i}" for i in range(n))

@@ -15,8 +15,8 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.simp_worker import WORKER_KERNELS
 from mplang.edsl.graph import Operation
+from mplang.runtime.backend import get_backend, worker_kernels
 from mplang.runtime.interpreter import Interpreter
 
 CLUSTER = mp.ClusterSpec.simple(3)
@@ -217,6 +217,8 @@ def test_errors_surface_before_anything_runs() -> None:
 
 # ---------------------------------------------------------------- a failing SPU kernel
 
+SPU_BACKEND = get_backend("spu")
+assert SPU_BACKEND is not None
 FAILING_PARTY = 1
 
 
@@ -226,7 +228,7 @@ class FailingSpuRun:
     waiting for it); the others run the original kernel."""
 
     def __init__(self, members: int):
-        self.original = WORKER_KERNELS.get("spu.run")
+        self.original = worker_kernels().get("spu.run")
         assert self.original is not None
         self.entered = threading.Semaphore(0)
         self.others = members - 1
@@ -246,12 +248,12 @@ class FailingSpuRun:
 @pytest.fixture
 def failing_spu_run() -> Iterator[FailingSpuRun]:
     failing = FailingSpuRun(members=3)
-    WORKER_KERNELS.register("spu.run", override=True)(failing)
+    SPU_BACKEND.kernel("spu.run", override=True)(failing)
     try:
         yield failing
     finally:
         assert failing.original is not None
-        WORKER_KERNELS.register("spu.run", override=True)(failing.original)
+        SPU_BACKEND.kernel("spu.run", override=True)(failing.original)
 
 
 def joint(a: Any, b: Any) -> Any:
@@ -272,7 +274,7 @@ def test_failing_spu_kernel_fails_fast_and_names_party_and_op(failing_spu_run: F
         elapsed = time.monotonic() - start
         # restore the real kernel; the same simulator must run the next program correctly
         assert failing_spu_run.original is not None
-        WORKER_KERNELS.register("spu.run", override=True)(failing_spu_run.original)
+        SPU_BACKEND.kernel("spu.run", override=True)(failing_spu_run.original)
         out = mp.evaluate(sim, joint, a, b, mode=mode)
         np.testing.assert_allclose(mp.fetch(sim, out), a * b + 1, atol=1e-3)
     finally:
@@ -287,7 +289,7 @@ def test_failing_spu_kernel_fails_fast_and_names_party_and_op(failing_spu_run: F
 
 def test_failing_spu_kernel_immediately(mode: str) -> None:
     """The simplest form: party 1 raises as soon as its spu.run starts."""
-    original = WORKER_KERNELS.get("spu.run")
+    original = worker_kernels().get("spu.run")
     assert original is not None
 
     def fail_on_party_1(interp: Interpreter, op: Operation, args: list[Any],
@@ -299,14 +301,14 @@ def test_failing_spu_kernel_immediately(mode: str) -> None:
 
     sim = mp.Simulator(CLUSTER, timeout=3)
     a = np.array([2.0, -1.0], np.float32)
-    WORKER_KERNELS.register("spu.run", override=True)(fail_on_party_1)
+    SPU_BACKEND.kernel("spu.run", override=True)(fail_on_party_1)
     try:
         start = time.monotonic()
         with pytest.raises(mp.MPRuntimeError) as info:
             mp.evaluate(sim, joint, a, a, mode=mode)
         elapsed = time.monotonic() - start
     finally:
-        WORKER_KERNELS.register("spu.run", override=True)(original)
+        SPU_BACKEND.kernel("spu.run", override=True)(original)
     try:
         out = mp.evaluate(sim, joint, a, a, mode=mode)
         np.testing.assert_allclose(mp.fetch(sim, out), a * a + 1, atol=1e-3)

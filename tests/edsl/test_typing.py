@@ -6,16 +6,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from mplang.frontend.errors import MPTypeError
+
 import mplang as mp
+from mplang.dialects.spu import SecretShareType
 from mplang.edsl.typing import (
-    CiphertextType,
-    KeyType,
     Mask,
     MPType,
-    SecretShareType,
-    TableType,
     TensorType,
+    register_type,
     scalar,
+    type_for_tag,
 )
 
 # ---------------------------------------------------------------- Mask
@@ -34,12 +35,12 @@ def test_mask_of_ignores_order_and_duplicates():
 
 @pytest.mark.parametrize("bad", [[-1], [True], [1.0], ["0"], [None]])
 def test_mask_of_rejects_non_ranks(bad):
-    with pytest.raises(ValueError, match="non-negative integers"):
+    with pytest.raises(MPTypeError, match="non-negative integers"):
         Mask.of(bad)
 
 
 def test_mask_rejects_negative_bits():
-    with pytest.raises(ValueError, match="negative"):
+    with pytest.raises(MPTypeError, match="negative"):
         Mask(-1)
 
 
@@ -156,34 +157,25 @@ def test_tensor_type_compares_by_value():
 
 @pytest.mark.parametrize("dtype", ["str", "object", "float128x", "f32", ""])
 def test_tensor_type_rejects_bad_dtype(dtype):
-    with pytest.raises(ValueError, match="unsupported tensor dtype"):
+    with pytest.raises(MPTypeError, match="unsupported tensor dtype"):
         TensorType(dtype, ())
 
 
 @pytest.mark.parametrize("dtype", [object, np.str_, "U3"])
 def test_tensor_type_of_rejects_non_numeric_dtype(dtype):
-    with pytest.raises(ValueError, match="unsupported tensor dtype"):
+    with pytest.raises(MPTypeError, match="unsupported tensor dtype"):
         TensorType.of(dtype, ())
 
 
 @pytest.mark.parametrize("shape", [(-1,), (2, -3), (1.5,), ("3",)])
 def test_tensor_type_rejects_bad_shape(shape):
-    with pytest.raises(ValueError, match="non-negative ints"):
+    with pytest.raises(MPTypeError, match="non-negative ints"):
         TensorType("float32", shape)
 
 
 # ---------------------------------------------------------------- other base types
 
 F32_3 = TensorType("float32", (3,))
-
-
-def test_table_type_str_and_equality():
-    t = TableType((("id", "int64"), ("score", "float32"), ("name", "string")))
-    # known dtypes use their short names, unknown column types print as given
-    assert str(t) == "table<id:i64,score:f32,name:string>"
-    assert t == TableType((("id", "int64"), ("score", "float32"), ("name", "string")))
-    assert t != TableType((("score", "float32"), ("id", "int64"), ("name", "string")))
-    assert str(TableType(())) == "table<>"
 
 
 def test_secret_share_type():
@@ -194,26 +186,17 @@ def test_secret_share_type():
     assert s != SecretShareType("semi2k", TensorType("float32", (4,)))
 
 
-def test_ciphertext_type():
-    c = CiphertextType("paillier", TensorType("int64", ()))
-    assert str(c) == "cipher<paillier,i64[]>"
-    assert c == CiphertextType("paillier", scalar("int64"))
-    assert c != CiphertextType("ou", scalar("int64"))
-
-
-def test_key_type():
-    k = KeyType("paillier.public")
-    assert str(k) == "key<paillier.public>"
-    assert k == KeyType("paillier.public")
-    assert k != KeyType("paillier.private")
-
-
 def test_base_types_of_different_kinds_differ():
     share = SecretShareType("s", F32_3)
-    cipher = CiphertextType("s", F32_3)
-    assert share != cipher
     assert share != F32_3
-    assert len({share, cipher, F32_3}) == 3
+    assert len({share, SecretShareType("t", F32_3), F32_3}) == 3
+
+
+def test_types_register_a_unique_tag():
+    assert type_for_tag("tensor") is TensorType
+    assert type_for_tag("share") is SecretShareType
+    with pytest.raises(ValueError, match="already registered"):
+        register_type("tensor")(SecretShareType)
 
 
 # ---------------------------------------------------------------- MPType
@@ -222,7 +205,6 @@ def test_base_types_of_different_kinds_differ():
 def test_mptype_str():
     assert str(MPType(F32_3, Mask.of([0, 1]))) == "f32[3]@{0,1}"
     assert str(MPType(scalar("int32"), Mask.of([2]))) == "i32[]@{2}"
-    assert str(MPType(KeyType("k"), Mask.of([0]))) == "key<k>@{0}"
     assert str(MPType(SecretShareType("semi2k", F32_3), Mask.all(3))) == (
         "share<semi2k,f32[3]>@{0,1,2}")
 

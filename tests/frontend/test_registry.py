@@ -4,7 +4,7 @@ import pytest
 
 import mplang as mp
 from mplang.edsl.primitive import Primitive
-from mplang.frontend import registry
+from mplang.frontend import FeOpInfo, registry
 from mplang.frontend.registry import OpInfo, get_op, is_registered, register_op
 
 SIMP_OPS = [
@@ -17,7 +17,7 @@ SIMP_OPS = [
     "simp.uniform_cond",
     "simp.while_loop",
 ]
-OTHER_OPS = ["tensor.run_jax", "tensor.constant", "func.call"]
+OTHER_OPS = ["tensor.run_jax", "tensor.constant", "func.func"]
 
 
 def names(infos):
@@ -36,19 +36,30 @@ def test_list_ops_is_sorted_and_unique():
     assert len(listed) == len(set(listed))
 
 
-def test_list_ops_returns_op_infos():
+def test_list_ops_returns_frontend_op_infos():
     infos = mp.list_ops()
-    assert all(isinstance(i, OpInfo) for i in infos)
+    assert all(isinstance(i, FeOpInfo) for i in infos)
 
 
-def test_list_ops_filters_by_dialect():
+def test_list_ops_filters_by_family():
     simp_ops = mp.list_ops("simp")
     assert sorted(names(simp_ops)) == sorted(SIMP_OPS)
-    assert all(i.dialect == "simp" for i in simp_ops)
+    assert all(i.family == "simp" for i in simp_ops)
     assert "tensor.run_jax" in names(mp.list_ops("tensor"))
     assert "simp.pcall" not in names(mp.list_ops("tensor"))
-    assert "func.call" in names(mp.list_ops("func"))
-    assert "func.call" not in names(mp.list_ops("simp"))
+    assert "func.func" in names(mp.list_ops("func"))
+    assert "func.func" not in names(mp.list_ops("simp"))
+
+
+def test_primitives_are_listed_with_their_traits():
+    prims = registry.list_primitives("simp")
+    assert [p.name for p in prims] == sorted(SIMP_OPS)
+    assert all(isinstance(p, OpInfo) for p in prims)
+    pcall = registry.get_op("simp.pcall").traits
+    assert (pcall.pure, pcall.communicates, pcall.regions, pcall.fusable) == (
+        True, False, "call", True)
+    assert registry.get_op("simp.shuffle_static").traits.batchable
+    assert not registry.get_op("tensor.pyfunc").traits.pure
 
 
 def test_list_ops_unknown_dialect_is_empty():
@@ -79,7 +90,6 @@ def test_describe_pcall():
         ("simp.while_loop", "control_flow", "multi_party"),
         ("tensor.run_jax", "compute", "single_rank"),
         ("tensor.constant", "source", "single_rank"),
-        ("func.call", "call", "any"),
     ],
 )
 def test_describe_metadata(name, kind, model):
@@ -113,11 +123,11 @@ def test_is_registered():
 
 
 def test_registering_a_duplicate_name_raises():
-    before = registry.describe("simp.pcall")
-    dup = OpInfo("simp.pcall", "simp", "compute", "any", True, "impostor")
+    before = registry.describe_primitive("simp.pcall")
+    dup = OpInfo("simp.pcall", "simp", "compute", "any", "impostor")
     with pytest.raises(ValueError, match="already registered"):
         register_op(dup)
-    assert registry.describe("simp.pcall") == before  # unchanged
+    assert registry.describe_primitive("simp.pcall") == before  # unchanged
 
 
 def test_creating_a_primitive_with_a_taken_name_raises():
@@ -127,7 +137,7 @@ def test_creating_a_primitive_with_a_taken_name_raises():
 
 
 def test_op_name_must_carry_its_dialect_prefix():
-    bad = OpInfo("mismatch_test.op", "other", "compute", "any", False, "")
+    bad = OpInfo("mismatch_test.op", "other", "compute", "any", "")
     with pytest.raises(ValueError, match="prefixed"):
         register_op(bad)
     assert not is_registered("mismatch_test.op")

@@ -131,16 +131,16 @@ def test_lists_round_trip(value: list[Any]) -> None:
 def test_a_list_of_shares_round_trips() -> None:
     import spu.libspu as libspu
 
-    from mplang.backends.spu_impl import io_for
-    from mplang.dialects.spu import SpuConfig
+    from mplang.dialects.spu import SpuConfig, io_for
 
     config = SpuConfig("SP0", (0, 1), "SEMI2K", "FM64")
     shares = io_for(config).make_shares(np.arange(3, dtype=np.int32),
                                         libspu.Visibility.VIS_SECRET)
     decoded = decode_value(encode_value_bytes([SpuShare(s) for s in shares]))
     assert len(decoded) == 2 and all(isinstance(d, SpuShare) for d in decoded)
-    from mplang.backends.spu_impl import reconstruct
-    assert reconstruct(config, decoded, TensorType("int32", (3,))).tolist() == [0, 1, 2]
+    from mplang.dialects.spu import reconstruct
+    assert reconstruct(config, [d.to_libspu() for d in decoded],
+                       TensorType("int32", (3,))).tolist() == [0, 1, 2]
 
 
 def test_list_elements_are_sent_without_copies() -> None:

@@ -14,9 +14,9 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.simp_worker import WORKER_KERNELS
 from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import Primitive
+from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 
 # ---------------------------------------------------------------- a kernel that fails on demand
@@ -34,7 +34,7 @@ def _fail_on_rule(in_types: list[Any], attrs: dict[str, Any], regions: Any,
     return [in_types[0]]
 
 
-@WORKER_KERNELS.register(FAIL_OP)
+@register_backend("testing").kernel(FAIL_OP)
 def _fail_on_kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     if interp.party == op.attrs["party"]:
         raise ValueError("injected failure")  # the message itself names no party

@@ -7,7 +7,7 @@ from typing import Any
 
 from mplang.edsl.graph import Graph
 from mplang.runtime.backend import Communicator, WorkerEnv, worker_kernels, worker_states
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Interpreter, KernelTable
 from mplang.runtime.object_store import ObjectStore
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
 from mplang.runtime.scheduler import Scheduler
@@ -27,11 +27,15 @@ class SimpWorker:
         self.communicator = communicator
         self.store = store
         self.timeout = timeout
-        self.kernels = worker_kernels()
         env = WorkerEnv(rank, world_size, communicator, timeout, in_process)
         self.states: dict[str, Any] = {**worker_states(env), "simp": self}
         """Dialect states given to kernels (``simp`` is this worker)."""
         self.scheduler = Scheduler(64, f"mplang-party{rank}")
+
+    @property
+    def kernels(self) -> KernelTable:
+        """The worker kernels registered now (a plugin loaded later adds its own)."""
+        return worker_kernels()
 
     def run(self, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
             scope: str = "", options: RunOptions = DEFAULT_OPTIONS) -> list[str | None]:
