@@ -1,10 +1,11 @@
-"""The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``worker`` and ``up``."""
+"""The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``worker``, ``up`` and ``ops``."""
 
 from __future__ import annotations
 
 import argparse
 import ast
 import importlib.util
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -44,9 +45,12 @@ def _literal(text: str) -> Any:
 
 def _serve(args: argparse.Namespace) -> int:
     from mplang.backends.simp_worker.http import serve
+    from mplang.frontend.plugins import load_plugin
     from mplang.runtime.local_cluster import LocalCluster
 
     try:
+        for name in args.plugin:  # first: a plugin may define the device kinds the spec uses
+            load_plugin(name)
         cluster = mp.ClusterSpec.from_yaml(args.cluster)
         secret = load_secret(args.secret_file)
         if args.command == "worker":
@@ -54,7 +58,7 @@ def _serve(args: argparse.Namespace) -> int:
                 import_pyfunc(spec)
             serve(cluster, args.node, secret)
             return 0
-        local = LocalCluster(cluster, secret, register=args.register)
+        local = LocalCluster(cluster, secret, register=args.register, plugins=args.plugin)
         try:
             local.start()
             for node, url in zip(cluster.nodes, cluster.base_urls(), strict=True):
@@ -73,6 +77,38 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def _ops(args: argparse.Namespace) -> int:
+    from mplang.frontend.introspect import list_ops, routes
+    from mplang.frontend.plugins import discover, load_plugin
+
+    names = args.plugin or sorted(discover())
+    for name in names:
+        try:
+            load_plugin(name)
+        except mp.MPLangError as e:
+            if args.plugin:  # named on the command line: a hard error
+                print(f"mplang ops: {e}", file=sys.stderr)
+                return 2
+            print(f"mplang ops: skipping installed plugin {name!r}: {e}", file=sys.stderr)
+    rows = [{"name": i.name, "family": i.family, "op_kind": i.op_kind,
+             "execution_model": i.execution_model, "routes": routes(i),
+             "primitives": list(i.primitives), "doc": i.doc}
+            for i in list_ops(args.family)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no frontend ops{f' in family {args.family!r}' if args.family else ''}",
+              file=sys.stderr)
+        return 1
+    columns = ("name", "family", "op_kind", "execution_model", "routes", "doc")
+    cells = [[", ".join(r[c]) if c == "routes" else str(r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    for row in [[c.upper() for c in columns], *cells]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mplang", description="MPLang command line")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -89,11 +125,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--secret-file", help=f"cluster secret (default: ${SECRET_ENV})")
     worker.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
                         help="a host function tensor.pyfunc may call here (repeatable)")
+    worker.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                        help="load this plugin (entry point or module) before serving "
+                             "(repeatable)")
     up = commands.add_parser("up", help="start every node of a cluster spec on this machine")
     up.add_argument("--cluster", required=True, help="cluster spec YAML")
     up.add_argument("--secret-file", help=f"cluster secret (default: ${SECRET_ENV})")
     up.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
                     help="a host function every worker may call (repeatable)")
+    up.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                    help="a plugin every worker loads (repeatable)")
+    ops = commands.add_parser("ops", help="list the frontend ops (built-in and plugins')")
+    ops.add_argument("--family", help="only this family's ops (simp, tensor, a plugin's name)")
+    ops.add_argument("--json", action="store_true", help="print a JSON list")
+    ops.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                     help="load only these plugins (repeatable; default: every installed one)")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -103,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command in ("worker", "up"):
         return _serve(args)
+    if args.command == "ops":
+        return _ops(args)
     fn = _load_function(args.target)
     try:
         program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)

@@ -1,4 +1,4 @@
-"""Dependency analysis of graphs (seed 003): use-def chains, topological levels,
+"""Dependency analysis of graphs: use-def chains, topological levels,
 independent sets, and the critical path and message rounds under a `CostModel`.
 
 Start with `analyze` (``mp.analyze``); the modules also work on any `Graph`:

@@ -20,6 +20,8 @@ from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.tracer import Tracer, current_tracer
 from mplang.edsl.typing import MPType
 from mplang.frontend.errors import MPTypeError
+from mplang.frontend.feop import is_feop
+from mplang.frontend.routing import check_route
 
 
 def _cluster(tracer: Tracer, what: str) -> ClusterSpec:
@@ -84,7 +86,10 @@ def _call_on_device(name: str | None, fn: Callable[..., Any], args: tuple[Any, .
     moved = [_move(cluster, x, dev, f"{what}, argument {i}") if isinstance(x, MPObject) else x
              for i, x in enumerate(leaves)]
     call_args, call_kwargs = tree_unflatten(tree, moved)
-    out = get_kind(dev.kind).call(cluster, dev, fn, call_args, call_kwargs, what)
+    kind = get_kind(dev.kind)
+    if is_feop(fn):  # routed by its metadata; a plain function is a JAX function
+        check_route(fn, dev.name, dev.kind, kind.joint, len(dev.members))
+    out = kind.call(cluster, dev, fn, call_args, call_kwargs, what)
     out_leaves, out_tree = tree_flatten(out)
     return tree_unflatten(out_tree, [place(x, dev.name) for x in out_leaves])
 
@@ -93,7 +98,8 @@ def device(name: str | None = None) -> Callable[[Callable[..., Any]], Callable[.
     """``device(name)(fn)(*args)`` runs JAX function ``fn`` on device ``name``.
 
     On a PPU it runs on that party in plaintext; on an SPU it is compiled by
-    libspu and run on secret shares by all members. Arguments on other devices
+    libspu and run on secret shares by all members. A frontend op (`feop`) runs
+    only where its metadata allows (else `FeCapabilityError` naming op and device). Arguments on other devices
     move first (seal into an SPU, reveal to a PPU, send between PPUs). Without a
     name the device is inferred from the arguments (single-party devices and a
     joint device: the joint one).

@@ -12,6 +12,7 @@ from mplang.edsl.context import ExecutionContext
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import Mask, MPType
 from mplang.frontend.errors import MPTypeError
+from mplang.frontend.feop import is_feop
 
 
 def rank_of(cluster: ClusterSpec, device: Device) -> int:
@@ -34,9 +35,10 @@ class PPU(DeviceKind):
 
     def call(self, cluster: ClusterSpec, device: Device, fn: Callable[..., Any],
              args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
+        body = (lambda *a: fn(*a, **kwargs)) if is_feop(fn) else \
+            (lambda *a: tensor.run_jax(fn, *a, **kwargs))
         try:
-            return simp.pcall((rank_of(cluster, device),),
-                              lambda *a: tensor.run_jax(fn, *a, **kwargs), *args)
+            return simp.pcall((rank_of(cluster, device),), body, *args)
         except MPTypeError as e:
             raise MPTypeError(f"{what}: {e}") from None
 

@@ -1,4 +1,4 @@
-"""The `func` dialect: opaque calls (seed 004 §3.1 ``@builtin_function``).
+"""The `func` dialect: opaque calls.
 
 ``func.func(fn)`` makes a function whose calls appear in the caller's graph as
 one ``func.call`` op with the traced body as its region, instead of inlining.

@@ -1,4 +1,4 @@
-"""The `simp` dialect: SPMD primitives across parties (seed 000, seed 004 §3).
+"""The `simp` dialect: SPMD primitives across parties.
 
 Definitions and type rules only; kernels live in `backends/simp_driver` and
 `backends/simp_worker`.
@@ -6,6 +6,9 @@ Definitions and type rules only; kernels live in `backends/simp_driver` and
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -18,8 +21,15 @@ from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.object import OPERATORS, MPObject
 from mplang.edsl.primitive import Primitive
-from mplang.edsl.pytree import tree_flatten, tree_unflatten
-from mplang.edsl.tracer import TracedFunction, Tracer, current_tracer, mp_leaves, trace_function
+from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
+from mplang.edsl.tracer import (
+    NeedsJaxTrace,
+    TracedFunction,
+    Tracer,
+    current_tracer,
+    mp_leaves,
+    trace_function,
+)
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType, scalar
 from mplang.frontend.errors import MPLangError, MPTypeError
 from mplang.frontend.feop import feop
@@ -191,25 +201,67 @@ def _pcall_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seque
     return outs
 
 
-def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any]) -> TracedFunction:
-    """Trace a pcall body; a plain JAX function (one that rejects MPLang values or
-    returns JAX arrays) is traced as ``tensor.run_jax(fn, *args)`` instead."""
+def _constant_leaf(leaf: Any) -> Any:
+    """A concrete array or number a body returns, as a local constant."""
+    if isinstance(leaf, MPObject) or callable(leaf) or leaf is None \
+            or isinstance(leaf, str | bytes):
+        return leaf
+    return tensor.constant(leaf)
+
+
+_JAX_BODIES: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+"""Bodies found to be JAX functions: later pcalls trace them with JAX directly."""
+
+
+def _known_jax(fn: Callable[..., Any]) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    if module == "jax" or module.startswith(("jax.", "jaxlib")):
+        return True
     try:
-        return trace_function(tracer.child(local=True), fn, args)
-    except MPTypeError:
-        raise
-    except Exception as error:
-        try:
-            return trace_function(tracer.child(local=True),
-                                  lambda *a: tensor.run_jax(fn, *a), args)
-        except Exception as jax_error:
-            if isinstance(error, MPLangError):
-                raise error from None
-            name = getattr(fn, "__name__", "fn")
-            raise MPTypeError(
-                f"simp.pcall: body {name!r} could not be traced, neither as an MPLang function "
-                f"({type(error).__name__}: {error}) nor as a JAX function ({jax_error})"
-            ) from error
+        return fn in _JAX_BODIES
+    except TypeError:  # not weakly referenceable
+        return False
+
+
+def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any]) -> TracedFunction:
+    """Trace a pcall body.
+
+    JAX's own functions, and bodies found earlier to be JAX functions, are traced
+    once, by JAX, as ``tensor.run_jax(fn, *args)``. Other bodies run as MPLang
+    code (concrete arrays they return become local constants); if JAX rejects an
+    MPLang value on the way, the partial trace is dropped and the body is traced
+    by JAX instead, and remembered as a JAX function.
+    """
+    def as_jax() -> TracedFunction:
+        return trace_function(tracer.child(local=True), lambda *a: tensor.run_jax(fn, *a),
+                              args)
+
+    if _known_jax(fn):
+        return as_jax()
+
+    @functools.wraps(fn)
+    def body(*a: Any) -> Any:
+        return tree_map(_constant_leaf, fn(*a))
+
+    try:
+        return trace_function(tracer.child(local=True), body, args)
+    except MPLangError as e:
+        if not isinstance(e, NeedsJaxTrace):
+            raise
+        error: Exception = e
+    except Exception as e:  # JAX refused an MPLang value: a JAX function
+        error = e
+    try:
+        traced = as_jax()
+    except MPTypeError as jax_error:
+        name = getattr(fn, "__name__", "fn")
+        raise MPTypeError(
+            f"simp.pcall: body {name!r} could not be traced, neither as an MPLang function "
+            f"({type(error).__name__}: {error}) nor as a JAX function ({jax_error})"
+        ) from error
+    with contextlib.suppress(TypeError):
+        _JAX_BODIES.add(fn)
+    return traced
 
 
 @_feop("simp.pcall", "transform", "y = simp.pcall((0,), jnp.square, x)")

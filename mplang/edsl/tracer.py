@@ -19,6 +19,12 @@ from mplang.edsl.typing import MPType, ValueType
 from mplang.frontend.errors import MPTraceError
 
 
+class NeedsJaxTrace(MPTraceError, AttributeError):
+    """An array attribute (``x.sum``) was used on an MPLang value. In a pcall body this
+    means the body is a JAX function, traced by `tensor.run_jax` instead; elsewhere,
+    run JAX code on MPLang values through ``simp.pcall`` or ``tensor.run_jax``."""
+
+
 class TraceObject(MPObject):
     """A value of the graph being traced by ``tracer``."""
 
@@ -40,6 +46,13 @@ class TraceObject(MPObject):
     @property
     def mptype(self) -> ValueType:
         return self.value.type
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise NeedsJaxTrace(
+            f"{self!r} has no attribute {name!r}; array methods run inside "
+            "simp.pcall(parties, fn, ...) or tensor.run_jax(fn, ...)")
 
     def __repr__(self) -> str:
         return f"TraceObject(%{self.value.name}: {self.value.type})"

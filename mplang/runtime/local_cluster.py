@@ -26,10 +26,12 @@ class LocalCluster:
     """
 
     def __init__(self, cluster: ClusterSpec, secret: bytes, *, log_dir: str | None = None,
-                 register: list[str] | None = None):
+                 register: list[str] | None = None, plugins: list[str] | None = None):
         self.cluster = cluster
         self.register = list(register or [])
         """``module:function`` host functions every worker registers for ``tensor.pyfunc``."""
+        self.plugins = list(plugins or [])
+        """Plugins (entry-point or module names) every worker loads before serving."""
         self._secret = secret
         self._dir = tempfile.TemporaryDirectory(prefix="mplang-cluster-")
         self.spec_path = Path(self._dir.name) / "cluster.yaml"
@@ -41,9 +43,11 @@ class LocalCluster:
         env = {**os.environ, SECRET_ENV: self._secret.decode()}
         log = open(self.log_dir / f"{node}.log", "ab")  # noqa: SIM115 - owned by the process
         registers = [arg for spec in self.register for arg in ("--register", spec)]
+        plugins = [arg for name in self.plugins for arg in ("--plugin", name)]
         return subprocess.Popen(
             [sys.executable, "-m", "mplang.cli", "worker", "--cluster", str(self.spec_path),
-             "--node", node, *registers], env=env, stdout=log, stderr=subprocess.STDOUT)
+             "--node", node, *registers, *plugins], env=env, stdout=log,
+            stderr=subprocess.STDOUT)
 
     def start(self, timeout: float = 60.0) -> None:
         """Start every worker and wait until all answer ``/health``."""

@@ -9,8 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 import mplang as mp
-from mplang.analysis.spu_rounds import estimate_spu_rounds
-from mplang.analysis.spu_rounds import estimate_rounds_from_code, parse_module
+from mplang.analysis.spu_rounds import estimate_rounds_from_code, estimate_spu_rounds, parse_module
 
 HEAD = 'module @jit_f attributes {mhlo.is_dynamic = false, pphlo.version = "0.10"} {'
 S, P = "tensor<8x!pphlo.secret<i32>>", "tensor<8xi32>"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -522,3 +523,26 @@ def test_reused_spu_function_compiles_once(sim: mp.Simulator,
     mp.compile(prog, IA, IB, cluster=sim.cluster)
     assert len(calls) == 2
     assert len(spu_dialect._COMPILED) == size + 1
+
+
+def test_a_frontend_op_runs_only_on_devices_its_metadata_allows() -> None:
+    from mplang import tensor
+    from mplang.frontend import FeCapabilityError
+
+    def spu_pyfunc(a: Any) -> Any:
+        x = mp.put("P0", a)
+        return mp.device("SP0")(tensor.pyfunc)(np.negative, x,
+                                                out=jax.ShapeDtypeStruct((3,), np.float32))
+
+    with pytest.raises(FeCapabilityError,
+                       match=r"tensor.pyfunc cannot run on SPU SP0: its targets are PPU"):
+        mp.compile(spu_pyfunc, np.ones(3, np.float32), cluster=mp.ClusterSpec.simple(3))
+
+    def ppu_pyfunc(a: Any) -> Any:
+        return mp.device("P1")(tensor.pyfunc)(np.negative, mp.put("P1", a),
+                                               out=jax.ShapeDtypeStruct((3,), np.float32))
+
+    sim = mp.Simulator(3)
+    out = mp.evaluate(sim, ppu_pyfunc, np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(mp.fetch(sim, out), [0.0, -1.0, -2.0])
+    sim.close()

@@ -6,8 +6,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mplang.frontend.errors import MPTypeError
-
 import mplang as mp
 from mplang.dialects.spu import SecretShareType
 from mplang.edsl.typing import (
@@ -18,6 +16,7 @@ from mplang.edsl.typing import (
     scalar,
     type_for_tag,
 )
+from mplang.frontend.errors import MPTypeError
 
 # ---------------------------------------------------------------- Mask
 

@@ -3,7 +3,7 @@
 It runs a program by interpreting a one-op launcher graph, ``func.call`` of
 the program, with driver kernels. Launch mode's ``func.call`` kernel ships the
 whole graph to every worker; standard mode interprets it on the driver and
-dispatches each simp op to the workers (seed 001).
+dispatches each simp op to the workers.
 """
 
 from __future__ import annotations

@@ -77,5 +77,5 @@ class Simulator(SimpMemDriver):
 
 
 def make_simulator(world_size: int, **options: Any) -> Simulator:
-    """An in-memory simulator of ``world_size`` parties (seed 000 spelling)."""
+    """An in-memory simulator of ``world_size`` parties (``mp.Simulator`` by its simp name)."""
     return Simulator(world_size, **options)

@@ -1,0 +1,238 @@
+"""The package's layering, read from the source: which modules may import which.
+
+- no import cycle among mplang modules (module-level imports only; imports inside
+  functions and under ``if TYPE_CHECKING:`` are deferred and do not count);
+- dialects (IR definitions) import neither backends nor the runtime;
+- the driver side of simp never imports the worker's HTTP server;
+- ``import mplang`` loads no web framework;
+- the device layer does not import backends;
+- SPU is an extension: few modules outside SPU's own ones mention it.
+
+The layering rules count every import statement of a module, wherever it stands.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "mplang"
+
+SPU_OWN = frozenset(["mplang/dialects/spu.py", "mplang/device/spu.py",
+                     "mplang/analysis/spu_rounds.py", "mplang/analysis/pphlo.py"])
+"""SPU's own modules (plus ``mplang/backends/spu_*.py``)."""
+MAX_SPU_MENTIONS = 3
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str
+    """The module (or ``module.name`` for ``from module import name``) imported."""
+    line: int
+    top_level: bool
+    """Executed when the importing module is imported (not deferred)."""
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: dict[str, pathlib.Path] = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(name: str) -> list[Import]:
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(), str(path))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: list[Import] = []
+
+    def add(node: ast.Import | ast.ImportFrom, top: bool) -> None:
+        if isinstance(node, ast.Import):
+            found.extend(Import(a.name, node.lineno, top) for a in node.names)
+            return
+        if node.level:
+            base = package[: len(package) - (node.level - 1)]
+            target = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            target = node.module or ""
+        found.append(Import(target, node.lineno, top))
+        found.extend(Import(f"{target}.{a.name}", node.lineno, top) for a in node.names)
+
+    def visit(nodes: list[ast.stmt], top: bool) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                add(node, top)
+            elif isinstance(node, ast.If):
+                deferred = _is_type_checking(node.test)
+                visit(node.body, top and not deferred)
+                visit(node.orelse, top)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                for inner in ast.walk(node):  # run when called, not when imported
+                    if isinstance(inner, ast.Import | ast.ImportFrom):
+                        add(inner, False)
+            else:  # class bodies, try, with, for, while, match: run at import time
+                for field in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, field, []), top)
+                for child in (*getattr(node, "handlers", []), *getattr(node, "cases", [])):
+                    visit(child.body, top)
+
+    visit(tree.body, True)
+    return found
+
+
+def mplang_imports(name: str, top_only: bool) -> Iterator[tuple[str, Import]]:
+    """(imported mplang module, the import) for each import of ``name`` naming one."""
+    for imp in imports_of(name):
+        if top_only and not imp.top_level:
+            continue
+        if imp.module in MODULES and imp.module != name:
+            yield imp.module, imp
+
+
+def test_the_import_parser_sees_imports() -> None:
+    """The parser finds known imports of each kind (so the rules below can fail)."""
+    api = {m for m, _ in mplang_imports("mplang.api", top_only=True)}
+    assert {"mplang.edsl.program", "mplang.device.cluster", "mplang.frontend.errors"} <= api
+    ops = {m: i for m, i in mplang_imports("mplang.backends.simp_driver.ops", top_only=False)}
+    assert not ops["mplang.backends.simp_driver.base"].top_level  # under TYPE_CHECKING
+    deferred = {m: i for m, i in mplang_imports("mplang.dialects.spu", top_only=False)}
+    assert not deferred["mplang.analysis.cost_model"].top_level  # inside a cost rule
+    assert len(MODULES) > 50
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (or a self-loop)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph[v]:
+                found.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                strong(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return found
+
+
+def test_cycle_finder_finds_cycles() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_level_import_cycle() -> None:
+    graph = {name: {m for m, _ in mplang_imports(name, top_only=True)} for name in MODULES}
+    cycles = _cycles(graph)
+    detail = []
+    for component in cycles:
+        members = set(component)
+        detail.append("; ".join(f"{a} -> {b} (line {i.line})" for a in component
+                                for b, i in mplang_imports(a, top_only=True) if b in members))
+    assert cycles == [], "module-level import cycles:\n" + "\n".join(detail)
+
+
+def _violations(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
+    out = []
+    for name, path in MODULES.items():
+        if name != prefix and not name.startswith(prefix + "."):
+            continue
+        for imp in imports_of(name):
+            if any(imp.module == f or imp.module.startswith(f + ".") for f in forbidden):
+                out.append(f"{path.relative_to(ROOT)}:{imp.line} imports {imp.module}")
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("prefix, forbidden", [
+    ("mplang.dialects", ("mplang.backends", "mplang.runtime")),
+    ("mplang.backends.simp_driver", ("mplang.backends.simp_worker.http",)),
+    ("mplang.device", ("mplang.backends",)),
+])
+def test_layer_does_not_import(prefix: str, forbidden: tuple[str, ...]) -> None:
+    assert any(n.startswith(prefix + ".") for n in MODULES), prefix
+    assert _violations(prefix, forbidden) == []
+
+
+def test_layer_rule_detects_a_violation() -> None:
+    """The same rule reports a real import (so an empty list above means something)."""
+    hits = _violations("mplang.backends.simp_driver", ("mplang.runtime.backend",))
+    assert any(h.startswith("mplang/backends/simp_driver/base.py:") for h in hits)
+
+
+def web_frameworks_loaded_by(module: str) -> str:
+    """The web frameworks in ``sys.modules`` after importing ``module`` in a fresh process."""
+    code = (f"import sys, {module}; "
+            "print(','.join(sorted({m.split('.')[0] for m in sys.modules} "
+            "& {'fastapi', 'uvicorn', 'starlette'})))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_importing_mplang_loads_no_web_framework() -> None:
+    assert web_frameworks_loaded_by("mplang") == ""
+
+
+def test_the_worker_server_does_load_one() -> None:
+    """The check above can fail: the worker's HTTP server brings the frameworks in."""
+    assert "fastapi" in web_frameworks_loaded_by("mplang.backends.simp_worker.http")
+
+
+def spu_mentions() -> list[str]:
+    out = []
+    for path in MODULES.values():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in SPU_OWN or (rel.startswith("mplang/backends/spu_") and "/" not in
+                              rel[len("mplang/backends/"):]):
+            continue
+        if "spu" in path.read_text().lower():
+            out.append(rel)
+    return sorted(out)
+
+
+def test_spu_is_mentioned_by_few_modules_outside_its_own() -> None:
+    mentions = spu_mentions()
+    print("modules mentioning spu outside SPU's own:", *mentions, sep="\n  ")
+    assert len(mentions) <= MAX_SPU_MENTIONS, (
+        f"{len(mentions)} modules outside SPU's own mention it (at most "
+        f"{MAX_SPU_MENTIONS}): {mentions}")
