@@ -99,10 +99,10 @@ def device(name: str | None = None) -> Callable[[Callable[..., Any]], Callable[.
 
     On a PPU it runs on that party in plaintext; on an SPU it is compiled by
     libspu and run on secret shares by all members. A frontend op (`feop`) runs
-    only where its metadata allows (else `FeCapabilityError` naming op and device). Arguments on other devices
-    move first (seal into an SPU, reveal to a PPU, send between PPUs). Without a
-    name the device is inferred from the arguments (single-party devices and a
-    joint device: the joint one).
+    only where its metadata allows (else `FeCapabilityError` naming op and
+    device). Arguments on other devices move first (seal into an SPU, reveal to
+    a PPU, send between PPUs). Without a name the device is inferred from the
+    arguments (single-party devices and a joint device: the joint one).
     """
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
