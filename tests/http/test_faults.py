@@ -25,6 +25,7 @@ import yaml
 from jax import lax
 
 import mplang as mp
+from mplang.frontend.registry import list_primitives
 from mplang import simp, tensor
 from mplang.runtime.local_cluster import LocalCluster
 from tests.http import support
@@ -71,7 +72,7 @@ def assert_names_party_1_and_an_op(error: BaseException) -> None:
     assert isinstance(error, mp.MPRuntimeError), repr(error)
     message = str(error)
     assert "party 1" in message, message
-    assert error.op in {op.name for op in mp.list_ops()}, (error.op, message)
+    assert error.op in {op.name for op in list_primitives()}, (error.op, message)
     assert f"op {error.op}" in message, message
 
 
