@@ -25,8 +25,8 @@ import yaml
 from jax import lax
 
 import mplang as mp
-from mplang.frontend.registry import list_primitives
 from mplang import simp, tensor
+from mplang.frontend.registry import list_primitives
 from mplang.runtime.local_cluster import LocalCluster
 from tests.http import support
 
