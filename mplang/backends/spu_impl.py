@@ -83,10 +83,63 @@ def _encode_share(share: SpuShare) -> list[bytes]:
     return [meta, *chunks]
 
 
+_VARINT, _BYTES = 0, 2
+_META_FIELDS = {1: _VARINT, 2: _VARINT, 3: _VARINT, 4: _BYTES, 5: _BYTES}
+"""libspu's ValueMetaProto: data type, complex flag, visibility, shape, storage type."""
+_CHUNK_FIELDS = {1: _VARINT, 2: _VARINT, 3: _BYTES}
+"""libspu's ValueChunkProto: total bytes, chunk offset, content."""
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated or overlong varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def _check_message(data: bytes, fields: dict[int, int], what: str) -> dict[int, int | bytes]:
+    """The fields of a protobuf message whose field numbers and wire types must match
+    ``fields`` (checked before libspu parses the bytes)."""
+    found: dict[int, int | bytes] = {}
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if fields.get(number) != wire:
+            raise ValueError(f"{what}: unexpected field {number} (wire type {wire})")
+        if wire == _VARINT:
+            found[number], pos = _varint(data, pos)
+        else:
+            size, pos = _varint(data, pos)
+            if pos + size > len(data):
+                raise ValueError(f"{what}: field {number} runs past the end")
+            found[number] = data[pos:pos + size]
+            pos += size
+    return found
+
+
 def _decode_share(parts: list[memoryview]) -> SpuShare:
-    if not parts:
-        raise ValueError("a share needs its meta chunk")
-    return SpuShare.from_parts(bytes(parts[0]), [bytes(p) for p in parts[1:]])
+    if len(parts) < 2:
+        raise ValueError("a share is a meta chunk and at least one data chunk")
+    meta = bytes(parts[0])
+    storage = _check_message(meta, _META_FIELDS, "share meta").get(5, b"")
+    if not isinstance(storage, bytes) or not storage.isascii() \
+            or not storage.decode().isprintable():
+        raise ValueError("share meta: storage type is not a printable name")
+    chunks = [bytes(p) for p in parts[1:]]
+    for chunk in chunks:
+        fields = _check_message(chunk, _CHUNK_FIELDS, "share chunk")
+        content, total, offset = fields.get(3, b""), fields.get(1, 0), fields.get(2, 0)
+        if not (isinstance(content, bytes) and isinstance(total, int)
+                and isinstance(offset, int) and offset + len(content) <= total):
+            raise ValueError("share chunk: content exceeds its declared total")
+    return SpuShare.from_parts(meta, chunks)
 
 
 register_value_codec(ValueCodec("spu.share", SpuShare, _encode_share, _decode_share,
