@@ -41,13 +41,14 @@ class LocalCluster:
 
     def _spawn(self, node: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, SECRET_ENV: self._secret.decode()}
-        log = open(self.log_dir / f"{node}.log", "ab")  # noqa: SIM115 - owned by the process
         registers = [arg for spec in self.register for arg in ("--register", spec)]
         plugins = [arg for name in self.plugins for arg in ("--plugin", name)]
-        return subprocess.Popen(
-            [sys.executable, "-m", "mplang.cli", "worker", "--cluster", str(self.spec_path),
-             "--node", node, *registers, *plugins], env=env, stdout=log,
-            stderr=subprocess.STDOUT)
+        # the worker gets its own copy of the log's descriptor; this process closes its own
+        with open(self.log_dir / f"{node}.log", "ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "mplang.cli", "worker", "--cluster", str(self.spec_path),
+                 "--node", node, *registers, *plugins], env=env, stdout=log,
+                stderr=subprocess.STDOUT)
 
     def start(self, timeout: float = 60.0) -> None:
         """Start every worker and wait until all answer ``/health``."""

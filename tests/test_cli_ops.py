@@ -1,0 +1,55 @@
+"""``mplang ops``: the frontend ops, their families, execution models and routes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from mplang.cli import main
+from mplang.frontend.introspect import list_ops
+
+
+def _ops(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, Any]]:
+    assert main(["ops", *args, "--json"]) == 0
+    data: list[dict[str, Any]] = json.loads(capsys.readouterr().out)
+    return data
+
+
+def test_ops_lists_the_builtin_ops(capsys: pytest.CaptureFixture[str]) -> None:
+    ops = {op["name"]: op for op in _ops(capsys)}
+    pcall = ops["simp.pcall"]
+    assert pcall["family"] == "simp" and pcall["op_kind"] == "transform"
+    assert pcall["execution_model"] == "multi_party"
+    assert str(pcall["doc"]).startswith("Run ``fn(*args)`` locally")
+    assert ops["tensor.run_jax"]["routes"] == ["PPU"]
+    assert ops["spu.run"]["routes"] == ["SPU"]
+    assert {"simp.shuffle_static", "spu.seal", "tensor.constant", "func.func"} <= set(ops)
+    assert list(ops) == sorted(ops)
+    for op in ops.values():
+        assert set(op) >= {"name", "family", "op_kind", "execution_model", "routes", "doc"}
+
+
+def test_family_filters(capsys: pytest.CaptureFixture[str]) -> None:
+    simp_ops = _ops(capsys, "--family", "simp")
+    assert {op["family"] for op in simp_ops} == {"simp"}
+    assert [op["name"] for op in simp_ops] == [i.name for i in list_ops("simp")]
+    assert "simp.pcall" in [op["name"] for op in simp_ops]
+    assert _ops(capsys, "--family", "no-such-family") == []
+
+
+def test_the_table_has_one_line_per_op(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ops", "--family", "tensor"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "FAMILY", "OP_KIND", "EXECUTION_MODEL", "ROUTES", "DOC"]
+    assert [line.split()[0] for line in lines[1:]] == [i.name for i in list_ops("tensor")]
+    assert lines[1].split()[:5] == ["tensor.constant", "tensor", "special_op", "single_rank",
+                                    "PPU"]
+
+
+def test_unknown_family_and_plugin_fail_clearly(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ops", "--family", "no-such-family"]) == 1
+    assert "no frontend ops in family 'no-such-family'" in capsys.readouterr().err
+    assert main(["ops", "--plugin", "no_such_plugin_module"]) == 2
+    assert "cannot load plugin 'no_such_plugin_module'" in capsys.readouterr().err
