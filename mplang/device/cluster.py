@@ -205,7 +205,8 @@ def _device(entry: Any) -> Device:
     kind = entry.get("kind")
     if kind not in kind_names():
         raise ClusterSpecError(f"device {name!r}: kind must be one of "
-                               f"{', '.join(kind_names())}, got {kind!r}")
+                               f"{', '.join(kind_names())}, got {kind!r} (a kind from a "
+                               "plugin needs the plugin loaded first: --plugin NAME)")
     members = entry.get("members")
     if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
         raise ClusterSpecError(f"device {name!r}: 'members' must be a list of node names")

@@ -21,3 +21,14 @@ def user_location(skip: int = 1) -> str | None:
             return f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+def locate_error(error: BaseException) -> None:
+    """Append `` (at file.py:LINE)`` (the innermost user frame on the current stack) to
+    ``error``'s message, once: an error that already names a location keeps it."""
+    if getattr(error, "located", False) or not error.args or not isinstance(error.args[0], str):
+        return
+    loc = user_location(2)
+    if loc is not None and f"(at {loc})" not in error.args[0]:
+        error.args = (f"{error.args[0]} (at {loc})", *error.args[1:])
+    error.located = True  # type: ignore[attr-defined]

@@ -64,7 +64,8 @@ def decode_type(data: Any, path: str = "type") -> ValueType:
         _expect(bits is None or (type(bits) is int and bits >= 0), f"{path}.mp[1]: bad pmask")
         return MPType(inner, None if bits is None else Mask(bits))
     cls = type_for_tag(tag) if isinstance(tag, str) else None
-    _expect(cls is not None, f"{path}: unknown type tag {tag!r}")
+    _expect(cls is not None, f"{path}: unknown type tag {tag!r} (a type of a plugin that is "
+                             "not loaded here?)")
     assert cls is not None
     try:
         return cls.from_json(body, decode_type, f"{path}.{tag}")
@@ -254,8 +255,10 @@ def _decode_graph(data: Any, buffers: _BufferReader, depth: int, path: str) -> G
         _expect(isinstance(item, dict) and _OP_FIELDS <= set(item) <= _OP_FIELDS | {"loc"},
                 f"{here}: expected the fields {', '.join(sorted(_OP_FIELDS))} (and loc)")
         opcode = item["op"]
-        _expect(isinstance(opcode, str) and is_registered(opcode),
-                f"{here}.op: unknown op {opcode!r}")
+        _expect(isinstance(opcode, str), f"{here}.op: expected an op name")
+        _expect(is_registered(opcode),
+                f"{here}.op: unknown op {opcode!r} (if a plugin defines dialect "
+                f"{opcode.partition('.')[0]!r}, load it here: mplang worker --plugin NAME)")
         loc = item.get("loc")
         _expect(loc is None or (isinstance(loc, str) and len(loc) <= 1024), f"{here}.loc")
         op_inputs = _lookup(env, item["in"], f"{here}.in")

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from mplang.frontend.errors import FeConfigError, FeStateError
+from mplang.edsl.location import locate_error
+from mplang.frontend.errors import FeConfigError, FeStateError, MPTypeError
 
 OpKind = Literal["compiler", "transform", "special_op"]
 FeExecutionModel = Literal["single_rank", "multi_party", "in_controller"]
@@ -124,17 +125,32 @@ _CTX_STATE: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = \
     weakref.WeakKeyDictionary()
 
 
+def holds_mplang_object(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is an MPLang object or a container (list, tuple, set, dict)
+    holding one, up to a few levels deep."""
+    if getattr(value, "__mplang_object__", False):
+        return True
+    if depth >= 8:
+        return False
+    if isinstance(value, dict):
+        return any(holds_mplang_object(k, depth + 1) or holds_mplang_object(v, depth + 1)
+                   for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(holds_mplang_object(item, depth + 1) for item in value)
+    return False
+
+
 class _ProcessState(MutableMapping[str, Any]):
-    """A process-wide state dict that refuses MPLang objects."""
+    """A process-wide state dict that refuses MPLang objects (also inside containers)."""
 
     def __init__(self, op: str):
         self._op = op
         self._data: dict[str, Any] = {}
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if getattr(value, "__mplang_object__", False):
-            raise FeStateError(f"{self._op}: {value!r} is an MPLang object; process state "
-                               "holds plain data only (use state_scope='ctx' for runtime "
+        if holds_mplang_object(value):
+            raise FeStateError(f"{self._op}: {value!r} is or holds an MPLang object; process "
+                               "state holds plain data only (use state_scope='ctx' for runtime "
                                "objects)")
         self._data[key] = value
 
@@ -207,6 +223,7 @@ def feop(*, name: str, family: str, execution_model: FeExecutionModel,
                 return fn(*args, **rest, **config_schema.validate(name, given))
 
             target = checked
+        target = _located(target)
         target.__feop__ = True  # type: ignore[attr-defined]
         target.__feop_meta__ = info  # type: ignore[attr-defined]
         target.__get_state__ = _state_getter(info)  # type: ignore[attr-defined]
@@ -214,6 +231,21 @@ def feop(*, name: str, family: str, execution_model: FeExecutionModel,
         return target  # type: ignore[return-value]
 
     return deco
+
+
+def _located(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose type errors name the user's line that called it, like the errors of
+    type rules do (``(at file.py:LINE)``); also for errors raised before any op is bound
+    (a JAX function that does not trace, a Python value where a tensor belongs)."""
+    @functools.wraps(fn)
+    def op(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MPTypeError as e:
+            locate_error(e)
+            raise
+
+    return op
 
 
 def is_feop(x: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -39,8 +40,8 @@ def find(family: str | None, predicate: Callable[[FeOpInfo], bool]) -> list[Call
 
 
 def capabilities(op: Callable[..., Any] | str) -> dict[str, Any]:
-    """The op's capability constraints (a copy)."""
-    return dict(meta(op).capabilities)
+    """The op's capability constraints (a deep copy: changing it changes no op)."""
+    return copy.deepcopy(dict(meta(op).capabilities))
 
 
 def config_schema(op: Callable[..., Any] | str) -> ConfigSchema | None:

@@ -32,10 +32,10 @@ def load_plugin(name: str) -> ModuleType:
     module_name = discover().get(name, name)
     try:
         return importlib.import_module(module_name)
-    except ImportError as e:
+    except Exception as e:  # an import error, or a registration the plugin got wrong
         known = ", ".join(sorted(discover())) or "none installed"
-        raise MPLangError(f"cannot load plugin {name!r} ({module_name}): {e}; installed "
-                          f"plugins: {known}") from None
+        raise MPLangError(f"cannot load plugin {name!r} ({module_name}): "
+                          f"{type(e).__name__}: {e}; installed plugins: {known}") from e
 
 
 def load_plugins() -> list[str]:

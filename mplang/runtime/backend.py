@@ -159,12 +159,24 @@ def driver_kernels(launch: bool, dispatch: Kernel) -> KernelTable:
     return table
 
 
-def worker_states(env: WorkerEnv) -> dict[str, Any]:
-    """A fresh state for every dialect whose backend has a state factory."""
-    with _LOCK:
-        factories = [(b.dialect, b.state_factory) for b in _BACKENDS.values()
-                     if b.state_factory is not None]
-    return {dialect: factory(env) for dialect, factory in factories}
+class WorkerStates(dict[str, Any]):
+    """One worker's dialect states, by dialect. A state is made by its dialect's factory
+    on first use, so a plugin loaded after the worker started still gets its state."""
+
+    def __init__(self, env: WorkerEnv, **given: Any):
+        super().__init__(given)
+        self.env = env
+        self._lock = threading.Lock()
+
+    def __missing__(self, dialect: str) -> Any:
+        backend = _BACKENDS.get(dialect)
+        if backend is None or backend.state_factory is None:
+            raise KeyError(f"dialect {dialect!r} has no worker state (its backend registers "
+                           "none, or its plugin is not loaded)")
+        with self._lock:
+            if dialect not in self:
+                self[dialect] = backend.state_factory(self.env)
+            return dict.__getitem__(self, dialect)
 
 
 def missing_kernels() -> list[tuple[str, str]]:

@@ -55,7 +55,7 @@ def test_from_dict_reads_nodes_and_devices() -> None:
 
 def test_a_kind_nobody_registered_is_refused() -> None:
     with pytest.raises(mp.ClusterSpecError,
-                       match=r"device 'T': kind must be one of PPU, SPU, got 'QPU'"):
+                       match=r"device 'T': kind must be one of (.*, )?PPU, SPU(, .*)?, got 'QPU'"):
         mp.ClusterSpec.from_dict(with_devices({"T": {"kind": "QPU", "members": ["bob"]}}))
 
 

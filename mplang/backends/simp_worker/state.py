@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mplang.edsl.graph import Graph
-from mplang.runtime.backend import Communicator, WorkerEnv, worker_kernels, worker_states
+from mplang.runtime.backend import Communicator, WorkerEnv, WorkerStates, worker_kernels
 from mplang.runtime.interpreter import Interpreter, KernelTable
 from mplang.runtime.object_store import ObjectStore
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
@@ -28,8 +28,9 @@ class SimpWorker:
         self.store = store
         self.timeout = timeout
         env = WorkerEnv(rank, world_size, communicator, timeout, in_process)
-        self.states: dict[str, Any] = {**worker_states(env), "simp": self}
-        """Dialect states given to kernels (``simp`` is this worker)."""
+        self.states = WorkerStates(env, simp=self)
+        """Dialect states given to kernels (``simp`` is this worker; the others are made
+        on first use)."""
         self.scheduler = Scheduler(64, f"mplang-party{rank}")
 
     @property
