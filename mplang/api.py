@@ -79,7 +79,7 @@ def fetch(ctx: ExecutionContext, obj: Any) -> Any:
     """The values of ``obj`` (any pytree of MPLang objects), brought to the caller.
 
     A simp-level object becomes a list with one entry per party (None where the
-    party holds nothing); an object on a device becomes its plain value (an SPU
+    party holds nothing); an object on a device becomes its plain value (a secure device's
     object is revealed to the caller).
     """
     def one(x: Any) -> Any:

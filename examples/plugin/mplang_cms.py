@@ -47,6 +47,7 @@ from mplang.dialects import simp, tensor
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
@@ -66,6 +67,8 @@ from mplang.frontend.module import FeModule
 from mplang.frontend.registry import WORKER_AND_DRIVER, OpTraits
 from mplang.runtime.backend import WorkerEnv, register_backend
 from mplang.runtime.interpreter import Interpreter
+
+mark_library(__file__)  # ops traced in this module are located at the user's line
 
 __all__ = [
     "PRIME",

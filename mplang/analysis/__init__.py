@@ -3,9 +3,8 @@ independent sets, and the critical path and message rounds under a `CostModel`.
 
 Start with `analyze` (``mp.analyze``); the modules also work on any `Graph`:
 `usedef` (chains), `levels` (dependencies, levels), `cost_model` (per-op
-estimates), `pphlo` (reading SPU code) and `spu_rounds` (rounds of SPU
-executables), `schedule` (critical path through regions), `report` (the
-result and its table).
+estimates), `schedule` (critical path through regions), `report` (the result
+and its table), and the round estimates of secure-device executables.
 """
 
 from mplang.analysis.analyze import analyze

@@ -40,7 +40,8 @@ class CostModel:
     share_factor: float = 2.0
     """Bytes of one party's secret share (or ciphertext) per plaintext byte."""
     loop_iterations: int = 1
-    """Assumed iterations of ``simp.while_loop`` and of SPU loops without a constant trip count."""
+    """Assumed iterations of ``simp.while_loop`` and of loops in secure-device code
+    without a constant trip count."""
     op_costs: Mapping[str, float] = field(default_factory=dict)
     """Fixed seconds of ops by opcode, replacing the estimate of ops without regions
     (their rounds are kept)."""

@@ -97,11 +97,13 @@ def _call_on_device(name: str | None, fn: Callable[..., Any], args: tuple[Any, .
 def device(name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``device(name)(fn)(*args)`` runs JAX function ``fn`` on device ``name``.
 
-    On a PPU it runs on that party in plaintext; on an SPU it is compiled by
-    libspu and run on secret shares by all members. A frontend op (`feop`) runs
-    only where its metadata allows (else `FeCapabilityError` naming op and
-    device). Arguments on other devices move first (seal into an SPU, reveal to
-    a PPU, send between PPUs). Without a name the device is inferred from the
+    What running means is the device kind's: a PPU runs ``fn`` on its party in
+    plaintext; a secure device (``SP0`` of `ClusterSpec.simple`) compiles it for
+    its protocol and runs it on its members' secret shares. A frontend op
+    (`feop`) runs only where its metadata allows (else `FeCapabilityError`
+    naming op and device). Arguments on other devices move first (by the move
+    registered for the two kinds: secret-shared into a secure device, revealed
+    to a PPU, sent between PPUs). Without a name the device is inferred from the
     arguments (single-party devices and a joint device: the joint one).
     """
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class DeviceKind(ABC):
-    """The behaviour of every device of one kind (``name``: "PPU", "SPU", ...).
+    """The behaviour of every device of one kind (``name``, e.g. "PPU").
 
     ``joint`` kinds compute on values of several parties (secure devices); a
     function whose arguments live on several single-party devices runs on the

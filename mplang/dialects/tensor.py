@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
+from jax._src.config import traceback_in_locations_limit
 
 from mplang.dialects.common import LRUCache, as_array
 from mplang.edsl.function import function
@@ -137,7 +138,10 @@ def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, .
 
     avals = [jax.ShapeDtypeStruct(t.shape, np.dtype(t.dtype)) for t in in_types]
     try:
-        exp = jax_export.export(jax.jit(flat))(*avals)
+        # no source locations in the module: program bytes must not depend on (or reveal)
+        # where the code lives
+        with traceback_in_locations_limit(0):
+            exp = jax_export.export(jax.jit(flat))(*avals)
     except Exception as e:
         types = ", ".join(map(str, in_types))
         raise MPTypeError(f"tensor.run_jax[{name}]: JAX could not trace the function on "

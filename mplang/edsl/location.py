@@ -5,11 +5,25 @@ from __future__ import annotations
 import os
 import sys
 
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARY_PREFIXES: tuple[str, ...] = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, "<frozen")
+_LIBRARY_FILES: set[str] = set()
+
+
+def mark_library(path: str) -> None:
+    """Treat the file or directory ``path`` as library code: ops traced from it are
+    located at their caller's line. Extensions call ``mark_library(__file__)``."""
+    global _LIBRARY_PREFIXES
+    full = os.path.abspath(path)
+    if os.path.isdir(full):
+        _LIBRARY_PREFIXES = (*_LIBRARY_PREFIXES, full + os.sep)
+    else:
+        _LIBRARY_FILES.add(full)
 
 
 def user_location(skip: int = 1) -> str | None:
-    """``file.py:LINE`` of the innermost caller outside the ``mplang`` package.
+    """``file.py:LINE`` of the innermost caller outside MPLang's package and the files
+    marked as library code (`mark_library`).
 
     Only the file's base name is kept, so programs traced from the same source
     are identical wherever the source lives.
@@ -17,7 +31,7 @@ def user_location(skip: int = 1) -> str | None:
     frame = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(_PACKAGE_DIR) and not filename.startswith("<frozen"):
+        if not filename.startswith(_LIBRARY_PREFIXES) and filename not in _LIBRARY_FILES:
             return f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mplang.edsl.graph import Graph
-from mplang.edsl.location import user_location
+from mplang.edsl.location import locate_error, user_location
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import TraceObject, current_tracer
 from mplang.edsl.typing import ValueType
@@ -98,26 +98,24 @@ class Primitive:
     ) -> list[TraceObject]:
         """Record this op with ``operands`` in the current tracer; return its outputs."""
         tracer = current_tracer(self.name)
-        model = self.info.execution_model
-        if model == "single_rank" and not tracer.local:
-            raise MPTypeError(
-                f"{self.name} is a party-local op; at the simp level run it inside "
-                "simp.pcall(parties, fn, ...)"
-            )
-        if model == "multi_party" and tracer.local:
-            raise MPTypeError(
-                f"{self.name} runs across parties and cannot be used inside a party-local "
-                "region (a pcall body)"
-            )
-        inputs = [tracer.lift(x) for x in operands]
-        attrs = attrs or {}
         loc = user_location(2)
         try:
+            model = self.info.execution_model
+            if model == "single_rank" and not tracer.local:
+                raise MPTypeError(
+                    f"{self.name} is a party-local op; at the simp level run it inside "
+                    "simp.pcall(parties, fn, ...)"
+                )
+            if model == "multi_party" and tracer.local:
+                raise MPTypeError(
+                    f"{self.name} runs across parties and cannot be used inside a party-local "
+                    "region (a pcall body)"
+                )
+            inputs = [tracer.lift(x) for x in operands]
+            attrs = attrs or {}
             out_types = self.infer([v.type for v in inputs], attrs, regions, tracer.world_size)
         except MPTypeError as e:
-            if loc is not None and not getattr(e, "located", False):
-                e.args = (f"{e.args[0]} (at {loc})", *e.args[1:])
-                e.located = True  # type: ignore[attr-defined]
+            locate_error(e)
             raise
         return tracer.add_op(self.name, inputs, out_types, attrs, regions, loc)
 

@@ -1,7 +1,7 @@
 """Bounded, inspectable compile caches keyed by signature, with an opt-in determinism check.
 
-A frontend op that compiles (``tensor.run_jax`` exports StableHLO, ``spu.run``
-compiles with libspu) keeps its results in a `CompileCache`. The key is the
+A frontend op that compiles (``tensor.run_jax`` exports StableHLO; a secure
+device's dialect compiles for its engine) keeps its results in a `CompileCache`. The key is the
 op's signature: the function, its static arguments and its input types. Only
 plain data may be cached (bytes, types, tree definitions), never MPLang objects.
 

@@ -88,7 +88,7 @@ class ConfigSchema:
 class FeOpInfo:
     """The metadata of one frontend op.
 
-    ``family``: the frontend it belongs to (``simp``, ``tensor``, ``spu``, a
+    ``family``: the frontend it belongs to (``simp``, ``tensor``, a
     plugin's name). ``op_kind``: ``compiler`` (compiles a user function),
     ``transform`` (takes functions: control flow, calls) or ``special_op``.
     ``dialects``: the IR it produces; ``primitives``: the ops it emits.

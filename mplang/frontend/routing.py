@@ -2,9 +2,11 @@
 
 A device is described by its kind's name, whether the kind is joint (computes
 on several parties' values) and its member count. An op fits when its
-``targets`` (if any) name the kind, its execution model suits the kind
-(``single_rank`` ops on single-party devices, ``multi_party`` ops on joint
-ones), and its ``requires_device`` capability holds.
+``targets`` name the kind or, without targets (nor a ``requires_device``
+capability), when its execution model suits
+the kind (``single_rank`` ops on single-party devices; ``multi_party`` ops
+without targets run at the simp level, on no device), and when its
+``requires_device`` capability holds.
 """
 
 from __future__ import annotations
@@ -27,14 +29,14 @@ def _members_ok(rule: str, count: int) -> bool:
 
 def mismatch(info: FeOpInfo, kind: str, joint: bool, members: int) -> str | None:
     """Why ``info``'s op cannot run on such a device (None: it can)."""
+    required = info.capabilities.get("requires_device") or {}
     if info.targets and kind not in info.targets:
         return f"its targets are {', '.join(info.targets)}"
     if not info.targets:
         if info.execution_model == "single_rank" and joint:
             return "it runs on one party's plaintext, and a joint device has no such party"
-        if info.execution_model == "multi_party" and not joint:
-            return "it runs across parties, and the device is a single party"
-    required = info.capabilities.get("requires_device") or {}
+        if info.execution_model == "multi_party" and not required:
+            return "it runs at the simp level across parties, not on a device"
     kinds = required.get("kind")
     if kinds and kind not in kinds:
         return f"it requires a device of kind {', '.join(kinds)}"

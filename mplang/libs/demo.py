@@ -83,7 +83,8 @@ def run_demo(world_size: int = 3, echo: Callable[[str], None] = print) -> list[A
             for rank, v in enumerate(value):
                 echo(f"    party {rank}: {v}")
         if world_size >= 2:
-            echo(f"Secure computation on SPU {sim.cluster.device('SP0').config}:")
+            device = sim.cluster.device("SP0")
+            echo(f"Secure computation on {device.kind} {device.config}:")
             richer = mp.fetch(sim, mp.evaluate(sim, millionaire))
             echo(f"- millionaire's problem, revealed to P0 only: is P0 poorer than P1? {richer}")
             mean = mp.fetch(sim, mp.evaluate(sim, secure_mean, world_size))

@@ -3,13 +3,13 @@ runtime and the per-worker state its kernels use.
 
 A backend module creates its `DialectBackend` once at import time::
 
-    backend = register_backend("spu")
+    backend = register_backend("mydialect")
 
-    @backend.kernel("spu.run")
+    @backend.kernel("mydialect.op")
     def _run(interp, op, args, key): ...
 
     @backend.state
-    def _state(env: WorkerEnv) -> SpuState: ...
+    def _state(env: WorkerEnv) -> MyState: ...
 
 Interpreters, workers and drivers read kernel tables and states from here;
 nothing else lists dialects or op names. Value codecs for the wire are

@@ -142,8 +142,14 @@ class Interpreter:
             outs = kernel(self, op, args, key)
         except MPRuntimeError as e:
             if e.op is None:  # name the op a communication wait belonged to
-                e.op, e.key, e.loc = op.opcode, key, op.loc
+                e.op = op.opcode
                 e.args = (f"{e.args[0]} (in op {op.opcode} at {key}{_at(op)})", *e.args[1:])
+            elif e.op == op.opcode and e.key is None:  # the kernel named its op: add where
+                e.args = (f"{e.args[0]} (at {key}{_at(op) if op.loc not in e.args[0] else ''})",
+                          *e.args[1:])
+            if e.op == op.opcode:
+                e.key = e.key or key
+                e.loc = e.loc or op.loc
             raise
         except MPLangError:
             raise

@@ -575,11 +575,12 @@ def test_check_route_by_execution_model_and_capabilities() -> None:
     with pytest.raises(FeCapabilityError, match=r"fetest\.local_anywhere cannot run on SPU S: "
                                                 r"it runs on one party's plaintext"):
         check_route(local_anywhere_op, "S", "SPU", True, 2)
-    with pytest.raises(FeCapabilityError, match=r"fetest\.joint_anywhere cannot run on PPU P: "
-                                                r"it runs across parties"):
-        check_route(joint_anywhere_op, "P", "PPU", False, 1)
+    for kind, joint in (("PPU", False), ("SPU", True)):  # a simp-level op: on no device
+        with pytest.raises(FeCapabilityError,
+                           match=rf"fetest\.joint_anywhere cannot run on {kind} X: it runs at "
+                                 r"the simp level across parties, not on a device"):
+            check_route(joint_anywhere_op, "X", kind, joint, 2)
     check_route(local_anywhere_op, "P", "PPU", False, 1)
-    check_route(joint_anywhere_op, "S", "SPU", True, 2)
     with pytest.raises(FeCapabilityError, match=r"fetest\.needs_big_spu cannot run on SPU S2: "
                                                 r"it requires a device with members >=3, "
                                                 r"this one has 2"):

@@ -5,7 +5,7 @@ Endpoints (all but ``/health`` need a signed request, see `mplang.runtime.auth`)
 - ``POST /run``: run a serialized graph on stored inputs; returns output URIs.
 - ``POST /fetch``, ``/delete``: read or drop stored objects.
 - ``POST /abort``: abandon an execution (waits on its messages fail at once).
-- ``POST /msg``: a message from a peer party (shuffles, converge, SPU traffic).
+- ``POST /msg``: a message from a peer party (shuffles, converge, secure-device traffic).
 
 Bodies are a framed JSON header plus raw bytes; programs are decoded by the
 schema-checked graph decoder and values by the value codec: nothing received
