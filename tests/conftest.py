@@ -31,6 +31,16 @@ def sim() -> Iterator[mp.Simulator]:
         simulator.close()
 
 
+@pytest.fixture
+def sim2() -> Iterator[mp.Simulator]:
+    """A 2-party simulator, closed after the test."""
+    simulator = mp.Simulator(2)
+    try:
+        yield simulator
+    finally:
+        simulator.close()
+
+
 @pytest.fixture(params=WORLD_SIZES, ids=lambda n: f"world{n}")
 def world(request: pytest.FixtureRequest) -> Iterator[mp.Simulator]:
     """A simulator of each world size in ``WORLD_SIZES``, closed after the test."""

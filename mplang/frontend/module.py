@@ -28,6 +28,7 @@ from mplang.edsl.primitive import Primitive
 from mplang.edsl.typing import BaseType, MPType, ValueType
 from mplang.frontend.errors import MPTypeError
 from mplang.frontend.feop import ConfigSchema, FeExecutionModel, feop
+from mplang.frontend.feop import OpKind as FeOpKind
 from mplang.frontend.registry import LOCAL_PURE, ExecutionModel, OpKind, OpTraits
 
 
@@ -43,6 +44,7 @@ class FeModule:
     def simple_op(self, name: str | None = None, *,
                   execution_model: FeExecutionModel = "single_rank",
                   traits: OpTraits | None = None, kind: OpKind = "compute",
+                  op_kind: FeOpKind = "special_op",
                   config_schema: ConfigSchema | None = None, targets: Sequence[str] = (),
                   capabilities: Mapping[str, Any] | None = None,
                   example: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -62,6 +64,10 @@ class FeModule:
             positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
                                                            p.POSITIONAL_OR_KEYWORD)]
             attr_names = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
+            if config_schema is not None and not set(config_schema.fields) <= attr_names:
+                extra = sorted(set(config_schema.fields) - attr_names)
+                raise TypeError(f"{op_name}: config fields {extra} are not keyword-only "
+                                "attributes of the op")
             model: ExecutionModel = "multi_party" if execution_model == "multi_party" \
                 else "single_rank"
             prim = Primitive(op_name, kind=kind, execution_model=model,
@@ -101,6 +107,7 @@ class FeModule:
                 return outs[0] if len(outs) == 1 else tuple(outs)
 
             op = feop(name=op_name, family=self.name, execution_model=execution_model,
+                      op_kind=op_kind,
                       dialects=[self.name], primitives=[op_name], config_schema=config_schema,
                       side_effects=not (traits or LOCAL_PURE).pure, targets=targets,
                       capabilities=capabilities, example=example)(function(call))

@@ -145,8 +145,8 @@ class Interpreter:
                 e.op = op.opcode
                 e.args = (f"{e.args[0]} (in op {op.opcode} at {key}{_at(op)})", *e.args[1:])
             elif e.op == op.opcode and e.key is None:  # the kernel named its op: add where
-                e.args = (f"{e.args[0]} (at {key}{_at(op) if op.loc not in e.args[0] else ''})",
-                          *e.args[1:])
+                traced = "" if op.loc and op.loc in e.args[0] else _at(op)
+                e.args = (f"{e.args[0]} (at {key}{traced})", *e.args[1:])
             if e.op == op.opcode:
                 e.key = e.key or key
                 e.loc = e.loc or op.loc

@@ -7,7 +7,7 @@ object store holds, for the secrecy checks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -40,14 +40,6 @@ def make_spec() -> SpecFactory:
     return make
 
 
-@pytest.fixture
-def sim2() -> Iterator[mp.Simulator]:
-    """A 2-party simulator (SPU SP0 is SEMI2K), closed after the test."""
-    simulator = mp.Simulator(2)
-    try:
-        yield simulator
-    finally:
-        simulator.close()
 
 
 def _stored(sim: mp.Simulator, rank: int) -> list[Any]:

@@ -9,7 +9,6 @@ can be registered once per process, so they are created at import).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from typing import Any
 
 import jax.numpy as jnp
@@ -153,13 +152,6 @@ def _split_kernel(interp: Interpreter, op: Operation, args: list[Any], key: str)
     return [np.maximum(x, 0), np.minimum(x, 0)]
 
 
-@pytest.fixture
-def sim2() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(2)
-    try:
-        yield simulator
-    finally:
-        simulator.close()
 
 
 def runtime_object(sim: mp.Simulator) -> mp.MPObject:

@@ -26,23 +26,14 @@ def cluster_spec() -> mp.ClusterSpec:
 @pytest.fixture(scope="session")
 def local_cluster(cluster_spec: mp.ClusterSpec) -> Iterator[LocalCluster]:
     """The shared worker processes; all of them are stopped at the end of the session."""
-    cluster = LocalCluster(cluster_spec, support.SECRET)
-    try:
-        cluster.start(timeout=60)
+    with support.running_cluster(cluster_spec) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture(scope="session")
 def http_driver(local_cluster: LocalCluster) -> Iterator[mp.Driver]:
-    # bounded waits: a hung worker fails a test instead of stalling the session
-    driver = mp.Driver(local_cluster.cluster, secret=support.SECRET, timeout=30.0,
-                       run_timeout=120.0)
-    try:
+    with support.connected_driver(local_cluster) as driver:
         yield driver
-    finally:
-        driver.close()
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +30,7 @@ from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.runtime import auth
 from mplang.runtime.auth import Signer
+from mplang.runtime.local_cluster import LocalCluster
 
 SECRET = b"mplang-http-tests-" + b"5f3c9a1e7b2d4c68"
 """The cluster secret of every test cluster (at least 16 bytes)."""
@@ -194,3 +196,26 @@ def mplang_command() -> list[str]:
 def worker_env(secret: bytes = SECRET) -> dict[str, str]:
     """This process's environment with the cluster secret set."""
     return {**os.environ, "MPLANG_CLUSTER_SECRET": secret.decode()}
+
+
+@contextlib.contextmanager
+def running_cluster(spec: mp.ClusterSpec, *, plugins: list[str] | None = None,
+                    timeout: float = 60.0) -> Iterator[LocalCluster]:
+    """Worker processes for ``spec`` (signed with `SECRET`), stopped on exit."""
+    cluster = LocalCluster(spec, SECRET, plugins=plugins)
+    try:
+        cluster.start(timeout=timeout)
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@contextlib.contextmanager
+def connected_driver(cluster: LocalCluster) -> Iterator[mp.Driver]:
+    """A driver for ``cluster`` with bounded waits (a hung worker fails a test instead
+    of stalling the session), closed on exit."""
+    driver = mp.Driver(cluster.cluster, secret=SECRET, timeout=30.0, run_timeout=120.0)
+    try:
+        yield driver
+    finally:
+        driver.close()

@@ -63,22 +63,14 @@ def cms_spec_dict(ports: list[int]) -> dict[str, Any]:
 def cms_cluster(cms: ModuleType) -> Iterator[LocalCluster]:
     """Three worker processes started with ``--plugin cms``, for the whole session."""
     spec = mp.ClusterSpec.from_dict(cms_spec_dict(support.free_ports(3)))
-    cluster = LocalCluster(spec, support.SECRET, plugins=["cms"])
-    try:
-        cluster.start(timeout=90)
+    with support.running_cluster(spec, plugins=["cms"], timeout=90) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture(scope="session")
 def cms_driver(cms_cluster: LocalCluster) -> Iterator[mp.Driver]:
-    driver = mp.Driver(cms_cluster.cluster, secret=support.SECRET, timeout=30.0,
-                       run_timeout=120.0)
-    try:
+    with support.connected_driver(cms_cluster) as driver:
         yield driver
-    finally:
-        driver.close()
 
 
 @pytest.fixture

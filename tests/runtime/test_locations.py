@@ -39,13 +39,6 @@ def at(tag: str) -> str:
     return f"{FILE}:{line_of(tag)}"
 
 
-@pytest.fixture
-def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(3)
-    try:
-        yield simulator
-    finally:
-        simulator.close()
 
 
 # ---------------------------------------------------------------- programs
