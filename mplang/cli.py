@@ -43,26 +43,14 @@ def _literal(text: str) -> Any:
         raise SystemExit(f"mplang ir: --arg takes Python literals, got {text!r}") from None
 
 
-def _load_plugin(name: str) -> None:
-    """Import plugin ``name``; any failure becomes an `MPLangError` naming the plugin."""
-    from mplang.frontend.plugins import load_plugin
-
-    try:
-        load_plugin(name)
-    except mp.MPLangError:
-        raise
-    except Exception as e:  # e.g. a registration that collides with another extension's
-        raise mp.MPLangError(f"plugin {name!r} failed while loading: {type(e).__name__}: "
-                             f"{e}") from None
-
-
 def _serve(args: argparse.Namespace) -> int:
     from mplang.backends.simp_worker.http import serve
+    from mplang.frontend.plugins import load_plugin
     from mplang.runtime.local_cluster import LocalCluster
 
     try:
         for name in args.plugin:  # first: a plugin may define the device kinds the spec uses
-            _load_plugin(name)
+            load_plugin(name)
         cluster = mp.ClusterSpec.from_yaml(args.cluster)
         secret = load_secret(args.secret_file)
         if args.command == "worker":
@@ -91,12 +79,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _ops(args: argparse.Namespace) -> int:
     from mplang.frontend.introspect import list_ops, routes
-    from mplang.frontend.plugins import discover
+    from mplang.frontend.plugins import discover, load_plugin
 
     names = args.plugin or sorted(discover())
     for name in names:
         try:
-            _load_plugin(name)
+            load_plugin(name)
         except mp.MPLangError as e:
             if args.plugin:  # named on the command line: a hard error
                 print(f"mplang ops: {e}", file=sys.stderr)
