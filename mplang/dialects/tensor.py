@@ -78,6 +78,21 @@ def exported_module(module: bytes) -> jax_export.Exported:
     return exp
 
 
+_SIGNATURES = LRUCache(4096)
+"""serialized module bytes -> its (input types, output types)."""
+
+
+def module_signature(module: bytes) -> tuple[list[TensorType], tuple[TensorType, ...]]:
+    """The input and output tensor types of a serialized module (cached per bytes)."""
+    signature = _SIGNATURES.lookup(module)
+    if signature is None:
+        exp = exported_module(module)
+        signature = ([TensorType.of(a.dtype, a.shape) for a in exp.in_avals],
+                     tuple(TensorType.of(a.dtype, a.shape) for a in exp.out_avals))
+        _SIGNATURES.store(module, signature)
+    return signature
+
+
 def _tensor_type(op: str, t: ValueType, i: int) -> TensorType:
     if not isinstance(t, TensorType):
         raise MPTypeError(f"{op}: input {i} must be a local tensor, got {t}")
@@ -95,13 +110,12 @@ def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Se
 def _run_jax_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
                   world_size: int) -> list[ValueType]:
     op = f"tensor.run_jax[{attrs['fn']}]"
-    exp = exported_module(attrs["module"])
     ins = [_tensor_type(op, t, i) for i, t in enumerate(in_types)]
-    expected = [TensorType.of(a.dtype, a.shape) for a in exp.in_avals]
+    expected, outs = module_signature(attrs["module"])
     if ins != expected:
         raise MPTypeError(f"{op}: inputs are ({', '.join(map(str, ins))}) but the module expects "
                           f"({', '.join(map(str, expected))})")
-    return [TensorType.of(a.dtype, a.shape) for a in exp.out_avals]
+    return list(outs)
 
 
 @feop(name="tensor.constant", family="tensor", execution_model="single_rank",

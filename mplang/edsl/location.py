@@ -8,6 +8,8 @@ import sys
 _LIBRARY_PREFIXES: tuple[str, ...] = (
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, "<frozen")
 _LIBRARY_FILES: set[str] = set()
+_IS_LIBRARY: dict[str, bool] = {}
+"""Whether each file seen so far is library code (cleared when the marks change)."""
 
 
 def mark_library(path: str) -> None:
@@ -15,6 +17,7 @@ def mark_library(path: str) -> None:
     located at their caller's line. Extensions call ``mark_library(__file__)``."""
     global _LIBRARY_PREFIXES
     full = os.path.abspath(path)
+    _IS_LIBRARY.clear()
     if os.path.isdir(full):
         _LIBRARY_PREFIXES = (*_LIBRARY_PREFIXES, full + os.sep)
     else:
@@ -31,7 +34,11 @@ def user_location(skip: int = 1) -> str | None:
     frame = sys._getframe(skip)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(_LIBRARY_PREFIXES) and filename not in _LIBRARY_FILES:
+        library = _IS_LIBRARY.get(filename)
+        if library is None:
+            library = _IS_LIBRARY[filename] = (filename.startswith(_LIBRARY_PREFIXES)
+                                               or filename in _LIBRARY_FILES)
+        if not library:
             return f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None

@@ -22,6 +22,7 @@ from mplang.frontend.errors import FeDeterminismError, FeStateError
 from mplang.frontend.feop import holds_mplang_object
 
 V = TypeVar("V")
+_MISSING: Any = object()
 
 _CHECK = threading.local()
 
@@ -77,13 +78,17 @@ class CompileCache(Generic[V]):
         """The cached value of ``key``, compiled on a miss; ``key=None`` never caches."""
         if key is not None:
             try:
-                with self._lock:
-                    if key in self._entries:
-                        self._entries.move_to_end(key)
-                        self.hits += 1
-                        return self._entries[key]
+                value = self._entries.get(key, _MISSING)
             except TypeError:  # an unhashable signature: compile without caching
                 key = None
+            else:
+                if value is not _MISSING:
+                    # lock-free hit (the tracing hot path); the LRU order and the hit
+                    # count are best effort while several threads trace at once
+                    with contextlib.suppress(KeyError):
+                        self._entries.move_to_end(key)
+                    self.hits += 1
+                    return value
         # Both compilations run from this one call site: compilers that record their
         # caller's stack (JAX puts it in the StableHLO locations) see the same stack.
         runs = [compile() for _ in range(2 if _checking() else 1)]
