@@ -87,11 +87,6 @@ def communicates(op: Operation) -> bool:
     return any(communicates(inner) for region in op.regions for inner in region.operations)
 
 
-def describe_op(op: Operation) -> str:
-    """``op NAME`` plus the source line that traced it, for messages."""
-    return f"op {op.opcode}" + (f" (traced at {op.loc})" if op.loc else "")
-
-
 def effect_order(ops: Sequence[Operation]) -> list[int | None]:
     """For each op with effects, the index of the previous op with effects (else None).
 

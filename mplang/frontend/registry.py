@@ -34,10 +34,11 @@ class OpTraits:
       with ``regions="call"``, False means: local when its regions are.
     - ``regions``: how its regions run: ``call`` (each once, in place), ``branch``
       (one of them, chosen by a uniform predicate), ``loop`` (cond and body repeated).
-    - ``fusable``: two such ops on the same known ``parties`` may run as one
-      (their regions concatenated).
-    - ``batchable``: several such ops with equal attributes may move as one op with
-      several inputs and outputs.
+    - ``fusable``: two adjacent such ops of one name, with one region and the
+      attributes ``parties`` (a known mask) and ``fn``, may run as one (their
+      regions concatenated), as ``simp.pcall`` does.
+    - ``batchable``: several such ops of one name with equal ``routes`` may move as
+      one op with several inputs and outputs, as ``simp.shuffle_static`` does.
     - ``cost``: estimated seconds and rounds for the analysis (None: a local op).
     - ``runtimes``: the runtimes that must have a kernel for it.
     """

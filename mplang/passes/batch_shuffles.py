@@ -20,6 +20,7 @@ alone.
 from __future__ import annotations
 
 from mplang.edsl.graph import Graph, Operation, Value
+from mplang.frontend.registry import traits_of
 from mplang.passes.common import (
     map_regions,
     rebuild,
@@ -28,15 +29,14 @@ from mplang.passes.common import (
     stable_topological_order,
 )
 
-OPCODE = "simp.shuffle_static"
-
 _Routes = tuple[tuple[int, int], ...]
 
 
 def _routes(op: Operation) -> _Routes | None:
-    """The routes of a well-formed static shuffle as sorted pairs, else None."""
-    if op.opcode != OPCODE or op.regions or set(op.attrs) != {"routes"} or not op.inputs \
-            or len(op.inputs) != len(op.outputs):
+    """The routes of a well-formed batchable move (``simp.shuffle_static``) as sorted
+    pairs, else None."""
+    if not traits_of(op.opcode).batchable or op.regions or set(op.attrs) != {"routes"} \
+            or not op.inputs or len(op.inputs) != len(op.outputs):
         return None
     routes = op.attrs["routes"]
     if not isinstance(routes, dict) or not all(type(k) is int and type(v) is int
@@ -54,11 +54,11 @@ def batch_shuffles(graph: Graph) -> Graph:
 def _batch(graph: Graph) -> Graph:
     ops = [map_regions(op, _batch) for op in graph.operations]
     start = rounds(ops)
-    groups: dict[tuple[_Routes, int], list[int]] = {}
+    groups: dict[tuple[str, _Routes, int], list[int]] = {}
     for index, op in enumerate(ops):
         routes = _routes(op)
         if routes is not None:
-            groups.setdefault((routes, start[index]), []).append(index)
+            groups.setdefault((op.opcode, routes, start[index]), []).append(index)
     merged_at: dict[int, Operation] = {}
     dropped: set[int] = set()
     for members in groups.values():
@@ -72,7 +72,7 @@ def _batch(graph: Graph) -> Graph:
         if len(chosen) < 2:
             continue
         merged_at[chosen[-1]] = Operation(
-            OPCODE, tuple(v for i in chosen for v in ops[i].inputs),
+            ops[chosen[0]].opcode, tuple(v for i in chosen for v in ops[i].inputs),
             tuple(v for i in chosen for v in ops[i].outputs),
             {"routes": dict(ops[chosen[0]].attrs["routes"])})
         dropped.update(chosen[:-1])

@@ -11,26 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from mplang.edsl.graph import Graph, Operation, Value, op_dependencies
-from mplang.frontend.registry import get_op, is_registered
-
-_LOCAL_SIMP_OPS = frozenset(["simp.constant", "simp.prank", "simp.converge"])
-"""Simp-level ops whose kernels exchange no message between parties."""
-_LOCAL_CALLS = frozenset(["simp.pcall", "func.call"])
-"""Ops that run their region in place: local when every op of the region is."""
+from mplang.edsl.graph import Graph, Operation, Value, communicates, op_dependencies
 
 
 def is_local(op: Operation) -> bool:
-    """Whether ``op`` runs without any message between parties.
-
-    Unknown and multi-party ops other than the listed ones count as communicating,
-    which only makes the passes that use this more cautious.
-    """
-    if not is_registered(op.opcode):
-        return False
-    if op.opcode in _LOCAL_CALLS:
-        return all(is_local(inner) for region in op.regions for inner in region.operations)
-    return op.opcode in _LOCAL_SIMP_OPS or get_op(op.opcode).execution_model == "single_rank"
+    """Whether ``op`` runs without any message between parties (by its traits; unknown
+    ops count as communicating, which only makes the passes more cautious)."""
+    return not communicates(op)
 
 
 def map_regions(op: Operation, fn: Callable[[Graph], Graph]) -> Operation:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.typing import Mask
+from mplang.frontend.registry import traits_of
 from mplang.passes.common import (
     map_regions,
     rebuild,
@@ -47,7 +48,8 @@ class _Group:
 
 def _parties(op: Operation) -> Mask | None:
     """The known parties of a well-formed pcall, else None."""
-    if op.opcode != "simp.pcall" or len(op.regions) != 1 or not set(op.attrs) <= _PCALL_ATTRS:
+    if not traits_of(op.opcode).fusable or len(op.regions) != 1 \
+            or not set(op.attrs) <= _PCALL_ATTRS:
         return None
     body = op.regions[0]
     if len(body.inputs) != len(op.inputs) or len(body.outputs) != len(op.outputs):
@@ -74,7 +76,8 @@ def _fuse_all(graph: Graph) -> Graph:
     for index, op in enumerate(ops):
         last = groups[-1] if groups else None
         parties = _parties(op)
-        if last is not None and parties is not None and _parties(last.op) == parties:
+        if last is not None and parties is not None and last.op.opcode == op.opcode \
+                and _parties(last.op) == parties:
             members = last.members | {index}
             delays = False
             if last.round != starts[index]:
@@ -113,7 +116,7 @@ def _fuse(first: Operation, second: Operation) -> Operation:
                  [*body_a.operations, *(substitute_inputs(o, wiring) for o in body_b.operations)],
                  [*body_a.outputs, *(wiring.get(v, v) for v in body_b.outputs)])
     name = f"{first.attrs.get('fn', 'fn')}+{second.attrs.get('fn', 'fn')}"
-    return Operation("simp.pcall", tuple(outer), first.outputs + second.outputs,
+    return Operation(first.opcode, tuple(outer), first.outputs + second.outputs,
                      {"parties": first.attrs["parties"], "fn": name}, (body,))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from mplang.frontend.errors import MPLangError
@@ -39,9 +39,6 @@ class RunOptions:
                                          or not self.timeout > 0):
             raise MPLangError(f"timeout must be a positive number of seconds, got "
                               f"{self.timeout!r}")
-
-    def with_(self, **changes: Any) -> RunOptions:
-        return replace(self, **changes)
 
     def wire_fields(self) -> dict[str, Any]:
         """The options a remote worker needs, as JSON fields (progress becomes a flag)."""

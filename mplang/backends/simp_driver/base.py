@@ -24,6 +24,7 @@ import numpy as np
 from mplang.backends.simp_driver.ops import dispatch
 from mplang.backends.simp_driver.values import DriverObject, HostVar
 from mplang.device.cluster import ClusterSpec
+from mplang.dialects.func import call_p
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.object import MPObject
@@ -238,7 +239,7 @@ class SimpDriver(ExecutionContext, ABC):
         launcher_inputs = [Value(f"arg{i}", t) for i, t in enumerate(expected)]
         launcher_outputs = tuple(Value(f"out{i}", v.type)
                                  for i, v in enumerate(program.graph.outputs))
-        call = Operation("func.call", tuple(launcher_inputs), launcher_outputs,
+        call = Operation(call_p.name, tuple(launcher_inputs), launcher_outputs,
                          {"callee": program.name}, (program.graph,))
         launcher = Graph(launcher_inputs, [call], list(launcher_outputs))
         mode: Mode = options.mode or self.default_mode
