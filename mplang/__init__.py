@@ -10,6 +10,7 @@ from mplang.backends.simp_driver.http import Driver
 from mplang.backends.simp_driver.mem import Simulator
 from mplang.device.api import device, get_dev_attr, put
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device, Node
+from mplang.device.kinds import InsecureDeviceWarning
 from mplang.dialects import func, spu, tensor
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
@@ -36,6 +37,7 @@ __all__ = [
     "Device",
     "Driver",
     "FeModule",
+    "InsecureDeviceWarning",
     "MPCommunicationError",
     "MPLangError",
     "MPObject",

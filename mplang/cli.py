@@ -1,4 +1,5 @@
-"""The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``worker``, ``up`` and ``ops``."""
+"""The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``keygen``, ``init``, ``worker``,
+``up`` and ``ops``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import argparse
 import ast
 import importlib.util
 import json
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +18,6 @@ from typing import Any
 
 import mplang as mp
 from mplang.frontend.pyfuncs import import_pyfunc
-from mplang.runtime.auth import SECRET_ENV, load_secret
 
 
 def _load_function(target: str) -> Any:
@@ -43,38 +46,109 @@ def _literal(text: str) -> Any:
         raise SystemExit(f"mplang ir: --arg takes Python literals, got {text!r}") from None
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from mplang.backends.simp_worker.http import serve
-    from mplang.frontend.plugins import load_plugin
+def _exit_with_parent() -> None:
+    """Exit when the process that started this one dies (``mplang up`` was killed)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="mplang-parent-watch").start()
+
+
+def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
+    from mplang.backends.simp_worker.executions import WorkerLimits
+    from mplang.backends.simp_worker.http import WorkerServer, serve
+    from mplang.runtime.identity import format_fingerprint, load_identity
+
+    for spec in args.register:
+        import_pyfunc(spec)
+    key = args.key or Path(args.cluster).resolve().parent / "keys" / f"{args.node}.key"
+    identity = load_identity(key)
+    if args.exit_with_parent:
+        _exit_with_parent()
+    limits = WorkerLimits(**{name: value for name, value in (
+        ("max_body_bytes", args.max_body_bytes), ("max_value_bytes", args.max_value_bytes),
+        ("mailbox_bytes", args.mailbox_bytes)) if value is not None})
+
+    def ready(server: WorkerServer) -> None:
+        url = server.cluster.base_urls()[server.rank]
+        print(f"mplang worker {server.node} ready at {url} (certificate sha256 "
+              f"{format_fingerprint(identity.fingerprint)})", flush=True)
+
+    serve(cluster, args.node, identity, timeout=args.timeout, limits=limits,
+          spec_path=args.cluster, on_ready=ready)
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
     from mplang.runtime.local_cluster import LocalCluster
+
+    local = LocalCluster(args.cluster, keys=args.keys, register=args.register,
+                         plugins=args.plugin)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        local.start()
+        for node, url in zip(local.cluster.nodes, local.cluster.base_urls(), strict=True):
+            print(f"{node.name}: {url}", flush=True)
+        print("all workers are ready; Ctrl-C stops them", flush=True)
+        while all(p.poll() is None for p in local.processes.values()):
+            time.sleep(0.5)
+        print("a worker exited; stopping the others", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        local.close()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from mplang.frontend.plugins import load_plugin
 
     try:
         for name in args.plugin:  # first: a plugin may define the device kinds the spec uses
             load_plugin(name)
-        cluster = mp.ClusterSpec.from_yaml(args.cluster)
-        secret = load_secret(args.secret_file)
         if args.command == "worker":
-            for spec in args.register:
-                import_pyfunc(spec)
-            serve(cluster, args.node, secret)
-            return 0
-        local = LocalCluster(cluster, secret, register=args.register, plugins=args.plugin)
-        try:
-            local.start()
-            for node, url in zip(cluster.nodes, cluster.base_urls(), strict=True):
-                print(f"{node.name}: {url}", flush=True)
-            print("all workers are healthy; Ctrl-C stops them", flush=True)
-            while all(p.poll() is None for p in local.processes.values()):
-                time.sleep(0.5)
-            print("a worker exited; stopping the others", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 0
-        finally:
-            local.close()
+            return _worker(args, mp.ClusterSpec.from_yaml(args.cluster))
+        return _up(args)
     except (mp.MPLangError, OSError) as e:
         print(f"mplang {args.command}: {e}", file=sys.stderr)
         return 2
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    from mplang.runtime.identity import format_fingerprint, keygen
+
+    try:
+        cert = keygen(args.name, args.out, days=args.days)
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang keygen: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    print(f"wrote {out / (args.name + '.key')} (private: keep it here) and "
+          f"{out / (args.name + '.crt')} (share it)")
+    print(f"certificate sha256 fingerprint: {format_fingerprint(cert.fingerprint)}")
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from mplang.runtime.local_cluster import init_cluster
+
+    try:
+        path = init_cluster(args.nodes, args.out)
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang init: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path} and {path.parent / 'keys'}/ (every party's key: for development on "
+          "this machine only)")
+    print(f"start the workers: mplang up --cluster {path}")
+    return 0
 
 
 def _ops(args: argparse.Namespace) -> int:
@@ -119,10 +193,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     ir.add_argument("--world-size", type=int, default=3)
     ir.add_argument("--arg", action="append", default=[],
                     help="a compile-time argument as a Python literal (repeatable)")
-    worker = commands.add_parser("worker", help="serve one node of a cluster spec over HTTP")
+    keygen = commands.add_parser("keygen", help="make a key pair and certificate for a party")
+    keygen.add_argument("--name", required=True, help="the node or driver name")
+    keygen.add_argument("--out", required=True, help="folder for NAME.key and NAME.crt")
+    keygen.add_argument("--days", type=int, default=365, help="validity (default 365)")
+    init = commands.add_parser("init", help="write a development cluster: spec and keys")
+    init.add_argument("--nodes", type=int, required=True, help="number of parties")
+    init.add_argument("--out", required=True, help="folder for cluster.yaml and keys/")
+    worker = commands.add_parser("worker", help="serve one node of a cluster spec (mutual TLS)")
     worker.add_argument("--cluster", required=True, help="cluster spec YAML")
     worker.add_argument("--node", required=True, help="the node to serve, e.g. node_0")
-    worker.add_argument("--secret-file", help=f"cluster secret (default: ${SECRET_ENV})")
+    worker.add_argument("--key", help="this node's private key (default: keys/NODE.key next "
+                                      "to the spec; its certificate is NODE.crt beside it)")
+    worker.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds any wait for a peer may take (default 60)")
+    worker.add_argument("--max-body-bytes", type=int, help="largest request body")
+    worker.add_argument("--max-value-bytes", type=int,
+                        help="largest value a program may declare")
+    worker.add_argument("--mailbox-bytes", type=int,
+                        help="bytes of peer messages held at once")
+    worker.add_argument("--exit-with-parent", action="store_true",
+                        help="exit when the parent process dies (mplang up uses this)")
     worker.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
                         help="a host function tensor.pyfunc may call here (repeatable)")
     worker.add_argument("--plugin", action="append", default=[], metavar="NAME",
@@ -130,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(repeatable)")
     up = commands.add_parser("up", help="start every node of a cluster spec on this machine")
     up.add_argument("--cluster", required=True, help="cluster spec YAML")
-    up.add_argument("--secret-file", help=f"cluster secret (default: ${SECRET_ENV})")
+    up.add_argument("--keys", help="folder with NODE.key of every node (default: keys/ next "
+                                   "to the spec)")
     up.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
                     help="a host function every worker may call (repeatable)")
     up.add_argument("--plugin", action="append", default=[], metavar="NAME",
@@ -149,6 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command in ("worker", "up"):
         return _serve(args)
+    if args.command == "keygen":
+        return _keygen(args)
+    if args.command == "init":
+        return _init(args)
     if args.command == "ops":
         return _ops(args)
     fn = _load_function(args.target)

@@ -100,6 +100,6 @@ class ChannelLinkFactory:
     def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
         desc = link_desc(config, exec_id, key, self.recv_timeout_ms, "channel")
         channels = [None if i == member_index else
-                    _CommChannel(self.communicator, rank, exec_id, f"spu{key}")
+                    _CommChannel(self.communicator, rank, exec_id, f"{key}/link")
                     for i, rank in enumerate(config.members)]
         return libspu.link.create_with_channels(desc, member_index, channels)

@@ -25,7 +25,7 @@ from mplang.dialects.spu import (
     io_for,
     output_name,
     reconstruct,
-    runtime_config,
+    runtime_config_for,
 )
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import MPType, TensorType
@@ -220,8 +220,7 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
         return [None] * len(op.outputs)
     state: SpuState = interp.states["spu"]
     link = state.link_factory(config, interp.exec_id, key, config.members.index(worker.rank))
-    runtime = spu.Runtime(link, runtime_config(config.protocol, config.field,
-                                               config.fxp_fraction_bits))
+    runtime = spu.Runtime(link, runtime_config_for(config))
     for i, share in enumerate(args):
         if not isinstance(share, SpuShare):
             raise RuntimeError(f"input {i} is not a secret share held by this party")

@@ -1,4 +1,8 @@
-"""Kernels of the `tensor` dialect: run serialized StableHLO with JAX on the CPU."""
+"""Kernels of the `tensor` dialect: run serialized StableHLO with JAX on the CPU.
+
+Received run_jax modules pass a payload check first: a helper process lowers and
+compiles each distinct module before this process parses it.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,33 @@ from typing import Any
 import jax
 import numpy as np
 
-from mplang.dialects.tensor import exported_module
+from mplang.dialects.tensor import exported_module, module_info
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
 from mplang.frontend.pyfuncs import lookup_pyfunc
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.sandbox import NativePayloadChecker
 
 BACKEND = register_backend("tensor")
+
+
+def compile_module(module: bytes) -> None:
+    """Parse, lower and compile ``module`` for its declared input types, as the kernel's
+    first call does; raises if any step fails. Runs in the payload checker's helper."""
+    exp = exported_module(module)
+    specs = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype))
+             for t in module_info(module).in_types]
+    jax.jit(exp.call).lower(*specs).compile()
+
+
+MODULE_CHECKER = NativePayloadChecker(compile_module, "run_jax module")
+"""The helper process that vets this process's received run_jax modules."""
+
+
+@BACKEND.payload_check("tensor.run_jax")
+def _check_run_jax(op: Operation) -> None:
+    MODULE_CHECKER.check(op.attrs["module"], f"tensor.run_jax[{op.attrs['fn']}]")
 
 _COMPILED: dict[bytes, Callable[..., Any]] = {}
 _COMPILED_LIMIT = 4096

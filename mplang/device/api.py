@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mplang.device.cluster import ClusterSpec, Device
-from mplang.device.kinds import get_kind, get_move, place
+from mplang.device.kinds import get_kind, get_move, place, warn_if_trusted
 from mplang.dialects.common import as_array
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
@@ -41,6 +41,7 @@ def get_dev_attr(obj: MPObject) -> str | None:
 
 def _move(cluster: ClusterSpec, obj: MPObject, dst: Device, what: str) -> Any:
     """``obj`` moved to device ``dst`` by the move registered for the two devices' kinds."""
+    warn_if_trusted(dst)
     if obj.device == dst.name:
         return obj
     t = obj.mptype
@@ -49,6 +50,7 @@ def _move(cluster: ClusterSpec, obj: MPObject, dst: Device, what: str) -> Any:
     if obj.device is None:
         return get_kind(dst.kind).adopt(cluster, obj, t, dst, what)
     src = cluster.device(obj.device)
+    warn_if_trusted(src)
     move = get_move(src.kind, dst.kind)
     if move is None:
         raise MPTypeError(f"{what}: cannot move a value from {src.kind} {src.name} to "
@@ -87,6 +89,7 @@ def _call_on_device(name: str | None, fn: Callable[..., Any], args: tuple[Any, .
              for i, x in enumerate(leaves)]
     call_args, call_kwargs = tree_unflatten(tree, moved)
     kind = get_kind(dev.kind)
+    warn_if_trusted(dev)
     if is_feop(fn):  # routed by its metadata; a plain function is a JAX function
         check_route(fn, dev.name, dev.kind, kind.joint, len(dev.members))
     out = kind.call(cluster, dev, fn, call_args, call_kwargs, what)
@@ -125,6 +128,7 @@ def put(device_name: str, obj: Any) -> Any:
     cluster = _cluster(tracer, f"put({device_name!r})")
     dev = cluster.device(device_name)
     what = f"put({device_name!r})"
+    warn_if_trusted(dev)
     if isinstance(obj, MPObject):
         return _move(cluster, obj, dev, what)
     return get_kind(dev.kind).constant(cluster, dev, as_array(what, obj), what)

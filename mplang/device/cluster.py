@@ -9,15 +9,19 @@ kind, with messages that name the offending entry.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from mplang.device.kinds import get_kind, kind_names
 from mplang.frontend.errors import MPLangError
+from mplang.runtime.identity import Certificate, IdentityError, load_certificate
 
 DEFAULT_BASE_PORT = 61920
 
@@ -28,10 +32,20 @@ class ClusterSpecError(MPLangError, ValueError):
 
 @dataclass(frozen=True)
 class Node:
-    """One party: its name and the ``host:port`` (or URL) its worker listens on."""
+    """One party: its name, the ``host:port`` its worker listens on, and its certificate
+    (needed to run workers; the simulator runs without)."""
 
     name: str
     endpoint: str
+    certificate: Certificate | None = None
+
+
+@dataclass(frozen=True)
+class DriverEntry:
+    """A driver allowed to submit programs, fetch, delete and abort: name and certificate."""
+
+    name: str
+    certificate: Certificate
 
 
 @dataclass(frozen=True)
@@ -46,22 +60,16 @@ class Device:
 
 
 @dataclass(frozen=True)
-class TlsConfig:
-    """Certificates for HTTPS between driver and workers: each worker serves with
-    ``certfile``/``keyfile``; clients verify peers against ``cafile``."""
-
-    certfile: str
-    keyfile: str
-    cafile: str | None = None
-
-
-@dataclass(frozen=True)
 class ClusterSpec:
-    """Nodes (ranks in order), devices, and optional TLS settings."""
+    """Nodes (ranks in order), devices, and the drivers allowed to run programs.
+
+    A spec lists certificates only, never a private key; each party keeps its own
+    copy, and peers refuse to talk when their copies differ (`digest`).
+    """
 
     nodes: tuple[Node, ...]
     devices: Mapping[str, Device]
-    tls: TlsConfig | None = None
+    drivers: tuple[DriverEntry, ...] = ()
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -84,44 +92,72 @@ class ClusterSpec:
             raise ClusterSpecError(f"unknown device {name!r}; this cluster has: {known}") from None
 
     def base_urls(self) -> list[str]:
-        """Each node's base URL (``https`` when TLS is configured)."""
-        scheme = "https" if self.tls else "http"
-        return [n.endpoint.rstrip("/") if "://" in n.endpoint else f"{scheme}://{n.endpoint}"
+        """Each node's base URL (always ``https``: workers speak mutual TLS only)."""
+        return [n.endpoint.rstrip("/") if "://" in n.endpoint else f"https://{n.endpoint}"
                 for n in self.nodes]
 
-    def client_verify(self) -> bool | str:
-        """What HTTP clients verify server certificates against."""
-        return self.tls.cafile or True if self.tls else True
+    def digest(self) -> str:
+        """SHA-256 over the nodes, their certificates' fingerprints, the drivers and the
+        devices: equal for two copies of a spec exactly when they agree on all of them."""
+        canonical = {
+            "nodes": [[n.name, n.endpoint, n.certificate.fingerprint if n.certificate else None]
+                      for n in self.nodes],
+            "drivers": sorted([d.name, d.certificate.fingerprint] for d in self.drivers),
+            "devices": {name: [d.kind, list(d.members), dict(d.config)]
+                        for name, d in sorted(self.devices.items())},
+        }
+        text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def require_certificates(self) -> None:
+        """Raise unless every node has a certificate and at least one driver is listed
+        (what running workers needs)."""
+        missing = [n.name for n in self.nodes if n.certificate is None]
+        if missing:
+            raise ClusterSpecError(f"nodes {', '.join(missing)} have no 'certificate': workers "
+                                   "need one per node (mplang init or mplang keygen makes them)")
+        if not self.drivers:
+            raise ClusterSpecError("the spec lists no 'drivers': add the certificate of each "
+                                   "driver allowed to run programs")
 
     # -- construction
     @staticmethod
     def simple(world_size: int, *, host: str = "127.0.0.1",
                base_port: int = DEFAULT_BASE_PORT) -> ClusterSpec:
-        """Nodes ``node_0..``, PPUs ``P0..`` and, for 2+ parties, SPU ``SP0`` over all
-        nodes (ABY3 for exactly 3 parties, SEMI2K otherwise; FM64)."""
+        """Nodes ``node_0..``, PPUs ``P0..`` and, for 2+ parties, SPU ``SP0`` (FM64):
+        CHEETAH between the 2 parties, ABY3 among 3, and for 4 or more ABY3 over
+        ``node_0..node_2``, the other parties secret-sharing their inputs into it.
+
+        No default makes one party the others' dealer. Each protocol is secure against
+        semi-honest parties only; ABY3 also needs an honest majority (two of its three
+        members together can rebuild every value). SEMI2K (faster, with a Beaver source
+        that must be trusted) must be asked for in a spec's device config."""
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise ClusterSpecError(f"world size must be a positive int, got {world_size!r}")
         nodes = tuple(Node(f"node_{i}", f"{host}:{base_port + i}") for i in range(world_size))
         devices = {f"P{i}": Device(f"P{i}", "PPU", (n.name,)) for i, n in enumerate(nodes)}
         if world_size >= 2:
-            protocol = "ABY3" if world_size == 3 else "SEMI2K"
-            devices["SP0"] = Device("SP0", "SPU", tuple(n.name for n in nodes),
+            protocol = "CHEETAH" if world_size == 2 else "ABY3"
+            devices["SP0"] = Device("SP0", "SPU", tuple(n.name for n in nodes[:3]),
                                     {"protocol": protocol, "field": "FM64"})
         return ClusterSpec(nodes, devices)
 
     @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> ClusterSpec:
-        """Build from ``{"nodes": [{name, endpoint}], "devices": {name: {kind, members,
-        config}}}`` (devices may also be a list of entries with a ``name``)."""
+    def from_dict(data: Mapping[str, Any],
+                  base_dir: str | os.PathLike[str] | None = None) -> ClusterSpec:
+        """Build from ``{"nodes": [{name, endpoint, certificate}], "drivers": [{name,
+        certificate}], "devices": {name: {kind, members, config}}}`` (devices may also
+        be a list of entries with a ``name``). A certificate is PEM text or a path,
+        relative to ``base_dir``."""
         if not isinstance(data, Mapping):
             raise ClusterSpecError("a cluster spec is a mapping with 'nodes' and 'devices'")
-        unknown = set(data) - {"nodes", "devices", "tls"}
+        unknown = set(data) - {"nodes", "devices", "drivers"}
         if unknown:
             raise ClusterSpecError(f"unknown cluster spec keys: {sorted(unknown)}")
         raw_nodes = data.get("nodes")
         if not isinstance(raw_nodes, list) or not raw_nodes:
             raise ClusterSpecError("'nodes' must be a non-empty list")
-        nodes = tuple(_node(i, n) for i, n in enumerate(raw_nodes))
+        nodes = tuple(_node(i, n, base_dir) for i, n in enumerate(raw_nodes))
         raw_devices = data.get("devices", {})
         if isinstance(raw_devices, Mapping):
             entries = [{"name": k, **(v or {})} for k, v in raw_devices.items()]
@@ -135,7 +171,7 @@ class ClusterSpec:
             if device.name in devices:
                 raise ClusterSpecError(f"duplicate device name {device.name!r}")
             devices[device.name] = device
-        return ClusterSpec(nodes, devices, _tls(data.get("tls")))
+        return ClusterSpec(nodes, devices, _drivers(data.get("drivers", []), base_dir))
 
     @staticmethod
     def from_yaml(path: str | os.PathLike[str]) -> ClusterSpec:
@@ -144,17 +180,24 @@ class ClusterSpec:
                 data = yaml.safe_load(f)
             except yaml.YAMLError as e:
                 raise ClusterSpecError(f"{path}: invalid YAML: {e}") from None
-        return ClusterSpec.from_dict(data)
+        return ClusterSpec.from_dict(data, Path(path).parent)
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data (certificates inline as PEM)."""
+        nodes: list[dict[str, Any]] = []
+        for n in self.nodes:
+            entry: dict[str, Any] = {"name": n.name, "endpoint": n.endpoint}
+            if n.certificate is not None:
+                entry["certificate"] = n.certificate.pem
+            nodes.append(entry)
         data: dict[str, Any] = {
-            "nodes": [{"name": n.name, "endpoint": n.endpoint} for n in self.nodes],
+            "nodes": nodes,
             "devices": {d.name: {"kind": d.kind, "members": list(d.members),
                                  "config": dict(d.config)} for d in self.devices.values()},
         }
-        if self.tls is not None:
-            data["tls"] = {"certfile": self.tls.certfile, "keyfile": self.tls.keyfile,
-                           "cafile": self.tls.cafile}
+        if self.drivers:
+            data["drivers"] = [{"name": d.name, "certificate": d.certificate.pem}
+                               for d in self.drivers]
         return data
 
     @staticmethod
@@ -165,32 +208,52 @@ class ClusterSpec:
         return ClusterSpec(nodes, simple.devices)
 
 
-def _tls(entry: Any) -> TlsConfig | None:
-    if entry is None:
+def _certificate(owner: str, entry: Mapping[str, Any],
+                 base_dir: str | os.PathLike[str] | None) -> Certificate | None:
+    value = entry.get("certificate")
+    if value is None:
         return None
-    if not isinstance(entry, Mapping) or set(entry) - {"certfile", "keyfile", "cafile"}:
-        raise ClusterSpecError("'tls' must be a mapping with certfile, keyfile and cafile")
-    certfile, keyfile, cafile = entry.get("certfile"), entry.get("keyfile"), entry.get("cafile")
-    if not isinstance(certfile, str) or not isinstance(keyfile, str):
-        raise ClusterSpecError("'tls' needs 'certfile' and 'keyfile' paths")
-    if cafile is not None and not isinstance(cafile, str):
-        raise ClusterSpecError("'tls.cafile' must be a path")
-    return TlsConfig(certfile, keyfile, cafile)
+    if not isinstance(value, str) or not value:
+        raise ClusterSpecError(f"{owner}: 'certificate' must be PEM text or a path")
+    try:
+        return load_certificate(value, base_dir, where=f"{owner}: certificate")
+    except IdentityError as e:
+        raise ClusterSpecError(str(e)) from None
 
 
-def _node(index: int, entry: Any) -> Node:
+def _drivers(entries: Any, base_dir: str | os.PathLike[str] | None) -> tuple[DriverEntry, ...]:
+    if not isinstance(entries, list):
+        raise ClusterSpecError("'drivers' must be a list of {name, certificate}")
+    drivers = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, Mapping) or set(entry) - {"name", "certificate"}:
+            raise ClusterSpecError(f"driver #{index} must be a mapping with 'name' and "
+                                   "'certificate'")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise ClusterSpecError(f"driver #{index} needs a non-empty string 'name'")
+        cert = _certificate(f"driver {name!r}", entry, base_dir)
+        if cert is None:
+            raise ClusterSpecError(f"driver {name!r} needs a 'certificate'")
+        drivers.append(DriverEntry(name, cert))
+    return tuple(drivers)
+
+
+def _node(index: int, entry: Any, base_dir: str | os.PathLike[str] | None) -> Node:
     if not isinstance(entry, Mapping):
         raise ClusterSpecError(f"node #{index} must be a mapping with 'name' and 'endpoint'")
-    unknown = set(entry) - {"name", "endpoint"}
+    unknown = set(entry) - {"name", "endpoint", "certificate"}
     if unknown:
+        hint = (" (a spec never holds a private key: pass it to the worker with --key)"
+                if unknown & {"key", "keyfile", "private_key"} else "")
         raise ClusterSpecError(f"node #{index}: unknown keys {sorted(unknown)}; a node has "
-                               "'name' and 'endpoint'")
+                               f"'name', 'endpoint' and 'certificate'{hint}")
     name, endpoint = entry.get("name"), entry.get("endpoint")
     if not isinstance(name, str) or not name:
         raise ClusterSpecError(f"node #{index} needs a non-empty string 'name'")
     if not isinstance(endpoint, str) or not endpoint:
         raise ClusterSpecError(f"node {name!r} needs a string 'endpoint' (host:port)")
-    return Node(name, endpoint)
+    return Node(name, endpoint, _certificate(f"node {name!r}", entry, base_dir))
 
 
 def _device(entry: Any) -> Device:
@@ -225,6 +288,20 @@ def _validate(spec: ClusterSpec) -> None:
     for endpoint in endpoints:
         if endpoints.count(endpoint) > 1:
             raise ClusterSpecError(f"two nodes share endpoint {endpoint!r}")
+    prints = [(f"node {n.name!r}", n.certificate) for n in spec.nodes] + \
+        [(f"driver {d.name!r}", d.certificate) for d in spec.drivers]
+    seen: dict[str, str] = {}
+    for owner, cert in prints:
+        if cert is None:
+            continue
+        if cert.fingerprint in seen:
+            raise ClusterSpecError(f"{owner} and {seen[cert.fingerprint]} have the same "
+                                   "certificate: every party needs its own key pair")
+        seen[cert.fingerprint] = owner
+    driver_names = [d.name for d in spec.drivers]
+    for name in driver_names:
+        if driver_names.count(name) > 1:
+            raise ClusterSpecError(f"duplicate driver name {name!r}")
     for key, device in spec.devices.items():
         if key != device.name:
             raise ClusterSpecError(f"device registered as {key!r} is named {device.name!r}")

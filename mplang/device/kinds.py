@@ -9,6 +9,8 @@ by the module that knows both, usually the newer kind's.
 
 from __future__ import annotations
 
+import threading
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,11 @@ if TYPE_CHECKING:
     from mplang.edsl.context import ExecutionContext
 
 
+class InsecureDeviceWarning(UserWarning):
+    """A device whose privacy rests on trusting one party or service (e.g. an SPU whose
+    Beaver triples a member or a third party makes) is in use; the message says whom."""
+
+
 class DeviceKind(ABC):
     """The behaviour of every device of one kind (``name``, e.g. "PPU").
 
@@ -36,6 +43,17 @@ class DeviceKind(ABC):
     joint: bool = False
     security_model: str = ""
     """Who must be honest for the device to keep its inputs private (shown to users)."""
+
+    def security_model_of(self, device: Device) -> str:
+        """``security_model`` for one device (kinds whose model depends on the config,
+        e.g. the SPU's protocol, say it per device)."""
+        return self.security_model
+
+    def trust(self, device: Device) -> str | None:
+        """Whom ``device`` (a validated device of this kind) makes users trust beyond its
+        security model, e.g. "node_0 generates the Beaver triples ...": a plain statement
+        users are warned with once per process (`InsecureDeviceWarning`); None: nobody."""
+        return None
 
     @abstractmethod
     def validate(self, device: Device, config: Mapping[str, Any]) -> None:
@@ -73,7 +91,8 @@ def register_kind(kind: DeviceKind) -> DeviceKind:
     if kind.name in _KINDS:
         raise ValueError(f"device kind {kind.name!r} is already registered")
     _KINDS[kind.name] = kind
-    register_device_profile(kind.name, kind.joint, 2 if kind.joint else 1)
+    register_device_profile(kind.name, kind.joint, 2 if kind.joint else 1,
+                            security_model=kind.security_model)
     return kind
 
 
@@ -86,6 +105,24 @@ def register_move(src: str, dst: str) -> Callable[[Move], Move]:
         return move
 
     return deco
+
+
+_WARNED: set[tuple[str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def warn_if_trusted(device: Device) -> None:
+    """Warn (`InsecureDeviceWarning`, once per process per statement) that ``device``'s
+    privacy rests on the party or service its kind's `DeviceKind.trust` names."""
+    statement = get_kind(device.kind).trust(device)
+    if statement is None:
+        return
+    with _WARNED_LOCK:
+        if (device.kind, statement) in _WARNED:
+            return
+        _WARNED.add((device.kind, statement))
+    warnings.warn(f"{device.kind} {device.name!r}: {statement}", InsecureDeviceWarning,
+                  stacklevel=2)
 
 
 def get_kind(name: str) -> DeviceKind:

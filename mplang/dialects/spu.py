@@ -12,6 +12,7 @@ the device kind in ``device/spu.py``.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -114,32 +115,67 @@ reveal_p = Primitive("spu.reveal", kind="communication", execution_model="multi_
                      doc="Reconstruct secret shares for one party only.")
 
 
+DEFAULT_PROTOCOLS = {2: "CHEETAH", 3: "ABY3"}
+"""The protocol an SPU of that many members runs when its config names none. Neither
+makes one member the others' dealer; other member counts must name a protocol."""
+DEFAULT_BEAVER = "TrustedFirstParty"
+"""SEMI2K's Beaver source when its config names none (libspu's own default)."""
+
+
+def default_protocol(members: int) -> str | None:
+    """The protocol of an SPU of ``members`` members whose config names none."""
+    return DEFAULT_PROTOCOLS.get(members)
+
+
 @dataclass(frozen=True)
 class SpuConfig:
-    """One SPU device: member ranks (in device order) and protocol settings."""
+    """One SPU device: member ranks (in device order) and protocol settings.
+
+    ``beaver`` (SEMI2K only: who makes the multiplication triples) is
+    ``TrustedFirstParty`` or ``TrustedThirdParty``; ``ttp`` holds the
+    ``(field, value)`` pairs of libspu's ``TTPBeaverConfig`` for the latter.
+    """
 
     device: str
     members: tuple[int, ...]
     protocol: str
     field: str
     fxp_fraction_bits: int = 0  # 0: libspu's default for the field
+    beaver: str = ""  # "" for protocols without a Beaver source
+    ttp: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.protocol == "SEMI2K" and not self.beaver:
+            object.__setattr__(self, "beaver", DEFAULT_BEAVER)
 
     @staticmethod
     def of(cluster: Any, device: Any) -> SpuConfig:
         """The config of SPU ``device`` of `ClusterSpec` ``cluster``."""
+        config = device.config
+        protocol = config.get("protocol") or default_protocol(len(device.members))
+        if protocol is None:
+            raise MPTypeError(f"SPU {device.name}: {len(device.members)} members and no "
+                              "protocol in its config")
         return SpuConfig(device.name, tuple(cluster.rank_of(m) for m in device.members),
-                         device.config.get("protocol", "SEMI2K"),
-                         device.config.get("field", "FM64"),
-                         int(device.config.get("fxp_fraction_bits", 0)))
+                         protocol, config.get("field", "FM64"),
+                         int(config.get("fxp_fraction_bits", 0)),
+                         config.get("beaver", "") if protocol == "SEMI2K" else "",
+                         tuple(sorted(dict(config.get("ttp") or {}).items())))
 
     def attrs(self) -> dict[str, Any]:
-        return {"device": self.device, "members": self.members, "protocol": self.protocol,
-                "field": self.field, "fxp_fraction_bits": self.fxp_fraction_bits}
+        attrs = {"device": self.device, "members": self.members, "protocol": self.protocol,
+                 "field": self.field, "fxp_fraction_bits": self.fxp_fraction_bits}
+        if self.beaver:
+            attrs["beaver"] = self.beaver
+        if self.ttp:
+            attrs["ttp"] = dict(self.ttp)
+        return attrs
 
     @staticmethod
     def from_attrs(attrs: Any) -> SpuConfig:
         return SpuConfig(attrs["device"], tuple(attrs["members"]), attrs["protocol"],
-                         attrs["field"], attrs["fxp_fraction_bits"])
+                         attrs["field"], attrs["fxp_fraction_bits"], attrs.get("beaver", ""),
+                         tuple(sorted(dict(attrs.get("ttp") or {}).items())))
 
     @property
     def mask(self) -> Mask:
@@ -293,12 +329,33 @@ def run(fn: Callable[..., Any], config: SpuConfig, *args: Any, label: str | None
 
 
 @functools.lru_cache(maxsize=64)
-def runtime_config(protocol: str, field: str, fxp_fraction_bits: int) -> Any:
-    """libspu's runtime configuration for one protocol, field and fixed-point setting."""
+def runtime_config(protocol: str, field: str, fxp_fraction_bits: int, beaver: str = "",
+                   ttp: tuple[tuple[str, Any], ...] = ()) -> Any:
+    """libspu's runtime configuration for one protocol, field, fixed-point setting and
+    (SEMI2K) Beaver source with its trusted third party's ``TTPBeaverConfig`` fields."""
     config = libspu.RuntimeConfig(protocol=spu_api.parse_protocol_kind(protocol),
                                   field=spu_api.parse_field_type(field))
     config.fxp_fraction_bits = fxp_fraction_bits
+    if beaver:
+        config.beaver_type = spu_api.parse_beaver_type(beaver)
+    if ttp:
+        # libspu's binding cannot assign a TTPBeaverConfig to a RuntimeConfig, but parses
+        # it from JSON (server_public_key as PEM text); the two messages merge as protobuf.
+        extra = libspu.RuntimeConfig()
+        if not extra.ParseFromJsonString(json.dumps({"beaver_type": beaver,
+                                                     "ttp_beaver_config": dict(ttp)})):
+            raise ValueError(f"libspu rejects the TTP Beaver config {dict(ttp)}")
+        merged = libspu.RuntimeConfig()
+        if not merged.ParseFromString(config.SerializeToString() + extra.SerializeToString()):
+            raise ValueError("libspu rejects the merged runtime config")
+        config = merged
     return config
+
+
+def runtime_config_for(config: SpuConfig) -> Any:
+    """libspu's runtime configuration of ``config``'s SPU."""
+    return runtime_config(config.protocol, config.field, config.fxp_fraction_bits,
+                          config.beaver, config.ttp)
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,15 +1,20 @@
 """The `tensor` dialect: party-local tensor computation.
 
 `run_jax` traces any JAX function once per (function, static arguments, input
-types), exports it as serialized StableHLO (``jax.export``) and records it as
-data in the op, so the program can cross the network without Python code.
+types), exports it as StableHLO (``jax.export``) and records it as data in the
+op, so the program can cross the network without Python code. The module is
+MPLang's own format (`ModuleInfo`): metadata checked field by field in Python,
+then the StableHLO bytecode, which a worker hands to C++ only after its payload
+check accepted it.
 Python operators on local values are `run_jax` calls of the matching
 ``jax.numpy`` function (`LOCAL_OPERATORS`).
 """
 
 from __future__ import annotations
 
+import json
 import operator
+import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,9 +32,9 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
-from mplang.edsl.typing import TensorType, ValueType
+from mplang.edsl.typing import DTYPES, TensorType, ValueType, numpy_dtype
 from mplang.frontend.cache import CompileCache
-from mplang.frontend.errors import MPTypeError
+from mplang.frontend.errors import MPSerializationError, MPTypeError
 from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
 from mplang.frontend.registry import LOCAL_PURE, OpTraits
@@ -47,8 +52,6 @@ pyfunc_p = Primitive("tensor.pyfunc", kind="compute", execution_model="single_ra
 _EXPORTS: CompileCache[_Exported] = CompileCache(
     "tensor.run_jax", 4096, same=lambda a, b: a.module == b.module)
 """(fn, arg tree, static leaves, input types) -> `_Exported`."""
-_MODULES = LRUCache(4096)
-"""serialized module bytes -> deserialized ``jax.export.Exported``."""
 
 
 @dataclass(frozen=True)
@@ -68,29 +71,175 @@ class _StaticSlice:
 
 _DYNAMIC = object()
 
+# ---------------------------------------------------------------- the module format
+
+MODULE_MAGIC = b"MPJAXMOD"
+MODULE_VERSION = 1
+_MODULE_HEADER = struct.Struct("<8sI")
+_MLIR_BYTECODE_MAGIC = b"ML\xefR"
+MAX_METADATA_BYTES = 1 << 20
+MAX_ARITY = 1 << 16
+MAX_RANK = 64
+MAX_DIM = (1 << 31) - 1
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+_FIELDS = frozenset(["version", "platform", "calling_convention", "in", "out", "kept"])
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """A run_jax module, its metadata checked field by field (nothing parsed by C++ yet).
+
+    The module format: `MODULE_MAGIC`, the metadata length (u32, little endian), the
+    metadata (JSON: ``version``, ``platform``, ``calling_convention``, ``in`` and
+    ``out`` as ``[dtype, shape]`` lists, ``kept``: the inputs the module uses), then
+    the StableHLO portable artifact (MLIR bytecode) of a function of flat arrays.
+    """
+
+    in_types: tuple[TensorType, ...]
+    out_types: tuple[TensorType, ...]
+    kept: tuple[int, ...]
+    platform: str
+    calling_convention: int
+    bytecode: bytes
+
+
+def _malformed(field: str, what: str) -> MPSerializationError:
+    return MPSerializationError(f"malformed run_jax module: {field}: {what}")
+
+
+def _int_in(value: Any, low: int, high: int, field: str) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise _malformed(field, f"expected an int in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _list(value: Any, limit: int, field: str) -> list[Any]:
+    if not isinstance(value, list) or len(value) > limit:
+        raise _malformed(field, f"expected a list of at most {limit} items")
+    return value
+
+
+def _tensor_types(value: Any, field: str) -> tuple[TensorType, ...]:
+    types = []
+    for i, item in enumerate(_list(value, MAX_ARITY, field)):
+        here = f"{field}[{i}]"
+        if not isinstance(item, list) or len(item) != 2:
+            raise _malformed(here, "expected [dtype, shape]")
+        dtype, shape = item
+        if dtype not in DTYPES:
+            raise _malformed(f"{here}.dtype", f"unsupported dtype {dtype!r}")
+        dims = tuple(_int_in(d, 0, MAX_DIM, f"{here}.shape[{j}]")
+                     for j, d in enumerate(_list(shape, MAX_RANK, f"{here}.shape")))
+        types.append(TensorType(dtype, dims))
+    return tuple(types)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _malformed("metadata", "duplicate key")
+    return dict(pairs)
+
+
+def _parse_module(module: bytes) -> ModuleInfo:
+    if len(module) < _MODULE_HEADER.size:
+        raise _malformed("header", f"{len(module)} bytes is too short")
+    magic, size = _MODULE_HEADER.unpack_from(module)
+    if magic != MODULE_MAGIC:
+        raise _malformed("header", "bad magic (not an MPLang run_jax module)")
+    end = _MODULE_HEADER.size + size
+    if size > MAX_METADATA_BYTES or end > len(module):
+        raise _malformed("header", f"metadata length {size} exceeds the module or the "
+                                   f"{MAX_METADATA_BYTES}-byte limit")
+    try:
+        meta = json.loads(module[_MODULE_HEADER.size:end], object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as e:
+        raise _malformed("metadata", f"invalid JSON: {e}") from None
+    if not isinstance(meta, dict) or set(meta) != _FIELDS:
+        raise _malformed("metadata", f"expected the fields {', '.join(sorted(_FIELDS))}")
+    if meta["version"] != MODULE_VERSION or type(meta["version"]) is not int:
+        raise _malformed("version", f"unsupported version {meta['version']!r}")
+    if meta["platform"] not in PLATFORMS:
+        raise _malformed("platform", f"expected one of {', '.join(PLATFORMS)}")
+    convention = _int_in(meta["calling_convention"],
+                         jax_export.minimum_supported_calling_convention_version,
+                         jax_export.maximum_supported_calling_convention_version,
+                         "calling_convention")
+    in_types = _tensor_types(meta["in"], "in")
+    kept = tuple(_int_in(k, 0, len(in_types) - 1, f"kept[{i}]")
+                 for i, k in enumerate(_list(meta["kept"], len(in_types), "kept")))
+    if list(kept) != sorted(set(kept)):
+        raise _malformed("kept", "expected increasing input indices")
+    bytecode = module[end:]
+    if not bytecode.startswith(_MLIR_BYTECODE_MAGIC):
+        raise _malformed("bytecode", "not MLIR bytecode")
+    return ModuleInfo(in_types, _tensor_types(meta["out"], "out"), kept, meta["platform"],
+                      convention, bytecode)
+
+
+_MODULES = LRUCache(4096)
+"""module bytes -> its `ModuleInfo`."""
+
+
+def module_info(module: bytes) -> ModuleInfo:
+    """The checked metadata of a run_jax module (cached per distinct bytes); raises
+    `MPSerializationError` naming the malformed field."""
+    if not isinstance(module, bytes):
+        raise _malformed("module", f"expected bytes, got {type(module).__name__}")
+    info: ModuleInfo | None = _MODULES.lookup(module)
+    if info is None:
+        info = _parse_module(module)
+        _MODULES.store(module, info)
+    return info
+
+
+def _encode_module(name: str, exp: jax_export.Exported) -> bytes:
+    fixed = {"nr_devices": (exp.nr_devices, 1),
+             "ordered_effects": (exp.ordered_effects, ()),
+             "unordered_effects": (exp.unordered_effects, ()),
+             "disabled_safety_checks": (tuple(exp.disabled_safety_checks), ()),
+             "uses_global_constants": (exp.uses_global_constants, False),
+             "shardings": ({*exp.in_shardings_hlo, *exp.out_shardings_hlo} - {None}, set())}
+    for field, (found, expected) in fixed.items():
+        if found != expected:
+            raise MPTypeError(f"tensor.run_jax[{name}]: the exported module has {field} "
+                              f"{found!r}; run_jax ships only {expected!r}")
+    if len(exp.platforms) != 1:
+        raise MPTypeError(f"tensor.run_jax[{name}]: exported for platforms {exp.platforms}; "
+                          "run_jax ships modules for one platform")
+
+    def types(avals: Sequence[Any]) -> list[Any]:
+        return [TensorType.of(a.dtype, a.shape).to_json(None) for a in avals]
+
+    meta = {"version": MODULE_VERSION, "platform": exp.platforms[0],
+            "calling_convention": exp.calling_convention_version, "in": types(exp.in_avals),
+            "out": types(exp.out_avals), "kept": list(exp.module_kept_var_idx)}
+    text = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    return _MODULE_HEADER.pack(MODULE_MAGIC, len(text)) + text + exp.mlir_module_serialized
+
 
 def exported_module(module: bytes) -> jax_export.Exported:
-    """The deserialized form of ``module`` (cached per distinct bytes)."""
-    exp = _MODULES.lookup(module)
-    if exp is None:
-        exp = jax_export.deserialize(bytearray(module))
-        _MODULES.store(module, exp)
-    return exp
+    """The ``jax.export.Exported`` of ``module``, built from its checked metadata (a
+    function of a flat tuple of arrays returning a flat tuple). Its StableHLO is parsed
+    when it is first lowered: a received module must pass the worker's payload check
+    (`mplang.backends.tensor_impl`) first."""
+    info = module_info(module)
+    n, m = len(info.in_types), len(info.out_types)
+    return jax_export.Exported(
+        fun_name="run_jax",
+        in_tree=jax.tree_util.tree_structure(((0,) * n, {})),
+        in_avals=tuple(_aval(t) for t in info.in_types),
+        out_tree=jax.tree_util.tree_structure((0,) * m),
+        out_avals=tuple(_aval(t) for t in info.out_types),
+        in_shardings_hlo=(None,) * n, out_shardings_hlo=(None,) * m,
+        nr_devices=1, platforms=(info.platform,), ordered_effects=(), unordered_effects=(),
+        disabled_safety_checks=(), mlir_module_serialized=info.bytecode,
+        calling_convention_version=info.calling_convention, module_kept_var_idx=info.kept,
+        uses_global_constants=False, _get_vjp=None)
 
 
-_SIGNATURES = LRUCache(4096)
-"""serialized module bytes -> its (input types, output types)."""
-
-
-def module_signature(module: bytes) -> tuple[list[TensorType], tuple[TensorType, ...]]:
-    """The input and output tensor types of a serialized module (cached per bytes)."""
-    signature = _SIGNATURES.lookup(module)
-    if signature is None:
-        exp = exported_module(module)
-        signature = ([TensorType.of(a.dtype, a.shape) for a in exp.in_avals],
-                     tuple(TensorType.of(a.dtype, a.shape) for a in exp.out_avals))
-        _SIGNATURES.store(module, signature)
-    return signature
+def _aval(t: TensorType) -> jax.core.ShapedArray:
+    return jax.core.ShapedArray(t.shape, numpy_dtype(t.dtype))
 
 
 def _tensor_type(op: str, t: ValueType, i: int) -> TensorType:
@@ -111,11 +260,15 @@ def _run_jax_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seq
                   world_size: int) -> list[ValueType]:
     op = f"tensor.run_jax[{attrs['fn']}]"
     ins = [_tensor_type(op, t, i) for i, t in enumerate(in_types)]
-    expected, outs = module_signature(attrs["module"])
+    try:
+        info = module_info(attrs["module"])
+    except MPSerializationError as e:
+        raise MPSerializationError(f"{op}: {e}") from None
+    expected = list(info.in_types)
     if ins != expected:
         raise MPTypeError(f"{op}: inputs are ({', '.join(map(str, ins))}) but the module expects "
                           f"({', '.join(map(str, expected))})")
-    return list(outs)
+    return list(info.out_types)
 
 
 @feop(name="tensor.constant", family="tensor", execution_model="single_rank",
@@ -160,7 +313,7 @@ def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, .
         types = ", ".join(map(str, in_types))
         raise MPTypeError(f"tensor.run_jax[{name}]: JAX could not trace the function on "
                           f"({types}): {type(e).__name__}: {e}") from None
-    return _Exported(bytes(exp.serialize()), exp.out_tree)
+    return _Exported(_encode_module(name, exp), exp.out_tree)
 
 
 @feop(name="tensor.run_jax", family="tensor", op_kind="compiler",

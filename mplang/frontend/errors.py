@@ -49,6 +49,16 @@ class MPCommunicationError(MPRuntimeError):
     """A message between parties did not arrive in time, or its execution was abandoned."""
 
 
+class MPRefusedError(MPLangError):
+    """A worker refused a request: an unknown or unauthorized certificate, a body or
+    message over its limits, a message no running execution expects. ``status`` is
+    the HTTP status the worker answers with (4xx)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
 class FeError(MPLangError):
     """Base of the frontend errors: a frontend op's contract was violated."""
 
@@ -81,6 +91,7 @@ __all__ = [
     "FeStateError",
     "MPCommunicationError",
     "MPLangError",
+    "MPRefusedError",
     "MPRuntimeError",
     "MPSerializationError",
     "MPTraceError",

@@ -15,11 +15,15 @@ DeviceProfile = tuple[str, bool, int]
 """A device kind as routing sees it: (kind name, joint, typical member count)."""
 
 _DEVICE_PROFILES: dict[str, DeviceProfile] = {}
+_SECURITY_MODELS: dict[str, str] = {}
 
 
-def register_device_profile(kind: str, joint: bool, members: int) -> None:
-    """Let `describe` list ``kind`` among an op's routes (device kinds call this)."""
+def register_device_profile(kind: str, joint: bool, members: int, *,
+                            security_model: str = "") -> None:
+    """Let `describe` list ``kind`` among an op's routes, with the security model its
+    devices offer (device kinds call this)."""
     _DEVICE_PROFILES[kind] = (kind, joint, members)
+    _SECURITY_MODELS[kind] = security_model
 
 
 def list_ops(family: str | None = None) -> list[FeOpInfo]:
@@ -58,8 +62,9 @@ def routes(op: Callable[..., Any] | str | FeOpInfo) -> list[str]:
 
 def describe(op: Callable[..., Any] | str) -> dict[str, Any]:
     """Everything known about a frontend op: its metadata, the device kinds it routes
-    to, an example, and the IR primitives it emits with their traits. A primitive's
-    name alone gives that primitive's description."""
+    to (``routes``) with the security model of each (``security``: who must be honest
+    for such a device to keep its inputs private), an example, and the IR primitives it
+    emits with their traits. A primitive's name alone gives that primitive's description."""
     if isinstance(op, str):
         try:
             get(op)
@@ -71,6 +76,7 @@ def describe(op: Callable[..., Any] | str) -> dict[str, Any]:
     out = asdict(info)
     out["config_schema"] = None if info.config_schema is None else info.config_schema.to_dict()
     out["routes"] = routes(info)
+    out["security"] = {kind: _SECURITY_MODELS.get(kind, "") for kind in out["routes"]}
     out["primitives"] = [describe_primitive(p) for p in info.primitives if is_registered(p)]
     if out["primitives"] and len(info.primitives) == 1:
         first = out["primitives"][0]

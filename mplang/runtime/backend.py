@@ -11,6 +11,9 @@ A backend module creates its `DialectBackend` once at import time::
     @backend.state
     def _state(env: WorkerEnv) -> MyState: ...
 
+    @backend.payload_check("mydialect.op")
+    def _check(op): ...  # raise MPSerializationError if op's native bytes are unsafe
+
 Interpreters, workers and drivers read kernel tables and states from here;
 nothing else lists dialects or op names. Value codecs for the wire are
 registered with `mplang.backends.wire.register_value_codec`.
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from mplang.edsl.graph import Graph, Operation
 from mplang.frontend.registry import get_op, is_registered, list_primitives
 from mplang.runtime.interpreter import Kernel, KernelTable
 
@@ -61,6 +65,9 @@ class WorkerEnv:
 
 
 StateFactory = Callable[[WorkerEnv], Any]
+PayloadCheck = Callable[[Operation], None]
+"""``check(op)`` raises `MPSerializationError`, naming the op, unless the native payloads
+among ``op``'s attributes (bytes that C++ code parses) are safe to run."""
 
 
 class DialectBackend:
@@ -71,6 +78,7 @@ class DialectBackend:
         self.tables: dict[KernelRuntime, KernelTable] = {
             "worker": KernelTable(), "driver": KernelTable(), "launch": KernelTable()}
         self.state_factory: StateFactory | None = None
+        self.payload_checks: dict[str, PayloadCheck] = {}
 
     def kernel(self, name: str, *, runtime: KernelRuntime = "worker",
                override: bool = False) -> Callable[[Kernel], Kernel]:
@@ -92,6 +100,18 @@ class DialectBackend:
             raise ValueError(f"backend {self.dialect!r} already has a state factory")
         self.state_factory = factory
         return factory
+
+    def payload_check(self, name: str) -> Callable[[PayloadCheck], PayloadCheck]:
+        """Register the check of op ``name``'s native payloads (see `check_payloads`)."""
+        if not name.startswith(self.dialect + ".") or name in self.payload_checks:
+            raise ValueError(f"backend {self.dialect!r} cannot register a payload check "
+                             f"for {name!r}")
+
+        def deco(check: PayloadCheck) -> PayloadCheck:
+            self.payload_checks[name] = check
+            return check
+
+        return deco
 
 
 _BACKENDS: dict[str, DialectBackend] = {}
@@ -157,6 +177,20 @@ def driver_kernels(launch: bool, dispatch: Kernel) -> KernelTable:
         with _LOCK:
             _DRIVER_TABLES[key] = table
     return table
+
+
+def check_payloads(graph: Graph) -> None:
+    """Run the payload check of every op of ``graph`` that has one (regions included).
+
+    Workers call it on every program received from another process before running
+    it; programs traced in this process need no check.
+    """
+    checks = {name: check for b in list(_BACKENDS.values())
+              for name, check in b.payload_checks.items()}
+    for op in graph.walk():
+        check = checks.get(op.opcode)
+        if check is not None:
+            check(op)
 
 
 class WorkerStates(dict[str, Any]):

@@ -1,85 +1,181 @@
-"""Start every node of a cluster spec as a worker process on this machine."""
+"""Clusters on one machine: development specs with a key per party, and worker processes.
+
+`write_dev_cluster` writes a spec and a key pair for every node and for a
+driver named ``driver`` into one folder. That folder holds every party's key:
+it is for development on one machine only. In a real deployment each
+organisation runs ``mplang keygen`` on its own machine and shares only its
+certificate and fingerprint.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-import httpx
 import yaml
 
-from mplang.device.cluster import ClusterSpec
+from mplang.device.cluster import ClusterSpec, Node
 from mplang.frontend.errors import MPLangError
-from mplang.runtime.auth import SECRET_ENV
+from mplang.runtime.identity import keygen
+
+READY = "ready at"
+"""What a worker's one ready line contains (``mplang worker node_0 ready at ...``)."""
+DRIVER = "driver"
+
+DEV_HEADER = """\
+# MPLang cluster spec written by `mplang init`, for development on ONE machine:
+# keys/ holds the private key of every party. In a real deployment each
+# organisation runs `mplang keygen --name NAME --out DIR` on its own machine,
+# keeps NAME.key there, and sends only NAME.crt (and its fingerprint) to the
+# others, who list it here. This spec lists certificates only, never keys.
+"""
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports on ``host`` that were free a moment ago."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind((host, 0))
+            ports.append(s.getsockname()[1])
+        return ports
+
+
+def write_dev_cluster(spec: ClusterSpec, out_dir: str | os.PathLike[str], *,
+                      drivers: tuple[str, ...] = (DRIVER,)) -> Path:
+    """Write ``out_dir/cluster.yaml`` (``spec`` with certificates) and ``out_dir/keys/``:
+    a key and certificate for every node and every driver. Returns the spec's path."""
+    out = Path(out_dir)
+    keys = out / "keys"
+    for name in [n.name for n in spec.nodes] + list(drivers):
+        keygen(name, keys)
+    data: dict[str, Any] = {
+        "nodes": [{"name": n.name, "endpoint": n.endpoint,
+                   "certificate": f"keys/{n.name}.crt"} for n in spec.nodes],
+        "drivers": [{"name": d, "certificate": f"keys/{d}.crt"} for d in drivers],
+        "devices": {d.name: {"kind": d.kind, "members": list(d.members),
+                             **({"config": dict(d.config)} if d.config else {})}
+                    for d in spec.devices.values()},
+    }
+    path = out / "cluster.yaml"
+    path.write_text(DEV_HEADER + _security_notes(spec) + yaml.safe_dump(data, sort_keys=False))
+    ClusterSpec.from_yaml(path)  # what was written loads back
+    return path
+
+
+def _security_notes(spec: ClusterSpec) -> str:
+    from mplang.device.kinds import get_kind
+
+    lines = []
+    for device in spec.devices.values():
+        model = getattr(get_kind(device.kind), "security_model", None)
+        text = model(device) if callable(model) else model
+        if text:
+            lines.append(f"# {device.name} ({device.kind}): {text}")
+    return ("#\n" + "\n".join(lines) + "\n") if lines else ""
+
+
+def init_cluster(world_size: int, out_dir: str | os.PathLike[str],
+                 host: str = "127.0.0.1") -> Path:
+    """``mplang init``: `ClusterSpec.simple`'s devices on free loopback ports, with keys."""
+    simple = ClusterSpec.simple(world_size)
+    nodes = tuple(Node(n.name, f"{host}:{port}")
+                  for n, port in zip(simple.nodes, free_ports(world_size, host), strict=True))
+    return write_dev_cluster(ClusterSpec(nodes, simple.devices), out_dir)
 
 
 class LocalCluster:
-    """Worker processes for each node of ``cluster`` (``mplang worker`` per node).
+    """Worker processes for each node of a spec (``mplang worker`` per node), on this machine.
 
-    Used by ``mplang up`` and by tests; a context manager that stops all workers.
+    ``cluster`` is a spec file (keys from ``keys`` or ``keys/`` next to it) or a
+    `ClusterSpec`; one without certificates gets new development keys in a
+    temporary folder. Used by ``mplang up`` and by tests; a context manager
+    that stops all workers.
     """
 
-    def __init__(self, cluster: ClusterSpec, secret: bytes, *, log_dir: str | None = None,
-                 register: list[str] | None = None, plugins: list[str] | None = None):
-        self.cluster = cluster
+    def __init__(self, cluster: ClusterSpec | str | os.PathLike[str], *,
+                 keys: str | os.PathLike[str] | None = None, log_dir: str | None = None,
+                 register: list[str] | None = None, plugins: list[str] | None = None,
+                 worker_args: list[str] | None = None):
         self.register = list(register or [])
         """``module:function`` host functions every worker registers for ``tensor.pyfunc``."""
         self.plugins = list(plugins or [])
         """Plugins (entry-point or module names) every worker loads before serving."""
-        self._secret = secret
+        self.worker_args = list(worker_args or [])
+        """More ``mplang worker`` options for every worker (limits, timeouts)."""
         self._dir = tempfile.TemporaryDirectory(prefix="mplang-cluster-")
-        self.spec_path = Path(self._dir.name) / "cluster.yaml"
-        self.spec_path.write_text(yaml.safe_dump(cluster.to_dict()))
+        if isinstance(cluster, ClusterSpec):
+            if all(n.certificate is None for n in cluster.nodes):
+                self.spec_path = write_dev_cluster(cluster, self._dir.name)
+                keys = Path(self._dir.name) / "keys"
+            else:
+                if keys is None:
+                    raise MPLangError("a spec with certificates needs the folder of its keys")
+                self.spec_path = Path(self._dir.name) / "cluster.yaml"
+                self.spec_path.write_text(yaml.safe_dump(cluster.to_dict()))
+        else:
+            self.spec_path = Path(cluster).resolve()
+        self.keys_dir = Path(keys) if keys is not None else self.spec_path.parent / "keys"
+        self.cluster = ClusterSpec.from_yaml(self.spec_path)
         self.log_dir = Path(log_dir or self._dir.name)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
+    @property
+    def driver_key(self) -> Path:
+        """The key of the driver named ``driver`` (development clusters have one)."""
+        return self.keys_dir / f"{DRIVER}.key"
+
+    def driver(self, **options: Any) -> Any:
+        """A `mp.Driver` for these workers with `driver_key`."""
+        from mplang.backends.simp_driver.http import Driver
+
+        return Driver(self.spec_path, key=self.driver_key, **options)
+
     def _spawn(self, node: str) -> subprocess.Popen[bytes]:
-        env = {**os.environ, SECRET_ENV: self._secret.decode()}
         registers = [arg for spec in self.register for arg in ("--register", spec)]
         plugins = [arg for name in self.plugins for arg in ("--plugin", name)]
+        log_path = self.log_dir / f"{node}.log"
+        log_path.write_bytes(b"")
         # the worker gets its own copy of the log's descriptor; this process closes its own
-        with open(self.log_dir / f"{node}.log", "ab") as log:
+        with open(log_path, "ab") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "mplang.cli", "worker", "--cluster", str(self.spec_path),
-                 "--node", node, *registers, *plugins], env=env, stdout=log,
-                stderr=subprocess.STDOUT)
+                 "--node", node, "--key", str(self.keys_dir / f"{node}.key"),
+                 "--exit-with-parent", *registers, *plugins, *self.worker_args],
+                stdout=log, stderr=subprocess.STDOUT)
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start every worker and wait until all answer ``/health``."""
+        """Start every worker and wait until each says it is ready."""
         for node in self.cluster.nodes:
             self.processes[node.name] = self._spawn(node.name)
-        self.wait_healthy(timeout)
+        self.wait_ready(timeout)
 
     def start_node(self, node: str, timeout: float = 60.0) -> None:
         self.processes[node] = self._spawn(node)
-        self.wait_healthy(timeout, [node])
+        self.wait_ready(timeout, [node])
 
-    def wait_healthy(self, timeout: float, nodes: list[str] | None = None) -> None:
-        names = nodes or [n.name for n in self.cluster.nodes]
-        urls = dict(zip([n.name for n in self.cluster.nodes], self.cluster.base_urls(),
-                        strict=True))
+    def wait_ready(self, timeout: float, nodes: list[str] | None = None) -> None:
         deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=1.0, verify=self.cluster.client_verify()) as client:
-            for name in names:
-                while True:
-                    proc = self.processes[name]
-                    if proc.poll() is not None:
-                        raise MPLangError(f"worker {name} exited with code {proc.returncode}: "
-                                          f"{self.log_tail(name)}")
-                    try:
-                        if client.get(urls[name] + "/health").status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise MPLangError(f"worker {name} did not become healthy in {timeout} s")
-                    time.sleep(0.05)
+        for name in nodes or [n.name for n in self.cluster.nodes]:
+            while READY not in self.log_tail(name, 1 << 16):
+                proc = self.processes[name]
+                if proc.poll() is not None:
+                    raise MPLangError(f"worker {name} exited with code {proc.returncode}: "
+                                      f"{self.log_tail(name)}")
+                if time.monotonic() > deadline:
+                    raise MPLangError(f"worker {name} was not ready within {timeout} s: "
+                                      f"{self.log_tail(name)}")
+                time.sleep(0.05)
 
     def log_tail(self, node: str, size: int = 2000) -> str:
         path = self.log_dir / f"{node}.log"
@@ -91,14 +187,16 @@ class LocalCluster:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
 
-    def stop(self) -> None:
-        """Stop all workers: SIGTERM, then SIGKILL after a grace period."""
+    def stop(self, grace: float = 3.0) -> None:
+        """Stop all workers: SIGTERM, then SIGKILL after ``grace`` seconds (a worker keeps
+        nothing on disk, so nothing is lost)."""
         for proc in self.processes.values():
             if proc.poll() is None:
                 proc.terminate()
+        deadline = time.monotonic() + grace
         for proc in self.processes.values():
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -117,6 +117,11 @@ class SimpDriver(ExecutionContext, ABC):
         calling thread (no thread hand-off)."""
         return self.submit(rank, graph, input_uris, exec_id, scope, options)
 
+    def prepare(self, ranks: list[int], graph: Graph, input_uris: list[list[str | None]],
+                exec_id: str, scope: str, options: RunOptions) -> None:
+        """Have every party of a multi-party run accept it before any party starts it;
+        raises (and nothing runs) if one refuses. In-process parties need no step."""
+
     @abstractmethod
     def fetch(self, rank: int, uri: str) -> Future[Any]:
         """Get the value at ``uri`` from party ``rank``."""
@@ -178,6 +183,9 @@ class SimpDriver(ExecutionContext, ABC):
         """Run ``graph`` on ``parties`` (default: all); one HostVar per graph output."""
         ranks = range(self.world_size) if parties is None else parties
         submit = self.submit_here if len(ranks) == 1 else self.submit
+        if len(ranks) > 1:
+            self.prepare(list(ranks), graph, [[a.uris[r] for a in args] for r in ranks],
+                         exec_id, scope, options)
         futures = [submit(r, graph, [a.uris[r] for a in args], exec_id, scope, options)
                    for r in ranks]
         try:

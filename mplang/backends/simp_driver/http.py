@@ -1,27 +1,56 @@
-"""The HTTP driver: runs programs on party workers over signed HTTP requests."""
+"""The HTTP driver: runs programs on party workers over mutual TLS.
+
+The driver is a party like the others: it has its own key and certificate,
+which the spec lists under ``drivers``, and it accepts each worker only by the
+certificate the spec gives for it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from mplang.backends.http_client import post
+from mplang.backends.http_client import PinnedClients
 from mplang.backends.simp_driver.base import SimpDriver
 from mplang.backends.wire import decode_value, pack_message
-from mplang.device.cluster import ClusterSpec
+from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.frontend.errors import MPCommunicationError, MPRuntimeError
-from mplang.runtime.auth import Signer, load_secret
+from mplang.frontend.errors import MPCommunicationError, MPLangError, MPRuntimeError
+from mplang.runtime.identity import LocalIdentity, load_identity
 from mplang.runtime.options import Mode, RunOptions
 
-DRIVER_NAME = "driver"
+DEFAULT_DRIVER_KEY = Path("keys") / "driver.key"
+"""Where `Driver` looks for its key, next to the spec file, when none is given."""
+
+
+def driver_identity(cluster: ClusterSpec, key: str | os.PathLike[str] | LocalIdentity | None,
+                    spec_dir: Path | None) -> LocalIdentity:
+    """The driver's identity from ``key`` (default ``keys/driver.key`` next to the spec);
+    it must be one of the spec's drivers."""
+    if isinstance(key, LocalIdentity):
+        identity = key
+    else:
+        if key is None:
+            if spec_dir is None or not (spec_dir / DEFAULT_DRIVER_KEY).exists():
+                raise MPLangError("a driver needs its key: mp.Driver(spec, key='PATH/driver.key'"
+                                  ") (by default keys/driver.key next to the spec file)")
+            key = spec_dir / DEFAULT_DRIVER_KEY
+        identity = load_identity(key)
+    listed = {d.certificate.fingerprint: d.name for d in cluster.drivers}
+    if identity.fingerprint not in listed:
+        raise ClusterSpecError(f"this key's certificate ({identity.certificate.short}...) is not "
+                               "listed under 'drivers' in the cluster spec: only a listed "
+                               "driver may run programs")
+    return identity
 
 
 class SimpHttpDriver(SimpDriver):
@@ -30,20 +59,20 @@ class SimpHttpDriver(SimpDriver):
     ``run_timeout`` bounds one party's run of one graph; ``timeout`` every other request.
     """
 
-    def __init__(self, cluster: ClusterSpec, *, secret: bytes | None = None,
-                 timeout: float = 30.0, run_timeout: float = 600.0,
-                 default_mode: Mode = "launch"):
+    def __init__(self, cluster: ClusterSpec, *, key: str | os.PathLike[str] | LocalIdentity |
+                 None = None, timeout: float = 30.0, run_timeout: float = 600.0,
+                 default_mode: Mode = "launch", spec_dir: Path | None = None):
         super().__init__(cluster, default_mode=default_mode,
                          pool_size=max(32, 8 * cluster.world_size), pool_name="mplang-driver")
-        self._signer = Signer(secret if secret is not None else load_secret(), DRIVER_NAME)
+        cluster.require_certificates()
+        self.identity = driver_identity(cluster, key, spec_dir)
+        self._clients = PinnedClients(cluster, self.identity, timeout)
         self._urls = cluster.base_urls()
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0),
-                                    verify=cluster.client_verify(),
-                                    limits=httpx.Limits(max_connections=256,
-                                                        max_keepalive_connections=64))
         self._timeout = timeout
         self._run_timeout = run_timeout
         self._encoded: weakref.WeakKeyDictionary[Graph, bytes] = weakref.WeakKeyDictionary()
+        self._prepared: set[tuple[str, str, int]] = set()
+        self._prepared_lock = threading.Lock()
 
     def _graph_bytes(self, graph: Graph) -> bytes:
         data = self._encoded.get(graph)
@@ -57,18 +86,19 @@ class SimpHttpDriver(SimpDriver):
 
     def _run(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
              scope: str, options: RunOptions) -> list[str | None]:
-        parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris),
-                              **options.wire_fields()}, [self._graph_bytes(graph)])
-        what = (f"op {graph.operations[0].opcode}" if len(graph.operations) == 1
-                else f"a program of {len(graph.operations)} ops")
+        with self._prepared_lock:
+            prepared = (exec_id, scope, rank) in self._prepared
+            self._prepared.discard((exec_id, scope, rank))
+        if prepared:
+            parts = pack_message({"exec": exec_id, "scope": scope}, [])
+        else:
+            parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris),
+                                  **options.wire_fields()}, [self._graph_bytes(graph)])
+        what = _what(graph)
         try:
-            response = post(self._client, self._signer, self._urls[rank], "/run", parts,
-                            timeout=self._run_timeout)
+            response = self._clients.post(rank, "/run", parts, timeout=self._run_timeout)
         except httpx.HTTPStatusError as e:
-            status = e.response.status_code
-            hint = " (check the cluster secret)" if status in (401, 403) else ""
-            raise MPRuntimeError(f"{self._where(rank)} refused to run {what}: {status} "
-                                 f"{e.response.text[:300]}{hint}", party=rank) from e
+            raise self._refused(rank, what, e) from e
         except httpx.HTTPError as e:
             raise MPRuntimeError(f"{self._where(rank)} failed while running {what}: the "
                                  f"connection was lost or refused ({type(e).__name__}: {e})",
@@ -84,6 +114,42 @@ class SimpHttpDriver(SimpDriver):
         if options.progress is not None:
             options.progress(f"party {rank}: finished {what}")
         return outputs
+
+    def _refused(self, rank: int, what: str, e: httpx.HTTPStatusError) -> MPRuntimeError:
+        status = e.response.status_code
+        hint = (" (is this driver's certificate listed in that party's spec, and do both "
+                "load the same spec?)" if status in (403, 409) else "")
+        return MPRuntimeError(f"{self._where(rank)} refused to run {what}: {status} "
+                              f"{e.response.text[:300]}{hint}", party=rank)
+
+    def _prepare_one(self, rank: int, graph: Graph, input_uris: list[str | None],
+                     exec_id: str, scope: str, parties: list[int], options: RunOptions) -> None:
+        parts = pack_message({"exec": exec_id, "scope": scope, "inputs": input_uris,
+                              "parties": parties, **options.wire_fields()},
+                             [self._graph_bytes(graph)])
+        try:
+            self._clients.post(rank, "/prepare", parts)
+        except httpx.HTTPStatusError as e:
+            raise self._refused(rank, _what(graph), e) from e
+        except httpx.HTTPError as e:
+            raise MPRuntimeError(f"{self._where(rank)} could not be reached to prepare "
+                                 f"{_what(graph)} ({type(e).__name__}: {e})", party=rank) from e
+        with self._prepared_lock:
+            self._prepared.add((exec_id, scope, rank))
+
+    def prepare(self, ranks: list[int], graph: Graph, input_uris: list[list[str | None]],
+                exec_id: str, scope: str, options: RunOptions) -> None:
+        self._check_open()
+        futures = [self._pool.submit(self._prepare_one, r, graph, uris, exec_id, scope, ranks,
+                                     options) for r, uris in zip(ranks, input_uris, strict=True)]
+        try:
+            self.collect(futures, exec_id)
+        finally:
+            with self._prepared_lock:
+                failed = any(f.exception() is not None for f in futures)
+                if failed:
+                    for r in ranks:
+                        self._prepared.discard((exec_id, scope, r))
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
                scope: str, options: RunOptions) -> Future[list[str | None]]:
@@ -102,8 +168,7 @@ class SimpHttpDriver(SimpDriver):
 
     def _fetch(self, rank: int, uri: str) -> Any:
         try:
-            response = post(self._client, self._signer, self._urls[rank], "/fetch",
-                            pack_message({"uri": uri}, []))
+            response = self._clients.post(rank, "/fetch", pack_message({"uri": uri}, []))
         except httpx.HTTPError as e:
             raise MPRuntimeError(f"fetching {uri} from {self._where(rank)} failed: {e}",
                                  party=rank) from e
@@ -116,8 +181,8 @@ class SimpHttpDriver(SimpDriver):
     def _best_effort(self, rank: int, path: str, fields: dict[str, Any]) -> None:
         # a party that cannot be reached took its objects and messages with it
         with contextlib.suppress(httpx.HTTPError):
-            post(self._client, self._signer, self._urls[rank], path, pack_message(fields, []),
-                 timeout=min(self._timeout, 5.0))
+            self._clients.post(rank, path, pack_message(fields, []),
+                               timeout=min(self._timeout, 5.0))
 
     def delete(self, uris: Sequence[str | None]) -> None:
         for rank, uri in enumerate(uris):
@@ -135,21 +200,33 @@ class SimpHttpDriver(SimpDriver):
             f.result()
 
     def _close_transport(self) -> None:
-        self._client.close()  # the workers keep running
+        self._clients.close()  # the workers keep running
 
     def __repr__(self) -> str:
         return f"Driver({', '.join(self._urls)})"
 
 
+def _what(graph: Graph) -> str:
+    return (f"op {graph.operations[0].opcode}" if len(graph.operations) == 1
+            else f"a program of {len(graph.operations)} ops")
+
+
 class Driver(SimpHttpDriver):
-    """``mp.Driver(cluster)``: a driver for the workers of a `ClusterSpec` or its YAML path."""
+    """``mp.Driver(cluster, key=K)``: a driver for the workers of a `ClusterSpec` or its
+    YAML path, with the key ``K`` of a driver the spec lists (by default
+    ``keys/driver.key`` next to the spec file)."""
 
     def __init__(self, cluster: ClusterSpec | str | os.PathLike[str], **options: Any):
+        spec_dir = None
         if not isinstance(cluster, ClusterSpec):
+            spec_dir = Path(cluster).resolve().parent
             cluster = ClusterSpec.from_yaml(cluster)
-        super().__init__(cluster, **options)
+        super().__init__(cluster, spec_dir=spec_dir, **options)
 
 
-def make_driver(endpoints: Sequence[str], **options: Any) -> Driver:
-    """A driver for workers at ``endpoints`` (rank order), with `ClusterSpec.simple`'s devices."""
-    return Driver(ClusterSpec.from_endpoints(list(endpoints)), **options)
+def make_driver(cluster: ClusterSpec | str | os.PathLike[str], **options: Any) -> Driver:
+    """``simp.make_driver(spec_path, key=K)``: the same as ``mp.Driver(spec_path, key=K)``."""
+    if isinstance(cluster, list | tuple):
+        raise MPLangError("make_driver takes a cluster spec (path or ClusterSpec) and key: a "
+                          "list of endpoints does not say which certificate each worker has")
+    return Driver(cluster, **options)

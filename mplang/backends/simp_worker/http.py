@@ -1,26 +1,35 @@
-"""The HTTP worker: one party's server (FastAPI on uvicorn).
+"""The HTTP worker: one party's server, mutual TLS only (FastAPI on uvicorn).
 
-Endpoints (all but ``/health`` need a signed request, see `mplang.runtime.auth`):
+Every request comes over a TLS 1.3 connection whose client certificate the
+party's own cluster spec lists; the certificate decides who is asking
+(`mplang.runtime.peers`), never a header or the body. Roles:
 
-- ``POST /run``: run a serialized graph on stored inputs; returns output URIs.
-- ``POST /fetch``, ``/delete``: read or drop stored objects.
-- ``POST /abort``: abandon an execution (waits on its messages fail at once).
-- ``POST /msg``: a message from a peer party (shuffles, converge, secure-device traffic).
+- drivers listed in the spec: ``POST /prepare`` and ``/run`` (programs),
+  ``/fetch``, ``/delete``, ``/abort``;
+- nodes: ``POST /msg`` (messages of a running execution, as the sending node);
+- anyone listed: ``GET /health``.
 
 Bodies are a framed JSON header plus raw bytes; programs are decoded by the
 schema-checked graph decoder and values by the value codec: nothing received
-is unpickled or evaluated, and only ops with a kernel here can run.
+is unpickled or evaluated, and only ops with a kernel here can run. A peer
+message is admitted from its headers before its body is read
+(`mplang.backends.simp_worker.executions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import re
 import socket
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,16 +37,13 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from mplang.backends.http_client import post
+from mplang.backends.http_client import SPEC_HEADER, PinnedClients
+from mplang.backends.simp_worker.executions import Executions, Run, WorkerLimits
 from mplang.backends.simp_worker.mailbox import Mailbox
 from mplang.backends.simp_worker.state import SimpWorker
-from mplang.backends.wire import (
-    decode_value,
-    encode_value,
-    pack_message,
-    split_frame,
-)
-from mplang.device.cluster import ClusterSpec
+from mplang.backends.simp_worker.tls import peer_of, tls_config
+from mplang.backends.wire import decode_value, encode_value, split_frame
+from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.dialects.common import LRUCache
 from mplang.edsl.graph import Graph
 from mplang.edsl.primitive import check_types
@@ -45,38 +51,63 @@ from mplang.edsl.serde import decode_graph_bundle
 from mplang.frontend.errors import (
     MPCommunicationError,
     MPLangError,
-    MPRuntimeError,
+    MPRefusedError,
     MPSerializationError,
     MPVerifyError,
 )
-from mplang.runtime.auth import AuthError, Signer, Verifier
 from mplang.runtime.backend import Tag
+from mplang.runtime.identity import LocalIdentity, trust
 from mplang.runtime.object_store import ObjectStore
 from mplang.runtime.options import RunOptions
+from mplang.runtime.peers import Peer, PeerDirectory, Role
 
 log = logging.getLogger("mplang.worker")
-DEFAULT_MAX_BODY = 2 << 30
+
+H_EXEC, H_KEY, H_PROGRAM, H_LINK = "x-mplang-exec", "x-mplang-key", "x-mplang-program", \
+    "x-mplang-link"
+"""Headers of a peer message: its execution, op key, program digest and whether it
+carries link (secure-device protocol) bytes."""
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_KEY_LIMIT = 1024
+
+
+def _program_digest(payload: memoryview | bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()
+
+
+class WorkerClients(PinnedClients):
+    """`PinnedClients` plus the peer-message request (metadata in headers)."""
+
+    def post_message(self, rank: int, meta: dict[str, str], parts: list[Any]) -> None:
+        self.post(rank, "/msg", parts, headers=meta)
 
 
 class HttpCommunicator:
-    """Sends are signed POSTs to the peer's ``/msg``; receives wait on this party's mailbox."""
+    """Sends are POSTs to the peer's ``/msg`` over its pinned connection pool; receives
+    wait on this party's mailbox."""
 
-    def __init__(self, rank: int, urls: list[str], signer: Signer, mailbox: Mailbox,
-                 timeout: float, client: httpx.Client):
+    def __init__(self, rank: int, clients: Callable[[], WorkerClients], mailbox: Mailbox,
+                 timeout: float, program_of: Callable[[str, str], str]):
         self.rank = rank
-        self.urls = urls
-        self.signer = signer
+        self._clients = clients
         self.mailbox = mailbox
         self.timeout = timeout
-        self.client = client
+        self._program_of = program_of
 
     def send(self, dst: int, tag: Tag, value: Any) -> None:
-        parts = pack_message({"src": self.rank, "exec": tag[0], "key": tag[1]},
-                             encode_value(value))
+        exec_id, key = tag
+        link = isinstance(value, bytes | bytearray | memoryview)
+        parts = encode_value(value)
+        headers = {H_EXEC: exec_id, H_KEY: key, H_PROGRAM: self._program_of(exec_id, key),
+                   H_LINK: "1" if link else "0"}
         try:
-            post(self.client, self.signer, self.urls[dst], "/msg", parts)
+            self._clients().post_message(dst, headers, parts)
+        except httpx.HTTPStatusError as e:
+            raise MPCommunicationError(
+                f"party {self.rank}: party {dst} refused {key} of execution {exec_id}: "
+                f"{e.response.status_code} {e.response.text[:300]}", party=self.rank) from e
         except httpx.HTTPError as e:
-            raise MPCommunicationError(f"party {self.rank}: sending {tag[1]} to party {dst} "
+            raise MPCommunicationError(f"party {self.rank}: sending {key} to party {dst} "
                                        f"failed: {type(e).__name__}: {e}", party=self.rank) from e
 
     def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
@@ -88,15 +119,23 @@ def _error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 
 def _str_or_none_list(value: Any, what: str) -> list[str | None]:
-    if not isinstance(value, list) or not all(v is None or isinstance(v, str) for v in value):
+    if not isinstance(value, list) or not all(
+            v is None or (isinstance(v, str) and len(v) <= 256) for v in value):
         raise MPSerializationError(f"{what} must be a list of strings or nulls")
     return value
 
 
-def _require_str(header: dict[str, Any], key: str) -> str:
+def _require_str(header: dict[str, Any], key: str, limit: int = 4096) -> str:
     value = header.get(key)
-    if not isinstance(value, str) or len(value) > 4096:
-        raise MPSerializationError(f"field {key!r} must be a string")
+    if not isinstance(value, str) or len(value) > limit:
+        raise MPSerializationError(f"field {key!r} must be a string of at most {limit} "
+                                   "characters")
+    return value
+
+
+def _exec_id(value: str | None) -> str:
+    if value is None or not _ID.fullmatch(value):
+        raise MPSerializationError("an execution id is 1 to 128 letters, digits or '_.:-'")
     return value
 
 
@@ -113,69 +152,199 @@ def _run_options(header: dict[str, Any], exec_id: str) -> RunOptions:
                       progress=to_log if header.get("progress") is True else None)
 
 
+@dataclass
+class Prepared:
+    """A run accepted by ``/prepare``, waiting for its ``/run``."""
+
+    run: Run
+    graph: Graph
+    inputs: list[str | None]
+    options: RunOptions
+    expires: float
+
+
 class WorkerServer:
     """The state behind one worker's HTTP app."""
 
-    def __init__(self, cluster: ClusterSpec, node: str, secret: bytes, *, timeout: float = 60.0,
-                 max_body: int = DEFAULT_MAX_BODY):
-        self.cluster = cluster
+    def __init__(self, cluster: ClusterSpec, node: str, identity: LocalIdentity, *,
+                 timeout: float = 60.0, limits: WorkerLimits | None = None,
+                 spec_path: str | Path | None = None):
+        self.peers = PeerDirectory(cluster)
         self.rank = cluster.rank_of(node)
+        if identity.fingerprint != self.peers.node_certificate(self.rank).fingerprint:
+            raise ClusterSpecError(f"the key given for {node} does not belong to the "
+                                   f"certificate the spec lists for {node}")
         self.node = node
-        self.max_body = max_body
-        self.verifier = Verifier(secret, not_before=time.time())
-        self.mailbox = Mailbox(self.rank)
-        self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0),
-                                   verify=cluster.client_verify(),
-                                   limits=httpx.Limits(max_connections=256))
-        communicator = HttpCommunicator(self.rank, cluster.base_urls(), Signer(secret, node),
-                                        self.mailbox, timeout, self.client)
+        self.identity = identity
+        self.limits = limits or WorkerLimits()
+        self.timeout = timeout
+        self.spec_path = Path(spec_path) if spec_path else None
+        self._spec_mtime = self.spec_path.stat().st_mtime_ns if self.spec_path else 0
+        self.ssl_context = identity.server_context(self.peers.certificates())
+        self.mailbox = Mailbox(self.rank, self.limits.mailbox_bytes)
+        self.executions = Executions(self.rank, self.limits)
+        self._clients = WorkerClients(cluster, identity, timeout, max_connections=256)
+        communicator = HttpCommunicator(self.rank, lambda: self._clients, self.mailbox, timeout,
+                                        self.executions.program_of)
         self.worker = SimpWorker(self.rank, cluster.world_size, communicator, ObjectStore(node),
                                  timeout=timeout, in_process=False)
         self.pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix=f"mplang-{node}")
         self._programs = LRUCache(64)
+        self._prepared: dict[tuple[str, str], Prepared] = {}
+        self._lock = threading.Lock()
 
-    async def authenticated_body(self, request: Request) -> tuple[bytes, str]:
-        """The request body and its authenticated sender (raises `AuthError`)."""
+    @property
+    def cluster(self) -> ClusterSpec:
+        return self.peers.spec
+
+    # -- who is asking
+    def peer(self, request: Request, role: Role) -> Peer:
+        """The party whose certificate opened this connection, if it may act as ``role``."""
+        fingerprint = peer_of(request.scope)
+        peer = self.peers.lookup(fingerprint)
+        if peer is None:
+            shown = (fingerprint or "none")[:16]
+            raise MPRefusedError(f"certificate {shown}... is not in {self.node}'s cluster spec "
+                                 "(or has expired, or was revoked)", 403)
+        digest = request.headers.get(SPEC_HEADER)
+        if digest != self.peers.digest:
+            raise MPRefusedError(f"cluster spec mismatch: {self.node} has spec "
+                                 f"{self.peers.digest[:16]}..., {peer} sent "
+                                 f"{(digest or 'none')[:16]}...: both must load the same spec",
+                                 409)
+        if peer.role != role:
+            raise MPRefusedError(f"{peer} may not use {request.url.path} (only a {role} may)",
+                                 403)
+        return peer
+
+    async def body(self, request: Request, limit: int | None = None) -> bytes:
+        """The request body; refuses (413) one over ``limit`` before reading it."""
+        limit = self.limits.max_body_bytes if limit is None else limit
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            raise AuthError(f"body of {declared} bytes exceeds the {self.max_body} limit", 413)
-        sender, checker = self.verifier.verify(request.method, request.url.path, request.headers)
-        size = 0
+        if declared is None or not declared.isdigit():
+            raise MPRefusedError("a request needs a content-length", 411)
+        if int(declared) > limit:
+            raise MPRefusedError(f"body of {declared} bytes exceeds the limit of {limit}", 413)
+        chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > self.max_body:
-                raise AuthError(f"body exceeds the {self.max_body} byte limit", 413)
-            checker.feed(chunk)
-        return checker.finish(), sender
+            if size > limit:
+                raise MPRefusedError(f"body exceeds the limit of {limit} bytes", 413)
+            chunks.append(chunk)
+        return b"".join(chunks)
 
-    def program(self, payload: memoryview) -> Graph:
-        """The decoded, verified and type-checked graph (cached per distinct payload)."""
-        key = bytes(payload)
-        graph: Graph | None = self._programs.lookup(key)
+    # -- programs
+    def program(self, payload: memoryview) -> tuple[Graph, str]:
+        """The decoded, verified and type-checked graph and its digest (cached by digest)."""
+        digest = _program_digest(payload)
+        graph: Graph | None = self._programs.lookup(digest)
         if graph is None:
-            graph, _ = decode_graph_bundle(payload, max_bytes=self.max_body)
+            graph, _ = decode_graph_bundle(payload, max_bytes=self.limits.max_body_bytes)
             try:
                 graph.verify()
                 check_types(graph, self.cluster.world_size)
             except MPVerifyError as e:
                 raise MPSerializationError(f"invalid program: {e}") from None
             self.check_kernels(graph)
-            self._programs.store(key, graph)
-        return graph
+            self._programs.store(digest, graph)
+        return graph, digest
 
     def check_kernels(self, graph: Graph) -> None:
         for op in graph.walk():
             if self.worker.kernels.get(op.opcode) is None:
                 raise MPSerializationError(f"op {op.opcode} has no kernel on this worker")
 
-    def run(self, graph: Graph, inputs: list[str | None], exec_id: str, scope: str,
-            options: RunOptions) -> list[str | None]:
-        return self.worker.run(graph, inputs, exec_id, scope, options)
+    def prepare(self, header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
+        """Accept a run: decode and check its program, register it for its messages."""
+        exec_id = _exec_id(header.get("exec"))
+        scope = _require_str(header, "scope", _KEY_LIMIT)
+        inputs = _str_or_none_list(header.get("inputs"), "inputs")
+        parties = header.get("parties", [self.rank])
+        world = self.cluster.world_size
+        if not isinstance(parties, list) or not parties or self.rank not in parties or not all(
+                type(p) is int and 0 <= p < world for p in parties):
+            raise MPSerializationError(f"field 'parties' must list party ranks including "
+                                       f"{self.rank}")
+        graph, digest = self.program(payload)
+        if len(inputs) != len(graph.inputs):
+            raise MPSerializationError("the number of inputs does not match the graph")
+        options = _run_options(header, exec_id)
+        run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint, digest,
+                                    graph, frozenset(parties), options.timeout)
+        return Prepared(run, graph, inputs, options, time.monotonic() + self.timeout)
+
+    def hold(self, prepared: Prepared) -> None:
+        """Keep a prepared run until its ``/run`` (or until it expires unstarted)."""
+        with self._lock:
+            self._sweep()
+            self._prepared[(prepared.run.exec_id, prepared.run.scope)] = prepared
+
+    def take_prepared(self, exec_id: str, scope: str, driver: Peer) -> Prepared:
+        with self._lock:
+            prepared = self._prepared.pop((exec_id, scope), None)
+        if prepared is None or prepared.run.driver != driver.certificate.fingerprint:
+            raise MPRefusedError(f"execution {exec_id} (scope {scope!r}) was not prepared "
+                                 "here by this driver", 409)
+        return prepared
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, p in self._prepared.items() if p.expires < now]:
+            stale = self._prepared.pop(key)
+            self.executions.end(stale.run)
+
+    def execute(self, prepared: Prepared, driver: Peer) -> list[str | None]:
+        run = prepared.run
+        try:
+            return self.worker.run(prepared.graph, prepared.inputs, run.exec_id, run.scope,
+                                   prepared.options, owner=driver.certificate.fingerprint)
+        finally:
+            self.executions.end(run)
+            self.mailbox.drop(run.exec_id, run.scope)
+
+    # -- spec reload
+    def reload_if_changed(self) -> bool:
+        """Reload the spec file if it changed: certificates and drivers may change (revoke,
+        rotate); nodes, endpoints and devices need a restart. Whether it reloaded."""
+        if self.spec_path is None:
+            return False
+        try:
+            mtime = self.spec_path.stat().st_mtime_ns
+        except OSError:
+            return False
+        if mtime == self._spec_mtime:
+            return False
+        self._spec_mtime = mtime
+        try:
+            spec = ClusterSpec.from_yaml(self.spec_path)
+            old = self.cluster
+            if [(n.name, n.endpoint) for n in spec.nodes] != \
+                    [(n.name, n.endpoint) for n in old.nodes] or spec.devices != old.devices:
+                raise ClusterSpecError("nodes, endpoints and devices can change only with a "
+                                       "restart")
+            peers = PeerDirectory(spec)
+            if peers.node_certificate(self.rank).fingerprint != self.identity.fingerprint:
+                raise ClusterSpecError(f"the new spec gives {self.node} another certificate: "
+                                       "restart this worker with its new key")
+        except MPLangError as e:
+            log.error("not reloading %s: %s", self.spec_path, e)
+            return False
+        trust(self.ssl_context, peers.certificates())
+        old_clients, self._clients = self._clients, WorkerClients(
+            spec, self.identity, self.timeout, max_connections=256)
+        self.peers = peers
+        old_clients.close()
+        log.warning("reloaded %s (spec %s...)", self.spec_path, peers.digest[:16])
+        return True
+
+    def watch_spec(self, stop: threading.Event, interval: float = 1.0) -> None:
+        while not stop.wait(interval):
+            self.reload_if_changed()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.worker.scheduler.shutdown()
-        self.client.close()
+        self._clients.close()
 
 
 def create_app(server: WorkerServer) -> FastAPI:
@@ -188,8 +357,9 @@ def create_app(server: WorkerServer) -> FastAPI:
     app = FastAPI(title=f"MPLang worker {server.node}", docs_url=None, redoc_url=None,
                   openapi_url=None, lifespan=lifespan)
 
-    @app.exception_handler(AuthError)
-    async def _auth_failed(request: Request, exc: AuthError) -> JSONResponse:
+    @app.exception_handler(MPRefusedError)
+    async def _refused(request: Request, exc: MPRefusedError) -> JSONResponse:
+        log.warning("refused %s %s: %s", request.method, request.url.path, exc)
         return _error(exc.status, str(exc))
 
     @app.exception_handler(MPSerializationError)
@@ -197,22 +367,17 @@ def create_app(server: WorkerServer) -> FastAPI:
         return _error(400, str(exc))
 
     @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "node": server.node, "rank": server.rank}
+    async def health(request: Request) -> dict[str, Any]:
+        if server.peers.lookup(peer_of(request.scope)) is None:
+            raise MPRefusedError("certificate not in this party's cluster spec", 403)
+        return {"status": "ok", "node": server.node, "rank": server.rank,
+                "fingerprint": server.identity.fingerprint, "spec": server.peers.digest}
 
-    @app.post("/run")
-    async def run(request: Request) -> Response:
-        header, payload = split_frame((await server.authenticated_body(request))[0])
-        exec_id, scope = _require_str(header, "exec"), _require_str(header, "scope")
-        inputs = _str_or_none_list(header.get("inputs"), "inputs")
-        graph = server.program(payload)
-        if len(inputs) != len(graph.inputs):
-            raise MPSerializationError("the number of inputs does not match the graph")
-        options = _run_options(header, exec_id)
+    async def run_prepared(prepared: Prepared, driver: Peer) -> Response:
         loop = asyncio.get_running_loop()
+        exec_id = prepared.run.exec_id
         try:
-            outputs = await loop.run_in_executor(server.pool, server.run, graph, inputs,
-                                                 exec_id, scope, options)
+            outputs = await loop.run_in_executor(server.pool, server.execute, prepared, driver)
         except MPLangError as e:
             log.info("execution %s failed: %s", exec_id, e)
             return _error(500, str(e), kind=type(e).__name__, party=server.rank,
@@ -224,41 +389,68 @@ def create_app(server: WorkerServer) -> FastAPI:
                           kind="MPRuntimeError", party=server.rank, op=None)
         return JSONResponse({"outputs": outputs})
 
+    @app.post("/prepare")
+    async def prepare(request: Request) -> Response:
+        driver = server.peer(request, "driver")
+        header, payload = split_frame(await server.body(request))
+        server.hold(server.prepare(header, payload, driver))
+        return JSONResponse({"accepted": True})
+
+    @app.post("/run")
+    async def run(request: Request) -> Response:
+        driver = server.peer(request, "driver")
+        header, payload = split_frame(await server.body(request))
+        if len(payload):  # a run on this party alone: prepared and started at once
+            prepared = server.prepare(header, payload, driver)
+        else:
+            prepared = server.take_prepared(_exec_id(header.get("exec")),
+                                            _require_str(header, "scope", _KEY_LIMIT), driver)
+        return await run_prepared(prepared, driver)
+
     @app.post("/fetch")
     async def fetch(request: Request) -> Response:
-        header, _ = split_frame((await server.authenticated_body(request))[0])
-        uri = _require_str(header, "uri")
+        driver = server.peer(request, "driver")
+        header, _ = split_frame(await server.body(request, 1 << 16))
+        uri = _require_str(header, "uri", 256)
         try:
-            value = server.worker.store.get(uri)
-        except MPRuntimeError as e:
+            value = server.worker.store.get(uri, driver.certificate.fingerprint)
+        except MPLangError as e:
             return _error(404, str(e))
         return StreamingResponse(iter(encode_value(value)), media_type="application/octet-stream")
 
     @app.post("/delete")
     async def delete(request: Request) -> Response:
-        header, _ = split_frame((await server.authenticated_body(request))[0])
-        for uri in _str_or_none_list(header.get("uris"), "uris"):
-            if uri is not None:
-                server.worker.store.delete(uri)
-        return JSONResponse({"ok": True})
+        driver = server.peer(request, "driver")
+        header, _ = split_frame(await server.body(request, 1 << 20))
+        deleted = [server.worker.store.delete(uri, driver.certificate.fingerprint)
+                   for uri in _str_or_none_list(header.get("uris"), "uris") if uri is not None]
+        return JSONResponse({"deleted": sum(deleted)})
 
     @app.post("/abort")
     async def abort(request: Request) -> Response:
-        header, _ = split_frame((await server.authenticated_body(request))[0])
-        server.mailbox.abort(_require_str(header, "exec"), _require_str(header, "reason"))
+        driver = server.peer(request, "driver")
+        header, _ = split_frame(await server.body(request, 1 << 16))
+        exec_id = _exec_id(header.get("exec"))
+        server.executions.abort(exec_id, driver.certificate.fingerprint)
+        server.mailbox.abort(exec_id, _require_str(header, "reason"))
         return JSONResponse({"ok": True})
 
     @app.post("/msg")
     async def message(request: Request) -> Response:
-        body, sender = await server.authenticated_body(request)
-        header, payload = split_frame(body)
-        src = header.get("src")
-        if type(src) is not int or not 0 <= src < server.cluster.world_size:
-            raise MPSerializationError("field 'src' must be a party rank")
-        if server.cluster.nodes[src].name != sender:
-            raise AuthError(f"{sender!r} may not send messages as party {src}", 403)
-        tag = (_require_str(header, "exec"), _require_str(header, "key"))
-        server.mailbox.put(src, tag, decode_value(payload))
+        sender = server.peer(request, "node")
+        assert sender.rank is not None
+        exec_id = _exec_id(request.headers.get(H_EXEC))
+        key = request.headers.get(H_KEY) or ""
+        if not key.startswith("/") or len(key) > _KEY_LIMIT:
+            raise MPSerializationError(f"header {H_KEY} must be an op key")
+        declared = request.headers.get("content-length", "")
+        if not declared.isdigit():
+            raise MPRefusedError("a message needs a content-length", 411)
+        server.executions.admit(sender.rank, exec_id, key,
+                                request.headers.get(H_PROGRAM, ""), int(declared),
+                                request.headers.get(H_LINK) == "1")
+        payload = await server.body(request, int(declared))
+        server.mailbox.put(sender.rank, (exec_id, key), decode_value(payload), len(payload))
         return JSONResponse({"ok": True})
 
     return app
@@ -284,12 +476,36 @@ def check_port_free(host: str, port: int) -> None:
                               "(is another worker already running there?)") from None
 
 
-def serve(cluster: ClusterSpec, node: str, secret: bytes, *, timeout: float = 60.0) -> None:
-    """Run ``node``'s worker on the endpoint the spec gives it, until interrupted."""
+def uvicorn_server(server: WorkerServer) -> uvicorn.Server:
+    """The uvicorn server of ``server``'s app on the endpoint its spec gives it."""
+    host, port = _host_port(server.cluster.nodes[server.rank].endpoint)
+    return uvicorn.Server(tls_config(create_app(server), host, port, server.ssl_context,
+                                     timeout_keep_alive=30, timeout_graceful_shutdown=1))
+
+
+def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: float = 60.0,
+          limits: WorkerLimits | None = None, spec_path: str | Path | None = None,
+          on_ready: Callable[[WorkerServer], None] | None = None) -> None:
+    """Run ``node``'s worker on the endpoint the spec gives it, until interrupted; the
+    spec file is reloaded when it changes."""
     host, port = _host_port(cluster.nodes[cluster.rank_of(node)].endpoint)
     check_port_free(host, port)
-    server = WorkerServer(cluster, node, secret, timeout=timeout)
-    tls = cluster.tls
-    uvicorn.run(create_app(server), host=host, port=port, log_level="warning",
-                ssl_certfile=tls.certfile if tls else None,
-                ssl_keyfile=tls.keyfile if tls else None, timeout_keep_alive=30)
+    server = WorkerServer(cluster, node, identity, timeout=timeout, limits=limits,
+                          spec_path=spec_path)
+    userver = uvicorn_server(server)
+    stop = threading.Event()
+    threading.Thread(target=server.watch_spec, args=(stop,), daemon=True,
+                     name="mplang-spec-watch").start()
+
+    async def main() -> None:
+        task = asyncio.create_task(userver.serve())
+        while not userver.started and not task.done():
+            await asyncio.sleep(0.02)
+        if userver.started and on_ready is not None:
+            on_ready(server)
+        await task
+
+    try:
+        asyncio.run(main())
+    finally:
+        stop.set()

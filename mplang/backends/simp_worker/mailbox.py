@@ -1,4 +1,8 @@
-"""A party's mailbox: messages from peers, keyed by (source, tag), with abort."""
+"""A party's mailbox: messages from peers, keyed by (source, tag), with abort.
+
+A mailbox given a capacity holds at most that many payload bytes; a message
+that would exceed it is refused (`MPRefusedError`, 429) instead of queued.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import time
 from collections import deque
 from typing import Any
 
-from mplang.frontend.errors import MPCommunicationError
+from mplang.frontend.errors import MPCommunicationError, MPRefusedError
 from mplang.runtime.backend import Tag
 
 _ABORTED_MEMORY = 4096
@@ -16,18 +20,28 @@ _ABORTED_MEMORY = 4096
 class Mailbox:
     """Messages addressed to one party, keyed by (source, tag)."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, capacity_bytes: int | None = None):
         self.rank = rank
+        self.capacity_bytes = capacity_bytes
         self._cond = threading.Condition()
-        self._messages: dict[tuple[int, Tag], Any] = {}
+        self._messages: dict[tuple[int, Tag], tuple[Any, int]] = {}
+        self._bytes = 0
         self._aborted: dict[str, str] = {}
         self._aborted_order: deque[str] = deque()
 
-    def put(self, src: int, tag: Tag, value: Any) -> None:
+    def put(self, src: int, tag: Tag, value: Any, nbytes: int = 0) -> None:
+        """Queue ``value`` (``nbytes`` on the wire) for a `take`; a later message under the
+        same slot replaces the earlier one."""
         with self._cond:
             if tag[0] in self._aborted:
                 return
-            self._messages[(src, tag)] = value
+            previous = self._messages.get((src, tag))
+            held = self._bytes - (previous[1] if previous else 0)
+            if self.capacity_bytes is not None and held + nbytes > self.capacity_bytes:
+                raise MPRefusedError(f"party {self.rank}'s mailbox is full ({held} of "
+                                     f"{self.capacity_bytes} bytes held)", 429)
+            self._messages[(src, tag)] = (value, nbytes)
+            self._bytes = held + nbytes
             self._cond.notify_all()
 
     def take(self, src: int, tag: Tag, timeout: float) -> Any:
@@ -36,7 +50,9 @@ class Mailbox:
         with self._cond:
             while True:
                 if slot in self._messages:
-                    return self._messages.pop(slot)
+                    value, nbytes = self._messages.pop(slot)
+                    self._bytes -= nbytes
+                    return value
                 reason = self._aborted.get(tag[0])
                 if reason is not None:
                     raise MPCommunicationError(
@@ -56,10 +72,23 @@ class Mailbox:
             self._aborted_order.append(exec_id)
             while len(self._aborted_order) > _ABORTED_MEMORY:
                 self._aborted.pop(self._aborted_order.popleft(), None)
-            for slot in [s for s in self._messages if s[1][0] == exec_id]:
-                del self._messages[slot]
+            self._drop_locked(exec_id, None)
             self._cond.notify_all()
+
+    def drop(self, exec_id: str, scope: str) -> None:
+        """Drop the queued messages of one run (``scope``) of ``exec_id``: nobody takes them."""
+        with self._cond:
+            self._drop_locked(exec_id, scope)
+
+    def _drop_locked(self, exec_id: str, scope: str | None) -> None:
+        for slot in [s for s in self._messages if s[1][0] == exec_id and (
+                scope is None or s[1][1].startswith(scope + "/"))]:
+            self._bytes -= self._messages.pop(slot)[1]
 
     def pending(self) -> int:
         with self._cond:
             return len(self._messages)
+
+    def pending_bytes(self) -> int:
+        with self._cond:
+            return self._bytes

@@ -8,7 +8,7 @@ from typing import Any
 from mplang.edsl.graph import Graph
 from mplang.runtime.backend import Communicator, WorkerEnv, WorkerStates, worker_kernels
 from mplang.runtime.interpreter import Interpreter, KernelTable
-from mplang.runtime.object_store import ObjectStore
+from mplang.runtime.object_store import LOCAL_OWNER, ObjectStore
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
 from mplang.runtime.scheduler import Scheduler
 
@@ -39,16 +39,18 @@ class SimpWorker:
         return worker_kernels()
 
     def run(self, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-            scope: str = "", options: RunOptions = DEFAULT_OPTIONS) -> list[str | None]:
-        """Run ``graph`` on stored inputs; store the outputs this party holds, return their URIs.
+            scope: str = "", options: RunOptions = DEFAULT_OPTIONS,
+            owner: str = LOCAL_OWNER) -> list[str | None]:
+        """Run ``graph`` on stored inputs of ``owner``; store the outputs this party holds
+        for ``owner`` and return their URIs.
 
         With ``options.parallel`` it runs as dataflow on this party's scheduler.
         """
-        inputs = [None if uri is None else self.store.get(uri) for uri in input_uris]
+        inputs = [None if uri is None else self.store.get(uri, owner) for uri in input_uris]
         interp = Interpreter(self.kernels, self.states, party=self.rank, exec_id=exec_id,
                              options=options, scheduler=self.scheduler)
         outputs = interp.run(graph, inputs, scope)
-        return [None if v is None else self.store.put(v) for v in outputs]
+        return [None if v is None else self.store.put(v, owner) for v in outputs]
 
     def recv(self, interp: Interpreter, src: int, key: str) -> Any:
         """The message of party ``src`` for op key ``key`` of ``interp``'s execution,

@@ -1,0 +1,227 @@
+"""What a worker accepts: limits per execution, and the runs it expects messages for.
+
+A peer may send only what a run on this worker expects: the run must be going
+on (registered by the driver's ``/run``, not finished or aborted), the sender
+must be a party of it and run the same program, a typed message carries at
+most the bytes its program's types declare, and link traffic (secure-device
+protocol bytes) stays within a byte and message budget per link. Everything
+else is refused at once (`MPRefusedError`) and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mplang.edsl.graph import Graph
+from mplang.edsl.typing import MPType
+from mplang.frontend.errors import MPRefusedError
+
+log = logging.getLogger("mplang.worker")
+
+GiB = 1 << 30
+SHARE_EXPANSION = 8
+"""Bytes of a secret share or ciphertext per plaintext byte, as an upper bound (two
+128-bit shares of a 32-bit value take 8x)."""
+FRAMING_BYTES = 64 << 10
+"""Allowance for a message's header and codec framing."""
+NOT_YET = "not running here yet"
+"""Marks a refusal the sender may retry: the run was not registered yet."""
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    """What one worker grants; the defaults are strict but fit real programs."""
+
+    max_body_bytes: int = 2 * GiB
+    """Largest request body (program, message or upload)."""
+    max_value_bytes: int = 4 * GiB
+    """Largest value a program may declare (a 10^12-element tensor is refused)."""
+    max_execution_bytes: int = 16 * GiB
+    """Bytes peers may send into one execution."""
+    max_link_bytes: int = 8 * GiB
+    """Link (secure-device protocol) bytes one peer may send into one execution."""
+    max_link_messages: int = 4_000_000
+    """Link messages one peer may send into one execution."""
+    mailbox_bytes: int = 4 * GiB
+    """Bytes of messages waiting to be taken, over all executions."""
+    max_runs: int = 256
+    """Runs going on at once."""
+    max_seconds: float = 24 * 3600.0
+    """Longest run; a driver asking for more is capped."""
+    remembered_runs: int = 200_000
+    """Finished runs remembered (their ids cannot be reused while remembered)."""
+
+
+def declared_bytes(vtype: object) -> int:
+    """The largest number of bytes a value of ``vtype`` may take (0 when it holds no tensor)."""
+    base = vtype.base if isinstance(vtype, MPType) else vtype
+    plain = getattr(base, "plaintext", lambda: None)()
+    if plain is None:
+        return 0
+    size = math.prod(plain.shape) * np.dtype(plain.dtype).itemsize
+    expansion = getattr(base, "expansion", 1.0)
+    return int(size * (SHARE_EXPANSION if expansion is None else max(expansion, 1.0)))
+
+
+def largest_message(graph: Graph, limits: WorkerLimits) -> int:
+    """The most bytes one typed message of ``graph`` may carry: the largest sum of one
+    op's results. Raises `MPRefusedError` (413) for a value over the worker's limit."""
+    largest = 0
+    for op in graph.walk():
+        total = 0
+        for value in op.outputs:
+            size = declared_bytes(value.type)
+            if size > limits.max_value_bytes:
+                where = f" at {op.loc}" if op.loc else ""
+                raise MPRefusedError(
+                    f"op {op.opcode}{where} declares a value {value.type} of {size} bytes, over "
+                    f"this worker's limit of {limits.max_value_bytes} bytes", 413)
+            total += size
+        largest = max(largest, total)
+    return largest + FRAMING_BYTES
+
+
+@dataclass
+class Run:
+    """One ``/run`` of an execution on this worker."""
+
+    exec_id: str
+    scope: str
+    driver: str
+    """Fingerprint of the driver that started it."""
+    program: str
+    """Digest of the program it runs (peers must run the same)."""
+    parties: frozenset[int]
+    max_message: int
+    deadline: float
+    received: int = 0
+    links: dict[int, list[int]] = field(default_factory=dict)
+    """Per sending party: [link bytes, link messages]."""
+
+
+class Executions:
+    """The runs going on at one worker, and the memory of finished ones."""
+
+    def __init__(self, rank: int, limits: WorkerLimits):
+        self.rank = rank
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._running: dict[str, dict[str, Run]] = {}
+        self._owners: OrderedDict[str, str] = OrderedDict()
+        """exec id -> driver fingerprint, for running and remembered executions."""
+        self._finished: OrderedDict[str, list[str]] = OrderedDict()
+        """exec id -> the scopes of its runs that ended here."""
+        self._aborted: OrderedDict[str, None] = OrderedDict()
+
+    def begin(self, exec_id: str, scope: str, driver: str, program: str, graph: Graph,
+              parties: frozenset[int], timeout: float | None) -> Run:
+        """Register a run; refuses a reused id, another driver's execution, an aborted
+        one, or one over the limits."""
+        max_message = largest_message(graph, self.limits)
+        seconds = min(timeout or self.limits.max_seconds, self.limits.max_seconds)
+        with self._lock:
+            owner = self._owners.get(exec_id)
+            if owner is not None and owner != driver:
+                raise MPRefusedError(f"execution {exec_id} belongs to another driver", 403)
+            if exec_id in self._aborted:
+                raise MPRefusedError(f"execution {exec_id} was aborted", 409)
+            runs = self._running.setdefault(exec_id, {})
+            if scope in runs or scope in self._finished.get(exec_id, ()):
+                raise MPRefusedError(f"execution id {exec_id} (scope {scope!r}) was already "
+                                     "used on this worker", 409)
+            if sum(len(r) for r in self._running.values()) >= self.limits.max_runs:
+                if not runs:
+                    del self._running[exec_id]
+                raise MPRefusedError(f"this worker already runs {self.limits.max_runs} "
+                                     "programs", 429)
+            run = Run(exec_id, scope, driver, program, parties, max_message,
+                      time.monotonic() + seconds)
+            runs[scope] = run
+            self._remember(self._owners, exec_id, driver)
+            return run
+
+    def end(self, run: Run) -> None:
+        with self._lock:
+            runs = self._running.get(run.exec_id, {})
+            runs.pop(run.scope, None)
+            if not runs:
+                self._running.pop(run.exec_id, None)
+            scopes = self._finished.get(run.exec_id, [])
+            scopes.append(run.scope)
+            self._remember(self._finished, run.exec_id, scopes)
+
+    def abort(self, exec_id: str, driver: str) -> None:
+        """Mark ``exec_id`` aborted (also before its run arrives); only its driver may."""
+        with self._lock:
+            owner = self._owners.get(exec_id)
+            if owner is not None and owner != driver:
+                raise MPRefusedError(f"execution {exec_id} belongs to another driver", 403)
+            self._remember(self._owners, exec_id, driver)
+            self._remember(self._aborted, exec_id, None)
+
+    def admit(self, src: int, exec_id: str, key: str, program: str, nbytes: int,
+              link: bool) -> None:
+        """Check one peer message against the run that expects it; count its bytes."""
+        with self._lock:
+            if exec_id in self._aborted:
+                raise MPRefusedError(f"execution {exec_id} was aborted", 410)
+            run = self._run_for(exec_id, key)
+            if run is None:
+                if any(key.startswith(s + "/") for s in self._finished.get(exec_id, ())):
+                    raise MPRefusedError(f"execution {exec_id} has ended here", 410)
+                raise MPRefusedError(f"execution {exec_id} is {NOT_YET}", 409)
+            if src not in run.parties:
+                raise MPRefusedError(f"party {src} takes no part in execution {exec_id}", 403)
+            if program != run.program:
+                raise MPRefusedError(f"party {src} runs another program under execution "
+                                     f"{exec_id}", 409)
+            if time.monotonic() > run.deadline:
+                raise MPRefusedError(f"execution {exec_id} ran past its time limit", 410)
+            if run.received + nbytes > self.limits.max_execution_bytes:
+                raise MPRefusedError(f"execution {exec_id} would receive more than "
+                                     f"{self.limits.max_execution_bytes} bytes", 413)
+            if link:
+                counts = run.links.setdefault(src, [0, 0])
+                if counts[0] + nbytes > self.limits.max_link_bytes or \
+                        counts[1] + 1 > self.limits.max_link_messages:
+                    raise MPRefusedError(f"party {src}'s link traffic into execution {exec_id} "
+                                         "is over its budget", 413)
+                counts[0] += nbytes
+                counts[1] += 1
+            elif nbytes > run.max_message:
+                raise MPRefusedError(f"a message of {nbytes} bytes for {key[:200]} is larger "
+                                     f"than the program's types allow ({run.max_message})", 413)
+            run.received += nbytes
+
+    def _run_for(self, exec_id: str, key: str) -> Run | None:
+        runs = self._running.get(exec_id)
+        if not runs:
+            return None
+        best: Run | None = None
+        for scope, run in runs.items():
+            if key.startswith(scope + "/") and (best is None or len(scope) > len(best.scope)):
+                best = run
+        return best
+
+    def program_of(self, exec_id: str, key: str) -> str:
+        """The program digest of this worker's own run that ``key`` belongs to."""
+        with self._lock:
+            run = self._run_for(exec_id, key)
+            return run.program if run is not None else ""
+
+    def running(self) -> int:
+        with self._lock:
+            return sum(len(r) for r in self._running.values())
+
+    def _remember(self, table: OrderedDict, key: object, value: object) -> None:
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > self.limits.remembered_runs:
+            table.popitem(last=False)

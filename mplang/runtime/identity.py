@@ -1,0 +1,254 @@
+"""Party identities: a key pair and a self-signed X.509 certificate per node and driver.
+
+A party is known by the SHA-256 fingerprint of its certificate. Cluster specs
+list certificates only; a private key stays in its owner's file and is read
+only to build the owner's own TLS contexts (`LocalIdentity` cannot be pickled
+or serialized). Every connection is mutual TLS 1.3, each side pinned to the
+one certificate the spec gives for the peer it expects.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import ssl
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from mplang.frontend.errors import MPLangError
+
+DEFAULT_VALIDITY_DAYS = 365
+NAME_LIMIT = 64
+
+
+class IdentityError(MPLangError, ValueError):
+    """A key or certificate is missing, unreadable, expired or does not match."""
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """A party's public certificate: PEM text, its SHA-256 fingerprint and validity."""
+
+    pem: str
+    fingerprint: str
+    subject: str
+    not_before: dt.datetime
+    not_after: dt.datetime
+
+    def expired(self, now: dt.datetime | None = None) -> bool:
+        now = now or dt.datetime.now(dt.UTC)
+        return not self.not_before <= now <= self.not_after
+
+    @property
+    def short(self) -> str:
+        """The first 16 hex digits of the fingerprint (for messages)."""
+        return self.fingerprint[:16]
+
+
+def fingerprint_der(der: bytes) -> str:
+    """The SHA-256 fingerprint (lowercase hex) of a DER-encoded certificate."""
+    return hashlib.sha256(der).hexdigest()
+
+
+def format_fingerprint(fingerprint: str) -> str:
+    """``AB:CD:...``: the form ``openssl x509 -fingerprint -sha256`` prints."""
+    return ":".join(fingerprint[i:i + 2] for i in range(0, len(fingerprint), 2)).upper()
+
+
+def parse_certificate(pem: str | bytes, where: str = "certificate") -> Certificate:
+    """A `Certificate` from PEM text; raises `IdentityError` naming ``where``."""
+    data = pem.encode() if isinstance(pem, str) else pem
+    try:
+        cert = x509.load_pem_x509_certificate(data)
+    except ValueError as e:
+        raise IdentityError(f"{where}: not a PEM certificate ({e})") from None
+    der = cert.public_bytes(serialization.Encoding.DER)
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    subject = str(names[0].value) if names else ""
+    return Certificate(cert.public_bytes(serialization.Encoding.PEM).decode(),
+                       fingerprint_der(der), subject, cert.not_valid_before_utc,
+                       cert.not_valid_after_utc)
+
+
+def load_certificate(value: str, base_dir: str | os.PathLike[str] | None = None,
+                     where: str = "certificate") -> Certificate:
+    """A certificate given as PEM text or as a path (relative to ``base_dir``)."""
+    if "-----BEGIN CERTIFICATE-----" in value:
+        return parse_certificate(value, where)
+    path = Path(value)
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    try:
+        text = path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as e:
+        raise IdentityError(f"{where}: cannot read {path}: {e}") from None
+    return parse_certificate(text, f"{where} ({path})")
+
+
+def _check_name(name: str) -> None:
+    if not name or len(name) > NAME_LIMIT or not all(c.isalnum() or c in "-_." for c in name):
+        raise IdentityError(f"invalid identity name {name!r}: use letters, digits, '-', '_' "
+                            f"and '.' (at most {NAME_LIMIT})")
+
+
+def keygen(name: str, out_dir: str | os.PathLike[str], *,
+           days: int = DEFAULT_VALIDITY_DAYS, overwrite: bool = False) -> Certificate:
+    """Write ``out_dir/NAME.key`` (mode 0600) and ``out_dir/NAME.crt``: a new ECDSA P-256
+    key and a self-signed certificate for ``name`` valid for ``days``."""
+    _check_name(name)
+    if days <= 0:
+        raise IdentityError("a certificate must be valid for at least one day")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    key_path, cert_path = out / f"{name}.key", out / f"{name}.crt"
+    if not overwrite and (key_path.exists() or cert_path.exists()):
+        raise IdentityError(f"{key_path} or {cert_path} already exists (delete it first to "
+                            "make a new identity)")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name),
+                         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "mplang party")])
+    public = key.public_key()
+    cert = (x509.CertificateBuilder()
+            .subject_name(subject).issuer_name(subject).public_key(public)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=True, key_cert_sign=False,
+                                         crl_sign=False, encipher_only=False,
+                                         decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(public),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    pem_key = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    fd = os.open(key_path, flags, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem_key)
+    os.chmod(key_path, 0o600)
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    cert_path.write_bytes(cert_pem)
+    return parse_certificate(cert_pem, str(cert_path))
+
+
+class LocalIdentity:
+    """This process's own identity: the path of its private key and its certificate.
+
+    The key is read only into this process's TLS contexts; the object refuses to
+    be pickled, copied into a spec, or printed with its key.
+    """
+
+    __slots__ = ("certificate", "key_path", "name")
+
+    def __init__(self, name: str, key_path: Path, certificate: Certificate):
+        self.name = name
+        self.key_path = key_path
+        self.certificate = certificate
+
+    @property
+    def fingerprint(self) -> str:
+        return self.certificate.fingerprint
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a LocalIdentity holds a private key and never leaves its owner")
+
+    def __repr__(self) -> str:
+        return f"LocalIdentity({self.name!r}, sha256 {self.certificate.short}...)"
+
+    def server_context(self, trusted: Iterable[Certificate]) -> ssl.SSLContext:
+        """A TLS 1.3 server context presenting this identity and requiring a client
+        certificate among ``trusted`` (the caller maps the peer's fingerprint to a party)."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._configure(ctx)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        trust(ctx, trusted)
+        return ctx
+
+    def client_context(self, peer: Certificate) -> ssl.SSLContext:
+        """A TLS 1.3 client context presenting this identity that accepts exactly ``peer``."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        self._configure(ctx)
+        ctx.check_hostname = False  # pinned to one certificate: names add nothing
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        trust(ctx, [peer])
+        return ctx
+
+    def _configure(self, ctx: ssl.SSLContext) -> None:
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+        with _certificate_file(self.certificate) as cert_file:
+            try:
+                ctx.load_cert_chain(cert_file, self.key_path)
+            except ssl.SSLError as e:
+                raise IdentityError(f"{self.key_path} is not the key of certificate "
+                                    f"{self.certificate.short}...: {e}") from None
+
+
+def trust(ctx: ssl.SSLContext, certificates: Iterable[Certificate]) -> None:
+    """Add ``certificates`` as trust anchors of ``ctx``."""
+    pems = "".join(c.pem for c in certificates)
+    if pems:
+        ctx.load_verify_locations(cadata=pems)
+
+
+class _certificate_file:
+    """A private temporary file holding a certificate (``load_cert_chain`` takes paths)."""
+
+    def __init__(self, certificate: Certificate):
+        self._pem = certificate.pem
+
+    def __enter__(self) -> str:
+        import tempfile
+        fd, self._path = tempfile.mkstemp(prefix="mplang-cert-", suffix=".crt")
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(self._pem)
+        return self._path
+
+    def __exit__(self, *exc: Any) -> None:
+        os.unlink(self._path)
+
+
+def load_identity(key_path: str | os.PathLike[str],
+                  cert_path: str | os.PathLike[str] | None = None) -> LocalIdentity:
+    """The identity of ``key_path``, whose certificate is ``cert_path`` (default: the same
+    path with ``.crt``). Refuses a key file that others can read."""
+    key = Path(key_path)
+    if not key.is_file():
+        raise IdentityError(f"no key file at {key} (make one with: mplang keygen --name NAME "
+                            f"--out DIR)")
+    mode = key.stat().st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise IdentityError(f"{key} can be read by other users (mode {oct(mode & 0o777)}); "
+                            f"run: chmod 600 {key}")
+    cert = load_certificate(str(Path(cert_path) if cert_path else key.with_suffix(".crt")),
+                            where=f"certificate of {key.name}")
+    if cert.expired():
+        raise IdentityError(f"certificate {cert.subject} ({cert.short}...) is not valid now: "
+                            f"valid {cert.not_before:%Y-%m-%d} to {cert.not_after:%Y-%m-%d}")
+    return LocalIdentity(cert.subject or key.stem, key, cert)
+
+
+def peer_certificate(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None:
+    """The fingerprint of the certificate the peer presented in the handshake."""
+    if ssl_object is None:
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    return fingerprint_der(der) if der else None

@@ -1,0 +1,123 @@
+"""Native payloads checked in a helper process before this process parses them.
+
+Some op attributes are bytes that C++ code parses without verifying them (a
+StableHLO module, say): a malformed one received from another party can abort
+or corrupt the process that parses it. A `NativePayloadChecker` hands each
+distinct payload first to a long-lived helper process (started with ``spawn``,
+restarted if it dies) that runs the same parsing; only payloads the helper
+accepted are ever parsed here. Parsing identical bytes is deterministic, so
+what survived the helper is safe in this process too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import signal
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+
+from mplang.dialects.common import LRUCache
+from mplang.frontend.errors import MPSerializationError
+
+MAX_MESSAGE = 500
+"""Characters of a helper's error message kept in the refusal."""
+
+
+def _serve(conn: Connection, check: Callable[[bytes], None]) -> None:
+    """The helper's loop: answer each payload with "" (accepted) or the error it raised."""
+    while True:
+        try:
+            payload = conn.recv_bytes()
+        except EOFError:
+            return
+        try:
+            check(payload)
+            verdict = ""
+        except Exception as e:
+            verdict = f"{type(e).__name__}: {e}"[:MAX_MESSAGE]
+        conn.send_bytes(verdict.encode())
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"signal {-code}, {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
+
+
+class NativePayloadChecker:
+    """Runs ``check(payload)`` in a helper process; `check` refuses payloads it rejected,
+    crashed on, or did not finish within ``timeout`` seconds.
+
+    ``check`` must be a module-level function (the helper imports it by name) that
+    raises on a bad payload. Verdicts are cached by SHA-256 digest (the last
+    ``cache_size`` payloads; timeouts are not cached). Thread-safe: one helper
+    serves this process, one payload at a time.
+    """
+
+    def __init__(self, check: Callable[[bytes], None], what: str, *, timeout: float = 120.0,
+                 cache_size: int = 4096):
+        self._check = check
+        self.what = what
+        """What the payloads are, for messages (``run_jax module``)."""
+        self.timeout = timeout
+        self._verdicts = LRUCache(cache_size)
+        self._lock = threading.Lock()
+        self._helper: tuple[BaseProcess, Connection] | None = None
+
+    def check(self, payload: bytes, where: str) -> None:
+        """Return if the helper accepted ``payload``; raise `MPSerializationError` starting
+        with ``where`` (the op) otherwise."""
+        digest = hashlib.sha256(payload).digest()
+        with self._lock:
+            verdict: str | None = self._verdicts.lookup(digest)
+            if verdict is None:
+                verdict, final = self._ask(payload)
+                if final:
+                    self._verdicts.store(digest, verdict)
+        if verdict:
+            raise MPSerializationError(f"{where}: {self.what} rejected: {verdict}")
+
+    def _ask(self, payload: bytes) -> tuple[str, bool]:
+        """(verdict, whether it may be cached) from the helper, restarting it if it died."""
+        proc, conn = self._helper or self._start()
+        try:
+            conn.send_bytes(payload)
+            if conn.poll(self.timeout):
+                return conn.recv_bytes().decode(), True
+        except (EOFError, OSError):
+            return (f"the native payload crashed its verifier "
+                    f"({_exit_reason(self._stop())})", True)
+        self._stop()
+        return f"its verifier did not finish within {self.timeout:g} s", False
+
+    def _start(self) -> tuple[BaseProcess, Connection]:
+        ctx = multiprocessing.get_context("spawn")
+        ours, theirs = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(theirs, self._check), daemon=True,
+                           name=f"mplang-check-{self.what.replace(' ', '-')}")
+        proc.start()
+        theirs.close()
+        self._helper = (proc, ours)
+        return self._helper
+
+    def _stop(self) -> int | None:
+        """End the helper (if still running); its exit code."""
+        assert self._helper is not None
+        proc, conn = self._helper
+        self._helper = None
+        conn.close()
+        proc.kill()
+        proc.join()
+        return proc.exitcode
+
+    def close(self) -> None:
+        """Stop the helper (a later check starts a new one)."""
+        with self._lock:
+            if self._helper is not None:
+                self._stop()
