@@ -1,40 +1,83 @@
-"""Helpers for the HTTP runtime tests: ports, cluster specs, request signing,
-request bodies and in-process workers.
+"""Helpers for the HTTP runtime tests: ports, cluster specs with identities, request
+bodies and in-process workers.
 
-Valid requests are signed with mplang's own `Signer`; forged ones change one
-thing (the secret, the signing time, a header, the body) so each check tests
-exactly one refusal.
+Every test cluster is a development cluster: a key pair per node and for the
+drivers ``driver`` and ``driver2``, plus ``mallory``, a key pair with a valid
+certificate that no spec lists. Requests go over real mutual TLS; a forged
+request changes one thing (the certificate, the role, the spec digest, the body)
+so each check tests exactly one refusal.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import uvicorn
+import httpx
+import yaml
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.simp_worker.http import WorkerServer, create_app
+from mplang.backends.http_client import SPEC_HEADER
+from mplang.backends.simp_worker.executions import WorkerLimits
+from mplang.backends.simp_worker.http import WorkerServer, uvicorn_server
 from mplang.backends.wire import encode_value_bytes, pack_message
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.runtime import auth
-from mplang.runtime.auth import Signer
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.runtime.identity import LocalIdentity, keygen, load_identity
+from mplang.runtime.local_cluster import LocalCluster, write_dev_cluster
 
-SECRET = b"mplang-http-tests-" + b"5f3c9a1e7b2d4c68"
-"""The cluster secret of every test cluster (at least 16 bytes)."""
-WRONG_SECRET = b"not-the-cluster-secret-0123456789"
+DRIVERS = ("driver", "driver2")
+"""The drivers every test spec lists."""
+STRANGER = "mallory"
+"""A key pair with a valid certificate that no spec lists."""
+
+
+@dataclass
+class DevCluster:
+    """A spec file with certificates and the folder holding every party's key."""
+
+    spec_path: Path
+    keys: Path
+
+    @property
+    def spec(self) -> mp.ClusterSpec:
+        return mp.ClusterSpec.from_yaml(self.spec_path)
+
+    def identity(self, name: str) -> LocalIdentity:
+        return load_identity(self.keys / f"{name}.key")
+
+    def client(self, name: str, rank: int, *, pin: int | None = None) -> httpx.Client:
+        """An HTTPS client presenting ``name``'s certificate to worker ``rank`` (pinned to
+        the certificate of worker ``pin``, by default ``rank``)."""
+        spec = self.spec
+        cert = spec.nodes[rank if pin is None else pin].certificate
+        assert cert is not None
+        return httpx.Client(verify=self.identity(name).client_context(cert), timeout=30.0,
+                            base_url=spec.base_urls()[rank],
+                            headers={SPEC_HEADER: spec.digest()})
+
+
+def dev_cluster(tmp: Path, spec: mp.ClusterSpec) -> DevCluster:
+    """Write ``spec`` with new keys for its nodes, `DRIVERS` and `STRANGER` under ``tmp``."""
+    path = write_dev_cluster(spec, tmp, drivers=DRIVERS)
+    keygen(STRANGER, tmp / "keys")
+    return DevCluster(path, tmp / "keys")
+
+
+def rewrite_spec(cluster: DevCluster, edit: Any) -> None:
+    """Apply ``edit`` to the spec file's data (a dict) and write it back."""
+    data = yaml.safe_load(cluster.spec_path.read_text())
+    edit(data)
+    cluster.spec_path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 # ---------------------------------------------------------------- ports and specs
@@ -88,27 +131,7 @@ def wait_ports_free(ports: list[int], timeout: float = 15.0) -> list[int]:
     return busy
 
 
-# ---------------------------------------------------------------- signed requests
-
-
-def signed(secret: bytes, sender: str, path: str, body: bytes, *,
-           timestamp: float | None = None) -> tuple[dict[str, str], bytes]:
-    """Headers and wire content of a POST of ``body`` signed by ``sender`` with ``secret``
-    (mplang's own `Signer`; ``timestamp`` forges the signing time)."""
-    signer = Signer(secret, sender)
-    if timestamp is None:
-        headers = signer.headers("POST", path)
-    else:
-        real = auth.time
-        auth.time = SimpleNamespace(time=lambda: timestamp,  # type: ignore[assignment]
-                                    monotonic=real.monotonic)
-        try:
-            headers = signer.headers("POST", path)
-        finally:
-            auth.time = real
-    content = b"".join(bytes(c) for c in signer.body(headers, [body]))
-    headers["content-type"] = "application/octet-stream"
-    return headers, content
+# ---------------------------------------------------------------- request bodies
 
 
 def frame(header: dict[str, Any], *payload: bytes) -> bytes:
@@ -117,10 +140,13 @@ def frame(header: dict[str, Any], *payload: bytes) -> bytes:
 
 
 def run_body(graph: Graph, inputs: list[str | None] | None = None,
-             exec_id: str | None = None) -> bytes:
-    """A ``/run`` body for ``graph``."""
-    return frame({"exec": exec_id or uuid.uuid4().hex, "scope": "", "inputs": inputs or [],
-                  "progress": False}, encode_graph_bundle(graph, {}))
+             exec_id: str | None = None, parties: list[int] | None = None) -> bytes:
+    """A ``/run`` (or ``/prepare``) body for ``graph``."""
+    header: dict[str, Any] = {"exec": exec_id or uuid.uuid4().hex, "scope": "",
+                              "inputs": inputs or [], "progress": False}
+    if parties is not None:
+        header["parties"] = parties
+    return frame(header, encode_graph_bundle(graph, {}))
 
 
 def local_graph(value: int = 5) -> Graph:
@@ -136,14 +162,17 @@ def tiny_graph(value: int = 5) -> Graph:
     return mp.compile(lambda: simp.constant((0,), value), world_size=3).graph
 
 
-ENDPOINTS = ("/run", "/fetch", "/delete", "/abort", "/msg")
-"""Every endpoint that needs a signed request."""
+DRIVER_ENDPOINTS = ("/prepare", "/run", "/fetch", "/delete", "/abort")
+"""The endpoints only a listed driver may use."""
+ENDPOINTS = (*DRIVER_ENDPOINTS, "/msg")
 
 
 def valid_body(path: str) -> bytes:
     """A well-formed body for ``path`` (what a legitimate client would send)."""
     if path == "/run":
         return run_body(local_graph())
+    if path == "/prepare":
+        return run_body(local_graph(), parties=[0])
     if path == "/fetch":
         return frame({"uri": "no-such-object"})
     if path == "/delete":
@@ -151,23 +180,29 @@ def valid_body(path: str) -> bytes:
     if path == "/abort":
         return frame({"exec": uuid.uuid4().hex, "reason": "test"})
     if path == "/msg":
-        return frame({"src": 1, "exec": uuid.uuid4().hex, "key": "/0"}, encode_value_bytes(7))
+        return encode_value_bytes(7)
     raise ValueError(path)
+
+
+def msg_headers(exec_id: str | None = None, key: str = "/0", program: str = "",
+                link: bool = False) -> dict[str, str]:
+    """The headers of a peer message."""
+    return {"x-mplang-exec": exec_id or uuid.uuid4().hex, "x-mplang-key": key,
+            "x-mplang-program": program, "x-mplang-link": "1" if link else "0"}
 
 
 # ---------------------------------------------------------------- in-process workers
 
 
 class ThreadWorker:
-    """One node's worker served by uvicorn on a thread of the test process, so its
-    state (mailbox, object store) can be inspected."""
+    """One node's worker served over mutual TLS on a thread of the test process, so its
+    state (mailbox, object store, executions) can be inspected."""
 
-    def __init__(self, spec: mp.ClusterSpec, node: str, secret: bytes, timeout: float = 30.0):
-        self.server = WorkerServer(spec, node, secret, timeout=timeout)
-        host, port = spec.nodes[spec.rank_of(node)].endpoint.split(":")
-        config = uvicorn.Config(create_app(self.server), host=host, port=int(port),
-                                log_level="warning", lifespan="on")
-        self._uvicorn = uvicorn.Server(config)
+    def __init__(self, cluster: DevCluster, node: str, timeout: float = 30.0,
+                 limits: WorkerLimits | None = None):
+        self.server = WorkerServer(cluster.spec, node, cluster.identity(node), timeout=timeout,
+                                   limits=limits, spec_path=cluster.spec_path)
+        self._uvicorn = uvicorn_server(self.server)
         self._thread = threading.Thread(target=self._uvicorn.run, daemon=True,
                                         name=f"uvicorn-{node}")
 
@@ -193,16 +228,11 @@ def mplang_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "mplang.cli"]
 
 
-def worker_env(secret: bytes = SECRET) -> dict[str, str]:
-    """This process's environment with the cluster secret set."""
-    return {**os.environ, "MPLANG_CLUSTER_SECRET": secret.decode()}
-
-
 @contextlib.contextmanager
 def running_cluster(spec: mp.ClusterSpec, *, plugins: list[str] | None = None,
                     timeout: float = 60.0) -> Iterator[LocalCluster]:
-    """Worker processes for ``spec`` (signed with `SECRET`), stopped on exit."""
-    cluster = LocalCluster(spec, SECRET, plugins=plugins)
+    """Worker processes for ``spec`` (new development keys), stopped on exit."""
+    cluster = LocalCluster(spec, plugins=plugins)
     try:
         cluster.start(timeout=timeout)
         yield cluster
@@ -214,7 +244,7 @@ def running_cluster(spec: mp.ClusterSpec, *, plugins: list[str] | None = None,
 def connected_driver(cluster: LocalCluster) -> Iterator[mp.Driver]:
     """A driver for ``cluster`` with bounded waits (a hung worker fails a test instead
     of stalling the session), closed on exit."""
-    driver = mp.Driver(cluster.cluster, secret=SECRET, timeout=30.0, run_timeout=120.0)
+    driver = cluster.driver(timeout=30.0, run_timeout=120.0)
     try:
         yield driver
     finally:

@@ -21,7 +21,6 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import yaml
 from jax import lax
 
 import mplang as mp
@@ -155,20 +154,19 @@ def test_worker_killed_during_an_spu_op(local_cluster: LocalCluster,
                                atol=2e-3)
 
 
-def test_survivors_drop_the_abandoned_execution_messages() -> None:
+def test_survivors_drop_the_abandoned_execution_messages(tmp_path: Path) -> None:
     """Parties 0 and 2 run in this process (their mailboxes are visible), party 1 is
     a worker process that gets killed: the message party 2 queued at party 0 for the
     abandoned execution is dropped, and nothing else is left behind."""
-    spec = support.make_spec(support.free_ports(3))
-    survivors = {rank: support.ThreadWorker(spec, f"node_{rank}", support.SECRET)
-                 for rank in (0, 2)}
-    remote = LocalCluster(spec, support.SECRET)
+    dev = support.dev_cluster(tmp_path, support.make_spec(support.free_ports(3)))
+    survivors = {rank: support.ThreadWorker(dev, f"node_{rank}") for rank in (0, 2)}
+    remote = LocalCluster(dev.spec_path)
     driver = None
     try:
         for worker in survivors.values():
             worker.start()
         remote.start_node("node_1")
-        driver = mp.Driver(spec, secret=support.SECRET)
+        driver = mp.Driver(dev.spec_path)
         assert ring_values(driver, "launch") == [15, 1, 8]
 
         thread, outcome = evaluate_in_thread(driver, stuck_on_party_1, "launch")
@@ -254,13 +252,11 @@ def busy_port() -> Iterator[int]:
 
 def test_worker_refuses_a_port_in_use(busy_port: int, tmp_path: Path) -> None:
     (other,) = support.free_ports(1)
-    spec = support.spec_dict([busy_port, other, *support.free_ports(1)])
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    result = subprocess.run([*support.mplang_command(), "worker", "--cluster", str(path),
-                             "--node", "node_0"],
-                            env=support.worker_env(), capture_output=True, text=True,
-                            timeout=60)
+    dev = support.dev_cluster(tmp_path, support.make_spec([busy_port, other,
+                                                          *support.free_ports(1)]))
+    result = subprocess.run([*support.mplang_command(), "worker", "--cluster",
+                             str(dev.spec_path), "--node", "node_0"],
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert str(busy_port) in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr

@@ -1,6 +1,8 @@
-"""``mplang up --cluster cluster.yaml``: starts every node of the spec, prints each
-node's endpoint and that the workers are healthy, serves programs, and stops
-every worker on Ctrl-C (SIGINT), leaving their ports free."""
+"""``mplang init`` then ``mplang up --cluster DIR/cluster.yaml``: starts every node of
+the spec with its own key, prints each node's endpoint and that the workers are
+ready, serves programs over mutual TLS, and stops every worker on Ctrl-C
+(SIGINT) and SIGTERM, leaving their ports free; workers whose ``mplang up`` is
+killed exit on their own."""
 
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 import mplang as mp
 from mplang import simp
+from mplang.runtime.identity import format_fingerprint, load_certificate
 from tests.http import support
 
 
@@ -41,14 +43,23 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-@pytest.mark.parametrize("ctrl_c", ["sigint_to_mplang_up", "sigint_to_process_group"])
-def test_mplang_up_starts_all_nodes_and_ctrl_c_stops_them(tmp_path: Path, ctrl_c: str) -> None:
-    ports = support.free_ports(3)
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(support.spec_dict(ports)))
+def _init(tmp_path: Path, nodes: int = 3) -> Path:
+    result = subprocess.run([*support.mplang_command(), "init", "--nodes", str(nodes),
+                             "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "development on this machine only" in result.stdout
+    return tmp_path / "cluster.yaml"
+
+
+@pytest.mark.parametrize("stop", ["sigint_to_mplang_up", "sigint_to_process_group",
+                                  "sigterm_to_mplang_up", "sigkill_to_mplang_up"])
+def test_mplang_up_starts_all_nodes_and_stops_them(tmp_path: Path, stop: str) -> None:
+    path = _init(tmp_path)
+    spec = mp.ClusterSpec.from_yaml(path)
+    ports = [int(n.endpoint.rsplit(":", 1)[1]) for n in spec.nodes]
     proc = subprocess.Popen([*support.mplang_command(), "up", "--cluster", str(path)],
-                            env=support.worker_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
@@ -62,9 +73,9 @@ def test_mplang_up_starts_all_nodes_and_ctrl_c_stops_them(tmp_path: Path, ctrl_c
     try:
         printed: list[str] = []
         deadline = time.monotonic() + 60
-        while not any("healthy" in line for line in printed):
+        while not any("ready" in line for line in printed):
             remaining = deadline - time.monotonic()
-            assert remaining > 0, f"no 'healthy' line within 60 s: {printed}"
+            assert remaining > 0, f"no 'ready' line within 60 s: {printed}"
             try:
                 line = lines.get(timeout=remaining)
             except queue.Empty:
@@ -72,25 +83,30 @@ def test_mplang_up_starts_all_nodes_and_ctrl_c_stops_them(tmp_path: Path, ctrl_c
             assert line is not None, f"mplang up exited: {printed} {proc.stderr.read()}"
             printed.append(line)
         for i, port in enumerate(ports):
-            assert any(f"node_{i}" in line and f"127.0.0.1:{port}" in line for line in printed), \
+            assert any(f"node_{i}: https://127.0.0.1:{port}" in line for line in printed), \
                 (i, printed)
 
         workers = _children(proc.pid)
         assert len(workers) == 3 and all(_alive(pid) for pid in workers), workers
-        with httpx.Client(timeout=5) as client:
+        with httpx.Client(timeout=5) as client:  # plain HTTP is refused
             for port in ports:
-                assert client.get(f"http://127.0.0.1:{port}/health").status_code == 200
-        driver = mp.Driver(path, secret=support.SECRET)
+                with pytest.raises(httpx.TransportError):
+                    client.get(f"http://127.0.0.1:{port}/health")
+        driver = mp.Driver(path, key=tmp_path / "keys" / "driver.key")
         try:
             out = mp.evaluate(driver, lambda: simp.shuffle(simp.prank() * 3, 2 - simp.prank()))
             assert [int(v) for v in mp.fetch(driver, out)] == [6, 3, 0]
         finally:
             driver.close()
 
-        if ctrl_c == "sigint_to_mplang_up":
+        if stop == "sigint_to_mplang_up":
             proc.send_signal(signal.SIGINT)  # only `mplang up` itself must stop its workers
-        else:
+        elif stop == "sigint_to_process_group":
             os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        elif stop == "sigterm_to_mplang_up":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            proc.send_signal(signal.SIGKILL)  # the workers notice their parent is gone
         proc.wait(timeout=30)
         assert proc.stderr is not None
         stderr = proc.stderr.read()
@@ -101,10 +117,6 @@ def test_mplang_up_starts_all_nodes_and_ctrl_c_stops_them(tmp_path: Path, ctrl_c
             time.sleep(0.1)
         assert not [pid for pid in workers if _alive(pid)], "workers outlived mplang up"
         assert support.wait_ports_free(ports) == []
-        with httpx.Client(timeout=2) as client:
-            for port in ports:
-                with pytest.raises(httpx.ConnectError):
-                    client.get(f"http://127.0.0.1:{port}/health")
     finally:  # never leave processes behind, whatever failed
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -115,14 +127,13 @@ def test_mplang_up_starts_all_nodes_and_ctrl_c_stops_them(tmp_path: Path, ctrl_c
                     os.kill(pid, signal.SIGKILL)
 
 
-def test_mplang_up_without_a_secret_fails_clearly(tmp_path: Path) -> None:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(support.spec_dict(support.free_ports(3))))
-    env = {k: v for k, v in os.environ.items() if k != "MPLANG_CLUSTER_SECRET"}
-    result = subprocess.run([*support.mplang_command(), "up", "--cluster", str(path)], env=env,
+def test_mplang_up_without_keys_fails_clearly(tmp_path: Path) -> None:
+    path = _init(tmp_path)
+    (tmp_path / "keys" / "node_1.key").unlink()
+    result = subprocess.run([*support.mplang_command(), "up", "--cluster", str(path)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
-    assert "MPLANG_CLUSTER_SECRET" in result.stderr and "Traceback" not in result.stderr
+    assert "node_1.key" in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
 def test_mplang_up_with_a_busy_port_fails_and_stops_the_other_workers(tmp_path: Path) -> None:
@@ -130,11 +141,23 @@ def test_mplang_up_with_a_busy_port_fails_and_stops_the_other_workers(tmp_path: 
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         ports = [busy.getsockname()[1], *support.free_ports(2)]
-        path = tmp_path / "cluster.yaml"
-        path.write_text(yaml.safe_dump(support.spec_dict(ports)))
-        result = subprocess.run([*support.mplang_command(), "up", "--cluster", str(path)],
-                                env=support.worker_env(), capture_output=True, text=True,
+        dev = support.dev_cluster(tmp_path, support.make_spec(ports))
+        result = subprocess.run([*support.mplang_command(), "up", "--cluster",
+                                 str(dev.spec_path)], capture_output=True, text=True,
                                 timeout=120)
     assert result.returncode != 0
     assert str(ports[0]) in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert support.wait_ports_free(ports[1:]) == []
+
+
+def test_keygen_writes_a_private_key_and_prints_the_fingerprint(tmp_path: Path) -> None:
+    result = subprocess.run([*support.mplang_command(), "keygen", "--name", "org_a", "--out",
+                             str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    key, crt = tmp_path / "org_a.key", tmp_path / "org_a.crt"
+    assert key.stat().st_mode & 0o777 == 0o600
+    cert = load_certificate(str(crt))
+    assert format_fingerprint(cert.fingerprint) in result.stdout
+    again = subprocess.run([*support.mplang_command(), "keygen", "--name", "org_a", "--out",
+                            str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and "already exists" in again.stderr

@@ -20,7 +20,7 @@ from mplang import simp
 from mplang.backends.wire import encode_value
 from mplang.edsl.pytree import tree_flatten
 from mplang.runtime.local_cluster import LocalCluster
-from tests.http import programs, support
+from tests.http import programs
 
 Case = Any
 
@@ -93,13 +93,11 @@ def test_saved_and_loaded_program_runs_over_http(http_driver: mp.Driver, tmp_pat
 # ---------------------------------------------------------------- other ways to get a driver
 
 
-def test_make_driver_from_endpoints(local_cluster: LocalCluster,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """``simp.make_driver([...])`` with the secret from ``$MPLANG_CLUSTER_SECRET``."""
-    monkeypatch.setenv("MPLANG_CLUSTER_SECRET", support.SECRET.decode())
-    endpoints = local_cluster.cluster.base_urls()
-    assert all(e.startswith("http://127.0.0.1:") for e in endpoints)
-    drv = simp.make_driver(endpoints)
+def test_make_driver_takes_a_spec_path_and_key(local_cluster: LocalCluster) -> None:
+    """``simp.make_driver(spec, key=K)`` is ``mp.Driver(spec, key=K)``; the workers are
+    reached over https only."""
+    assert all(e.startswith("https://127.0.0.1:") for e in local_cluster.cluster.base_urls())
+    drv = simp.make_driver(local_cluster.spec_path, key=local_cluster.driver_key)
     try:
         assert drv.world_size == 3
         for case_name in ("shuffle", "millionaire_poorer", "reveal_to_ppu"):
@@ -111,8 +109,14 @@ def test_make_driver_from_endpoints(local_cluster: LocalCluster,
         drv.close()
 
 
-def test_driver_from_yaml_path(local_cluster: LocalCluster) -> None:
-    drv = mp.Driver(local_cluster.spec_path, secret=support.SECRET)
+def test_make_driver_refuses_a_list_of_endpoints() -> None:
+    with pytest.raises(mp.MPLangError, match="does not say which certificate"):
+        simp.make_driver(["127.0.0.1:1", "127.0.0.1:2"])
+
+
+def test_driver_from_yaml_path_finds_its_key_next_to_the_spec(local_cluster: LocalCluster
+                                                              ) -> None:
+    drv = mp.Driver(local_cluster.spec_path)  # keys/driver.key beside the spec
     try:
         out = mp.evaluate(drv, lambda: simp.shuffle(simp.prank() + 10, 2 - simp.prank()))
         assert [int(v) for v in mp.fetch(drv, out)] == [12, 11, 10]
@@ -120,29 +124,10 @@ def test_driver_from_yaml_path(local_cluster: LocalCluster) -> None:
         drv.close()
 
 
-def test_driver_with_the_wrong_secret_is_refused(local_cluster: LocalCluster) -> None:
-    drv = mp.Driver(local_cluster.cluster, secret=support.WRONG_SECRET)
-    try:
-        with pytest.raises(mp.MPLangError, match="401"):
-            mp.evaluate(drv, simp.prank)
-    finally:
-        drv.close()
-
-
-@pytest.mark.parametrize("mode", ["launch", "standard"])
-def test_refused_request_is_not_reported_as_a_lost_connection(local_cluster: LocalCluster,
-                                                              mode: str) -> None:
-    """A worker that answers 401 is reachable: the error must not send the user off to
-    debug the network."""
-    drv = mp.Driver(local_cluster.cluster, secret=support.WRONG_SECRET)
-    try:
-        with pytest.raises(mp.MPRuntimeError) as info:
-            mp.evaluate(drv, simp.prank, mode=mode)
-        message = str(info.value)
-        assert "401" in message
-        assert "connection was lost or refused" not in message, message
-    finally:
-        drv.close()
+def test_a_node_key_cannot_act_as_a_driver(local_cluster: LocalCluster) -> None:
+    """Only a key the spec lists under ``drivers`` may drive."""
+    with pytest.raises(mp.ClusterSpecError, match="not listed under 'drivers'"):
+        mp.Driver(local_cluster.spec_path, key=local_cluster.keys_dir / "node_1.key")
 
 
 # ---------------------------------------------------------------- large tensors
