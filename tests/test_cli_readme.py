@@ -121,28 +121,18 @@ def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_readme_driver_example_runs_on_worker_processes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import socket
-
-    import yaml
-
-    import mplang as mp
     from mplang.runtime.local_cluster import LocalCluster
 
-    ports = []
-    for _ in range(3):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    spec = mp.ClusterSpec.from_endpoints([f"127.0.0.1:{p}" for p in ports])
-    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(spec.to_dict()))
-    secret = "readme-test-secret-0123456789"
-    monkeypatch.setenv("MPLANG_CLUSTER_SECRET", secret)
     monkeypatch.chdir(tmp_path)
+    commands = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)[2]
+    init = commands.splitlines()[0].split("#")[0].split()
+    assert init[:2] == [".venv/bin/mplang", "init"], init
+    subprocess.run([sys.executable, "-m", "mplang.cli", *init[1:]], check=True, timeout=120)
     blocks = _readme_blocks()
     driver = blocks[2].rstrip().splitlines()
     driver[-1] = f"print({driver[-1].split('#')[0].strip()})"
     script = tmp_path / "readme_driver.py"
     script.write_text(blocks[0] + blocks[1] + "\n".join(driver) + "\ndrv.close()\n")
-    with LocalCluster(spec, secret.encode()):
+    with LocalCluster(tmp_path / "dev" / "cluster.yaml"):
         runpy.run_path(str(script))
     assert capsys.readouterr().out.rstrip().endswith("True")

@@ -21,8 +21,6 @@ from mplang import simp
 from mplang.runtime.local_cluster import LocalCluster
 from tests.passes import programs
 
-SECRET = b"mplang-pass-tests-" + b"0d9b4e7a21c6f358"
-
 
 def _spec(n: int) -> mp.ClusterSpec:
     with contextlib.ExitStack() as stack:
@@ -40,9 +38,8 @@ def _spec(n: int) -> mp.ClusterSpec:
 @pytest.fixture(scope="module")
 def driver() -> Iterator[mp.Driver]:
     spec = _spec(programs.WORLD)
-    with LocalCluster(spec, SECRET) as cluster:
-        cluster.start(timeout=60)
-        drv = mp.Driver(cluster.cluster, secret=SECRET, timeout=30.0, run_timeout=120.0)
+    with LocalCluster(spec) as cluster:
+        drv = cluster.driver(timeout=30.0, run_timeout=120.0)
         try:
             yield drv
         finally:

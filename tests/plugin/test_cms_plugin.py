@@ -370,8 +370,8 @@ def test_a_worker_without_the_plugin_refuses_the_program(cms: ModuleType) -> Non
         x = simp.constant((0,), ITEMS[0])
         return simp.pcall((0,), lambda v: cms.query(cms.build(v, **SKETCH), v), x)
 
-    with LocalCluster(spec, support.SECRET) as cluster:
-        driver = mp.Driver(cluster.cluster, secret=support.SECRET, timeout=30.0)
+    with LocalCluster(spec) as cluster:
+        driver = cluster.driver(timeout=30.0)
         try:
             with pytest.raises(mp.MPRuntimeError) as info:
                 mp.evaluate(driver, prog)
@@ -386,7 +386,7 @@ def test_a_worker_without_the_plugin_refuses_the_program(cms: ModuleType) -> Non
 
 
 def test_a_worker_without_the_plugin_cannot_serve_a_cms_device(cms: ModuleType) -> None:
-    cluster = LocalCluster(_one_node_spec(with_cms=True), support.SECRET)
+    cluster = LocalCluster(_one_node_spec(with_cms=True))
     try:
         with pytest.raises(mp.MPLangError, match=r"exited with code 2.*kind must be one of"):
             cluster.start(timeout=60)
