@@ -1,25 +1,27 @@
-"""Worker endpoints refuse what they must: unauthenticated, forged, replayed,
-stale, malformed, oversized and impersonating requests, and pickles.
+"""Workers between parties that do not trust each other: identities come from the TLS
+handshake, roles from the spec, and a worker refuses what no running execution of its
+own driver expects.
 
-Most checks run against a worker app built in-process (`WorkerServer` +
-`create_app`, driven by Starlette's `TestClient`) so its mailbox can be
-inspected; the essential ones are repeated over the network against the shared
-worker processes. After every refused request the worker still serves: its
-health check answers and a program still runs.
+Three workers run in this process over real mutual TLS (`support.ThreadWorker`), so
+their mailboxes, stores and executions can be inspected. Clients present the
+certificate of a node, of a listed driver (``driver``, ``driver2``), of ``mallory``
+(valid, but in no spec), or an expired or unpinned one. After every refused request
+the worker still serves: its health check answers and a program still runs.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import pickle
 import shlex
+import socket
+import ssl
 import struct
 import subprocess
 import sys
-import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,79 +29,88 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.simp_worker.http import WorkerServer, create_app
+from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.wire import decode_value, encode_value_bytes
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.serde import MAGIC as PROGRAM_MAGIC
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.typing import Mask, MPType, TensorType
 from mplang.frontend import registry
-
-with warnings.catch_warnings():  # Starlette's notice about its httpx-based client
-    warnings.filterwarnings("ignore", message=".*starlette.testclient.* is deprecated")
-    from fastapi.testclient import TestClient
-
-
-
-
+from mplang.runtime.identity import keygen
 from tests.http import support
-
-SECRET = support.SECRET
-ENDPOINTS = support.ENDPOINTS
 
 # ---------------------------------------------------------------- fixtures and helpers
 
 
-def _server(max_body: int) -> Iterator[tuple[TestClient, WorkerServer]]:
-    spec = support.make_spec(support.free_ports(3))  # peers are never contacted here
-    server = WorkerServer(spec, "node_0", SECRET, timeout=5.0, max_body=max_body)
-    with TestClient(create_app(server), raise_server_exceptions=False) as client:
-        yield client, server
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> support.DevCluster:
+    return support.dev_cluster(tmp_path_factory.mktemp("security"),
+                               support.make_spec(support.free_ports(3)))
+
+
+@pytest.fixture(scope="module")
+def workers(dev: support.DevCluster) -> Iterator[list[support.ThreadWorker]]:
+    """node_0..node_2 in this process; node_0 has a 64 MiB body limit."""
+    limits = WorkerLimits(max_body_bytes=64 << 20)
+    started = [support.ThreadWorker(dev, f"node_{r}", timeout=10.0,
+                                    limits=limits if r == 0 else None) for r in range(3)]
+    for w in started:
+        w.start()
+    yield started
+    for w in started:
+        w.stop()
 
 
 @pytest.fixture
-def worker() -> Iterator[tuple[TestClient, WorkerServer]]:
-    """An in-process worker for node_0 (rank 0) with a 1 MiB body limit."""
-    yield from _server(1 << 20)
+def as_driver(dev: support.DevCluster, workers: Any) -> Iterator[httpx.Client]:
+    with dev.client("driver", 0) as client:
+        yield client
 
 
-@pytest.fixture
-def small_worker() -> Iterator[tuple[TestClient, WorkerServer]]:
-    """An in-process worker for node_0 with ``max_body=1024``."""
-    yield from _server(1024)
+def post(client: httpx.Client, path: str, body: bytes, **kwargs: Any) -> httpx.Response:
+    return client.post(path, content=body, **kwargs)
 
 
-def signed_post(client: Any, path: str, body: bytes, *, sender: str = "driver",
-                secret: bytes = SECRET, base: str = "", timestamp: float | None = None) -> Any:
-    headers, content = support.signed(secret, sender, path, body, timestamp=timestamp)
-    return client.post(base + path, content=content, headers=headers)
-
-
-def run_and_fetch(client: Any, graph: Graph, base: str = "") -> Any:
-    """Run a party-0-only graph on the worker and fetch its single output."""
-    response = signed_post(client, "/run", support.run_body(graph), base=base)
+def run_and_fetch(client: httpx.Client, graph: Graph) -> Any:
+    """Run a party-0-only graph on worker 0 and fetch its single output."""
+    response = post(client, "/run", support.run_body(graph))
     assert response.status_code == 200, response.text
     (uri,) = response.json()["outputs"]
-    fetched = signed_post(client, "/fetch", support.frame({"uri": uri}), base=base)
+    fetched = post(client, "/fetch", support.frame({"uri": uri}))
     assert fetched.status_code == 200, fetched.text
     return decode_value(fetched.content)
 
 
-def assert_still_serving(client: Any, base: str = "", graph: Graph | None = None,
-                         expected: int = 6) -> None:
-    health = client.get(base + "/health")
-    assert health.status_code == 200 and health.json()["status"] == "ok"
-    value = run_and_fetch(client, graph if graph is not None else support.local_graph(5), base)
-    assert int(np.asarray(value)) == expected
+def assert_still_serving(dev: support.DevCluster, workers: list[support.ThreadWorker]) -> None:
+    with dev.client("driver", 0) as client:
+        health = client.get("/health")
+        assert health.status_code == 200 and health.json()["node"] == "node_0"
+        assert int(np.asarray(run_and_fetch(client, support.local_graph(5)))) == 6
+    for w in workers:
+        assert w.server.mailbox.pending() == 0
 
 
-def one_op_graph(opcode: str) -> Graph:
-    out = Value("x", MPType(TensorType("int32", ()), Mask.of([0])))
-    return Graph([], [Operation(opcode, (), (out,), {"parties": Mask.of([0]), "value": 1})],
-                 [out])
+def receive_graph() -> Graph:
+    """Party 0 receives an int32 scalar from party 1 (what a peer message can be for)."""
+    return mp.compile(lambda: simp.shuffle_static(simp.constant((1,), 7), {0: 1}),
+                      world_size=3).graph
+
+
+def prepare_on_0(client: httpx.Client, graph: Graph) -> tuple[str, str]:
+    """Prepare a run of ``graph`` (parties 0..2) on worker 0: (exec id, program digest)."""
+    exec_id = uuid.uuid4().hex
+    response = post(client, "/prepare", support.run_body(graph, exec_id=exec_id,
+                                                         parties=[0, 1, 2]))
+    assert response.status_code == 200, response.text
+    import hashlib
+    return exec_id, hashlib.sha256(encode_graph_bundle(graph, {})).hexdigest()
 
 
 def edit_program(bundle: bytes, edit: Any) -> bytes:
@@ -116,99 +127,320 @@ def program_frame(program: bytes, inputs: list[Any] | None = None) -> bytes:
                           "progress": False}, program)
 
 
-# ---------------------------------------------------------------- authentication
+def one_op_graph(opcode: str) -> Graph:
+    out = Value("x", MPType(TensorType("int32", ()), Mask.of([0])))
+    return Graph([], [Operation(opcode, (), (out,), {"parties": Mask.of([0]), "value": 1})],
+                 [out])
 
 
-def test_health_answers_without_credentials(worker: tuple[TestClient, WorkerServer]) -> None:
-    client, _ = worker
-    response = client.get("/health")
+def expired_identity(folder: Path, name: str = "old") -> tuple[Path, Path]:
+    """A key and a certificate that expired yesterday."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(days=30))
+            .not_valid_after(now - dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    key_path, cert_path = folder / f"{name}.key", folder / f"{name}.crt"
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key_path, cert_path
+
+
+def raw_tls_client(dev: support.DevCluster, cert: Path, key: Path, rank: int = 0
+                   ) -> httpx.Client:
+    """A client presenting any certificate (no checks on our side), pinned to the worker."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.check_hostname = False
+    ctx.load_verify_locations(cadata=dev.spec.nodes[rank].certificate.pem)  # type: ignore
+    ctx.load_cert_chain(cert, key)
+    return httpx.Client(verify=ctx, base_url=dev.spec.base_urls()[rank], timeout=10)
+
+
+# ---------------------------------------------------------------- transport and identity
+
+
+def test_plain_http_is_refused(dev: support.DevCluster, workers: Any) -> None:
+    url = dev.spec.base_urls()[0].replace("https://", "http://")
+    with httpx.Client(timeout=5) as client, pytest.raises(httpx.TransportError):
+        client.get(url + "/health")
+    assert_still_serving(dev, workers)
+
+
+def test_unlisted_certificate_fails_the_handshake(dev: support.DevCluster,
+                                                  workers: Any) -> None:
+    """``mallory`` has a valid certificate that the spec does not list."""
+    with dev.client(support.STRANGER, 0) as client, pytest.raises(httpx.TransportError):
+        client.get("/health")
+    assert_still_serving(dev, workers)
+
+
+def test_self_signed_unpinned_and_expired_certificates_fail(dev: support.DevCluster,
+                                                            workers: Any,
+                                                            tmp_path: Path) -> None:
+    keygen("intruder", tmp_path)
+    key, cert = expired_identity(tmp_path)
+    for cert_path, key_path in [(tmp_path / "intruder.crt", tmp_path / "intruder.key"),
+                                (cert, key)]:
+        with raw_tls_client(dev, cert_path, key_path) as client, \
+                pytest.raises(httpx.TransportError):
+            client.get("/health")
+    assert_still_serving(dev, workers)
+
+
+def test_a_listed_but_expired_certificate_fails(dev: support.DevCluster, workers: Any,
+                                                tmp_path: Path) -> None:
+    key, cert = expired_identity(tmp_path, "old_driver")
+    support.rewrite_spec(dev, lambda d: d["drivers"].append(
+        {"name": "old_driver", "certificate": str(cert)}))
+    try:
+        assert all(w.server.reload_if_changed() for w in workers)
+        with raw_tls_client(dev, cert, key) as client, pytest.raises(httpx.TransportError):
+            client.get("/health")
+        with pytest.raises(mp.MPLangError, match="not valid now"):
+            mp.Driver(dev.spec_path, key=key)
+    finally:
+        support.rewrite_spec(dev, lambda d: d["drivers"].pop())
+        for w in workers:
+            w.server.reload_if_changed()
+    assert_still_serving(dev, workers)
+
+
+def test_a_client_pinned_to_one_worker_refuses_another(dev: support.DevCluster,
+                                                       workers: Any) -> None:
+    """A driver that expects node_1's certificate does not accept node_0's."""
+    with dev.client("driver", 0, pin=1) as client, pytest.raises(httpx.TransportError):
+        client.get("/health")
+
+
+def test_spec_digest_mismatch_is_refused(dev: support.DevCluster, workers: Any) -> None:
+    with dev.client("driver", 0) as client:
+        response = post(client, "/run", support.run_body(support.local_graph()),
+                        headers={"x-mplang-spec": "0" * 64})
+        assert response.status_code == 409
+        assert "cluster spec mismatch" in response.json()["error"]
+
+
+# ---------------------------------------------------------------- roles
+
+
+@pytest.mark.parametrize("path", support.DRIVER_ENDPOINTS)
+@pytest.mark.parametrize("who", ["node_1", "node_2"])
+def test_a_node_certificate_cannot_act_as_a_driver(dev: support.DevCluster, workers: Any,
+                                                   path: str, who: str) -> None:
+    with dev.client(who, 0) as client:
+        response = post(client, path, support.valid_body(path))
+    assert response.status_code == 403, response.text
+    assert response.json()["error"] == (f"node {who!r} may not use {path} (only a driver "
+                                        "may)")
+    assert_still_serving(dev, workers)
+
+
+def test_a_driver_cannot_send_peer_messages(dev: support.DevCluster, workers: Any) -> None:
+    with dev.client("driver", 0) as client:
+        response = post(client, "/msg", encode_value_bytes(1), headers=support.msg_headers())
+    assert response.status_code == 403
+    assert "only a node may" in response.json()["error"]
+
+
+def test_the_sender_is_the_certificate_not_a_claim(dev: support.DevCluster,
+                                                   workers: list[support.ThreadWorker],
+                                                   as_driver: httpx.Client) -> None:
+    """node_2 sending what only party 1 should send lands as party 2's message (or is
+    refused): no header or body field can make it party 1's."""
+    exec_id, digest = prepare_on_0(as_driver, receive_graph())
+    with dev.client("node_2", 0) as client:
+        headers = {**support.msg_headers(exec_id, "/1", digest), "x-mplang-src": "1"}
+        response = post(client, "/msg", encode_value_bytes(np.int32(666)), headers=headers)
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "node": "node_0", "rank": 0}
+    box = workers[0].server.mailbox
+    with pytest.raises(mp.MPCommunicationError):
+        box.take(1, (exec_id, "/1"), timeout=0.05)  # nothing arrived from party 1
+    assert int(box.take(2, (exec_id, "/1"), timeout=1)) == 666
+    post(as_driver, "/abort", support.frame({"exec": exec_id, "reason": "test"}))
 
 
-@pytest.mark.parametrize("path", ENDPOINTS)
-def test_unsigned_requests_get_401(worker: tuple[TestClient, WorkerServer], path: str) -> None:
-    client, server = worker
-    body = support.valid_body(path)
-    assert client.post(path, content=body).status_code == 401
-    # authentication comes before parsing: garbage without credentials is also a 401
-    assert client.post(path, content=os.urandom(300)).status_code == 401
-    # a request missing any one of the headers is refused
-    full, content = support.signed(SECRET, "driver", path, body)
-    for missing in [h for h in full if h.startswith("x-mplang-")]:
-        headers = {k: v for k, v in full.items() if k != missing}
-        response = client.post(path, content=content, headers=headers)
-        assert response.status_code == 401, missing
-    assert server.mailbox.pending() == 0
-    assert_still_serving(client)
+# ---------------------------------------------------------------- objects and executions
 
 
-@pytest.mark.parametrize("path", ENDPOINTS)
-def test_wrong_secret_gets_401(worker: tuple[TestClient, WorkerServer], path: str) -> None:
-    client, server = worker
-    body = support.valid_body(path)
-    sender = "node_1" if path == "/msg" else "driver"
-    response = signed_post(client, path, body, sender=sender, secret=support.WRONG_SECRET)
-    assert response.status_code == 401
-    assert server.mailbox.pending() == 0
+def test_objects_belong_to_the_driver_that_made_them(dev: support.DevCluster,
+                                                     workers: list[support.ThreadWorker],
+                                                     as_driver: httpx.Client) -> None:
+    response = post(as_driver, "/run", support.run_body(support.local_graph(41)))
+    (uri,) = response.json()["outputs"]
+    assert uri.startswith("mem://node_0/") and len(uri.rsplit("/", 1)[1]) == 32
+    with dev.client("driver2", 0) as other:
+        assert post(other, "/fetch", support.frame({"uri": uri})).status_code == 404
+        deleted = post(other, "/delete", support.frame({"uris": [uri]}))
+        assert deleted.status_code == 200 and deleted.json() == {"deleted": 0}
+        # another driver's inputs cannot be used either
+        run = post(other, "/run", support.run_body(support.local_graph(), inputs=[uri]))
+        assert run.status_code == 400 or "not in the store" in run.text
+    assert uri in workers[0].server.worker.store
+    assert int(np.asarray(decode_value(
+        post(as_driver, "/fetch", support.frame({"uri": uri})).content))) == 42
+    assert post(as_driver, "/delete", support.frame({"uris": [uri]})).json() == {"deleted": 1}
 
 
-def test_tampered_requests_get_401(worker: tuple[TestClient, WorkerServer]) -> None:
-    client, _ = worker
-    body = support.run_body(support.local_graph(5))
-    headers, content = support.signed(SECRET, "driver", "/run", body)
-    # the body changed after signing (same length, one byte flipped)
-    flipped = bytearray(content)
-    flipped[len(flipped) // 2] ^= 0x01
-    assert client.post("/run", content=bytes(flipped), headers=headers).status_code == 401
-    # the body's tag cut off
-    headers, content = support.signed(SECRET, "driver", "/run", body)
-    assert client.post("/run", content=content[:-32], headers=headers).status_code == 401
-    # a signature for one endpoint used on another
-    headers, content = support.signed(SECRET, "driver", "/run", body)
-    assert client.post("/delete", content=content, headers=headers).status_code == 401
-    # another sender name on a valid signature
-    headers, content = support.signed(SECRET, "driver", "/run", body)
-    forged = {**headers, "x-mplang-sender": "node_2"}
-    assert client.post("/run", content=content, headers=forged).status_code == 401
-    # a changed timestamp on a valid signature
-    headers, content = support.signed(SECRET, "driver", "/run", body)
-    moved = {**headers, "x-mplang-timestamp": f"{time.time() + 1:.6f}"}
-    assert client.post("/run", content=content, headers=moved).status_code == 401
-    assert_still_serving(client)
+def test_another_driver_cannot_abort_an_execution(dev: support.DevCluster, workers: Any,
+                                                  as_driver: httpx.Client) -> None:
+    exec_id, _ = prepare_on_0(as_driver, receive_graph())
+    with dev.client("driver2", 0) as other:
+        response = post(other, "/abort", support.frame({"exec": exec_id, "reason": "x"}))
+        assert response.status_code == 403
+        again = post(other, "/run", support.frame({"exec": exec_id, "scope": ""}))
+        assert again.status_code in (403, 409)
+    post(as_driver, "/abort", support.frame({"exec": exec_id, "reason": "test"}))
 
 
-@pytest.mark.parametrize("path", ENDPOINTS)
-def test_replayed_request_gets_403(worker: tuple[TestClient, WorkerServer], path: str) -> None:
-    client, _ = worker
-    body = support.valid_body(path)
-    sender = "node_1" if path == "/msg" else "driver"
-    headers, content = support.signed(SECRET, sender, path, body)
-    first = client.post(path, content=content, headers=headers)
-    assert first.status_code in (200, 404), first.text  # /fetch of an unknown object: 404
-    second = client.post(path, content=content, headers=headers)
-    assert second.status_code == 403
-    assert "replay" in second.json()["error"]
+def test_an_execution_id_cannot_be_reused(as_driver: httpx.Client) -> None:
+    body = support.run_body(support.local_graph(), exec_id="reused-id-1")
+    assert post(as_driver, "/run", body).status_code == 200
+    again = post(as_driver, "/run", body)
+    assert again.status_code == 409 and "already used" in again.json()["error"]
 
 
-@pytest.mark.parametrize("timestamp", ["hour_old", "hour_ahead"])
-def test_stale_timestamp_gets_401(worker: tuple[TestClient, WorkerServer],
-                                  timestamp: str) -> None:
-    client, _ = worker
-    ts = {"hour_old": time.time() - 3600, "hour_ahead": time.time() + 3600}[timestamp]
-    response = signed_post(client, "/run", support.run_body(support.local_graph()),
-                           timestamp=ts)
-    assert response.status_code == 401
-    assert_still_serving(client)
+def test_messages_nobody_expects_are_refused_at_once(dev: support.DevCluster,
+                                                     workers: list[support.ThreadWorker],
+                                                     as_driver: httpx.Client) -> None:
+    with dev.client("node_1", 0) as client:
+        unknown = post(client, "/msg", encode_value_bytes(1), headers=support.msg_headers())
+        assert unknown.status_code == 409 and "not running here" in unknown.json()["error"]
+        exec_id, digest = prepare_on_0(as_driver, receive_graph())
+        other_program = post(client, "/msg", encode_value_bytes(np.int32(1)),
+                             headers=support.msg_headers(exec_id, "/1", "f" * 64))
+        assert other_program.status_code == 409
+        too_big = post(client, "/msg", encode_value_bytes(np.zeros(1 << 18, np.int32)),
+                       headers=support.msg_headers(exec_id, "/1", digest))
+        assert too_big.status_code == 413 and "types allow" in too_big.json()["error"]
+        post(as_driver, "/abort", support.frame({"exec": exec_id, "reason": "test"}))
+        late = post(client, "/msg", encode_value_bytes(np.int32(1)),
+                    headers=support.msg_headers(exec_id, "/1", digest))
+        assert late.status_code == 410
+    assert workers[0].server.mailbox.pending_bytes() == 0
+    assert_still_serving(dev, workers)
+
+
+def test_a_flood_of_large_unexpected_messages_leaves_nothing_behind(
+        dev: support.DevCluster, workers: list[support.ThreadWorker]) -> None:
+    """12 messages of 64 MiB for executions that do not exist: each refused before its
+    body is read; nothing is kept."""
+    big = b"\0" * (64 << 20)
+    with dev.client("node_1", 0) as client:
+        for _ in range(12):
+            try:
+                response = post(client, "/msg", big, headers=support.msg_headers())
+            except httpx.TransportError:  # refused while the body was still being sent
+                continue
+            assert response.status_code == 409
+    assert workers[0].server.mailbox.pending_bytes() == 0
+    assert_still_serving(dev, workers)
+
+
+def test_bodies_over_the_limit_get_413(dev: support.DevCluster, workers: Any,
+                                       as_driver: httpx.Client) -> None:
+    """Worker 0 takes bodies of at most 64 MiB: a declared gigabyte is refused unread."""
+    spec = dev.spec
+    cert = spec.nodes[0].certificate
+    assert cert is not None
+    host, port = spec.nodes[0].endpoint.split(":")
+    ctx = dev.identity("driver").client_context(cert)
+    with socket.create_connection((host, int(port)), timeout=10) as raw, \
+            ctx.wrap_socket(raw) as tls:
+        tls.sendall(f"POST /run HTTP/1.1\r\nhost: {host}\r\ncontent-length: {1 << 30}\r\n"
+                    f"x-mplang-spec: {spec.digest()}\r\n\r\n".encode() + b"\0" * 4096)
+        answer_bytes = b""
+        while b"}" not in answer_bytes:
+            chunk = tls.recv(4096)
+            if not chunk:
+                break
+            answer_bytes += chunk
+    answer = answer_bytes.decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 413"), answer
+    assert "exceeds the limit of 67108864" in answer
+
+    def chunks() -> Iterator[bytes]:
+        yield b"\0" * 1024
+
+    no_length = as_driver.post("/run", content=chunks())  # chunked: no content-length
+    assert no_length.status_code == 411
+    assert_still_serving(dev, workers)
+
+
+def test_a_program_declaring_a_huge_tensor_is_refused_before_it_runs(
+        as_driver: httpx.Client) -> None:
+    huge = MPType(TensorType("float32", (10**12,)), Mask.of([0]))
+    x, y, v = Value("x", huge), Value("y", huge), Value("v", huge.base)
+    body = Graph([v], [], [v])
+    graph = Graph([x], [Operation("simp.pcall", (x,), (y,),
+                                  {"parties": Mask.of([0]), "fn": "identity"}, (body,))], [y])
+    response = post(as_driver, "/run", support.run_body(graph, inputs=["mem://node_0/0"]))
+    assert response.status_code == 413
+    assert "op simp.pcall declares a value f32[1000000000000]" in response.json()["error"]
+
+
+# ---------------------------------------------------------------- revocation and rotation
+
+
+def test_revoking_a_driver_and_rotating_a_node_key_take_effect_on_reload(
+        dev: support.DevCluster, workers: list[support.ThreadWorker], tmp_path: Path) -> None:
+    with dev.client("driver2", 0) as client:
+        assert client.get("/health").status_code == 200
+    original = dev.spec_path.read_text()
+    try:
+        support.rewrite_spec(dev, lambda d: d["drivers"].pop())  # drop driver2
+        assert workers[0].server.reload_if_changed()
+        with dev.client("driver2", 0) as client:
+            # still trusted by TLS, no longer by the worker
+            response = client.get("/health", headers={"x-mplang-spec":
+                                                      dev.spec.digest()})
+            assert response.status_code == 403
+        # node_2 gets a new key: the others accept the new certificate, refuse the old one
+        keygen("node_2", tmp_path)
+        support.rewrite_spec(dev, lambda d: d["nodes"][2].update(
+            certificate=str(tmp_path / "node_2.crt")))
+        assert workers[0].server.reload_if_changed()
+        spec = dev.spec
+        new_node_2 = support.DevCluster(dev.spec_path, tmp_path)
+        with new_node_2.client("node_2", 0) as client:
+            response = post(client, "/msg", encode_value_bytes(1),
+                            headers=support.msg_headers())
+            assert response.status_code == 409  # known, but nothing expects this message
+        with dev.client("node_2", 0) as client:
+            old = client.get("/health", headers={"x-mplang-spec": spec.digest()})
+            assert old.status_code == 403
+    finally:
+        dev.spec_path.write_text(original)
+        for w in workers:
+            w.server.reload_if_changed()
+    assert_still_serving(dev, workers)
+
+
+def test_a_reload_that_changes_nodes_is_refused(dev: support.DevCluster,
+                                                workers: list[support.ThreadWorker]) -> None:
+    original = dev.spec_path.read_text()
+    try:
+        support.rewrite_spec(dev, lambda d: d["nodes"][1].update(endpoint="127.0.0.1:1"))
+        assert not workers[0].server.reload_if_changed()
+    finally:
+        dev.spec_path.write_text(original)
+        workers[0].server.reload_if_changed()
+    assert_still_serving(dev, workers)
 
 
 # ---------------------------------------------------------------- malformed bodies
 
 
-def _malformed_bodies() -> dict[str, tuple[str, bytes | Any]]:
-    """name -> (endpoint, body or a function building it)."""
+def _malformed_bodies() -> dict[str, tuple[str, bytes]]:
+    """name -> (endpoint, body); every one must get a 400."""
     program = encode_graph_bundle(support.local_graph(5), {})
-    value_7 = encode_value_bytes(7)
 
     def rename_op(doc: dict[str, Any]) -> None:
         doc["graph"]["ops"][0]["op"] = "simp.not_a_real_op"
@@ -222,19 +454,22 @@ def _malformed_bodies() -> dict[str, tuple[str, bytes | Any]]:
     bad_json = struct.pack("<4sI", b"MPV1", 9) + b"{not json"
     return {
         "run_random_bytes": ("/run", os.urandom(500)),
+        "prepare_random_bytes": ("/prepare", os.urandom(500)),
         "fetch_random_bytes": ("/fetch", os.urandom(500)),
         "delete_random_bytes": ("/delete", os.urandom(500)),
         "abort_random_bytes": ("/abort", os.urandom(500)),
-        "msg_random_bytes": ("/msg", os.urandom(500)),
         "empty_body": ("/run", b""),
         "bad_json_header": ("/run", bad_json + program),
-        "msg_bad_json_header": ("/msg", bad_json),
         "header_not_an_object": ("/run", support.frame([1, 2, 3]) + program),  # type: ignore
         "header_length_past_end": ("/run", struct.pack("<4sI", b"MPV1", 10_000) + b"{}"),
         "run_missing_exec": ("/run", support.frame({"scope": "", "inputs": []}, program)),
+        "run_bad_exec_id": ("/run", support.frame({"exec": "../x y", "scope": "",
+                                                   "inputs": []}, program)),
         "run_inputs_not_a_list": ("/run", support.frame({"exec": "e", "scope": "",
                                                          "inputs": "all"}, program)),
         "run_wrong_input_count": ("/run", program_frame(program, [None, None])),
+        "prepare_parties_without_self": ("/prepare", support.frame(
+            {"exec": "p1", "scope": "", "inputs": [], "parties": [1, 2]}, program)),
         "program_random_bytes": ("/run", program_frame(os.urandom(400))),
         "program_truncated": ("/run", program_frame(program[:len(program) // 2])),
         "program_bad_json": ("/run", program_frame(PROGRAM_MAGIC + struct.pack("<Q", 5)
@@ -247,20 +482,6 @@ def _malformed_bodies() -> dict[str, tuple[str, bytes | Any]]:
         "fetch_uri_not_a_string": ("/fetch", support.frame({"uri": ["a", "b"]})),
         "delete_uris_not_a_list": ("/delete", support.frame({"uris": 17})),
         "abort_missing_reason": ("/abort", support.frame({"exec": "e"})),
-        "msg_src_out_of_range": ("/msg", support.frame({"src": 9, "exec": "e", "key": "k"},
-                                                       value_7)),
-        "msg_src_not_an_int": ("/msg", support.frame({"src": "1", "exec": "e", "key": "k"},
-                                                     value_7)),
-        "msg_value_random_bytes": ("/msg", support.frame({"src": 1, "exec": "e", "key": "k"},
-                                                         os.urandom(64))),
-        "msg_value_unknown_kind": ("/msg", support.frame(
-            {"src": 1, "exec": "e", "key": "k"}, support.frame({"kind": "object"}, b"xx"))),
-        "msg_array_size_mismatch": ("/msg", support.frame(
-            {"src": 1, "exec": "e", "key": "k"},
-            support.frame({"kind": "array", "dtype": "float32", "shape": [1000]}, b"1234"))),
-        "msg_array_bad_dtype": ("/msg", support.frame(
-            {"src": 1, "exec": "e", "key": "k"},
-            support.frame({"kind": "array", "dtype": "object", "shape": [1]}, b"12345678"))),
     }
 
 
@@ -269,29 +490,46 @@ MALFORMED = _malformed_bodies()
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_malformed_body_gets_400_and_worker_keeps_serving(
-        worker: tuple[TestClient, WorkerServer], name: str) -> None:
-    client, server = worker
+        dev: support.DevCluster, workers: Any, as_driver: httpx.Client, name: str) -> None:
     path, body = MALFORMED[name]
-    sender = "node_1" if path == "/msg" else "driver"
-    response = signed_post(client, path, body, sender=sender)
+    response = post(as_driver, path, body)
     assert response.status_code == 400, (response.status_code, response.text)
     assert response.json()["error"]
-    assert server.mailbox.pending() == 0
-    assert_still_serving(client)
+    assert_still_serving(dev, workers)
 
 
-def test_program_whose_op_has_no_kernel_gets_400(worker: tuple[TestClient, WorkerServer],
+MALFORMED_VALUES = {
+    "random_bytes": os.urandom(64),
+    "unknown_kind": support.frame({"kind": "object"}, b"xx"),
+    "array_size_mismatch": support.frame({"kind": "array", "dtype": "int32", "shape": [10]},
+                                         b"1234"),
+    "array_bad_dtype": support.frame({"kind": "array", "dtype": "object", "shape": [1]},
+                                     b"12345678"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED_VALUES))
+def test_malformed_message_values_get_400(dev: support.DevCluster, workers: Any,
+                                          as_driver: httpx.Client, name: str) -> None:
+    exec_id, digest = prepare_on_0(as_driver, receive_graph())
+    with dev.client("node_1", 0) as client:
+        response = post(client, "/msg", MALFORMED_VALUES[name],
+                        headers=support.msg_headers(exec_id, "/1", digest))
+    assert response.status_code == 400, response.text
+    post(as_driver, "/abort", support.frame({"exec": exec_id, "reason": "test"}))
+    assert_still_serving(dev, workers)
+
+
+def test_program_whose_op_has_no_kernel_gets_400(as_driver: httpx.Client,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """An op known to the registry (so the decoder accepts it) but without a worker kernel."""
-    client, _ = worker
     name = "httptest.no_kernel"
     monkeypatch.setitem(registry._OPS, name, registry.OpInfo(
         name, "httptest", "compute", "multi_party", False, "an op no backend implements"))
-    body = program_frame(encode_graph_bundle(one_op_graph(name), {}))
-    response = signed_post(client, "/run", body)
+    response = post(as_driver, "/run", program_frame(encode_graph_bundle(one_op_graph(name),
+                                                                         {})))
     assert response.status_code == 400, response.text
     assert name in response.json()["error"]
-    assert_still_serving(client)
 
 
 def _with_attr(graph: Graph, opcode: str, key: str, value: Any) -> Graph:
@@ -302,75 +540,23 @@ def _with_attr(graph: Graph, opcode: str, key: str, value: Any) -> Graph:
     return Graph(graph.inputs, ops, graph.outputs)
 
 
-def _bad_attribute_programs() -> dict[str, Graph]:
+def test_malformed_op_attributes_are_refused_cleanly(dev: support.DevCluster, workers: Any,
+                                                     as_driver: httpx.Client) -> None:
+    """A program that decodes but whose op attributes are malformed is bad input from the
+    network: the worker names the op, answers 4xx and keeps serving."""
     graph = support.local_graph(5)
     module = next(op for op in graph.walk() if op.opcode == "tensor.run_jax").attrs["module"]
-    return {
-        "stablehlo_random_bytes": _with_attr(graph, "tensor.run_jax", "module",
-                                             os.urandom(len(module))),
-        "stablehlo_truncated": _with_attr(graph, "tensor.run_jax", "module",
-                                          module[:len(module) // 2]),
-        "constant_parties_not_a_mask": _with_attr(graph, "simp.constant", "parties", None),
-    }
-
-
-BAD_ATTRIBUTES = _bad_attribute_programs()
-
-
-@pytest.mark.parametrize("name", sorted(BAD_ATTRIBUTES))
-def test_program_with_malformed_op_attributes_is_refused_cleanly(
-        worker: tuple[TestClient, WorkerServer], name: str) -> None:
-    """A program that decodes but whose op attributes are malformed (an embedded StableHLO
-    module that is not one, a party set that is not one) is bad input from the network:
-    the worker names the op, keeps serving, and answers 4xx (not a 500 server error)."""
-    client, _ = worker
-    response = signed_post(client, "/run", support.run_body(BAD_ATTRIBUTES[name]))
-    assert response.status_code >= 400
-    opcode = "simp.constant" if "constant" in name else "tensor.run_jax"
-    assert opcode in response.json()["error"]
-    assert_still_serving(client)
-    assert 400 <= response.status_code < 500, (response.status_code, response.text)
-
-
-# ---------------------------------------------------------------- size limit
-
-
-def test_oversized_body_gets_413(small_worker: tuple[TestClient, WorkerServer]) -> None:
-    client, _ = small_worker
-    big = support.frame({"uris": []}, b"\0" * 4096)
-    # declared too large, signed and unsigned
-    assert signed_post(client, "/delete", big).status_code == 413
-    assert client.post("/run", content=big).status_code == 413
-    # streamed without a content-length
-    headers, content = support.signed(SECRET, "driver", "/run", big)
-
-    def chunks() -> Iterator[bytes]:
-        for i in range(0, len(content), 512):
-            yield content[i:i + 512]
-
-    response = client.post("/run", content=chunks(), headers=headers)
-    assert response.status_code == 413
-    # a program that fits still runs (a constant only: ~350 bytes)
-    tiny = support.tiny_graph(41)
-    assert len(support.run_body(tiny)) < 1024
-    assert_still_serving(client, graph=tiny, expected=41)
-
-
-# ---------------------------------------------------------------- impersonation
-
-
-@pytest.mark.parametrize("sender", ["node_2", "node_0", "driver", "mallory"])
-def test_msg_claiming_another_party_gets_403(worker: tuple[TestClient, WorkerServer],
-                                             sender: str) -> None:
-    client, server = worker
-    body = support.frame({"src": 1, "exec": uuid.uuid4().hex, "key": "/0"},
-                         encode_value_bytes(123))
-    response = signed_post(client, "/msg", body, sender=sender)
-    assert response.status_code == 403
-    assert server.mailbox.pending() == 0
-    # the real party 1 may send the same message
-    assert signed_post(client, "/msg", body, sender="node_1").status_code == 200
-    assert server.mailbox.pending() == 1
+    cases = {"tensor.run_jax": [_with_attr(graph, "tensor.run_jax", "module",
+                                           os.urandom(len(module))),
+                                _with_attr(graph, "tensor.run_jax", "module",
+                                           module[:len(module) // 2])],
+             "simp.constant": [_with_attr(graph, "simp.constant", "parties", None)]}
+    for opcode, graphs in cases.items():
+        for bad in graphs:
+            response = post(as_driver, "/run", support.run_body(bad))
+            assert 400 <= response.status_code < 500, (response.status_code, response.text)
+            assert opcode in response.json()["error"]
+    assert_still_serving(dev, workers)
 
 
 # ---------------------------------------------------------------- pickles are never loaded
@@ -386,9 +572,8 @@ class _Exploit:
         return os.system, (f"touch {shlex.quote(str(self.path))}",)
 
 
-@pytest.fixture
-def exploit(tmp_path: Path) -> tuple[bytes, Path]:
-    """A pickle whose loading creates a marker file; the control shows that it does."""
+def test_pickle_is_never_loaded(dev: support.DevCluster, workers: Any,
+                                as_driver: httpx.Client, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     payload = pickle.dumps(_Exploit(marker), protocol=pickle.HIGHEST_PROTOCOL)
     subprocess.run([sys.executable, "-c",
@@ -396,104 +581,41 @@ def exploit(tmp_path: Path) -> tuple[bytes, Path]:
                    input=payload, check=True, timeout=60)
     assert marker.exists(), "control: unpickling the payload should create the marker"
     marker.unlink()
-    return payload, marker
-
-
-def _pickle_attacks(payload: bytes) -> list[tuple[str, str, bytes]]:
-    """(endpoint, sender, body) carrying ``payload`` where a careless server might unpickle."""
-    msg = {"src": 1, "exec": uuid.uuid4().hex, "key": "/0"}
-    return [
-        ("/run", "driver", payload),
-        ("/run", "driver", program_frame(payload)),
-        ("/run", "driver", program_frame(PROGRAM_MAGIC + struct.pack("<Q", len(payload))
-                                         + payload)),
-        ("/msg", "node_1", payload),
-        ("/msg", "node_1", support.frame(msg, payload)),
-        ("/msg", "node_1", support.frame(msg, support.frame({"kind": "pickle"}, payload))),
-        ("/fetch", "driver", payload),
-    ]
-
-
-def _pickle_as_stablehlo(payload: bytes) -> bytes:
-    """A ``/run`` body whose ``tensor.run_jax`` module (bytes the worker hands to JAX's
-    deserializer when the op runs) is the pickle."""
-    graph = _with_attr(support.local_graph(5), "tensor.run_jax", "module", payload)
-    return support.run_body(graph)
-
-
-def test_pickle_is_never_loaded_in_process(worker: tuple[TestClient, WorkerServer],
-                                           exploit: tuple[bytes, Path]) -> None:
-    client, server = worker
-    payload, marker = exploit
-    for path, sender, body in _pickle_attacks(payload):
-        response = signed_post(client, path, body, sender=sender)
+    for path, body in [("/run", payload), ("/run", program_frame(payload)),
+                       ("/run", program_frame(PROGRAM_MAGIC + struct.pack("<Q", len(payload))
+                                              + payload)),
+                       ("/fetch", payload),
+                       ("/run", support.run_body(_with_attr(support.local_graph(5),
+                                                            "tensor.run_jax", "module",
+                                                            payload)))]:
+        response = post(as_driver, path, body)
         assert 400 <= response.status_code < 500, (path, response.status_code)
-    # refused when the op runs (status: see the malformed-attribute test)
-    assert signed_post(client, "/run", _pickle_as_stablehlo(payload)).status_code >= 400
-    assert server.mailbox.pending() == 0
-    assert_still_serving(client)
+    exec_id, digest = prepare_on_0(as_driver, receive_graph())
+    with dev.client("node_1", 0) as client:
+        for body in [payload, support.frame({"kind": "pickle"}, payload)]:
+            response = post(client, "/msg", body,
+                             headers=support.msg_headers(exec_id, "/1", digest))
+            assert response.status_code == 400
+    post(as_driver, "/abort", support.frame({"exec": exec_id, "reason": "test"}))
     assert not marker.exists()
+    assert_still_serving(dev, workers)
 
 
-# ---------------------------------------------------------------- over the network
+# ---------------------------------------------------------------- a whole program still runs
 
 
-def test_network_worker_security(urls: list[str], http_driver: mp.Driver,
-                                 exploit: tuple[bytes, Path]) -> None:
-    """The worker processes: open health, 401/403/400 as above, no pickle loading."""
-    payload, marker = exploit
-    with httpx.Client(timeout=10) as client:
-        for base in urls:
-            health = client.get(base + "/health")
-            assert health.status_code == 200 and health.json()["status"] == "ok"
-            for path in ENDPOINTS:
-                body = support.valid_body(path)
-                assert client.post(base + path, content=body).status_code == 401
-                assert signed_post(client, path, body, base=base,
-                                   secret=support.WRONG_SECRET).status_code == 401
-                assert signed_post(client, path, body, base=base,
-                                   timestamp=time.time() - 600).status_code == 401
-            # the exact same signed request twice
-            headers, content = support.signed(SECRET, "driver", "/delete",
-                                              support.frame({"uris": []}))
-            first = client.post(base + "/delete", content=content, headers=headers)
-            again = client.post(base + "/delete", content=content, headers=headers)
-            assert (first.status_code, again.status_code) == (200, 403)
-            # malformed programs and values
-            for name in ("run_random_bytes", "bad_json_header", "unknown_op_name",
-                         "msg_value_random_bytes", "program_truncated"):
-                path, body = MALFORMED[name]
-                sender = "node_1" if path == "/msg" else "driver"
-                response = signed_post(client, path, body, base=base, sender=sender)
-                assert response.status_code == 400, (base, name, response.text)
-            # another party's messages
-            msg = support.frame({"src": 1, "exec": uuid.uuid4().hex, "key": "/0"},
-                                encode_value_bytes(1))
-            assert signed_post(client, "/msg", msg, base=base, sender="node_2").status_code \
-                == 403
-            for path, sender, body in _pickle_attacks(payload):
-                response = signed_post(client, path, body, base=base, sender=sender)
-                assert 400 <= response.status_code < 500, (base, path, response.status_code)
-            if base == urls[0]:  # party 0 runs the op of that program
-                response = signed_post(client, "/run", _pickle_as_stablehlo(payload), base=base)
-                assert response.status_code >= 400
-    # every worker still serves a whole program
-    out = mp.evaluate(http_driver, lambda: simp.shuffle_static(simp.prank() + 1, {0: 2, 2: 0}))
-    assert [None if v is None else int(v) for v in mp.fetch(http_driver, out)] == [3, None, 1]
-    assert not marker.exists()
-
-
-def test_replay_after_a_worker_restart_gets_403(local_cluster: Any, urls: list[str],
-                                                http_driver: mp.Driver) -> None:
-    """A request captured before a worker restarts is still a replay afterwards (it is
-    well inside the accepted clock window)."""
-    headers, content = support.signed(SECRET, "driver", "/delete", support.frame({"uris": []}))
-    with httpx.Client(timeout=10) as client:
-        assert client.post(urls[1] + "/delete", content=content, headers=headers).status_code \
-            == 200
-        local_cluster.kill("node_1")
-        local_cluster.start_node("node_1")
-        replay = client.post(urls[1] + "/delete", content=content, headers=headers)
-    out = mp.evaluate(http_driver, lambda: simp.shuffle_static(simp.prank(), {0: 1}))
-    assert int(mp.fetch(http_driver, out)[0]) == 1
-    assert replay.status_code == 403, (replay.status_code, replay.text)
+def test_programs_across_the_three_workers_still_run(dev: support.DevCluster,
+                                                     workers: Any) -> None:
+    driver = mp.Driver(dev.spec_path, key=dev.keys / "driver.key", timeout=10.0)
+    try:
+        out = mp.evaluate(driver, lambda: simp.shuffle_static(simp.prank() + 1, {0: 2, 2: 0}))
+        assert [None if v is None else int(v) for v in mp.fetch(driver, out)] == [3, None, 1]
+        x = np.arange(6, dtype=np.int32)
+        z = mp.evaluate(driver, lambda: mp.put("P2", mp.device("SP0")(lambda a, b: a * b)(
+            mp.put("P0", x), mp.put("P1", x + 1))))
+        np.testing.assert_array_equal(mp.fetch(driver, z), x * (x + 1))
+    finally:
+        driver.close()
+    for w in workers:
+        assert w.server.mailbox.pending() == 0
+        assert w.server.executions.running() == 0

@@ -281,11 +281,22 @@ class WorkerServer:
 
     def take_prepared(self, exec_id: str, scope: str, driver: Peer) -> Prepared:
         with self._lock:
-            prepared = self._prepared.pop((exec_id, scope), None)
-        if prepared is None or prepared.run.driver != driver.certificate.fingerprint:
+            prepared = self._prepared.get((exec_id, scope))
+            if prepared is not None and prepared.run.driver == driver.certificate.fingerprint:
+                del self._prepared[(exec_id, scope)]
+            else:
+                prepared = None
+        if prepared is None:
             raise MPRefusedError(f"execution {exec_id} (scope {scope!r}) was not prepared "
                                  "here by this driver", 409)
         return prepared
+
+    def drop_prepared(self, exec_id: str) -> None:
+        """Forget the prepared, unstarted runs of an aborted execution."""
+        with self._lock:
+            dropped = [self._prepared.pop(k) for k in list(self._prepared) if k[0] == exec_id]
+        for prepared in dropped:
+            self.executions.end(prepared.run)
 
     def _sweep(self) -> None:
         now = time.monotonic()
@@ -431,8 +442,10 @@ def create_app(server: WorkerServer) -> FastAPI:
         driver = server.peer(request, "driver")
         header, _ = split_frame(await server.body(request, 1 << 16))
         exec_id = _exec_id(header.get("exec"))
+        reason = _require_str(header, "reason")
         server.executions.abort(exec_id, driver.certificate.fingerprint)
-        server.mailbox.abort(exec_id, _require_str(header, "reason"))
+        server.drop_prepared(exec_id)
+        server.mailbox.abort(exec_id, reason)
         return JSONResponse({"ok": True})
 
     @app.post("/msg")
