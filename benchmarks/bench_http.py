@@ -27,7 +27,6 @@ import mplang as mp
 from mplang import simp
 from mplang.runtime.local_cluster import LocalCluster
 
-SECRET = b"benchmark-secret-0123456789abcdef"
 NBYTES = 64 << 20
 
 _TCP_RECEIVER = r"""
@@ -138,8 +137,8 @@ def concurrency(drv: mp.Driver, evaluations: int = 20, threads: int = 4) -> floa
 
 def main() -> None:
     spec = cluster_spec()
-    with LocalCluster(spec, SECRET) as _:
-        drv = mp.Driver(spec, secret=SECRET)
+    with LocalCluster(spec) as cluster:  # development keys, mutual TLS
+        drv = cluster.driver()
         median, p99 = latency(drv)
         print(f"trivial pcall round trip on 3 workers: median {median * 1e3:.2f} ms, "
               f"p99 {p99 * 1e3:.2f} ms")

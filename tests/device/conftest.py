@@ -17,10 +17,13 @@ import mplang as mp
 SpecFactory = Callable[..., mp.ClusterSpec]
 
 
-def spec_dict(n: int, protocol: str = "SEMI2K", field: str = "FM64",
+def spec_dict(n: int, protocol: str | None = None, field: str = "FM64",
               fxp_fraction_bits: int | None = None, spu: str = "S") -> dict[str, Any]:
-    """Nodes ``n0..``, PPUs ``P0..`` and SPU ``spu`` over every node."""
-    config: dict[str, Any] = {"protocol": protocol, "field": field}
+    """Nodes ``n0..``, PPUs ``P0..`` and SPU ``spu`` over every node (``protocol`` None:
+    the SPU kind's default for ``n`` members)."""
+    config: dict[str, Any] = {"field": field}
+    if protocol is not None:
+        config["protocol"] = protocol
     if fxp_fraction_bits is not None:
         config["fxp_fraction_bits"] = fxp_fraction_bits
     devices: dict[str, Any] = {f"P{i}": {"kind": "PPU", "members": [f"n{i}"]} for i in range(n)}
@@ -33,7 +36,7 @@ def spec_dict(n: int, protocol: str = "SEMI2K", field: str = "FM64",
 def make_spec() -> SpecFactory:
     """``make_spec(n, protocol=..., field=..., fxp_fraction_bits=...)`` -> a ClusterSpec."""
 
-    def make(n: int, protocol: str = "SEMI2K", field: str = "FM64",
+    def make(n: int, protocol: str | None = None, field: str = "FM64",
              fxp_fraction_bits: int | None = None, spu: str = "S") -> mp.ClusterSpec:
         return mp.ClusterSpec.from_dict(spec_dict(n, protocol, field, fxp_fraction_bits, spu))
 
@@ -45,7 +48,7 @@ def make_spec() -> SpecFactory:
 def _stored(sim: mp.Simulator, rank: int) -> list[Any]:
     store = sim.mesh.workers[rank].store
     with store._lock:  # the store has no public listing; read it under its lock
-        return list(store._values.values())
+        return [value for _, value in store._values.values()]
 
 
 @pytest.fixture

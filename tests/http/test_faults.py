@@ -29,7 +29,7 @@ from mplang.frontend.registry import list_primitives
 from mplang.runtime.local_cluster import LocalCluster
 from tests.http import support
 
-FAIL_WITHIN_S = 30.0
+FAIL_WITHIN_S = 10.0
 
 
 def _spin(x: Any) -> Any:
