@@ -243,7 +243,9 @@ def load_identity(key_path: str | os.PathLike[str],
     if cert.expired():
         raise IdentityError(f"certificate {cert.subject} ({cert.short}...) is not valid now: "
                             f"valid {cert.not_before:%Y-%m-%d} to {cert.not_after:%Y-%m-%d}")
-    return LocalIdentity(cert.subject or key.stem, key, cert)
+    identity = LocalIdentity(cert.subject or key.stem, key, cert)
+    identity.client_context(cert)  # the key must belong to the certificate
+    return identity
 
 
 def peer_certificate(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None:
