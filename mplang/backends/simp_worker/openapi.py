@@ -1,0 +1,172 @@
+"""The worker's HTTP API as an OpenAPI 3 document (`WORKER_API`).
+
+The worker serves no schema itself (``create_app`` turns FastAPI's off); this
+document describes what `mplang.backends.simp_worker.http.create_app` serves, for
+readers and for the API fuzzing (``tests/security/test_worker_api_fuzz.py``,
+``benchmarks/fuzz_worker_api.py``). A test checks that every route of the app is
+in it.
+
+Who may call what is decided by the client certificate of the mutual-TLS
+connection, which OpenAPI cannot express: ``GET /health`` is open to every party
+the spec lists, ``POST /msg`` to nodes only, the other paths to listed drivers
+only (403 otherwise; a certificate no spec lists fails the handshake). Every
+request but ``/health`` must carry the sender's spec digest in ``x-mplang-spec``
+(409 when it is missing or differs). Request bodies are MPV1 frames
+(`mplang.backends.wire.pack_message`): a length-prefixed JSON header, then raw
+payload bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+SPEC_DIGEST = {"type": "string", "pattern": "^[0-9a-f]{64}$",
+               "description": "SHA-256 hex digest of the sender's cluster spec "
+                              "(ClusterSpec.digest())"}
+EXEC_ID = {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"}
+
+_SPEC_HEADER = {"name": "x-mplang-spec", "in": "header", "required": True,
+                "schema": SPEC_DIGEST,
+                "description": "the sender's spec digest; 409 when missing or different"}
+
+_FRAME = {
+    "required": True,
+    "description": "An MPV1 frame: b'MPV1', the JSON header's length (u32 little "
+                   "endian), the JSON header, then the payload bytes.",
+    "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                        "format": "binary"}}},
+}
+
+_ERROR = {"type": "object", "required": ["error"],
+          "properties": {"error": {"type": "string"}}}
+
+_FAILED_RUN = {
+    "type": "object",
+    "required": ["error", "kind", "party"],
+    "properties": {
+        "error": {"type": "string"},
+        "kind": {"type": "string", "description": "the MPLangError subclass, e.g. "
+                                                  "MPRuntimeError or MPCommunicationError"},
+        "party": {"type": "integer", "minimum": 0},
+        "op": {"type": ["string", "null"]},
+        "key": {"type": ["string", "null"]},
+        "loc": {"type": ["string", "null"]},
+    },
+}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _refusals(*statuses: int) -> dict[str, Any]:
+    why = {
+        "400": "malformed: a bad frame, header field, program or value",
+        "403": "the certificate's party may not use this path, or the execution or "
+               "object belongs to another driver",
+        "404": "no such object for this driver",
+        "409": "spec digest missing or different; execution id reused, not prepared, "
+               "not running here yet, or aborted",
+        "410": "the execution has ended, was aborted or ran past its time limit",
+        "411": "no content-length",
+        "413": "body, message or declared value over this worker's limits",
+        "429": "too many runs at once, or the mailbox is full",
+    }
+    return {str(s): _json(_ERROR, why[str(s)]) for s in statuses}
+
+
+def _post(summary: str, ok: dict[str, Any], statuses: tuple[int, ...],
+          parameters: list[dict[str, Any]] | None = None,
+          failed: dict[str, Any] | None = None) -> dict[str, Any]:
+    responses = {"200": ok, **_refusals(*statuses)}
+    if failed is not None:
+        responses["500"] = failed
+    return {"post": {"summary": summary,
+                     "parameters": [_SPEC_HEADER, *(parameters or [])],
+                     "requestBody": _FRAME, "responses": responses}}
+
+
+_DRIVER = (400, 403, 409, 411, 413)
+_MSG_HEADERS = [
+    {"name": "x-mplang-exec", "in": "header", "required": True, "schema": EXEC_ID,
+     "description": "the execution the message belongs to"},
+    {"name": "x-mplang-key", "in": "header", "required": True,
+     "schema": {"type": "string", "pattern": "^/", "maxLength": 1024},
+     "description": "the op key (the run's scope, '/', the op)"},
+    {"name": "x-mplang-program", "in": "header", "required": True,
+     "schema": {"type": "string", "maxLength": 64},
+     "description": "SHA-256 hex digest of the sender's program (must be the receiver's)"},
+    {"name": "x-mplang-link", "in": "header", "required": False,
+     "schema": {"type": "string", "enum": ["0", "1"]},
+     "description": "'1' for link (secure-device protocol) bytes"},
+]
+
+WORKER_API: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "MPLang worker", "version": "1",
+             "description": "One party's worker, over mutual TLS (see the module docstring "
+                            "of mplang.backends.simp_worker.openapi)."},
+    "paths": {
+        "/health": {"get": {
+            "summary": "Liveness, this node's name, rank, fingerprint and spec digest "
+                       "(any listed party).",
+            "parameters": [dict(_SPEC_HEADER, required=False)],
+            "responses": {
+                "200": _json({"type": "object",
+                              "required": ["status", "node", "rank", "fingerprint", "spec"],
+                              "properties": {"status": {"type": "string", "enum": ["ok"]},
+                                             "node": {"type": "string"},
+                                             "rank": {"type": "integer", "minimum": 0},
+                                             "fingerprint": {"type": "string"},
+                                             "spec": SPEC_DIGEST}},
+                             "the worker is up"),
+                **_refusals(403)}}},
+        "/prepare": _post(
+            "Accept a run of a program on several parties (driver); its /run starts it. "
+            "Header: exec, scope, inputs (object ids or null), parties, and optionally "
+            "timeout, parallel, progress; payload: the program (graph bundle).",
+            _json({"type": "object", "required": ["accepted"],
+                   "properties": {"accepted": {"type": "boolean"}}}, "prepared"),
+            (*_DRIVER, 429)),
+        "/run": _post(
+            "Run a program (driver): with a payload, prepared and started at once; with "
+            "none, the run an earlier /prepare accepted (header: exec, scope).",
+            _json({"type": "object", "required": ["outputs"],
+                   "properties": {"outputs": {"type": "array",
+                                              "items": {"type": ["string", "null"]}}}},
+                  "the ids of the run's outputs on this party"),
+            (*_DRIVER, 429),
+            failed=_json(_FAILED_RUN, "the program failed while running")),
+        "/fetch": _post(
+            "An object's value (driver that made it). Header: uri.",
+            {"description": "the value, encoded (mplang.backends.wire.encode_value)",
+             "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                 "format": "binary"}}}},
+            (*_DRIVER, 404)),
+        "/delete": _post(
+            "Delete objects (driver that made them). Header: uris.",
+            _json({"type": "object", "required": ["deleted"],
+                   "properties": {"deleted": {"type": "integer", "minimum": 0}}},
+                  "how many were deleted"),
+            _DRIVER),
+        "/abort": _post(
+            "Abort an execution (its driver): its waits fail, its messages are dropped. "
+            "Header: exec, reason.",
+            _json({"type": "object", "required": ["ok"],
+                   "properties": {"ok": {"type": "boolean"}}}, "aborted"),
+            _DRIVER),
+        "/msg": _post(
+            "A message of a running execution from another node; the body is one encoded "
+            "value. Admitted from its headers before the body is read.",
+            _json({"type": "object", "required": ["ok"],
+                   "properties": {"ok": {"type": "boolean"}}}, "queued"),
+            (400, 403, 409, 410, 411, 413, 429), _MSG_HEADERS),
+    },
+}
+"""The worker API (OpenAPI 3.1)."""
+
+
+def worker_api() -> dict[str, Any]:
+    """A copy of `WORKER_API` (callers may edit it)."""
+    return copy.deepcopy(WORKER_API)

@@ -1,0 +1,1 @@
+"""Security tests: what hostile parties and inputs can do to workers and decoders."""
