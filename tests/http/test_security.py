@@ -317,6 +317,9 @@ def test_messages_nobody_expects_are_refused_at_once(dev: support.DevCluster,
         other_program = post(client, "/msg", encode_value_bytes(np.int32(1)),
                              headers=support.msg_headers(exec_id, "/1", "f" * 64))
         assert other_program.status_code == 409
+        wrong_op = post(client, "/msg", encode_value_bytes(np.int32(1)),
+                        headers=support.msg_headers(exec_id, "/0", digest))
+        assert wrong_op.status_code == 403 and "sends no messages" in wrong_op.json()["error"]
         too_big = post(client, "/msg", encode_value_bytes(np.zeros(1 << 18, np.int32)),
                        headers=support.msg_headers(exec_id, "/1", digest))
         assert too_big.status_code == 413 and "types allow" in too_big.json()["error"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mplang.edsl.graph import Graph
+from mplang.edsl.graph import Graph, communicates
 from mplang.edsl.typing import MPType
 from mplang.frontend.errors import MPRefusedError
 
@@ -99,6 +99,8 @@ class Run:
     program: str
     """Digest of the program it runs (peers must run the same)."""
     parties: frozenset[int]
+    talkers: frozenset[str]
+    """Key segments (op indices) of the program's ops that exchange messages."""
     max_message: int
     deadline: float
     received: int = 0
@@ -141,7 +143,9 @@ class Executions:
                     del self._running[exec_id]
                 raise MPRefusedError(f"this worker already runs {self.limits.max_runs} "
                                      "programs", 429)
-            run = Run(exec_id, scope, driver, program, parties, max_message,
+            talkers = frozenset(str(i) for i, op in enumerate(graph.operations)
+                                if communicates(op))
+            run = Run(exec_id, scope, driver, program, parties, talkers, max_message,
                       time.monotonic() + seconds)
             runs[scope] = run
             self._remember(self._owners, exec_id, driver)
@@ -177,6 +181,10 @@ class Executions:
                 if any(key.startswith(s + "/") for s in self._finished.get(exec_id, ())):
                     raise MPRefusedError(f"execution {exec_id} has ended here", 410)
                 raise MPRefusedError(f"execution {exec_id} is {NOT_YET}", 409)
+            op_index = key[len(run.scope) + 1:].split("/", 1)[0]
+            if op_index not in run.talkers:
+                raise MPRefusedError(f"op {key[:200]} of execution {exec_id} sends no messages",
+                                     403)
             if src not in run.parties:
                 raise MPRefusedError(f"party {src} takes no part in execution {exec_id}", 403)
             if program != run.program:
