@@ -75,10 +75,6 @@ def worker(dev: support.DevCluster) -> Iterator[support.ThreadWorker]:
         thread_worker.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="known issue exec-not-a-string: _exec_id in "
-                   "simp_worker/http.py passes a non-string 'exec' to re.fullmatch; the "
-                   "TypeError escapes as a 500 (remove this mark and the entry in "
-                   "worker_api_fuzz.KNOWN_ISSUES once fixed)")
 @pytest.mark.parametrize(("path", "header"), [
     ("/prepare", {"exec": 5, "scope": "", "inputs": [], "parties": [0]}),
     ("/run", {"exec": 5.5, "scope": ""}),

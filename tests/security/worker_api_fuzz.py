@@ -292,27 +292,10 @@ class Finding:
                 f"  headers {self.headers}\n  body ({len(self.body)} bytes) {body}")
 
 
-def _exec_not_a_string(finding: Finding) -> bool:
-    """``exec`` in a frame header that is not a string (a number, list, object...):
-    ``_exec_id`` in ``simp_worker/http.py`` passes it to ``re.fullmatch``, whose
-    TypeError escapes as a plain 500 (and uvicorn closes the connection)."""
-    if finding.rule not in ("5xx", "schema") or finding.status != 500 or \
-            finding.path not in ("/prepare", "/run", "/abort"):
-        return False
-    try:
-        header, _ = split_frame(finding.body)
-    except Exception:
-        return False
-    value = header.get("exec")
-    return value is not None and not isinstance(value, str)
-
-
-KNOWN_ISSUES: dict[str, Callable[[Finding], bool]] = {
-    "exec-not-a-string": _exec_not_a_string,
-}
+KNOWN_ISSUES: dict[str, Callable[[Finding], bool]] = {}
 """Findings already reported, by name: the CI test tolerates them (and
 ``test_worker_api_fuzz.py`` has a strict xfail that flips when one is fixed)."""
-KNOWN_TRACEBACKS = {"exec-not-a-string": "in _exec_id"}
+KNOWN_TRACEBACKS: dict[str, str] = {}
 """Worker-log tracebacks of the known issues, by a line they contain."""
 
 

@@ -133,8 +133,8 @@ def _require_str(header: dict[str, Any], key: str, limit: int = 4096) -> str:
     return value
 
 
-def _exec_id(value: str | None) -> str:
-    if value is None or not _ID.fullmatch(value):
+def _exec_id(value: Any) -> str:
+    if not isinstance(value, str) or not _ID.fullmatch(value):
         raise MPSerializationError("an execution id is 1 to 128 letters, digits or '_.:-'")
     return value
 
