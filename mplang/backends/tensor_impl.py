@@ -1,7 +1,7 @@
 """Kernels of the `tensor` dialect: run serialized StableHLO with JAX on the CPU.
 
-Received run_jax modules pass a payload check first: a helper process lowers and
-compiles each distinct module before this process parses it.
+Received run_jax modules pass a payload check first: a helper process parses,
+vets and compiles each distinct module before this process parses it.
 """
 
 from __future__ import annotations
@@ -11,34 +11,88 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend.mlir import ir as _ir
+from jax.interpreters.mlir import make_ir_context
 
 from mplang.dialects.tensor import exported_module, module_info
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
+from mplang.frontend.errors import MPSerializationError
 from mplang.frontend.pyfuncs import lookup_pyfunc
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.sandbox import NativePayloadChecker
 
 BACKEND = register_backend("tensor")
+ir: Any = _ir  # the MLIR bindings ship no type stubs
 
 
-def compile_module(module: bytes) -> None:
-    """Parse, lower and compile ``module`` for its declared input types, as the kernel's
-    first call does; raises if any step fails. Runs in the payload checker's helper."""
+SAFE_CUSTOM_CALLS = frozenset(["mhlo.topk", "ApproxTopK"])
+"""Custom calls XLA rewrites into ordinary HLO. The others run native kernels that trust
+the module's buffer shapes (a LAPACK result declared too small is a heap overflow) or
+call host functions, so received modules may not use them."""
+REFUSED_OPS = frozenset(f"stablehlo.{name}" for name in [
+    "infeed", "outfeed", "send", "recv", "all_gather", "all_reduce", "all_to_all",
+    "collective_broadcast", "collective_permute", "reduce_scatter", "dynamic_broadcast_in_dim",
+    "dynamic_conv", "dynamic_gather", "dynamic_iota", "dynamic_pad", "dynamic_reshape",
+    "real_dynamic_slice", "get_dimension_size", "set_dimension_size"])
+"""Host transfers, collectives and dynamic shapes: never in a single-device export of
+static shapes, and run by XLA runtime code that trusts its operands."""
+
+
+def _fft_problem(op: Any) -> str | None:
+    """Why ``op`` (a ``stablehlo.fft``) would fail an assertion when run (XLA does not
+    check its lengths against its shapes), or None."""
+    length = list(ir.DenseI64ArrayAttr(op.attributes["fft_length"]))
+    kind = str(op.attributes["fft_type"]).rstrip(">").split()[-1]
+    real, half = length, ([*length[:-1], length[-1] // 2 + 1] if length else [])
+    expected = {"FFT": (length, length), "IFFT": (length, length), "RFFT": (real, half),
+                "IRFFT": (half, real)}.get(kind)
+    shapes = [ir.RankedTensorType(v.type).shape for v in (op.operands[0], op.results[0])]
+    if (expected is None or not 1 <= len(length) <= min(len(s) for s in shapes)
+            or shapes[0][:-len(length)] != shapes[1][:-len(length)]
+            or [s[-len(length):] for s in shapes] != list(expected)):
+        return f"stablehlo.fft {kind} of length {length} on shapes {shapes[0]} -> {shapes[1]}"
+    return None
+
+
+def vet_module(module: bytes) -> None:
+    """Parse ``module``, refuse unsafe ops (custom calls outside `SAFE_CUSTOM_CALLS`,
+    `REFUSED_OPS`, FFTs whose lengths do not fit their shapes), then lower and compile
+    it for its declared input types as the kernel's first call does. Runs in the payload
+    checker's helper process."""
     exp = exported_module(module)
+    unsafe: set[str] = set()
+
+    def visit(op: Any) -> Any:
+        if op.name == "stablehlo.custom_call":
+            target = ir.StringAttr(op.attributes["call_target_name"]).value
+            if target not in SAFE_CUSTOM_CALLS:
+                unsafe.add(f"custom call {target!r}")
+        elif op.name in REFUSED_OPS:
+            unsafe.add(op.name)
+        elif op.name == "stablehlo.fft" and (problem := _fft_problem(op)):
+            unsafe.add(problem)
+        return ir.WalkResult.ADVANCE
+
+    with make_ir_context():
+        ir.Module.parse(exp.mlir_module()).operation.walk(visit)
+    if unsafe:
+        raise MPSerializationError(f"uses {', '.join(sorted(unsafe))}, which a received "
+                                   "module may not")
     specs = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype))
              for t in module_info(module).in_types]
     jax.jit(exp.call).lower(*specs).compile()
 
 
-MODULE_CHECKER = NativePayloadChecker(compile_module, "run_jax module")
+MODULE_CHECKER = NativePayloadChecker(vet_module, "run_jax module")
 """The helper process that vets this process's received run_jax modules."""
 
 
 @BACKEND.payload_check("tensor.run_jax")
 def _check_run_jax(op: Operation) -> None:
     MODULE_CHECKER.check(op.attrs["module"], f"tensor.run_jax[{op.attrs['fn']}]")
+
 
 _COMPILED: dict[bytes, Callable[..., Any]] = {}
 _COMPILED_LIMIT = 4096

@@ -126,7 +126,7 @@ def _tensor_types(value: Any, field: str) -> tuple[TensorType, ...]:
         if not isinstance(item, list) or len(item) != 2:
             raise _malformed(here, "expected [dtype, shape]")
         dtype, shape = item
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise _malformed(f"{here}.dtype", f"unsupported dtype {dtype!r}")
         dims = tuple(_int_in(d, 0, MAX_DIM, f"{here}.shape[{j}]")
                      for j, d in enumerate(_list(shape, MAX_RANK, f"{here}.shape")))
@@ -209,7 +209,8 @@ def _encode_module(name: str, exp: jax_export.Exported) -> bytes:
                           "run_jax ships modules for one platform")
 
     def types(avals: Sequence[Any]) -> list[Any]:
-        return [TensorType.of(a.dtype, a.shape).to_json(None) for a in avals]
+        return [[t.dtype, list(t.shape)] for t in (TensorType.of(a.dtype, a.shape)
+                                                   for a in avals)]
 
     meta = {"version": MODULE_VERSION, "platform": exp.platforms[0],
             "calling_convention": exp.calling_convention_version, "in": types(exp.in_avals),

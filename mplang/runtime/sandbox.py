@@ -20,14 +20,18 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from mplang.dialects.common import LRUCache
-from mplang.frontend.errors import MPSerializationError
+from mplang.frontend.errors import MPLangError, MPSerializationError
 
 MAX_MESSAGE = 500
 """Characters of a helper's error message kept in the refusal."""
+STARTUP_TIMEOUT = 300.0
+"""Seconds a new helper may take to import its check (not counted in a check's timeout)."""
 
 
 def _serve(conn: Connection, check: Callable[[bytes], None]) -> None:
-    """The helper's loop: answer each payload with "" (accepted) or the error it raised."""
+    """The helper's loop: say it is ready, then answer each payload with b"+" (accepted)
+    or b"-" and the error."""
+    conn.send_bytes(b"ready")
     while True:
         try:
             payload = conn.recv_bytes()
@@ -35,10 +39,12 @@ def _serve(conn: Connection, check: Callable[[bytes], None]) -> None:
             return
         try:
             check(payload)
-            verdict = ""
+            answer = "+"
+        except MPLangError as e:
+            answer = f"-{e}"
         except Exception as e:
-            verdict = f"{type(e).__name__}: {e}"[:MAX_MESSAGE]
-        conn.send_bytes(verdict.encode())
+            answer = f"-{type(e).__name__}: {e}"
+        conn.send_bytes(answer[:MAX_MESSAGE].encode())
 
 
 def _exit_reason(code: int | None) -> str:
@@ -85,18 +91,23 @@ class NativePayloadChecker:
 
     def _ask(self, payload: bytes) -> tuple[str, bool]:
         """(verdict, whether it may be cached) from the helper, restarting it if it died."""
-        proc, conn = self._helper or self._start()
+        if self._helper is None and (failure := self._start()):
+            return failure, False
+        assert self._helper is not None
+        _, conn = self._helper
         try:
             conn.send_bytes(payload)
             if conn.poll(self.timeout):
-                return conn.recv_bytes().decode(), True
+                answer = conn.recv_bytes().decode()
+                return ("" if answer == "+" else answer[1:] or "rejected"), True
         except (EOFError, OSError):
             return (f"the native payload crashed its verifier "
                     f"({_exit_reason(self._stop())})", True)
         self._stop()
         return f"its verifier did not finish within {self.timeout:g} s", False
 
-    def _start(self) -> tuple[BaseProcess, Connection]:
+    def _start(self) -> str | None:
+        """Start a helper; None once it is ready, else why it is not."""
         ctx = multiprocessing.get_context("spawn")
         ours, theirs = ctx.Pipe()
         proc = ctx.Process(target=_serve, args=(theirs, self._check), daemon=True,
@@ -104,7 +115,12 @@ class NativePayloadChecker:
         proc.start()
         theirs.close()
         self._helper = (proc, ours)
-        return self._helper
+        try:
+            if ours.poll(STARTUP_TIMEOUT) and ours.recv_bytes() == b"ready":
+                return None
+        except (EOFError, OSError):
+            pass
+        return f"its verifier did not start ({_exit_reason(self._stop())})"
 
     def _stop(self) -> int | None:
         """End the helper (if still running); its exit code."""
