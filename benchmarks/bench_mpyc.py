@@ -210,7 +210,8 @@ def bench(args: argparse.Namespace) -> None:
               f"{info['threshold']}, SecFxp{tuple(info['secfxp'])} over {info['field']}, "
               f"gmpy2={'yes' if info['gmpy2'] else 'no'}, "
               f"uvloop={'yes' if info['uvloop'] else 'no'}; best of {args.mpyc_repeats} "
-              f"timed run(s). MPLang: ABY3 FM64 via bench_spu.MPLangCase, best of "
+              f"timed run(s). MPLang: ABY3 FM64 (3 parties, no Beaver source) via "
+              f"bench_spu.MPLangCase, best of "
               f"{args.repeats} after warm-up.")
 
 

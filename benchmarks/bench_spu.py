@@ -5,8 +5,12 @@ from party 1) are multiplied and compared. Both sides do the same work per
 run: secret-share both inputs, run the compiled executable, reconstruct the
 result for the caller. Compilation is excluded from both (MPLang: a compiled
 program whose SPU executable is cached; raw: ``spu_frontend.compile`` once).
+Every figure names its protocol and, for SEMI2K, its Beaver source
+(TrustedFirstParty: party 0 makes the triples and must be trusted; see
+``docs/security.md``). CHEETAH is the 2-party default of ``ClusterSpec.simple``.
 
     .venv/bin/python benchmarks/bench_spu.py [--sizes 10000 100000 1000000] [--repeats 3]
+                                             [--protocols ABY3 SEMI2K CHEETAH]
     .venv/bin/python benchmarks/bench_spu.py --memory      # peak RSS of the 10^6 multiply
     .venv/bin/python benchmarks/bench_spu.py --millionaire  # end-to-end latency
 """
@@ -32,19 +36,29 @@ import spu.utils.simulation as spu_sim
 
 import mplang as mp
 
-PROTOCOLS = {"ABY3": 3, "SEMI2K": 2}
+PROTOCOLS = {"ABY3": 3, "SEMI2K": 2, "CHEETAH": 2}
+BEAVER = {"SEMI2K": "TrustedFirstParty"}
+"""The Beaver source of each protocol that has one (libspu's default for SEMI2K)."""
 OPS: dict[str, Callable[[Any, Any], Any]] = {"mul": jnp.multiply, "less": jnp.less}
+
+
+def label(protocol: str) -> str:
+    """The protocol as the figures name it: with its Beaver source where it has one."""
+    return f"{protocol} (beaver {BEAVER[protocol]})" if protocol in BEAVER else protocol
 
 
 def spec(protocol: str) -> mp.ClusterSpec:
     n = PROTOCOLS[protocol]
+    config = {"protocol": protocol, "field": "FM64"}
+    if protocol in BEAVER:
+        config["beaver"] = BEAVER[protocol]
     return mp.ClusterSpec.from_dict({
         "nodes": [{"name": f"node_{i}", "endpoint": f"127.0.0.1:{62000 + i}"} for i in range(n)],
         "devices": {
             "P0": {"kind": "PPU", "members": ["node_0"]},
             "P1": {"kind": "PPU", "members": ["node_1"]},
             "SP0": {"kind": "SPU", "members": [f"node_{i}" for i in range(n)],
-                    "config": {"protocol": protocol, "field": "FM64"}},
+                    "config": config},
         },
     })
 
@@ -85,6 +99,8 @@ class RawCase:
     def __init__(self, protocol: str, op: str, x: np.ndarray, y: np.ndarray):
         config = libspu.RuntimeConfig(protocol=spu.parse_protocol_kind(protocol),
                                       field=spu.parse_field_type("FM64"))
+        if protocol in BEAVER:
+            config.beaver_type = spu.parse_beaver_type(BEAVER[protocol])
         self.sim = spu_sim.Simulator(PROTOCOLS[protocol], config)
         secret = libspu.Visibility.VIS_SECRET
         self.exe, _ = spu_frontend.compile(spu_frontend.Kind.JAX, OPS[op], [x, y], {},
@@ -105,10 +121,10 @@ def check(op: str, got: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
         assert np.array_equal(np.asarray(got)[clear], (x < y)[clear])
 
 
-def bench(sizes: list[int], repeats: int) -> None:
+def bench(sizes: list[int], repeats: int, protocols: list[str]) -> None:
     print("| protocol | op | size | MPLang s | raw libspu s | MPLang / raw |")
     print("|---|---|---:|---:|---:|---:|")
-    for protocol in PROTOCOLS:
+    for protocol in protocols:
         for op in OPS:
             for size in sizes:
                 x, y = data(size)
@@ -116,7 +132,7 @@ def bench(sizes: list[int], repeats: int) -> None:
                 check(op, ours(), x, y)
                 check(op, raw(), x, y)
                 t_ours, t_raw = alternating_best(repeats, ours, raw)
-                print(f"| {protocol} | {op} | {size:,} | {t_ours:.4f} | {t_raw:.4f} "
+                print(f"| {label(protocol)} | {op} | {size:,} | {t_ours:.4f} | {t_raw:.4f} "
                       f"| {t_ours / t_raw:.2f} |", flush=True)
                 ours.sim.close()
 
@@ -156,8 +172,8 @@ def memory(size: int) -> None:
           f"(ratio {ours['peak_mib'] / raw['peak_mib']:.2f})")
 
 
-def millionaire(runs: int) -> None:
-    sim = mp.Simulator(2)
+def millionaire(runs: int, protocol: str) -> None:
+    sim = mp.Simulator(spec(protocol))
 
     def program() -> Any:
         x = mp.device("P0")(lambda: jnp.int32(1_000_000))()
@@ -171,7 +187,8 @@ def millionaire(runs: int) -> None:
         start = time.perf_counter()
         assert mp.fetch(sim, mp.evaluate(sim, compiled))
         times.append(time.perf_counter() - start)
-    print(f"millionaire (2 parties, SEMI2K, compiled, after warm-up): median of {runs} = "
+    print(f"millionaire (2 parties, {label(protocol)}, FM64, compiled, after warm-up): "
+          f"median of {runs} = "
           f"{statistics.median(times) * 1e3:.2f} ms (min {min(times) * 1e3:.2f} ms)")
     sim.close()
 
@@ -183,6 +200,8 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--millionaire", action="store_true")
     parser.add_argument("--memory-child", nargs=2, metavar=("KIND", "SIZE"))
+    parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS),
+                        default=list(PROTOCOLS))
     args = parser.parse_args()
     jax.config.update("jax_platforms", "cpu")
     if args.memory_child:
@@ -190,9 +209,11 @@ def main() -> None:
     elif args.memory:
         memory(1_000_000)
     elif args.millionaire:
-        millionaire(10)
+        for protocol in args.protocols:
+            if PROTOCOLS[protocol] == 2:
+                millionaire(10, protocol)
     else:
-        bench(args.sizes, args.repeats)
+        bench(args.sizes, args.repeats, args.protocols)
 
 
 if __name__ == "__main__":

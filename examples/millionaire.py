@@ -7,9 +7,15 @@ answer is revealed, to Alice alone (``mp.put("P0", ...)``). Bob learns nothing.
 
 The same program runs on two clusters from ``mp.ClusterSpec.simple``:
 
-* 2 parties: the SPU runs SEMI2K between Alice and Bob;
-* 3 parties: the SPU runs ABY3 (honest majority); party 2 only helps compute
-  on shares, it holds no input and receives no output.
+* 2 parties: the SPU runs CHEETAH between Alice and Bob (no dealer: neither
+  of them, nor anyone else, makes correlated randomness for the other);
+* 3 parties: the SPU runs ABY3; party 2 only helps compute on shares, it holds
+  no input and receives no output.
+
+Security: both protocols protect against semi-honest parties only (each follows
+the protocol but may try to learn from what it sees), not against a party that
+deviates from it. ABY3 also needs an honest majority: Bob and party 2 together
+could rebuild Alice's wealth, so they must not collude.
 
 The program is compiled once per cluster and then evaluated on fresh inputs:
 the wealths are runtime inputs, not constants baked into the program.
@@ -70,7 +76,7 @@ def run(world_size: int, pairs: list[tuple[int, int]] = WEALTH_PAIRS) -> list[di
 
 
 def main() -> list[dict[str, Any]]:
-    """The millionaire's problem with 2 parties (SEMI2K) and 3 parties (ABY3)."""
+    """The millionaire's problem with 2 parties (CHEETAH) and 3 parties (ABY3)."""
     return run(2) + run(3)
 
 

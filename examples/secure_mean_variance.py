@@ -13,6 +13,10 @@ vector; the vectors may have different lengths. They want the mean and the
 
 Only the vector lengths are public (they are part of the program's types).
 
+Security: ABY3 protects against semi-honest parties only (each follows the
+protocol but may try to learn from what it sees) and needs an honest majority:
+any two of the three parties together could rebuild the third one's values.
+
 Precision: the SPU computes in fixed point. Dividing by the public count ``n``
 multiplies by ``1/n`` encoded with the field's fraction bits, so with the
 default 64-bit field (18 fraction bits) the results can be off by up to

@@ -8,7 +8,9 @@ bits)``), and only if one of its operands is secret: public ops run locally.
 It is an estimate. The table was calibrated against libspu's link statistics
 (send actions per op, libspu 0.10) for SEMI2K between 2 parties on FM64, with
 FM32/FM128 checks of the field dependence; other protocols and more parties
-take more rounds (ABY3 about 1.3x, SEMI2K with 3 parties about 2-4x), and a
+take more rounds (ABY3 about 1.3x, SEMI2K with 3 parties about 2-4x; CHEETAH,
+the 2-party default, is not calibrated: its comparisons run on oblivious
+transfer and its multiplications on homomorphic encryption), and a
 different libspu version or runtime config (e.g. the exp/sigmoid modes) can
 change them. Unknown ops on secrets count `DEFAULT_SECRET_ROUNDS`. Ops with regions:
 ``while`` costs ``(cond + body) * n + cond``, where ``n`` is the trip count of

@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from mplang.edsl.location import user_stacklevel
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import TraceObject
 from mplang.edsl.typing import MPType
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
 
 
 class InsecureDeviceWarning(UserWarning):
-    """A device whose privacy rests on trusting one party or service (e.g. an SPU whose
-    Beaver triples a member or a third party makes) is in use; the message says whom."""
+    """A device whose privacy rests on trusting one party or service (e.g. a secure device
+    whose multiplication triples one member or a third party makes) is in use; the
+    message says whom."""
 
 
 class DeviceKind(ABC):
@@ -46,13 +48,14 @@ class DeviceKind(ABC):
 
     def security_model_of(self, device: Device) -> str:
         """``security_model`` for one device (kinds whose model depends on the config,
-        e.g. the SPU's protocol, say it per device)."""
+        e.g. a secure device's protocol, say it per device)."""
         return self.security_model
 
     def trust(self, device: Device) -> str | None:
-        """Whom ``device`` (a validated device of this kind) makes users trust beyond its
-        security model, e.g. "node_0 generates the Beaver triples ...": a plain statement
-        users are warned with once per process (`InsecureDeviceWarning`); None: nobody."""
+        """The party or service ``device`` (a validated device of this kind) makes users
+        trust beyond its members following the protocol, e.g. "node_0 generates the
+        Beaver triples ...": a plain statement users are warned with once per process
+        (`InsecureDeviceWarning`) when the device is used; None: nobody."""
         return None
 
     @abstractmethod
@@ -122,7 +125,7 @@ def warn_if_trusted(device: Device) -> None:
             return
         _WARNED.add((device.kind, statement))
     warnings.warn(f"{device.kind} {device.name!r}: {statement}", InsecureDeviceWarning,
-                  stacklevel=2)
+                  stacklevel=user_stacklevel())
 
 
 def get_kind(name: str) -> DeviceKind:

@@ -15,18 +15,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
-from mplang.device.kinds import (
-    DeviceKind,
-    describe,
-    place,
-    register_kind,
-    register_move,
-)
+from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
 from mplang.device.ppu import rank_of
 from mplang.dialects import simp
 from mplang.dialects.spu import (
     DEFAULT_BEAVER,
     SUPPORTED_DTYPES,
+    TTP_DEFAULTS,
     SecretShareType,
     SpuConfig,
     default_protocol,
@@ -55,10 +50,11 @@ TTP_TRANSPORTS = ("http", "h2")
 _CONFIG_KEYS = frozenset(["protocol", "field", "fxp_fraction_bits", "beaver", "ttp"])
 
 SEMI_HONEST = ("semi-honest members only: privacy holds while every member follows the "
-               "protocol (a member who deviates from it can learn or change values)")
+               "protocol (a member who deviates from it may learn or corrupt values)")
 SECURITY_MODELS = {
-    "CHEETAH": f"{SEMI_HONEST}; no dealer: each member's inputs stay private against the "
-               "other member (triples from oblivious transfer and homomorphic encryption)",
+    "CHEETAH": f"{SEMI_HONEST}; no dealer or third party: each member's inputs stay "
+               "private against the other member (multiplications by homomorphic "
+               "encryption, comparisons by oblivious transfer)",
     "ABY3": f"{SEMI_HONEST}, and an honest majority: no two of the three members may "
             "collude (any two together can rebuild every value)",
     "SEMI2K": f"{SEMI_HONEST}, and a trusted Beaver source: whoever makes the "
@@ -117,17 +113,17 @@ def _validate_beaver(device: Device, config: Mapping[str, Any], protocol: str) -
     if not isinstance(key, str) or "-----BEGIN PUBLIC KEY-----" not in key:
         raise ClusterSpecError(f"{where}: ttp.server_public_key must be the service's public "
                                "key as PEM text (-----BEGIN PUBLIC KEY----- ...)")
-    schema = ttp.get("asym_crypto_schema", "SM2")
+    schema = ttp.get("asym_crypto_schema", TTP_DEFAULTS["asym_crypto_schema"])
     if schema not in TTP_SCHEMAS:
         raise ClusterSpecError(f"{where}: ttp.asym_crypto_schema must be one of "
                                f"{', '.join(TTP_SCHEMAS)}, got {schema!r}")
-    rank = ttp.get("adjust_rank", 0)
+    rank = ttp.get("adjust_rank", TTP_DEFAULTS["adjust_rank"])
     n = len(device.members)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < n:
         raise ClusterSpecError(f"{where}: ttp.adjust_rank (the member, by position, that "
                                f"calls the service's adjust RPC) must be an int in "
                                f"0..{n - 1}, got {rank!r}")
-    transport = ttp.get("transport_protocol", "http")
+    transport = ttp.get("transport_protocol", TTP_DEFAULTS["transport_protocol"])
     if transport not in TTP_TRANSPORTS:
         raise ClusterSpecError(f"{where}: ttp.transport_protocol must be one of "
                                f"{', '.join(TTP_TRANSPORTS)}, got {transport!r}")

@@ -3,10 +3,10 @@
 ``seal`` secret-shares a plaintext tensor held by one party among an SPU's
 members, ``run`` executes a JAX function compiled by libspu on those shares,
 and ``reveal`` reconstructs a result for one party. Every op carries the SPU's
-configuration (members, protocol, field, fixed-point bits) as attributes, so a
-program is self-contained. The share type, the ops' type rules, traits and
-cost rules live here; kernels and the share codec in ``backends/spu_impl.py``,
-the device kind in ``device/spu.py``.
+configuration (members, protocol, field, fixed-point bits and, for SEMI2K, the
+Beaver source) as attributes, so a program is self-contained. The share type,
+the ops' type rules, traits and cost rules live here; kernels and the share
+codec in ``backends/spu_impl.py``, the device kind in ``device/spu.py``.
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ DEFAULT_PROTOCOLS = {2: "CHEETAH", 3: "ABY3"}
 makes one member the others' dealer; other member counts must name a protocol."""
 DEFAULT_BEAVER = "TrustedFirstParty"
 """SEMI2K's Beaver source when its config names none (libspu's own default)."""
+TTP_DEFAULTS = {"asym_crypto_schema": "SM2", "adjust_rank": 0, "transport_protocol": "http"}
+"""libspu ``TTPBeaverConfig`` fields a ``ttp`` config may leave out."""
 
 
 def default_protocol(members: int) -> str | None:
@@ -160,7 +162,8 @@ class SpuConfig:
                          protocol, config.get("field", "FM64"),
                          int(config.get("fxp_fraction_bits", 0)),
                          config.get("beaver", "") if protocol == "SEMI2K" else "",
-                         tuple(sorted(dict(config.get("ttp") or {}).items())))
+                         tuple(sorted({**TTP_DEFAULTS, **config["ttp"]}.items()))
+                         if config.get("ttp") else ())
 
     def attrs(self) -> dict[str, Any]:
         attrs = {"device": self.device, "members": self.members, "protocol": self.protocol,

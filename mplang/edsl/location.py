@@ -24,6 +24,14 @@ def mark_library(path: str) -> None:
         _LIBRARY_FILES.add(full)
 
 
+def _is_library(filename: str) -> bool:
+    library = _IS_LIBRARY.get(filename)
+    if library is None:
+        library = _IS_LIBRARY[filename] = (filename.startswith(_LIBRARY_PREFIXES)
+                                           or filename in _LIBRARY_FILES)
+    return library
+
+
 def user_location(skip: int = 1) -> str | None:
     """``file.py:LINE`` of the innermost caller outside MPLang's package and the files
     marked as library code (`mark_library`).
@@ -36,12 +44,23 @@ def user_location(skip: int = 1) -> str | None:
         filename = frame.f_code.co_filename
         library = _IS_LIBRARY.get(filename)
         if library is None:
-            library = _IS_LIBRARY[filename] = (filename.startswith(_LIBRARY_PREFIXES)
-                                               or filename in _LIBRARY_FILES)
+            library = _is_library(filename)
         if not library:
             return f"{os.path.basename(filename)}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+def user_stacklevel(skip: int = 1) -> int:
+    """The ``stacklevel`` that makes `warnings.warn` name the innermost caller outside
+    the library code, when it is called by the function ``skip`` frames up (1: the one
+    that called this)."""
+    frame = sys._getframe(skip)
+    level = 1
+    while frame.f_back is not None and _is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 def locate_error(error: BaseException) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 import mplang as mp
 from mplang import simp
+from mplang.device.kinds import get_kind
 
 
 def _private_inputs(world_size: int) -> Any:
@@ -84,7 +85,9 @@ def run_demo(world_size: int = 3, echo: Callable[[str], None] = print) -> list[A
                 echo(f"    party {rank}: {v}")
         if world_size >= 2:
             device = sim.cluster.device("SP0")
-            echo(f"Secure computation on {device.kind} {device.config}:")
+            echo(f"Secure computation on {device.kind} {device.config} over "
+                 f"{', '.join(device.members)}")
+            echo(f"  security: {get_kind(device.kind).security_model_of(device)}")
             richer = mp.fetch(sim, mp.evaluate(sim, millionaire))
             echo(f"- millionaire's problem, revealed to P0 only: is P0 poorer than P1? {richer}")
             mean = mp.fetch(sim, mp.evaluate(sim, secure_mean, world_size))

@@ -182,15 +182,23 @@ def test_parse_module_nests_regions() -> None:
 # ---------------------------------------------------------------- real executables
 
 
+def semi2k_pair() -> mp.ClusterSpec:
+    """``ClusterSpec.simple(2)`` with SEMI2K, the protocol the round table was measured on
+    (the default for 2 parties is CHEETAH)."""
+    spec = mp.ClusterSpec.simple(2).to_dict()
+    spec["devices"]["SP0"]["config"] = {"protocol": "SEMI2K", "field": "FM64"}
+    return mp.ClusterSpec.from_dict(spec)
+
+
 def spu_run_executable(fn: Any, *args: Any) -> bytes:
-    """The executable of the one ``spu.run`` of ``fn`` on SPU SP0 of a 2-party cluster."""
+    """The executable of the one ``spu.run`` of ``fn`` on the 2-party SEMI2K SPU SP0."""
     def prog() -> Any:
         ins = [mp.device(f"P{i}")(lambda a=a: a)() for i, a in enumerate(args)]
         return mp.device("SP0")(fn)(*ins)
 
-    program = mp.compile(prog, cluster=mp.ClusterSpec.simple(2))
+    program = mp.compile(prog, cluster=semi2k_pair())
     (run,) = [op for op in program.graph.walk() if op.opcode == "spu.run"]
-    assert run.attrs["field"] == "FM64"
+    assert (run.attrs["protocol"], run.attrs["field"]) == ("SEMI2K", "FM64")
     return bytes(run.attrs["executable"])
 
 

@@ -1,5 +1,6 @@
-"""SPU protocols and settings from the device config: SEMI2K (2 and 4 parties),
-ABY3 (3), CHEETAH (2); fields FM64 and FM128; fixed-point fraction bits."""
+"""SPU protocols and settings from the device config: CHEETAH (2 parties), ABY3 (3,
+and 3 of 4 with an outsider's input), SEMI2K (2 and 4, asked for explicitly); the
+defaults of `ClusterSpec.simple`; fields FM64 and FM128; fixed-point fraction bits."""
 
 from __future__ import annotations
 
@@ -120,13 +121,45 @@ def test_four_party_semi2k_spans_all_parties(make_spec: Any) -> None:
         sim.close()
 
 
-def test_simple_three_party_cluster_uses_aby3() -> None:
-    sim = mp.Simulator(3)
+@pytest.mark.parametrize(("n", "protocol"), [(2, "cheetah"), (3, "aby3")])
+def test_simple_cluster_protocols_reach_libspu(n: int, protocol: str) -> None:
+    sim = mp.Simulator(n)
     try:
         out = mp.evaluate(sim, lambda: mp.put("SP0", K))
         meta = bytes(sim.fetch_object(out)[0].to_libspu().meta).decode("latin-1")
-        assert "aby3." in meta
+        assert f"{protocol}." in meta
         np.testing.assert_array_equal(mp.fetch(sim, out), K)
+    finally:
+        sim.close()
+
+
+@pytest.mark.parametrize("mode", ["launch", "standard"])
+def test_four_party_simple_cluster_takes_an_outsiders_input(mode: str) -> None:
+    """``ClusterSpec.simple(4)``: ABY3 on node_0..2; party 3 secret-shares its input into
+    the SPU (sending one share to each member, keeping none) and receives the result."""
+    sim = mp.Simulator(4)
+    try:
+        spu = sim.cluster.device("SP0")
+        assert (spu.members, spu.config["protocol"]) == (("node_0", "node_1", "node_2"), "ABY3")
+
+        def prog() -> Any:
+            outsider = mp.put("P3", K)
+            inside = mp.put("P1", K + 1)
+            shared = mp.put("SP0", outsider)             # the outsider's value alone
+            product = mp.device("SP0")(lambda a, b: a * b - a)(outsider, inside)
+            return shared, product, mp.put("P3", product)
+
+        program = mp.compile(prog, cluster=sim.cluster)
+        shared, product, back = mp.evaluate(sim, program, mode=mode)
+        for obj in (shared, product):
+            held = sim.fetch_object(obj)
+            assert all(isinstance(s, SpuShare) for s in held[:3]) and held[3] is None
+            meta = bytes(held[0].to_libspu().meta).decode("latin-1")
+            assert "aby3." in meta
+        np.testing.assert_array_equal(mp.fetch(sim, shared), K)
+        np.testing.assert_array_equal(mp.fetch(sim, product), K * (K + 1) - K)
+        assert sim.fetch_object(back)[:3] == [None, None, None]  # revealed to party 3 only
+        np.testing.assert_array_equal(mp.fetch(sim, back), K * (K + 1) - K)
     finally:
         sim.close()
 
@@ -157,7 +190,7 @@ def test_fm128_has_room_that_fm64_lacks(make_spec: Any) -> None:
 # ---------------------------------------------------------------- fixed point
 
 
-def third(make_spec: Any, bits: int | None, protocol: str = "SEMI2K", n: int = 2) -> float:
+def third(make_spec: Any, bits: int | None, protocol: str | None = None, n: int = 2) -> float:
     sim = mp.Simulator(make_spec(n, protocol=protocol, fxp_fraction_bits=bits))
     try:
         def prog() -> Any:

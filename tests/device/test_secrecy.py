@@ -51,7 +51,7 @@ def ring_encodings(values: np.ndarray) -> list[bytes]:
     return out
 
 
-@pytest.fixture(params=[3, 2], ids=["aby3-3pc", "semi2k-2pc"])
+@pytest.fixture(params=[3, 2], ids=["aby3-3pc", "cheetah-2pc"])
 def fresh(request: pytest.FixtureRequest) -> Any:
     sim = mp.Simulator(request.param)
     try:
@@ -190,5 +190,27 @@ def test_spu_over_a_subset_leaves_the_outsider_nothing(stored: Stored, mode: str
             assert not holds_array_equal_to(stored(sim, rank), SECRET_A - SECRET_B)
             assert not holds_array_equal_to(stored(sim, rank), SECRET_A)
         np.testing.assert_array_equal(mp.fetch(sim, out), SECRET_A - SECRET_B)
+    finally:
+        sim.close()
+
+
+def test_outsider_of_the_four_party_default_spu_sends_only_shares(stored: Stored) -> None:
+    """``ClusterSpec.simple(4)``: ABY3 over parties 0..2; party 3's input reaches the
+    members as shares only, and party 3 keeps no share of it or of the result."""
+    sim = mp.Simulator(4)
+    try:
+        out = mp.evaluate(sim, lambda: mp.device("SP0")(lambda u, v: u * v)(
+            mp.put("P3", SECRET_A), mp.put("P0", SECRET_B)))
+        per_party = sim.fetch_object(out)
+        assert all(isinstance(s, SpuShare) for s in per_party[:3]) and per_party[3] is None
+        assert not any(isinstance(v, SpuShare) for v in stored(sim, 3))
+        for rank in range(3):
+            values = stored(sim, rank)
+            assert not holds_array_equal_to(values, SECRET_A), f"party {rank} holds P3's input"
+            for v in values:
+                if isinstance(v, SpuShare):
+                    blob = share_bytes(v)
+                    assert not any(enc in blob for enc in ring_encodings(SECRET_A))
+        np.testing.assert_array_equal(mp.fetch(sim, out), SECRET_A * SECRET_B)
     finally:
         sim.close()
