@@ -55,7 +55,7 @@ from mplang.frontend.errors import (
     MPSerializationError,
     MPVerifyError,
 )
-from mplang.runtime.backend import Tag
+from mplang.runtime.backend import Tag, check_payloads
 from mplang.runtime.identity import LocalIdentity, trust
 from mplang.runtime.object_store import ObjectStore
 from mplang.runtime.options import RunOptions
@@ -246,6 +246,7 @@ class WorkerServer:
             except MPVerifyError as e:
                 raise MPSerializationError(f"invalid program: {e}") from None
             self.check_kernels(graph)
+            check_payloads(graph)  # native payloads are vetted before C++ parses them here
             self._programs.store(digest, graph)
         return graph, digest
 
