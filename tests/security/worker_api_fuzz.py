@@ -68,7 +68,7 @@ from mplang import simp
 from mplang.backends.http_client import SPEC_HEADER
 from mplang.backends.simp_worker.openapi import worker_api
 from mplang.backends.wire import encode_value_bytes, split_frame
-from mplang.edsl.graph import Graph
+from mplang.edsl.graph import Graph, communicates
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.frontend import errors
 from mplang.runtime.local_cluster import LocalCluster
@@ -95,6 +95,8 @@ class Program:
     bundle: bytes
     parties: list[int]
     inputs: int
+    talkers: tuple[str, ...] = ()
+    """Key segments (op indices) of its ops that exchange messages."""
 
     @property
     def digest(self) -> str:
@@ -123,7 +125,8 @@ def _programs(driver: mp.Driver) -> tuple[list[Program], list[str]]:
          [0], 0),
         ("with_input", compiled(lambda x: simp.pcall((0,), lambda v: v * 3, x), seed), [0], 1),
     ]
-    programs = [Program(name, encode_graph_bundle(g, {}), parties, n)
+    programs = [Program(name, encode_graph_bundle(g, {}), parties, n,
+                        tuple(str(i) for i, op in enumerate(g.operations) if communicates(op)))
                 for name, g, parties, n in graphs]
     assert programs[-1].inputs == len(compiled(lambda x: x, seed).inputs)
     return programs, [uri]
@@ -408,8 +411,9 @@ class Campaign:
         if path == "/msg" and self.prepared:
             prepared = rnd.choice(self.prepared)
             headers["x-mplang-exec"] = prepared.exec_id
-            headers["x-mplang-key"] = prepared.scope + rnd.choice(["/0", "/1", "/x/y",
-                                                                   "/" + "k" * 100])
+            talkers = [f"/{t}" for t in prepared.program.talkers]
+            headers["x-mplang-key"] = prepared.scope + rnd.choice(
+                [*talkers, *talkers, *(f"{t}/x" for t in talkers), "/0", "/" + "k" * 100])
             digest = prepared.program.digest
             headers["x-mplang-program"] = rnd.choice([digest, digest, digest[:-1] + "0", ""])
             headers["x-mplang-link"] = rnd.choice(["0", "1"])
