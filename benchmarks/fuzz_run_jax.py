@@ -415,7 +415,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch", type=int, default=250, help="mutants per child process")
-    parser.add_argument("--timeout", type=float, default=60.0,
+    parser.add_argument("--timeout", type=float, default=180.0,
                         help="seconds a mutant may take before it counts as a hang")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = parser.parse_args()

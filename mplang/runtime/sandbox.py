@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import resource
 import signal
 import threading
 from collections.abc import Callable
@@ -28,9 +29,12 @@ STARTUP_TIMEOUT = 300.0
 """Seconds a new helper may take to import its check (not counted in a check's timeout)."""
 
 
-def _serve(conn: Connection, check: Callable[[bytes], None]) -> None:
-    """The helper's loop: say it is ready, then answer each payload with b"+" (accepted)
-    or b"-" and the error."""
+def _serve(conn: Connection, check: Callable[[bytes], None], memory_limit: int | None) -> None:
+    """The helper's loop: limit its address space, say it is ready, then answer each
+    payload with "+" (accepted), "-" and the error, or "!" and the error when it ran out
+    of memory (then it exits: native state after a failed allocation is not trusted)."""
+    if memory_limit is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     conn.send_bytes(b"ready")
     while True:
         try:
@@ -43,8 +47,10 @@ def _serve(conn: Connection, check: Callable[[bytes], None]) -> None:
         except MPLangError as e:
             answer = f"-{e}"
         except Exception as e:
-            answer = f"-{type(e).__name__}: {e}"
+            answer = f"{'!' if isinstance(e, MemoryError) else '-'}{type(e).__name__}: {e}"
         conn.send_bytes(answer[:MAX_MESSAGE].encode())
+        if answer.startswith("!"):
+            return
 
 
 def _exit_reason(code: int | None) -> str:
@@ -61,14 +67,17 @@ class NativePayloadChecker:
     crashed on, or did not finish within ``timeout`` seconds.
 
     ``check`` must be a module-level function (the helper imports it by name) that
-    raises on a bad payload. Verdicts are cached by SHA-256 digest (the last
-    ``cache_size`` payloads; timeouts are not cached). Thread-safe: one helper
-    serves this process, one payload at a time.
+    raises on a bad payload. The helper's address space is limited to
+    ``memory_limit`` bytes (None: no limit), so a payload that makes the parser
+    allocate without bound fails there instead of drawing the OOM killer. Verdicts
+    are cached by SHA-256 digest (the last ``cache_size`` payloads; timeouts are not
+    cached). Thread-safe: one helper serves this process, one payload at a time.
     """
 
     def __init__(self, check: Callable[[bytes], None], what: str, *, timeout: float = 120.0,
-                 cache_size: int = 4096):
+                 memory_limit: int | None = 8 << 30, cache_size: int = 4096):
         self._check = check
+        self.memory_limit = memory_limit
         self.what = what
         """What the payloads are, for messages (``run_jax module``)."""
         self.timeout = timeout
@@ -99,6 +108,8 @@ class NativePayloadChecker:
             conn.send_bytes(payload)
             if conn.poll(self.timeout):
                 answer = conn.recv_bytes().decode()
+                if answer.startswith("!"):
+                    self._stop()
                 return ("" if answer == "+" else answer[1:] or "rejected"), True
         except (EOFError, OSError):
             return (f"the native payload crashed its verifier "
@@ -110,7 +121,8 @@ class NativePayloadChecker:
         """Start a helper; None once it is ready, else why it is not."""
         ctx = multiprocessing.get_context("spawn")
         ours, theirs = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(theirs, self._check), daemon=True,
+        proc = ctx.Process(target=_serve, args=(theirs, self._check, self.memory_limit),
+                           daemon=True,
                            name=f"mplang-check-{self.what.replace(' ', '-')}")
         proc.start()
         theirs.close()

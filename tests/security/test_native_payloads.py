@@ -293,9 +293,11 @@ def test_a_payload_that_crashes_the_parser_is_refused() -> None:
 
 
 def vet_test_payload(payload: bytes) -> None:
-    """A payload check for the tests: abort, hang or refuse on request."""
+    """A payload check for the tests: abort, hang, allocate 3 GiB or refuse on request."""
     if payload == b"abort":
         os.abort()
+    if payload == b"big":
+        bytearray(3 << 30)
     if payload == b"hang":
         time.sleep(60)
     if payload.startswith(b"bad"):
@@ -323,6 +325,17 @@ def test_checker_verdicts(checker: NativePayloadChecker) -> None:
     with pytest.raises(MPSerializationError, match="crashed its verifier"):
         checker.check(b"abort", "op2")  # cached: no new helper to crash
     assert time.perf_counter() - started < 0.05
+
+
+def test_checker_limits_the_helper_memory() -> None:
+    checker = NativePayloadChecker(vet_test_payload, "test payload", memory_limit=2 << 30)
+    try:
+        with pytest.raises(MPSerializationError, match=r"^op: test payload rejected: "
+                                                       r"MemoryError"):
+            checker.check(b"big", "op")
+        checker.check(b"fine", "op")  # in a new helper: one that ran out is not reused
+    finally:
+        checker.close()
 
 
 def test_checker_times_out_and_does_not_cache_it(checker: NativePayloadChecker) -> None:
