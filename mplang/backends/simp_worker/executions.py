@@ -55,8 +55,9 @@ class WorkerLimits:
     """Runs going on at once."""
     max_seconds: float = 24 * 3600.0
     """Longest run; a driver asking for more is capped."""
-    remembered_runs: int = 200_000
-    """Finished runs remembered (their ids cannot be reused while remembered)."""
+    remembered_runs: int = 20_000
+    """Executions remembered after they end (about 300 bytes each): their ids cannot be
+    reused, and late messages for them are refused, while remembered."""
 
 
 def declared_bytes(vtype: object) -> int:

@@ -304,6 +304,7 @@ class WorkerServer:
         for key in [k for k, p in self._prepared.items() if p.expires < now]:
             stale = self._prepared.pop(key)
             self.executions.end(stale.run)
+            self.mailbox.drop(stale.run.exec_id, stale.run.scope)
 
     def execute(self, prepared: Prepared, driver: Peer) -> list[str | None]:
         run = prepared.run
@@ -350,8 +351,11 @@ class WorkerServer:
         return True
 
     def watch_spec(self, stop: threading.Event, interval: float = 1.0) -> None:
+        """Every ``interval``: reload the spec if it changed, forget expired prepared runs."""
         while not stop.wait(interval):
             self.reload_if_changed()
+            with self._lock:
+                self._sweep()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
