@@ -622,3 +622,26 @@ def test_programs_across_the_three_workers_still_run(dev: support.DevCluster,
     for w in workers:
         assert w.server.mailbox.pending() == 0
         assert w.server.executions.running() == 0
+
+
+def test_a_prepared_run_that_never_starts_leaves_nothing_behind(
+        dev: support.DevCluster, workers: list[support.ThreadWorker],
+        as_driver: httpx.Client) -> None:
+    """A driver that prepares and then disappears: the run expires, and the message a
+    peer already sent for it is dropped with it."""
+    exec_id, digest = prepare_on_0(as_driver, receive_graph())
+    with dev.client("node_1", 0) as client:
+        sent = post(client, "/msg", encode_value_bytes(np.int32(5)),
+                    headers=support.msg_headers(exec_id, "/1", digest))
+    assert sent.status_code == 200
+    server = workers[0].server
+    assert server.mailbox.pending() == 1
+    for prepared in server._prepared.values():
+        prepared.expires = 0.0
+    with server._lock:
+        server._sweep()
+    assert server.mailbox.pending() == 0 and server.executions.running() == 0
+    with dev.client("node_1", 0) as client:
+        late = post(client, "/msg", encode_value_bytes(np.int32(5)),
+                    headers=support.msg_headers(exec_id, "/1", digest))
+    assert late.status_code == 410
