@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mplang.edsl.serde import numpy_can_hold
 from mplang.edsl.typing import DTYPES, numpy_dtype
 from mplang.frontend.errors import MPSerializationError
 
@@ -142,7 +143,7 @@ def split_frame(data: Buffer) -> tuple[dict[str, Any], memoryview]:
         raise _bad("bad frame header")
     try:
         header = json.loads(bytes(view[_PREFIX.size:_PREFIX.size + size]))
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise _bad(f"invalid JSON header: {e}") from None
     if not isinstance(header, dict):
         raise _bad("header is not an object")
@@ -198,11 +199,13 @@ def _decode(data: Buffer, in_list: bool) -> Any:
             raise _bad(f"{kind}: {type(e).__name__}: {e}") from None
     if kind == "array":
         dtype, shape = header.get("dtype"), header.get("shape")
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise _bad(f"array dtype {dtype!r}")
         if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
             raise _bad("array shape")
         dt = numpy_dtype(dtype).newbyteorder("<")
+        if not numpy_can_hold(shape, dt.itemsize):
+            raise _bad(f"array shape: rank {len(shape)} or size beyond numpy's limits")
         if len(payload) != dt.itemsize * math.prod(shape):
             raise _bad("array size does not match its shape")
         return np.frombuffer(payload, dtype=dt).astype(numpy_dtype(dtype), copy=False) \

@@ -115,6 +115,12 @@ class _BufferReader:
         return self.blob[start:start + length]
 
 
+def numpy_can_hold(shape: list[int], itemsize: int) -> bool:
+    """Whether numpy can make an array of ``shape`` (non-negative dims): at most 64 dims,
+    and the bytes of the non-zero dims fit numpy's signed 64-bit sizes."""
+    return len(shape) <= 64 and math.prod(d for d in shape if d) * itemsize < 1 << 63
+
+
 # ---------------------------------------------------------------- attributes
 
 
@@ -165,19 +171,25 @@ def _decode_attr(data: Any, buffers: _BufferReader, path: str, depth: int = 0) -
     if tag == "$dict":
         _expect(isinstance(body, list) and all(isinstance(p, list) and len(p) == 2 for p in body),
                 f"{here}: expected [key, value] pairs")
-        return {_decode_attr(k, buffers, f"{here}[{i}][0]", depth + 1):
-                _decode_attr(v, buffers, f"{here}[{i}][1]", depth + 1)
-                for i, (k, v) in enumerate(body)}
+        pairs = [(_decode_attr(k, buffers, f"{here}[{i}][0]", depth + 1),
+                  _decode_attr(v, buffers, f"{here}[{i}][1]", depth + 1))
+                 for i, (k, v) in enumerate(body)]
+        try:
+            return dict(pairs)
+        except TypeError:
+            raise _fail(f"{here}: a key is not hashable") from None
     if tag == "$bytes":
         return bytes(buffers.get(body, here))
     if tag == "$array":
         _expect(isinstance(body, list) and len(body) == 3, f"{here}: expected [dtype, shape, buf]")
         dtype, shape, index = body
-        _expect(dtype in DTYPES, f"{here}: array dtype {dtype!r}")
+        _expect(isinstance(dtype, str) and dtype in DTYPES, f"{here}: array dtype {dtype!r}")
         _expect(isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape),
                 f"{here}: array shape")
         raw = buffers.get(index, here)
         dt = numpy_dtype(dtype).newbyteorder("<")
+        _expect(numpy_can_hold(shape, dt.itemsize),
+                f"{here}: array shape: rank {len(shape)} or size beyond numpy's limits")
         _expect(len(raw) == dt.itemsize * math.prod(shape),
                 f"{here}: array size does not match shape")
         return np.frombuffer(raw, dtype=dt).astype(numpy_dtype(dtype)).reshape(shape)
@@ -283,6 +295,12 @@ def encode_graph_bundle(graph: Graph, meta: dict[str, Any]) -> bytes:
     return b"".join([_HEADER.pack(MAGIC, len(text)), text, *buffers.chunks])
 
 
+def _not_json(name: str) -> Any:
+    """NaN and Infinity are not JSON (the encoder writes ``$float``): refused, not decoded
+    into metadata that could not be encoded again."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def decode_graph_bundle(data: bytes | memoryview, max_bytes: int = 1 << 32) -> tuple[Graph, Any]:
     """Parse bytes made by `encode_graph_bundle`; raise `MPSerializationError` if malformed."""
     view = memoryview(data)
@@ -293,7 +311,8 @@ def decode_graph_bundle(data: bytes | memoryview, max_bytes: int = 1 << 32) -> t
     _expect(magic == MAGIC, "bad magic (not an MPLang program)")
     _expect(_HEADER.size + json_len <= len(view), "truncated")
     try:
-        doc = json.loads(bytes(view[_HEADER.size:_HEADER.size + json_len]))
+        doc = json.loads(bytes(view[_HEADER.size:_HEADER.size + json_len]),
+                         parse_constant=_not_json)
     except (ValueError, RecursionError) as e:
         raise _fail(f"invalid JSON: {e}") from None
     _expect(isinstance(doc, dict) and set(doc) == {"version", "meta", "graph", "buffers"},

@@ -1,0 +1,343 @@
+"""Untrusted bytes through the program and value decoders give a result or an MPLangError.
+
+A seeded, derandomized subset of the campaign of ``benchmarks/fuzz_decoders.py``
+(the same generators: byte edits, structured JSON edits, SPU share protobuf edits,
+splices, random bytes), run in this process over what a worker does with a received
+program (decode, ``verify``, ``check_types``, re-encode) or value (``split_frame``,
+``decode_value``, re-encode); then exact refusals of huge declared lengths, truncated
+frames, wrong magic, and regressions of the decoder bugs the campaign found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import struct
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from benchmarks import fuzz_decoders as fz
+from mplang.backends.spu_impl import SpuShare
+from mplang.backends.wire import (
+    MAX_HEADER,
+    decode_value,
+    encode_value_bytes,
+    pack_message,
+    split_frame,
+)
+from mplang.edsl.primitive import check_types
+from mplang.edsl.serde import decode_graph_bundle, numpy_can_hold
+from mplang.edsl.typing import DTYPES, numpy_dtype
+from mplang.frontend.errors import MPLangError, MPSerializationError
+
+FUZZ = settings(max_examples=400, derandomize=True, deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@pytest.fixture(scope="module")
+def programs() -> dict[str, bytes]:
+    return fz.seed_programs()
+
+
+@pytest.fixture(scope="module")
+def values() -> dict[str, bytes]:
+    return fz.seed_values()
+
+
+# ---------------------------------------------------------------- properties
+
+
+def test_every_seed_decodes(programs: dict[str, bytes], values: dict[str, bytes]) -> None:
+    for data in programs.values():
+        fz.decode_program_input("bundle", data)
+    for data in values.values():
+        fz.decode_value_input("value", data)
+
+
+@pytest.mark.parametrize("decoder", fz.DECODERS)
+@FUZZ
+@given(data=st.data())
+def test_decoders_raise_only_mplang_errors(programs: dict[str, bytes], values: dict[str, bytes],
+                                           decoder: str, data: st.DataObject) -> None:
+    """A worker's path (for programs: without `Program.from_bytes`, whose world size comes
+    from the metadata) gives a result or an MPLangError."""
+    seeds = list((programs if decoder == "program" else values).values())
+    mode, blob = fz.GENERATORS[decoder](fz.DrawChooser(data), seeds)
+    with contextlib.suppress(MPLangError):
+        if decoder == "program":
+            fz.decode_program_input(mode, blob, load=False)
+        else:
+            fz.decode_value_input(mode, blob)
+
+
+DIMS = st.sampled_from([0, 1, 2, 3, 2**20, 2**31, 2**32, 2**60, 2**61 - 1, 2**61, 2**62,
+                        2**63 - 1, 2**63, 2**64])
+
+
+@settings(max_examples=200, derandomize=True, deadline=None, database=None)
+@given(dtype=st.sampled_from(sorted(DTYPES)),
+       shape=st.lists(DIMS, max_size=4) | st.lists(st.just(0), min_size=60, max_size=70))
+def test_array_headers_with_any_shape(dtype: str, shape: list[int]) -> None:
+    """The decoder's size rule is numpy's: it refuses exactly the shapes numpy cannot
+    make, and makes the others (empty payload: some dim is 0)."""
+    blob = frame({"kind": "array", "dtype": dtype, "shape": shape})
+    empty = np.zeros(0, dtype=numpy_dtype(dtype))
+    try:
+        empty.reshape(shape)
+        numpy_ok = 0 in shape
+    except ValueError:
+        numpy_ok = False
+    if numpy_ok:
+        assert numpy_can_hold(shape, empty.itemsize)
+        assert decode_value(blob).shape == tuple(shape)
+    else:
+        with pytest.raises(MPSerializationError, match="malformed value: array"):
+            decode_value(blob)
+
+
+# ---------------------------------------------------------------- programs
+
+
+def bundle(doc: Any, tail: bytes = b"", length: int | None = None) -> bytes:
+    text = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    n = len(text) if length is None else length
+    return fz.PROGRAM_MAGIC + struct.pack("<Q", n) + text + tail
+
+
+def refused(data: bytes | memoryview, **kwargs: Any) -> str:
+    with pytest.raises(MPSerializationError) as info:
+        decode_graph_bundle(data, **kwargs)
+    assert type(info.value) is MPSerializationError
+    return str(info.value)
+
+
+def constant_program(value_attr: Any, spans: list[list[int]], tail: bytes) -> bytes:
+    op = {"op": "simp.constant", "in": [], "regions": [],
+          "attrs": {"parties": {"$mask": 1}, "value": value_attr},
+          "out": [["0", {"mp": [{"tensor": ["int32", []]}, 1]}]]}
+    doc = {"version": 1, "meta": {}, "buffers": spans,
+           "graph": {"inputs": [], "ops": [op], "outputs": ["0"]}}
+    return bundle(doc, tail)
+
+
+@pytest.mark.parametrize("length", [2**32, 2**60, 2**63, 2**64 - 1])
+def test_huge_declared_json_length_is_refused_before_reading(length: int) -> None:
+    assert refused(bundle(b"{}", length=length)) == "malformed program: truncated"
+
+
+def test_program_over_the_size_limit() -> None:
+    data = bundle(b"{}")
+    assert refused(data, max_bytes=8) == f"program of {len(data)} bytes exceeds the 8 limit"
+
+
+@pytest.mark.parametrize("magic", [b"MPLANG\x00\x02", b"MPV1\x00\x00\x00\x00", b"\x00" * 8])
+def test_wrong_program_magic(programs: dict[str, bytes], magic: bytes) -> None:
+    data = magic + programs["spu_int_arith"][8:]
+    assert refused(data) == "malformed program: bad magic (not an MPLang program)"
+
+
+@pytest.mark.parametrize("kind", ["program", "value"])
+def test_every_truncation_is_refused(programs: dict[str, bytes], kind: str) -> None:
+    """Cut inside the fixed header, inside the declared JSON, inside the payload."""
+    if kind == "program":
+        data, header, refuse = programs["spu_int_arith"], 16, refused
+        short_json, short_payload = "truncated", "buffer span past the end"
+    else:
+        data = encode_value_bytes(np.arange(6, dtype=np.float64).reshape(2, 3))
+        header, refuse = 8, rejected
+        short_json, short_payload = "bad frame header", "array size does not match its shape"
+    json_end = header + int.from_bytes(data[header // 2:header], "little")
+    for size in range(len(data)):
+        want = "too short" if size < header else short_json if size < json_end \
+            else short_payload
+        assert refuse(data[:size]) == f"malformed {kind}: {want}", size
+
+
+@pytest.mark.parametrize("span", [[0, 2**60], [2**63, 1], [2**64, 0]])
+def test_huge_buffer_spans(span: list[int]) -> None:
+    data = constant_program({"$bytes": 0}, [span], b"abcd")
+    assert refused(data) == "malformed program: buffer span past the end"
+
+
+def test_huge_array_shape_with_a_small_buffer() -> None:
+    data = constant_program({"$array": ["int32", [2**20, 2**20], 0]}, [[0, 4]], b"abcd")
+    assert refused(data) == ("malformed program: graph.ops[0].attrs.value.$array: "
+                             "array size does not match shape")
+
+
+@pytest.mark.parametrize(("shape", "rank"), [([0] * 65, 65), ([2**62, 0], 2), ([0, 2**63], 2)])
+def test_array_shapes_numpy_cannot_make(shape: list[int], rank: int) -> None:
+    """Regression: these raised numpy's ValueError, reported without the field path."""
+    data = constant_program({"$array": ["int32", shape, 0]}, [[0, 0]], b"")
+    assert refused(data) == ("malformed program: graph.ops[0].attrs.value.$array: array "
+                             f"shape: rank {rank} or size beyond numpy's limits")
+
+
+@pytest.mark.parametrize("dtype", [["int32"], {"int32": 1}])
+def test_unhashable_array_dtype_names_its_field(dtype: Any) -> None:
+    """Regression: an unhashable dtype raised TypeError (reported without the field path)."""
+    data = constant_program({"$array": [dtype, [1], 0]}, [[0, 4]], b"abcd")
+    assert refused(data) == ("malformed program: graph.ops[0].attrs.value.$array: "
+                             f"array dtype {dtype!r}")
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+def test_non_json_constants_are_refused(programs: dict[str, bytes], constant: bytes) -> None:
+    """Regression: ``"meta": {"name": Infinity}`` decoded, then `encode_graph_bundle` of the
+    decoded program raised ValueError (the encoder writes no NaN / Infinity)."""
+    framed = fz.Framed.parse(programs["prank"])
+    assert framed is not None
+    text = json.dumps(framed.doc).encode().replace(b'"name": "prank"', b'"name": ' + constant)
+    assert constant in text
+    assert refused(bundle(text, framed.tail)) == \
+        f"malformed program: invalid JSON: {constant.decode()} is not JSON"
+
+
+def test_unhashable_dict_key_names_its_field() -> None:
+    data = constant_program({"$dict": [[[1, 2], 3]]}, [], b"")
+    assert refused(data) == ("malformed program: graph.ops[0].attrs.value.$dict: "
+                             "a key is not hashable")
+
+
+def test_deeply_nested_program_json() -> None:
+    message = refused(bundle(b"[" * 100_000 + b"]" * 100_000))
+    assert message.startswith("malformed program: invalid JSON: maximum recursion depth")
+
+
+def test_member_outside_the_world_fails_type_check(programs: dict[str, bytes]) -> None:
+    framed = fz.Framed.parse(programs["spu_int_arith"])
+    assert framed is not None
+    seal = next(op for op in framed.doc["graph"]["ops"] if op["op"] == "spu.seal")
+    seal["attrs"]["members"] = {"$tuple": [0, 1, 5]}
+    graph, _ = decode_graph_bundle(bundle(framed.doc, framed.tail))
+    graph.verify()
+    with pytest.raises(MPLangError, match=r"members \(0, 1, 5\) are outside the world"):
+        check_types(graph, fz.WORLD)
+
+
+# ---------------------------------------------------------------- values
+
+
+def frame(header: Any, payload: bytes = b"", length: int | None = None) -> bytes:
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
+    n = len(text) if length is None else length
+    return fz.VALUE_MAGIC + struct.pack("<I", n) + text + payload
+
+
+def rejected(data: bytes | memoryview) -> str:
+    with pytest.raises(MPSerializationError) as info:
+        decode_value(data)
+    assert type(info.value) is MPSerializationError
+    return str(info.value)
+
+
+@pytest.mark.parametrize("length", [MAX_HEADER + 1, 2**31, 2**32 - 1])
+def test_huge_declared_header_length(length: int) -> None:
+    data = frame({"kind": "none"}, length=length) + b" " * (MAX_HEADER + 16)
+    assert rejected(data) == "malformed value: bad frame header"
+
+
+@pytest.mark.parametrize("data", [b"MPV2\x02\x00\x00\x00{}", b"PK\x03\x04\x02\x00\x00\x00{}",
+                                  b"\x00" * 64])
+def test_wrong_value_magic(data: bytes) -> None:
+    assert rejected(data) == "malformed value: bad frame header"
+
+
+@pytest.mark.parametrize(("header", "payload", "message"), [
+    ({"kind": "list", "sizes": [2**60]}, b"", "list sizes"),
+    ({"kind": "list", "sizes": [-1, 1]}, b"", "list sizes"),
+    ({"kind": "bytes", "size": 2**60}, b"ab", "bytes size"),
+    ({"kind": "array", "dtype": "int32", "shape": [2**20, 2**20]}, b"abcd",
+     "array size does not match its shape"),
+    ({"kind": "array", "dtype": "object", "shape": [1]}, b"abcd", "array dtype 'object'"),
+    ({"kind": "spu.share", "sizes": [2**60]}, b"", "spu.share sizes"),
+    ({"kind": "pickle"}, b"", "unknown kind 'pickle'"),
+    ({"kind": ["list"]}, b"", "unknown kind ['list']"),
+    ([1, 2], b"", "header is not an object"),
+])
+def test_malformed_headers(header: Any, payload: bytes, message: str) -> None:
+    assert rejected(frame(header, payload)) == f"malformed value: {message}"
+
+
+def test_a_list_inside_a_list() -> None:
+    inner = encode_value_bytes([1, 2])
+    data = frame({"kind": "list", "sizes": [len(inner)]}, inner)
+    assert rejected(data) == "malformed value: a list inside a list"
+
+
+@pytest.mark.parametrize("dtype", [["int32"], {"x": "uint8"}])
+def test_unhashable_value_dtype(dtype: Any) -> None:
+    """Regression: an unhashable dtype raised TypeError."""
+    data = frame({"kind": "array", "dtype": dtype, "shape": [1]}, b"abcd")
+    assert rejected(data) == f"malformed value: array dtype {dtype!r}"
+
+
+@pytest.mark.parametrize(("shape", "rank"), [([0] * 65, 65), ([2**61, 0], 2),
+                                             ([2**31, 2**30, 0], 3), ([0, 2**63], 2)])
+def test_value_shapes_numpy_cannot_make(shape: list[int], rank: int) -> None:
+    """Regression: these raised numpy's ValueError."""
+    data = frame({"kind": "array", "dtype": "int32", "shape": shape})
+    assert rejected(data) == (f"malformed value: array shape: rank {rank} or size beyond "
+                              "numpy's limits")
+
+
+def test_largest_empty_array_numpy_makes() -> None:
+    data = frame({"kind": "array", "dtype": "int32", "shape": [2**61 - 1, 0]})
+    assert decode_value(data).shape == (2**61 - 1, 0)
+
+
+@pytest.mark.parametrize("text", [b"[" * 200_000 + b"]" * 200_000,
+                                  b'{"a":' * 100_000 + b"1" + b"}" * 100_000])
+def test_deeply_nested_header(text: bytes) -> None:
+    """Regression: the JSON parser's RecursionError escaped from `split_frame`."""
+    assert rejected(frame(text)).startswith(
+        "malformed value: invalid JSON header: maximum recursion depth exceeded")
+
+
+def test_msg_body_around_a_value() -> None:
+    body = b"".join(pack_message({"src": 0, "exec": "e", "key": "k"},
+                                 [encode_value_bytes(b"xyz")]))
+    header, payload = split_frame(body)
+    assert header == {"src": 0, "exec": "e", "key": "k"} and decode_value(payload) == b"xyz"
+    with pytest.raises(MPSerializationError, match=r"^malformed value: bad frame header$"):
+        split_frame(body[:20])
+    assert rejected(split_frame(body[:-1])[1]) == "malformed value: bytes size"
+
+
+# ---------------------------------------------------------------- SPU shares
+
+
+@pytest.fixture(scope="module")
+def share_parts() -> list[bytes]:
+    (share, *_), *_ = fz.spu_shares()
+    meta, chunks = share.to_parts()
+    return [meta, *chunks]
+
+
+def share_frame(parts: list[bytes]) -> bytes:
+    return frame({"kind": "spu.share", "sizes": [len(p) for p in parts]}, b"".join(parts))
+
+
+def test_a_share_round_trips(share_parts: list[bytes]) -> None:
+    decoded = decode_value(share_frame(share_parts))
+    assert isinstance(decoded, SpuShare)
+    meta, chunks = decoded.to_parts()
+    assert [meta, *chunks] == share_parts
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda p: p[:1], "a share is a meta chunk and at least one data chunk"),
+    (lambda p: [b"\x08" + b"\xff" * 11, *p[1:]], "truncated or overlong varint"),
+    (lambda p: [p[0], b"\x08\x01\x1a\x04abcd"], "share chunk: content exceeds its declared total"),
+    (lambda p: [p[0], b"\x1a\xff\xff\xff\xff\x0fab"], "share chunk: field 3 runs past the end"),
+    (lambda p: [p[0] + b"\x30\x01", *p[1:]], "share meta: unexpected field 6 (wire type 0)"),
+    (lambda p: [b"\x2a\x02\x00\x01", *p[1:]],
+     "share meta: storage type is not a printable name"),
+])
+def test_malformed_shares(share_parts: list[bytes], edit: Any, message: str) -> None:
+    assert rejected(share_frame(edit(share_parts))) == \
+        f"malformed value: spu.share: ValueError: {message}"
