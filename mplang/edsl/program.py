@@ -14,7 +14,7 @@ from mplang.edsl.printer import format_graph
 from mplang.edsl.pytree import TreeDef
 from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
 from mplang.edsl.tracer import Tracer, trace_function
-from mplang.edsl.typing import ValueType
+from mplang.edsl.typing import MAX_PARTIES, ValueType
 from mplang.frontend.errors import MPSerializationError, MPVerifyError
 
 
@@ -63,8 +63,10 @@ class Program:
             out_devices = tuple(meta["out_devices"])
         except (KeyError, TypeError, ValueError) as e:
             raise MPSerializationError(f"malformed program metadata: {e}") from None
-        if not (isinstance(name, str) and type(world_size) is int and world_size > 0):
-            raise MPSerializationError("malformed program metadata")
+        if not (isinstance(name, str) and type(world_size) is int
+                and 0 < world_size <= MAX_PARTIES):
+            raise MPSerializationError(f"malformed program metadata (world_size is 1 to "
+                                       f"{MAX_PARTIES})")
         if out_tree.num_leaves != len(graph.outputs) or len(out_devices) != len(graph.outputs):
             raise MPSerializationError("output tree does not match the graph outputs")
         if not all(d is None or isinstance(d, str) for d in out_devices):

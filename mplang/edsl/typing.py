@@ -36,6 +36,11 @@ DTYPES = frozenset(_DTYPE_SHORT)
 """The dtype names a tensor may have (numpy names; ``bfloat16`` from ml_dtypes)."""
 
 
+MAX_PARTIES = 1024
+"""The most parties a world may have (ranks are below it): a bound on what a
+received program may make a party compute with its masks."""
+
+
 @dataclass(frozen=True)
 class Mask:
     """An immutable set of party ranks, stored as a bit mask."""
@@ -45,6 +50,8 @@ class Mask:
     def __post_init__(self) -> None:
         if self.bits < 0:
             raise MPTypeError(f"a party mask cannot be negative: {self.bits}")
+        if self.bits.bit_length() > MAX_PARTIES:
+            raise MPTypeError(f"a party mask names a rank of {MAX_PARTIES} or more")
 
     @staticmethod
     def of(parties: Iterable[int]) -> Mask:
@@ -52,11 +59,15 @@ class Mask:
         for p in parties:
             if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 0:
                 raise MPTypeError(f"party ranks are non-negative integers, got {p!r}")
+            if p >= MAX_PARTIES:
+                raise MPTypeError(f"party rank {p} is not below {MAX_PARTIES}")
             bits |= 1 << int(p)
         return Mask(bits)
 
     @staticmethod
     def all(world_size: int) -> Mask:
+        if not 0 <= world_size <= MAX_PARTIES:
+            raise MPTypeError(f"a world has 0 to {MAX_PARTIES} parties, not {world_size}")
         return Mask((1 << world_size) - 1)
 
     @property

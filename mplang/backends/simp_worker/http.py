@@ -53,7 +53,6 @@ from mplang.frontend.errors import (
     MPLangError,
     MPRefusedError,
     MPSerializationError,
-    MPVerifyError,
 )
 from mplang.runtime.backend import Tag, check_payloads
 from mplang.runtime.identity import LocalIdentity, trust
@@ -243,7 +242,9 @@ class WorkerServer:
             try:
                 graph.verify()
                 check_types(graph, self.cluster.world_size)
-            except MPVerifyError as e:
+            except MPSerializationError:
+                raise
+            except MPLangError as e:  # a verifier or a type rule refused it
                 raise MPSerializationError(f"invalid program: {e}") from None
             self.check_kernels(graph)
             check_payloads(graph)  # native payloads are vetted before C++ parses them here
