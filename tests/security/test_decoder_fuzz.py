@@ -341,3 +341,34 @@ def test_a_share_round_trips(share_parts: list[bytes]) -> None:
 def test_malformed_shares(share_parts: list[bytes], edit: Any, message: str) -> None:
     assert rejected(share_frame(edit(share_parts))) == \
         f"malformed value: spu.share: ValueError: {message}"
+
+
+def test_a_received_program_cannot_name_a_huge_party_rank() -> None:
+    """SPU members with rank 2^31 once made check_types build a 2^31-bit mask (half a
+    GiB, seconds per op); ranks stay below MAX_PARTIES now."""
+    import time
+
+    import numpy as np
+
+    import mplang as mp
+    from mplang.edsl.primitive import check_types
+    from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
+    from mplang.edsl.typing import MAX_PARTIES
+    from mplang.frontend.errors import MPLangError
+
+    cluster = mp.ClusterSpec.simple(3)
+    program = mp.compile(lambda: mp.device("SP0")(lambda a: a + 1)(
+        mp.put("P0", np.int32(1))), cluster=cluster)
+    bundle = encode_graph_bundle(program.graph, {})
+    size = int.from_bytes(bundle[8:16], "little")
+    doc = json.loads(bundle[16:16 + size])
+    text = json.dumps(doc).replace('"members": {"$tuple": [0, 1, 2]}',
+                                   '"members": {"$tuple": [0, 1, 2147483648]}')
+    assert text != json.dumps(doc)
+    raw = text.encode()
+    mutated = bundle[:8] + len(raw).to_bytes(8, "little") + raw + bundle[16 + size:]
+    start = time.perf_counter()
+    with pytest.raises(MPLangError, match=f"not below {MAX_PARTIES}"):
+        graph, _ = decode_graph_bundle(mutated)
+        check_types(graph, 3)
+    assert time.perf_counter() - start < 1.0
