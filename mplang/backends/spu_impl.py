@@ -124,6 +124,43 @@ def _check_message(data: bytes, fields: dict[int, int], what: str) -> dict[int, 
     return found
 
 
+def share_shape(share: SpuShare) -> tuple[int, ...]:
+    """The shape a share's meta declares (what libspu allocates when it uses the share)."""
+    meta, _ = share.to_parts()
+    shape = _check_message(meta, _META_FIELDS, "share meta").get(4, b"")
+    dims: list[int] = []
+    pos = 0
+    assert isinstance(shape, bytes)
+    while pos < len(shape):
+        key, pos = _varint(shape, pos)
+        if key == (1 << 3 | _BYTES):  # packed dims
+            size, pos = _varint(shape, pos)
+            end = pos + size
+            while pos < end:
+                dim, pos = _varint(shape, pos)
+                dims.append(dim)
+        elif key == (1 << 3 | _VARINT):
+            dim, pos = _varint(shape, pos)
+            dims.append(dim)
+        else:
+            raise ValueError("share meta: malformed shape")
+    return tuple(dims)
+
+
+def _received_share(value: Any, op: Operation, sender: int, plaintext: TensorType) -> SpuShare:
+    """A share a peer sent for ``op``: it must be a share of the op's declared shape."""
+    if not isinstance(value, SpuShare):
+        raise RuntimeError(f"party {sender} sent a {type(value).__name__}, not a secret share")
+    try:
+        shape = share_shape(value)
+    except ValueError as e:
+        raise RuntimeError(f"party {sender} sent a malformed share: {e}") from None
+    if shape != plaintext.shape:
+        raise RuntimeError(f"party {sender} sent a share of shape {shape}; {op.opcode} "
+                           f"declares {plaintext.shape}")
+    return value
+
+
 def _decode_share(parts: list[memoryview]) -> SpuShare:
     if len(parts) < 2:
         raise ValueError("a share is a meta chunk and at least one data chunk")
@@ -209,7 +246,10 @@ def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
                 worker.communicator.send(member, tag, SpuShare(share))
     if worker.rank not in config.members:
         return [None]
-    return [mine if mine is not None else worker.recv(interp, owner, key)]
+    if mine is not None:
+        return [mine]
+    return [_received_share(worker.recv(interp, owner, key), op, owner,
+                            _plaintext(op))]
 
 
 @BACKEND.kernel("spu.run")
@@ -241,6 +281,8 @@ def _reveal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
         worker.communicator.send(to, tag, share)
     if worker.rank != to:
         return [None]
-    shares = [share if m == worker.rank else worker.recv(interp, m, key)
+    plaintext = _plaintext(op)
+    shares = [share if m == worker.rank else
+              _received_share(worker.recv(interp, m, key), op, m, plaintext)
               for m in config.members]
     return [reconstruct(config, [s.to_libspu() for s in shares], _plaintext(op))]

@@ -372,3 +372,30 @@ def test_a_received_program_cannot_name_a_huge_party_rank() -> None:
         graph, _ = decode_graph_bundle(mutated)
         check_types(graph, 3)
     assert time.perf_counter() - start < 1.0
+
+
+def test_a_received_share_must_have_the_declared_shape() -> None:
+    """libspu allocates by the shape a share's meta declares: a peer's share for an op
+    must declare exactly the op's shape (a 2^40-element meta once reached libspu)."""
+    import numpy as np
+    import spu.libspu as libspu
+
+    from mplang.backends import spu_impl
+    from mplang.dialects.spu import SpuConfig, io_for
+    from mplang.edsl.graph import Operation, Value
+    from mplang.edsl.typing import Mask, MPType, TensorType
+
+    config = SpuConfig("SP0", (0, 1, 2), "ABY3", "FM64", 18)
+    (share, *_) = io_for(config).make_shares(np.arange(6, dtype=np.int32).reshape(2, 3),
+                                             libspu.Visibility.VIS_SECRET)
+    received = spu_impl.SpuShare(share)
+    assert spu_impl.share_shape(received) == (2, 3)
+    x = Value("x", MPType(TensorType("int32", (6,)), Mask.of([0])))
+    y = Value("y", MPType(TensorType("int32", (6,)), Mask.of([0, 1, 2])))
+    op = Operation("spu.seal", (x,), (y,), {})
+    with pytest.raises(RuntimeError, match=r"party 0 sent a share of shape \(2, 3\); "
+                                           r"spu.seal declares \(6,\)"):
+        spu_impl._received_share(received, op, 0, TensorType("int32", (6,)))
+    with pytest.raises(RuntimeError, match="not a secret share"):
+        spu_impl._received_share(np.zeros(6), op, 0, TensorType("int32", (6,)))
+    assert spu_impl._received_share(received, op, 0, TensorType("int32", (2, 3))) is received
