@@ -406,11 +406,18 @@ def create_app(server: WorkerServer) -> FastAPI:
                           kind="MPRuntimeError", party=server.rank, op=None)
         return JSONResponse({"outputs": outputs})
 
+    async def checked(header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
+        """`WorkerServer.prepare` off the event loop: decoding and vetting a new program
+        may take a while (its native payloads are checked in a helper process)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(server.pool, server.prepare, header, payload,
+                                          driver)
+
     @app.post("/prepare")
     async def prepare(request: Request) -> Response:
         driver = server.peer(request, "driver")
         header, payload = split_frame(await server.body(request))
-        server.hold(server.prepare(header, payload, driver))
+        server.hold(await checked(header, payload, driver))
         return JSONResponse({"accepted": True})
 
     @app.post("/run")
@@ -418,7 +425,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         driver = server.peer(request, "driver")
         header, payload = split_frame(await server.body(request))
         if len(payload):  # a run on this party alone: prepared and started at once
-            prepared = server.prepare(header, payload, driver)
+            prepared = await checked(header, payload, driver)
         else:
             prepared = server.take_prepared(_exec_id(header.get("exec")),
                                             _require_str(header, "scope", _KEY_LIMIT), driver)
