@@ -26,9 +26,11 @@ from mplang.dialects.spu import (
     output_name,
     reconstruct,
     runtime_config_for,
+    share_attr,
 )
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import MPType, TensorType
+from mplang.runtime.audit import SECRET_SHARE
 from mplang.runtime.backend import WorkerEnv, register_backend
 from mplang.runtime.interpreter import Interpreter
 
@@ -147,16 +149,19 @@ def share_shape(share: SpuShare) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def _received_share(value: Any, op: Operation, sender: int, plaintext: TensorType) -> SpuShare:
-    """A share a peer sent for ``op``: it must be a share of the op's declared shape."""
+def _received_share(value: Any, op: Operation, sender: int | str,
+                    plaintext: TensorType) -> SpuShare:
+    """A share a peer (rank ``sender``) or the driver sent for ``op``: it must be a share
+    of the op's declared shape."""
+    who = f"party {sender}" if isinstance(sender, int) else sender
     if not isinstance(value, SpuShare):
-        raise RuntimeError(f"party {sender} sent a {type(value).__name__}, not a secret share")
+        raise RuntimeError(f"{who} sent a {type(value).__name__}, not a secret share")
     try:
         shape = share_shape(value)
     except ValueError as e:
-        raise RuntimeError(f"party {sender} sent a malformed share: {e}") from None
+        raise RuntimeError(f"{who} sent a malformed share: {e}") from None
     if shape != plaintext.shape:
-        raise RuntimeError(f"party {sender} sent a share of shape {shape}; {op.opcode} "
+        raise RuntimeError(f"{who} sent a share of shape {shape}; {op.opcode} "
                            f"declares {plaintext.shape}")
     return value
 
@@ -180,7 +185,7 @@ def _decode_share(parts: list[memoryview]) -> SpuShare:
 
 
 register_value_codec(ValueCodec("spu.share", SpuShare, _encode_share, _decode_share,
-                                nbytes=lambda share: share.nbytes))
+                                nbytes=lambda share: share.nbytes, privacy=SECRET_SHARE))
 
 
 class SpuState:
@@ -250,6 +255,23 @@ def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
         return [mine]
     return [_received_share(worker.recv(interp, owner, key), op, owner,
                             _plaintext(op))]
+
+
+@BACKEND.kernel("spu.shares")
+def _shares(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    """A member's share of a driver constant, from its (opened) private attribute."""
+    worker = _worker(interp)
+    config = SpuConfig.from_attrs(op.attrs)
+    if worker.rank not in config.members:
+        return [None]
+    parts = op.attrs[share_attr(config.members.index(worker.rank))]
+    if not (isinstance(parts, tuple) and all(isinstance(p, bytes) for p in parts)):
+        raise RuntimeError("this member's share was not opened (a tuple of bytes expected)")
+    try:
+        share = _decode_share([memoryview(p) for p in parts])
+    except ValueError as e:
+        raise RuntimeError(f"the driver sent a malformed share: {e}") from None
+    return [_received_share(share, op, "the driver", op.attrs["plaintext"])]
 
 
 @BACKEND.kernel("spu.run")

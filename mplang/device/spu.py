@@ -17,7 +17,7 @@ from typing import Any
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
 from mplang.device.ppu import rank_of
-from mplang.dialects import simp
+from mplang.dialects.common import as_array
 from mplang.dialects.spu import (
     DEFAULT_BEAVER,
     SUPPORTED_DTYPES,
@@ -25,10 +25,10 @@ from mplang.dialects.spu import (
     SecretShareType,
     SpuConfig,
     default_protocol,
-    reconstruct,
     reveal,
     run,
     seal,
+    share_constant,
 )
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.object import MPObject
@@ -206,22 +206,25 @@ class SPU(DeviceKind):
                           f"SPU {device.name}; place it first with mp.put")
 
     def constant(self, cluster: ClusterSpec, device: Device, value: Any, what: str) -> MPObject:
+        """The driver secret-shares ``value`` now, one share per member, each private to
+        its member: no party receives the plaintext."""
         config = SpuConfig.of(cluster, device)
-        owner = simp.constant((config.members[0],), value)
-        _check_dtype(owner, device, what)
-        return place(seal(owner, config), device.name)
+        arr = as_array(what, value)
+        if arr.dtype.name not in SUPPORTED_DTYPES:
+            raise MPTypeError(f"{what}: SPU {device.name} cannot hold dtype {arr.dtype}; "
+                              f"supported: {', '.join(sorted(SUPPORTED_DTYPES))}")
+        return place(share_constant(arr, config), device.name)
 
     def fetch(self, ctx: ExecutionContext, cluster: ClusterSpec, device: Device,
               obj: MPObject) -> Any:
-        config = SpuConfig.of(cluster, device)
-        base = obj.base_type
-        assert isinstance(base, SecretShareType)
-        per_party = ctx.fetch_object(obj)
-        shares = [per_party[r] for r in config.members]
-        if not all(hasattr(s, "to_libspu") for s in shares):
-            raise MPRuntimeError(f"{obj!r}: not every member of {device.name} holds a share")
-        value = reconstruct(config, [s.to_libspu() for s in shares], base.plaintext_type)
-        return value[()] if base.plaintext_type.is_scalar else value
+        """Refused: a secret-shared value reaches the driver only through a reveal that
+        the program states (which every member can see and check before running)."""
+        raise MPRuntimeError(f"{device.name} holds a secret-shared value; reveal it in the "
+                             f"program first, e.g. return mp.put('{_first_ppu(cluster)}', z)")
+
+
+def _first_ppu(cluster: ClusterSpec) -> str:
+    return next((d.name for d in cluster.devices.values() if d.kind == "PPU"), "P0")
 
 
 register_kind(SPU())

@@ -21,6 +21,7 @@ from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.object import OPERATORS, MPObject
 from mplang.edsl.primitive import Primitive
+from mplang.edsl.private import value_tensor_type
 from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
 from mplang.edsl.tracer import (
     NeedsJaxTrace,
@@ -127,8 +128,13 @@ def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Se
                    world_size: int) -> list[ValueType]:
     parties: Mask = attrs["parties"]
     _check_parties("simp.constant", parties, world_size)
-    value: np.ndarray = attrs["value"]
-    return [MPType(TensorType.of(value.dtype, value.shape), parties)]
+    return [MPType(value_tensor_type("simp.constant", attrs["value"]), parties)]
+
+
+@constant_p.def_private
+def _constant_private(op: Operation) -> dict[str, Mask | None]:
+    """A driver constant: only the parties that hold it see its value."""
+    return {"value": op.attrs["parties"]}
 
 
 @_feop("simp.constant", "special_op", "x = simp.constant((0,), 3)")

@@ -242,6 +242,52 @@ def reveal(x: MPObject, config: SpuConfig, to: int) -> MPObject:
     return reveal_p.bind([x], {**config.attrs(), "to": int(to)})[0]
 
 
+shares_p = Primitive("spu.shares", kind="source", execution_model="multi_party",
+                     traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER),
+                     doc="A driver constant the driver secret-shared: each member receives "
+                         "only its own share.")
+
+
+def share_attr(i: int) -> str:
+    """The attribute of ``spu.shares`` holding member ``i``'s share (libspu meta, chunks)."""
+    return f"share{i}"
+
+
+@shares_p.def_type_rule
+def _shares_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                 world_size: int) -> list[ValueType]:
+    config = SpuConfig.from_attrs(attrs)
+    where = f"spu.shares on {config.device}"
+    plaintext = attrs["plaintext"]
+    if in_types or not isinstance(plaintext, TensorType):
+        raise MPTypeError(f"{where}: takes no inputs and a plaintext tensor type")
+    if plaintext.dtype not in SUPPORTED_DTYPES:
+        raise MPTypeError(f"{where}: SPU cannot hold dtype {plaintext.dtype}")
+    if not config.mask.issubset(Mask.all(world_size)):
+        raise MPTypeError(f"{where}: members {config.members} are outside the world")
+    missing = [share_attr(i) for i in range(len(config.members)) if share_attr(i) not in attrs]
+    if missing:
+        raise MPTypeError(f"{where}: missing {', '.join(missing)}")
+    return [config.share_type(plaintext)]
+
+
+@shares_p.def_private
+def _shares_private(op: Operation) -> dict[str, Mask | None]:
+    """Each member's share is private to that member."""
+    members = SpuConfig.from_attrs(op.attrs).members
+    return {share_attr(i): Mask.of([m]) for i, m in enumerate(members)}
+
+
+def share_constant(value: np.ndarray, config: SpuConfig) -> MPObject:
+    """``value``, a driver constant, secret-shared now (by the driver) among ``config``'s
+    members: each member's share is private to it, so no member receives the plaintext."""
+    shares = io_for(config).make_shares(value, libspu.Visibility.VIS_SECRET)
+    attrs = {**config.attrs(), "plaintext": TensorType.of(value.dtype, value.shape)}
+    for i, share in enumerate(shares):
+        attrs[share_attr(i)] = (bytes(share.meta), *(bytes(c) for c in share.share_chunks))
+    return shares_p.bind([], attrs)[0]
+
+
 @run_p.def_type_rule
 def _run_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
               world_size: int) -> list[ValueType]:

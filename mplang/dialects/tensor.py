@@ -27,12 +27,13 @@ from jax._src.config import traceback_in_locations_limit
 
 from mplang.dialects.common import LRUCache, as_array
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph
+from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Primitive
+from mplang.edsl.private import value_tensor_type
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
-from mplang.edsl.typing import DTYPES, TensorType, ValueType, numpy_dtype
+from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, numpy_dtype
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.errors import MPSerializationError, MPTypeError
 from mplang.frontend.feop import feop
@@ -252,8 +253,14 @@ def _tensor_type(op: str, t: ValueType, i: int) -> TensorType:
 @constant_p.def_type_rule
 def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
                    world_size: int) -> list[ValueType]:
-    value: np.ndarray = attrs["value"]
-    return [TensorType.of(value.dtype, value.shape)]
+    return [value_tensor_type("tensor.constant", attrs["value"])]
+
+
+@constant_p.def_private
+def _constant_private(op: Operation) -> dict[str, Mask | None]:
+    """A driver constant inside a party-local region: seen by the parties that run it.
+    (Literals written inside a JAX function are code: every party reads them.)"""
+    return {"value": None}
 
 
 @run_jax_p.def_type_rule

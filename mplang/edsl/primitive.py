@@ -9,16 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mplang.edsl.graph import Graph
+from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.location import locate_error, user_location
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import TraceObject, current_tracer
-from mplang.edsl.typing import ValueType
+from mplang.edsl.typing import Mask, ValueType
 from mplang.frontend.errors import MPLangError, MPTypeError, MPVerifyError
 from mplang.frontend.registry import ExecutionModel, OpInfo, OpKind, OpTraits, register_op
 
 TypeRule = Callable[[list[ValueType], dict[str, Any], Sequence[Graph], int], list[ValueType]]
 """``rule(input types, attrs, regions, world size) -> output types``; pure, raises MPTypeError."""
+
+PrivateRule = Callable[[Operation], dict[str, Mask | None]]
+"""``rule(op) -> {attr name: parties that may see it}`` for the attributes of ``op`` that
+hold private data (None: the parties that run the op)."""
 
 
 _PRIMITIVES: dict[str, Primitive] = {}
@@ -77,6 +81,18 @@ class Primitive:
         register_op(self.info)
         _PRIMITIVES[name] = self
         self._type_rule: TypeRule | None = None
+        self._private_rule: PrivateRule | None = None
+
+    def def_private(self, rule: PrivateRule) -> PrivateRule:
+        """Declare which attributes of this op hold private data, and who may see them."""
+        if self._private_rule is not None:
+            raise ValueError(f"{self.name} already has a private-attribute rule")
+        self._private_rule = rule
+        return rule
+
+    def private_attrs(self, op: Operation) -> dict[str, Mask | None]:
+        """The private attributes of ``op`` and the parties that may see each."""
+        return {} if self._private_rule is None else self._private_rule(op)
 
     def def_type_rule(self, rule: TypeRule) -> TypeRule:
         if self._type_rule is not None:

@@ -9,7 +9,8 @@ Types (T): ``{"mp": [T, bits|null]}`` or ``{TAG: body}`` for a type registered
 under TAG (`mplang.edsl.typing.register_type`; ``{"tensor": [dtype, shape]}``).
 Errors name the field path (``graph.ops[3].out[0].type``).
 Attributes: JSON scalars and lists, or one-key tagged objects ``$tuple``,
-``$dict``, ``$bytes``, ``$array``, ``$mask``, ``$type``, ``$float``.
+``$dict``, ``$bytes``, ``$array``, ``$mask``, ``$type``, ``$float``, ``$commit``
+(a `Commitment`: ``[digest buffer, type or null]``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.private import DIGEST_BYTES, Commitment
 from mplang.edsl.typing import DTYPES, BaseType, Mask, MPType, ValueType, numpy_dtype, type_for_tag
 from mplang.frontend.errors import MPSerializationError
 from mplang.frontend.registry import is_registered
@@ -144,6 +146,9 @@ def _encode_attr(value: Any, buffers: _BufferWriter, depth: int = 0) -> Any:
         return {"$mask": value.bits}
     if isinstance(value, (BaseType, MPType)):
         return {"$type": encode_type(value)}
+    if isinstance(value, Commitment):
+        return {"$commit": [buffers.add(value.digest),
+                            None if value.type is None else encode_type(value.type)]}
     if isinstance(value, tuple):
         return {"$tuple": [_encode_attr(v, buffers, depth + 1) for v in value]}
     if isinstance(value, list):
@@ -201,6 +206,14 @@ def _decode_attr(data: Any, buffers: _BufferReader, path: str, depth: int = 0) -
     if tag == "$float":
         _expect(body in ("nan", "inf", "-inf"), f"{here}: expected nan, inf or -inf")
         return float(body)
+    if tag == "$commit":
+        _expect(isinstance(body, list) and len(body) == 2, f"{here}: expected [digest, type]")
+        digest = bytes(buffers.get(body[0], f"{here}[0]"))
+        _expect(len(digest) == DIGEST_BYTES, f"{here}[0]: a digest is {DIGEST_BYTES} bytes")
+        vtype = None if body[1] is None else decode_type(body[1], f"{here}[1]")
+        _expect(vtype is None or isinstance(vtype, BaseType), f"{here}[1]: not a base type")
+        assert vtype is None or isinstance(vtype, BaseType)
+        return Commitment(digest, vtype)
     raise _fail(f"{path}: unknown attribute tag {tag!r}")
 
 
@@ -295,10 +308,48 @@ def encode_graph_bundle(graph: Graph, meta: dict[str, Any]) -> bytes:
     return b"".join([_HEADER.pack(MAGIC, len(text)), text, *buffers.chunks])
 
 
+def encode_attrs(attrs: dict[str, Any]) -> bytes:
+    """Serialize attribute values by name (the layout of a graph bundle; deterministic)."""
+    buffers = _BufferWriter()
+    doc = {"attrs": {k: _encode_attr(v, buffers) for k, v in attrs.items()},
+           "buffers": buffers.spans}
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    return b"".join([_HEADER.pack(MAGIC, len(text)), text, *buffers.chunks])
+
+
+def decode_attrs(data: bytes | memoryview, path: str = "attrs") -> dict[str, Any]:
+    """Parse bytes made by `encode_attrs`; raise `MPSerializationError` naming the field."""
+    view = memoryview(data)
+    doc, blob = _split_bundle(view, f"{path}: ")
+    _expect(isinstance(doc, dict) and set(doc) == {"attrs", "buffers"}
+            and isinstance(doc["attrs"], dict), f"{path}: expected the fields attrs, buffers")
+    buffers = _BufferReader(blob, doc["buffers"])
+    try:
+        return {k: _decode_attr(v, buffers, f"{path}.{k}") for k, v in doc["attrs"].items()}
+    except MPSerializationError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as e:
+        raise _fail(f"{path}: {type(e).__name__}: {e}") from None
+
+
 def _not_json(name: str) -> Any:
     """NaN and Infinity are not JSON (the encoder writes ``$float``): refused, not decoded
     into metadata that could not be encoded again."""
     raise ValueError(f"{name} is not JSON")
+
+
+def _split_bundle(view: memoryview, where: str) -> tuple[Any, memoryview]:
+    """The JSON document and the buffer bytes of a bundle."""
+    _expect(len(view) >= _HEADER.size, f"{where}too short")
+    magic, json_len = _HEADER.unpack_from(view)
+    _expect(magic == MAGIC, f"{where}bad magic (not an MPLang program)")
+    _expect(_HEADER.size + json_len <= len(view), f"{where}truncated")
+    try:
+        doc = json.loads(bytes(view[_HEADER.size:_HEADER.size + json_len]),
+                         parse_constant=_not_json)
+    except (ValueError, RecursionError) as e:
+        raise _fail(f"{where}invalid JSON: {e}") from None
+    return doc, view[_HEADER.size + json_len:]
 
 
 def decode_graph_bundle(data: bytes | memoryview, max_bytes: int = 1 << 32) -> tuple[Graph, Any]:
@@ -306,19 +357,11 @@ def decode_graph_bundle(data: bytes | memoryview, max_bytes: int = 1 << 32) -> t
     view = memoryview(data)
     if len(view) > max_bytes:
         raise MPSerializationError(f"program of {len(view)} bytes exceeds the {max_bytes} limit")
-    _expect(len(view) >= _HEADER.size, "too short")
-    magic, json_len = _HEADER.unpack_from(view)
-    _expect(magic == MAGIC, "bad magic (not an MPLang program)")
-    _expect(_HEADER.size + json_len <= len(view), "truncated")
-    try:
-        doc = json.loads(bytes(view[_HEADER.size:_HEADER.size + json_len]),
-                         parse_constant=_not_json)
-    except (ValueError, RecursionError) as e:
-        raise _fail(f"invalid JSON: {e}") from None
+    doc, blob = _split_bundle(view, "")
     _expect(isinstance(doc, dict) and set(doc) == {"version", "meta", "graph", "buffers"},
             "top-level fields")
     _expect(doc["version"] == 1, f"unsupported version {doc['version']!r}")
-    buffers = _BufferReader(view[_HEADER.size + json_len:], doc["buffers"])
+    buffers = _BufferReader(blob, doc["buffers"])
     try:
         return _decode_graph(doc["graph"], buffers, 0, "graph"), doc["meta"]
     except MPSerializationError:

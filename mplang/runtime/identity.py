@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -52,6 +53,18 @@ class Certificate:
     def short(self) -> str:
         """The first 16 hex digits of the fingerprint (for messages)."""
         return self.fingerprint[:16]
+
+    def verify(self, signature: bytes, data: bytes) -> bool:
+        """Whether ``signature`` is this certificate's key's ECDSA (SHA-256) signature
+        of ``data``."""
+        key = x509.load_pem_x509_certificate(self.pem.encode()).public_key()
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            return False
+        try:
+            key.verify(signature, data, ec.ECDSA(hashes.SHA256()))
+        except InvalidSignature:
+            return False
+        return True
 
 
 def fingerprint_der(der: bytes) -> str:
@@ -172,6 +185,13 @@ class LocalIdentity:
 
     def __repr__(self) -> str:
         return f"LocalIdentity({self.name!r}, sha256 {self.certificate.short}...)"
+
+    def sign(self, data: bytes) -> bytes:
+        """An ECDSA (SHA-256) signature of ``data`` by this identity's private key."""
+        key = serialization.load_pem_private_key(self.key_path.read_bytes(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise IdentityError(f"{self.key_path} is not an elliptic-curve key")
+        return key.sign(data, ec.ECDSA(hashes.SHA256()))
 
     def server_context(self, trusted: Iterable[Certificate]) -> ssl.SSLContext:
         """A TLS 1.3 server context presenting this identity and requiring a client

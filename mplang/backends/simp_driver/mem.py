@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -11,6 +12,7 @@ from mplang.backends.simp_worker.mem import LocalMesh
 from mplang.backends.simp_worker.network import NetworkModel
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
+from mplang.runtime.commitments import commit
 from mplang.runtime.options import Mode, RunOptions
 
 
@@ -24,11 +26,35 @@ class SimpMemDriver(SimpDriver):
         super().__init__(cluster, default_mode=default_mode,
                          pool_size=max(32, 4 * cluster.world_size), pool_name="mplang-party")
         self.mesh = LocalMesh(self.world_size, timeout, network)
+        self._accepted: dict[tuple[str, str, int], Graph] = {}
+        """Graphs the parties accepted in `prepare`, by (execution, scope, rank)."""
+        self._accepted_lock = threading.Lock()
+
+    def _accept(self, rank: int, graph: Graph) -> Graph:
+        """Party ``rank``'s acceptance of ``graph`` as a worker gets it: committed, with
+        only its own openings; the graph it runs."""
+        committed = commit(graph, self.world_size)
+        return self.mesh.workers[rank].accept(committed.graph, committed.openings[rank])
+
+    def prepare(self, ranks: list[int], graph: Graph, input_uris: list[list[str | None]],
+                exec_id: str, scope: str, options: RunOptions) -> None:
+        self._check_open()
+        accepted = {(exec_id, scope, r): self._accept(r, graph) for r in ranks}
+        with self._accepted_lock:
+            self._accepted.update(accepted)
+
+    def _run_accepted(self, rank: int, graph: Graph, input_uris: Sequence[str | None],
+                      exec_id: str, scope: str, options: RunOptions) -> list[str | None]:
+        with self._accepted_lock:
+            opened = self._accepted.pop((exec_id, scope, rank), None)
+        if opened is None:
+            opened = self._accept(rank, graph)
+        return self.mesh.workers[rank].run(opened, input_uris, exec_id, scope, options)
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
                scope: str, options: RunOptions) -> Future[list[str | None]]:
         self._check_open()
-        return self._pool.submit(self.mesh.workers[rank].run, graph, input_uris, exec_id, scope,
+        return self._pool.submit(self._run_accepted, rank, graph, input_uris, exec_id, scope,
                                  options)
 
     def fetch(self, rank: int, uri: str) -> Future[Any]:
@@ -46,6 +72,9 @@ class SimpMemDriver(SimpDriver):
                 worker.store.delete(uri)
 
     def abort(self, exec_id: str, reason: str) -> None:
+        with self._accepted_lock:
+            for key in [k for k in self._accepted if k[0] == exec_id]:
+                del self._accepted[key]
         self.mesh.abort(exec_id, reason)
 
     def _close_transport(self) -> None:

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from mplang.edsl.graph import Graph
+from mplang.frontend.errors import MPRefusedError
 from mplang.runtime.backend import Communicator, WorkerEnv, WorkerStates, worker_kernels
+from mplang.runtime.commitments import Openings, open_program, program_digest
 from mplang.runtime.interpreter import Interpreter, KernelTable
 from mplang.runtime.object_store import LOCAL_OWNER, ObjectStore
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
@@ -37,6 +39,21 @@ class SimpWorker:
     def kernels(self) -> KernelTable:
         """The worker kernels registered now (a plugin loaded later adds its own)."""
         return worker_kernels()
+
+    def accept(self, graph: Graph, openings: Openings, driver: str = LOCAL_OWNER) -> Graph:
+        """Accept a committed program for this party: check its openings against their
+        commitments and put them in (`open_program`), then `vet` it. Returns the graph
+        this party runs; raises `MPRefusedError` (nothing runs) if it refuses."""
+        opened = open_program(graph, openings, self.rank, self.world_size)
+        reason = self.vet(opened, program_digest(graph, self.world_size), driver)
+        if reason is not None:
+            raise MPRefusedError(f"party {self.rank} refuses the program: {reason}", 403)
+        return opened
+
+    def vet(self, graph: Graph, digest: str, driver: str) -> str | None:
+        """This party's verdict on running ``graph`` (program digest ``digest``) for the
+        driver with certificate fingerprint ``driver``: None accepts, a reason refuses."""
+        return None
 
     def run(self, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
             scope: str = "", options: RunOptions = DEFAULT_OPTIONS,
