@@ -1,5 +1,5 @@
 """The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``keygen``, ``init``, ``worker``,
-``up`` and ``ops``."""
+``up``, ``ops`` and ``audit``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ def _exit_with_parent() -> None:
 def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
     from mplang.backends.simp_worker.executions import WorkerLimits
     from mplang.backends.simp_worker.http import WorkerServer, serve
+    from mplang.runtime.audit import default_path as default_audit_path
     from mplang.runtime.identity import format_fingerprint, load_identity
 
     for spec in args.register:
@@ -79,7 +80,8 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
               f"{format_fingerprint(identity.fingerprint)})", flush=True)
 
     serve(cluster, args.node, identity, timeout=args.timeout, limits=limits,
-          spec_path=args.cluster, on_ready=ready)
+          spec_path=args.cluster, on_ready=ready,
+          audit_log=args.audit_log or default_audit_path(args.node))
     return 0
 
 
@@ -87,7 +89,7 @@ def _up(args: argparse.Namespace) -> int:
     from mplang.runtime.local_cluster import LocalCluster
 
     local = LocalCluster(args.cluster, keys=args.keys, register=args.register,
-                         plugins=args.plugin)
+                         plugins=args.plugin, audit_dir=args.audit_dir or "audit")
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -183,6 +185,18 @@ def _ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from mplang.runtime.audit import format_summary, summarize
+
+    try:
+        summary = summarize(args.logs)
+    except OSError as e:
+        print(f"mplang audit: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mplang", description="MPLang command line")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -212,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="largest value a program may declare")
     worker.add_argument("--mailbox-bytes", type=int,
                         help="bytes of peer messages held at once")
+    worker.add_argument("--audit-log", metavar="PATH",
+                        help="append this node's audit events (JSON lines) to PATH "
+                             "(default ./audit/NODE.jsonl)")
     worker.add_argument("--exit-with-parent", action="store_true",
                         help="exit when the parent process dies (mplang up uses this)")
     worker.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
@@ -227,6 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="a host function every worker may call (repeatable)")
     up.add_argument("--plugin", action="append", default=[], metavar="NAME",
                     help="a plugin every worker loads (repeatable)")
+    up.add_argument("--audit-dir", metavar="DIR",
+                    help="write each node's audit log to DIR/NODE.jsonl (default ./audit)")
+    audit = commands.add_parser("audit", help="summarise workers' audit logs")
+    audit.add_argument("logs", nargs="+", metavar="LOG", help="audit log (JSON lines)")
+    audit.add_argument("--json", action="store_true", help="print the summary as JSON")
     ops = commands.add_parser("ops", help="list the frontend ops (built-in and plugins')")
     ops.add_argument("--family", help="only this family's ops (simp, tensor, a plugin's name)")
     ops.add_argument("--json", action="store_true", help="print a JSON list")
@@ -247,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _init(args)
     if args.command == "ops":
         return _ops(args)
+    if args.command == "audit":
+        return _audit(args)
     fn = _load_function(args.target)
     try:
         program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)

@@ -26,6 +26,7 @@ import numpy as np
 from mplang.edsl.serde import numpy_can_hold
 from mplang.edsl.typing import DTYPES, numpy_dtype
 from mplang.frontend.errors import MPSerializationError
+from mplang.runtime.audit import PLAINTEXT, SECRET_SHARE
 
 MAGIC = b"MPV1"
 _PREFIX = struct.Struct("<4sI")
@@ -50,6 +51,10 @@ class ValueCodec:
     decode: Callable[[list[memoryview]], Any]
     nbytes: Callable[[Any], int] | None = None
     """The encoded size, if cheaper to know than encoding (the network model asks)."""
+    privacy: str = PLAINTEXT
+    """What a value reveals of its data, as the audit log records it: ``"plaintext"``
+    (the default, assumed unless a codec declares otherwise), ``"secret share"`` or
+    ``"ciphertext"``."""
 
 
 _CODECS: dict[str, ValueCodec] = {}
@@ -68,6 +73,20 @@ def register_value_codec(codec: ValueCodec) -> ValueCodec:
 def value_codecs() -> list[ValueCodec]:
     """The registered codecs, by kind."""
     return [_CODECS[k] for k in sorted(_CODECS)]
+
+
+def privacy_kind(value: Any) -> str:
+    """What ``value`` reveals on the wire: its codec's `ValueCodec.privacy`; raw bytes are
+    link traffic of a secure device's protocol (SPU's secret-sharing messages), so
+    ``"secret share"``; arrays and scalars are ``"plaintext"``, and so is a list when any
+    of its elements is."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return SECRET_SHARE
+    if isinstance(value, list | tuple):
+        kinds = {privacy_kind(v) for v in value}
+        return PLAINTEXT if PLAINTEXT in kinds or not kinds else "+".join(sorted(kinds))
+    codec = _BY_CLASS.get(type(value))
+    return codec.privacy if codec is not None else PLAINTEXT
 
 
 def payload_bytes(value: Any) -> int:

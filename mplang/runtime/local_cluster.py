@@ -106,7 +106,8 @@ class LocalCluster:
     def __init__(self, cluster: ClusterSpec | str | os.PathLike[str], *,
                  keys: str | os.PathLike[str] | None = None, log_dir: str | None = None,
                  register: list[str] | None = None, plugins: list[str] | None = None,
-                 worker_args: list[str] | None = None):
+                 worker_args: list[str] | None = None,
+                 audit_dir: str | os.PathLike[str] | None = None):
         self.register = list(register or [])
         """``module:function`` host functions every worker registers for ``tensor.pyfunc``."""
         self.plugins = list(plugins or [])
@@ -128,6 +129,9 @@ class LocalCluster:
         self.keys_dir = Path(keys) if keys is not None else self.spec_path.parent / "keys"
         self.cluster = ClusterSpec.from_yaml(self.spec_path)
         self.log_dir = Path(log_dir or self._dir.name)
+        self.audit_dir = Path(audit_dir or Path(self._dir.name) / "audit").resolve()
+        """Each worker's audit log is ``audit_dir/NODE.jsonl`` (default: in the temporary
+        folder, removed by `close`)."""
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
     @property
@@ -151,6 +155,7 @@ class LocalCluster:
             return subprocess.Popen(
                 [sys.executable, "-m", "mplang.cli", "worker", "--cluster", str(self.spec_path),
                  "--node", node, "--key", str(self.keys_dir / f"{node}.key"),
+                 "--audit-log", str(self.audit_dir / f"{node}.jsonl"),
                  "--exit-with-parent", *registers, *plugins, *self.worker_args],
                 stdout=log, stderr=subprocess.STDOUT)
 

@@ -42,7 +42,7 @@ from mplang.backends.simp_worker.executions import Executions, Run, WorkerLimits
 from mplang.backends.simp_worker.mailbox import Mailbox
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.backends.simp_worker.tls import peer_of, tls_config
-from mplang.backends.wire import decode_value, encode_value, split_frame
+from mplang.backends.wire import Buffer, decode_value, encode_value, privacy_kind, split_frame
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.dialects.common import LRUCache
 from mplang.edsl.graph import Graph
@@ -54,6 +54,7 @@ from mplang.frontend.errors import (
     MPRefusedError,
     MPSerializationError,
 )
+from mplang.runtime.audit import AuditLog
 from mplang.runtime.backend import Tag, check_payloads
 from mplang.runtime.identity import LocalIdentity, trust
 from mplang.runtime.object_store import ObjectStore
@@ -74,6 +75,15 @@ def _program_digest(payload: memoryview | bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def _size(parts: list[Buffer]) -> int:
+    return sum(memoryview(p).nbytes for p in parts)
+
+
+def _who(peer: Peer) -> tuple[str, str]:
+    """A peer's name and certificate fingerprint, as the audit log records them."""
+    return peer.name, peer.certificate.fingerprint
+
+
 class WorkerClients(PinnedClients):
     """`PinnedClients` plus the peer-message request (metadata in headers)."""
 
@@ -86,12 +96,14 @@ class HttpCommunicator:
     wait on this party's mailbox."""
 
     def __init__(self, rank: int, clients: Callable[[], WorkerClients], mailbox: Mailbox,
-                 timeout: float, program_of: Callable[[str, str], str]):
+                 timeout: float, program_of: Callable[[str, str], str],
+                 audit: AuditLog | None = None):
         self.rank = rank
         self._clients = clients
         self.mailbox = mailbox
         self.timeout = timeout
         self._program_of = program_of
+        self.audit = audit
 
     def send(self, dst: int, tag: Tag, value: Any) -> None:
         exec_id, key = tag
@@ -99,8 +111,10 @@ class HttpCommunicator:
         parts = encode_value(value)
         headers = {H_EXEC: exec_id, H_KEY: key, H_PROGRAM: self._program_of(exec_id, key),
                    H_LINK: "1" if link else "0"}
+        delivered = False
         try:
             self._clients().post_message(dst, headers, parts)
+            delivered = True
         except httpx.HTTPStatusError as e:
             raise MPCommunicationError(
                 f"party {self.rank}: party {dst} refused {key} of execution {exec_id}: "
@@ -108,6 +122,10 @@ class HttpCommunicator:
         except httpx.HTTPError as e:
             raise MPCommunicationError(f"party {self.rank}: sending {key} to party {dst} "
                                        f"failed: {type(e).__name__}: {e}", party=self.rank) from e
+        finally:
+            if self.audit is not None:
+                self.audit.message("send", exec_id, dst, key, privacy_kind(value), _size(parts),
+                                   delivered)
 
     def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
         return self.mailbox.take(src, tag, self.timeout if timeout is None else timeout)
@@ -167,7 +185,7 @@ class WorkerServer:
 
     def __init__(self, cluster: ClusterSpec, node: str, identity: LocalIdentity, *,
                  timeout: float = 60.0, limits: WorkerLimits | None = None,
-                 spec_path: str | Path | None = None):
+                 spec_path: str | Path | None = None, audit_log: str | Path | None = None):
         self.peers = PeerDirectory(cluster)
         self.rank = cluster.rank_of(node)
         if identity.fingerprint != self.peers.node_certificate(self.rank).fingerprint:
@@ -183,8 +201,11 @@ class WorkerServer:
         self.mailbox = Mailbox(self.rank, self.limits.mailbox_bytes)
         self.executions = Executions(self.rank, self.limits)
         self._clients = WorkerClients(cluster, identity, timeout, max_connections=256)
+        self.audit = AuditLog(audit_log, node, [n.name for n in cluster.nodes]) \
+            if audit_log is not None else None
+        """This node's audit log (none when ``audit_log`` is not given)."""
         communicator = HttpCommunicator(self.rank, lambda: self._clients, self.mailbox, timeout,
-                                        self.executions.program_of)
+                                        self.executions.program_of, self.audit)
         self.worker = SimpWorker(self.rank, cluster.world_size, communicator, ObjectStore(node),
                                  timeout=timeout, in_process=False)
         self.pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix=f"mplang-{node}")
@@ -275,6 +296,25 @@ class WorkerServer:
                                     graph, frozenset(parties), options.timeout)
         return Prepared(run, graph, inputs, options, time.monotonic() + self.timeout)
 
+    def prepare_audited(self, header: dict[str, Any], payload: memoryview,
+                        driver: Peer) -> Prepared:
+        """`prepare`, recording the verdict in the audit log."""
+        try:
+            prepared = self.prepare(header, payload, driver)
+        except MPLangError as e:
+            if self.audit is not None:
+                exec_id, scope = header.get("exec"), header.get("scope")
+                self.audit.execution(
+                    exec_id if isinstance(exec_id, str) and _ID.fullmatch(exec_id) else "",
+                    scope[:_KEY_LIMIT] if isinstance(scope, str) else "",
+                    _program_digest(payload), _who(driver), "refused", str(e))
+            raise
+        if self.audit is not None:
+            run = prepared.run
+            self.audit.execution(run.exec_id, run.scope, run.program, _who(driver), "accepted",
+                                 graph=prepared.graph)
+        return prepared
+
     def hold(self, prepared: Prepared) -> None:
         """Keep a prepared run until its ``/run`` (or until it expires unstarted)."""
         with self._lock:
@@ -310,11 +350,18 @@ class WorkerServer:
     def execute(self, prepared: Prepared, driver: Peer) -> list[str | None]:
         run = prepared.run
         try:
-            return self.worker.run(prepared.graph, prepared.inputs, run.exec_id, run.scope,
-                                   prepared.options, owner=driver.certificate.fingerprint)
+            outputs = self.worker.run(prepared.graph, prepared.inputs, run.exec_id, run.scope,
+                                      prepared.options, owner=driver.certificate.fingerprint)
+        except Exception as e:
+            if self.audit is not None:
+                self.audit.end(run.exec_id, run.scope, f"{type(e).__name__}: {e}")
+            raise
         finally:
             self.executions.end(run)
             self.mailbox.drop(run.exec_id, run.scope)
+        if self.audit is not None:
+            self.audit.end(run.exec_id, run.scope)
+        return outputs
 
     # -- spec reload
     def reload_if_changed(self) -> bool:
@@ -362,6 +409,8 @@ class WorkerServer:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.worker.scheduler.shutdown()
         self._clients.close()
+        if self.audit is not None:
+            self.audit.close()
 
 
 def create_app(server: WorkerServer) -> FastAPI:
@@ -410,7 +459,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         """`WorkerServer.prepare` off the event loop: decoding and vetting a new program
         may take a while (its native payloads are checked in a helper process)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(server.pool, server.prepare, header, payload,
+        return await loop.run_in_executor(server.pool, server.prepare_audited, header, payload,
                                           driver)
 
     @app.post("/prepare")
@@ -440,15 +489,21 @@ def create_app(server: WorkerServer) -> FastAPI:
             value = server.worker.store.get(uri, driver.certificate.fingerprint)
         except MPLangError as e:
             return _error(404, str(e))
-        return StreamingResponse(iter(encode_value(value)), media_type="application/octet-stream")
+        parts = encode_value(value)
+        if server.audit is not None:
+            server.audit.fetch(_who(driver), uri, privacy_kind(value), _size(parts))
+        return StreamingResponse(iter(parts), media_type="application/octet-stream")
 
     @app.post("/delete")
     async def delete(request: Request) -> Response:
         driver = server.peer(request, "driver")
         header, _ = split_frame(await server.body(request, 1 << 20))
-        deleted = [server.worker.store.delete(uri, driver.certificate.fingerprint)
-                   for uri in _str_or_none_list(header.get("uris"), "uris") if uri is not None]
-        return JSONResponse({"deleted": sum(deleted)})
+        uris = [u for u in _str_or_none_list(header.get("uris"), "uris") if u is not None]
+        deleted = sum(server.worker.store.delete(uri, driver.certificate.fingerprint)
+                      for uri in uris)
+        if server.audit is not None:
+            server.audit.delete(_who(driver), uris, deleted)
+        return JSONResponse({"deleted": deleted})
 
     @app.post("/abort")
     async def abort(request: Request) -> Response:
@@ -457,6 +512,8 @@ def create_app(server: WorkerServer) -> FastAPI:
         exec_id = _exec_id(header.get("exec"))
         reason = _require_str(header, "reason")
         server.executions.abort(exec_id, driver.certificate.fingerprint)
+        if server.audit is not None:
+            server.audit.abort(exec_id, _who(driver), reason)
         server.drop_prepared(exec_id)
         server.mailbox.abort(exec_id, reason)
         return JSONResponse({"ok": True})
@@ -476,7 +533,11 @@ def create_app(server: WorkerServer) -> FastAPI:
                                 request.headers.get(H_PROGRAM, ""), int(declared),
                                 request.headers.get(H_LINK) == "1")
         payload = await server.body(request, int(declared))
-        server.mailbox.put(sender.rank, (exec_id, key), decode_value(payload), len(payload))
+        value = decode_value(payload)
+        server.mailbox.put(sender.rank, (exec_id, key), value, len(payload))
+        if server.audit is not None:
+            server.audit.message("recv", exec_id, sender.rank, key, privacy_kind(value),
+                                 len(payload))
         return JSONResponse({"ok": True})
 
     return app
@@ -511,13 +572,14 @@ def uvicorn_server(server: WorkerServer) -> uvicorn.Server:
 
 def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: float = 60.0,
           limits: WorkerLimits | None = None, spec_path: str | Path | None = None,
-          on_ready: Callable[[WorkerServer], None] | None = None) -> None:
+          on_ready: Callable[[WorkerServer], None] | None = None,
+          audit_log: str | Path | None = None) -> None:
     """Run ``node``'s worker on the endpoint the spec gives it, until interrupted; the
-    spec file is reloaded when it changes."""
+    spec file is reloaded when it changes; events go to the audit log ``audit_log``."""
     host, port = _host_port(cluster.nodes[cluster.rank_of(node)].endpoint)
     check_port_free(host, port)
     server = WorkerServer(cluster, node, identity, timeout=timeout, limits=limits,
-                          spec_path=spec_path)
+                          spec_path=spec_path, audit_log=audit_log)
     userver = uvicorn_server(server)
     stop = threading.Event()
     threading.Thread(target=server.watch_spec, args=(stop,), daemon=True,

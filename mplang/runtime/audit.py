@@ -1,0 +1,370 @@
+"""The audit log of one worker: JSON lines recording what ran here and what left or reached
+this party, so each party can check what it sent and received.
+
+A worker appends one JSON object per line to its log (``mplang worker --audit-log
+PATH``; by default ``./audit/<node name>.jsonl`` under the worker's working
+directory). The file is only ever appended to; each event is one write, made
+as it happens (no fsync). Every line has ``"event"``, ``"time"`` (Unix seconds)
+and ``"node"`` (the node that wrote it). The events:
+
+``execution``
+    A driver asked this node to run a program (``/prepare``, or a ``/run`` of
+    this party alone): ``exec`` (execution id), ``scope``, ``program`` (SHA-256
+    of the program bytes received), ``driver`` (``{"name", "fingerprint"}``:
+    the spec's name and the certificate fingerprint of the TLS peer),
+    ``verdict`` (``"accepted"`` or ``"refused"``) and ``reason`` (why it was
+    refused; null when accepted).
+``end``
+    An accepted run finished: ``exec``, ``scope``, ``status`` (``"ok"``,
+    ``"failed"``, or ``"aborted"`` when its driver aborted the execution) and
+    ``reason`` (the error; null when ok).
+``abort``
+    A driver aborted an execution: ``exec``, ``driver``, ``reason``.
+``send`` / ``recv``
+    One message of an execution sent to, or received from, another node:
+    ``exec``, ``peer`` (the other node's name), ``op`` (the opcode of the op
+    that exchanged it, null if the key names no op of the program), ``key``
+    (the op key of the message tag: the op's position in the program, its
+    regions and loop iterations; ``.../link#...`` for secure-device protocol
+    messages), ``kind`` and ``bytes`` (the message body as sent over the
+    network, the same number on both sides). A send also has ``delivered``
+    (false when the peer refused it or could not be reached).
+``fetch``
+    A value left this node to a driver: ``driver``, ``uri``, ``kind``, ``bytes``.
+``delete``
+    A driver deleted stored values: ``driver``, ``uris`` and ``deleted`` (how many
+    existed).
+
+``kind`` says what a value reveals of the data in it: ``"plaintext"`` (a tensor
+or scalar in the clear, and any value whose codec declares no other kind),
+``"secret share"`` (an SPU share, and the raw link bytes of a secure device's
+protocol: SPU's messages are secret-sharing protocol traffic) or
+``"ciphertext"``; each value codec declares its kind
+(`mplang.backends.wire.ValueCodec.privacy`). A list of values (a batched
+message) is plaintext when any element is.
+
+`read_events` reads logs, `summarize` summarises them (``mplang audit LOG ...``),
+and `plaintext_received` lists the plaintext a node or driver received.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mplang.edsl.graph import Graph, Operation
+
+PLAINTEXT = "plaintext"
+SECRET_SHARE = "secret share"
+CIPHERTEXT = "ciphertext"
+KINDS = (PLAINTEXT, SECRET_SHARE, CIPHERTEXT)
+"""The kinds of values the log distinguishes."""
+
+_REMEMBERED = 4096
+"""Executions whose programs (and abort marks) the log keeps to name ops and statuses."""
+_REASON_CHARS = 500
+
+Event = dict[str, Any]
+
+
+def default_path(node: str) -> Path:
+    """A worker's log when ``--audit-log`` is not given: ``./audit/<node>.jsonl``."""
+    return Path("audit") / f"{node}.jsonl"
+
+
+def op_at(graph: Graph, path: str) -> str | None:
+    """The opcode of the op that an op key (``/3``, ``/2/i0/b/1``, ``/4/link#7``, with the
+    run's scope removed) names in ``graph``; None if it names none."""
+    ops: Sequence[Operation] = graph.operations
+    op: Operation | None = None
+    region: int | None = None
+    for segment in path.split("/"):
+        if not segment:
+            continue
+        if segment.isdigit():
+            if op is not None:
+                index = region or 0
+                if index >= len(op.regions):
+                    break
+                ops = op.regions[index].operations
+            if int(segment) >= len(ops):
+                return None
+            op, region = ops[int(segment)], None
+        elif segment in ("c", "b"):  # a loop iteration's cond or body region
+            region = 0 if segment == "c" else 1
+        elif segment[0] == "b" and segment[1:].isdigit():  # a branch of a conditional
+            region = int(segment[1:])
+        elif not (segment[0] == "i" and segment[1:].isdigit()):  # an iteration, else the end
+            break
+    return op.opcode if op is not None else None
+
+
+def _remember(table: OrderedDict[str, Any], key: str, value: Any) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > _REMEMBERED:
+        table.popitem(last=False)
+
+
+class AuditLog:
+    """One node's append-only audit log at ``path`` (parent folders are created).
+
+    Thread-safe: each event is one JSON line written with a single unbuffered
+    write under a lock. ``nodes`` are the cluster's node names, by rank.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], node: str, nodes: Sequence[str]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.node = node
+        self.nodes = list(nodes)
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+        self._lock = threading.Lock()
+        self._graphs: OrderedDict[str, dict[str, Graph]] = OrderedDict()
+        """exec id -> scope -> program of the runs accepted here."""
+        self._aborted: OrderedDict[str, None] = OrderedDict()
+
+    def write(self, event: Event) -> None:
+        """Append ``event`` (with ``time`` and ``node`` added) as one line."""
+        line = json.dumps({"event": event["event"], "time": round(time.time(), 6),
+                           "node": self.node, **event}, separators=(",", ":"))
+        with self._lock:
+            if not self._file.closed:  # events of runs still ending as the worker stops
+                self._file.write(line.encode() + b"\n")
+
+    def execution(self, exec_id: str, scope: str, program: str, driver: tuple[str, str],
+                  verdict: str, reason: str | None = None, graph: Graph | None = None) -> None:
+        """A driver's request to run ``program`` and this node's verdict on it; the
+        ``graph`` of an accepted run names the ops of its messages."""
+        if graph is not None and verdict == "accepted":
+            with self._lock:
+                runs = self._graphs.get(exec_id, {})
+                runs[scope] = graph
+                _remember(self._graphs, exec_id, runs)
+        self.write({"event": "execution", "exec": exec_id, "scope": scope, "program": program,
+                    "driver": _driver(driver), "verdict": verdict, "reason": _short(reason)})
+
+    def end(self, exec_id: str, scope: str, error: str | None = None) -> None:
+        """An accepted run finished (``error`` is None when it succeeded)."""
+        with self._lock:
+            runs = self._graphs.get(exec_id, {})
+            runs.pop(scope, None)
+            if not runs:
+                self._graphs.pop(exec_id, None)
+            aborted = exec_id in self._aborted
+        status = "ok" if error is None else "aborted" if aborted else "failed"
+        self.write({"event": "end", "exec": exec_id, "scope": scope, "status": status,
+                    "reason": _short(error)})
+
+    def abort(self, exec_id: str, driver: tuple[str, str], reason: str) -> None:
+        """A driver aborted ``exec_id``."""
+        with self._lock:
+            _remember(self._aborted, exec_id, None)
+            self._graphs.pop(exec_id, None)
+        self.write({"event": "abort", "exec": exec_id, "driver": _driver(driver),
+                    "reason": _short(reason)})
+
+    def message(self, direction: str, exec_id: str, peer: int, key: str, kind: str,
+                nbytes: int, delivered: bool = True) -> None:
+        """A message of ``exec_id`` sent to (``"send"``) or received from (``"recv"``) the
+        node of rank ``peer``."""
+        event: Event = {"event": direction, "exec": exec_id, "peer": self.nodes[peer],
+                        "op": self._opcode(exec_id, key), "key": key, "kind": kind,
+                        "bytes": nbytes}
+        if direction == "send":
+            event["delivered"] = delivered
+        self.write(event)
+
+    def fetch(self, driver: tuple[str, str], uri: str, kind: str, nbytes: int) -> None:
+        """A stored value sent to a driver."""
+        self.write({"event": "fetch", "driver": _driver(driver), "uri": uri, "kind": kind,
+                    "bytes": nbytes})
+
+    def delete(self, driver: tuple[str, str], uris: list[str], deleted: int) -> None:
+        """A driver deleted stored values."""
+        self.write({"event": "delete", "driver": _driver(driver), "uris": uris,
+                    "deleted": deleted})
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    def _opcode(self, exec_id: str, key: str) -> str | None:
+        with self._lock:
+            runs = self._graphs.get(exec_id)
+            if not runs:
+                return None
+            scope = max((s for s in runs if key.startswith(s + "/")), key=len, default=None)
+            graph = runs[scope] if scope is not None else None
+        return op_at(graph, key[len(scope):]) if graph is not None and scope is not None \
+            else None
+
+
+def _driver(driver: tuple[str, str]) -> dict[str, str]:
+    return {"name": driver[0], "fingerprint": driver[1]}
+
+
+def _short(text: str | None) -> str | None:
+    return text if text is None or len(text) <= _REASON_CHARS else text[:_REASON_CHARS] + "..."
+
+
+# ---------------------------------------------------------------- reading logs
+
+
+def read_events(paths: Iterable[str | os.PathLike[str]]) -> list[Event]:
+    """The events of the logs at ``paths``, in order; a line that is not a JSON object
+    (a log cut short by a crash) becomes ``{"event": "malformed", "where": "PATH:LINE"}``."""
+    events: list[Event] = []
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    event = None
+                if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+                    event = {"event": "malformed", "where": f"{path}:{number}"}
+                events.append(event)
+    return events
+
+
+def _events(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> list[Event]:
+    items = list(logs)
+    if all(isinstance(item, dict) for item in items):
+        return items  # type: ignore[return-value]
+    return read_events(items)  # type: ignore[arg-type]
+
+
+def _driver_name(event: Event) -> str:
+    driver = event.get("driver")
+    return str(driver.get("name")) if isinstance(driver, dict) else str(driver)
+
+
+def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[str, Any]:
+    """A summary of audit logs (paths, or events from `read_events`):
+
+    - ``nodes``: the nodes whose logs these are;
+    - ``executions``: ``requests`` (execution events), ``distinct`` execution ids, and
+      counts ``by_verdict``, ``by_driver``, ``by_program`` and (of ended runs) ``by_status``;
+    - ``messages``: per node, ``sent`` and ``received``: per peer, per kind,
+      ``{"count", "bytes"}``;
+    - ``mismatches``: for each pair of nodes whose logs are both given, each
+      kind whose bytes sent by one differ from the bytes received by the other;
+    - ``fetches``: per driver, ``count``, ``bytes`` and ``by_kind`` (bytes);
+    - ``deletes``: per driver, the number of values deleted;
+    - ``malformed``: the lines that could not be read (``PATH:LINE``).
+    """
+    events = _events(logs)
+    nodes = sorted({str(e["node"]) for e in events if "node" in e})
+    verdicts: Counter[str] = Counter()
+    drivers: Counter[str] = Counter()
+    programs: Counter[str] = Counter()
+    statuses: Counter[str] = Counter()
+    exec_ids: set[str] = set()
+    messages: dict[str, dict[str, dict[str, dict[str, dict[str, int]]]]] = {
+        n: {"sent": {}, "received": {}} for n in nodes}
+    fetches: dict[str, dict[str, Any]] = {}
+    deletes: Counter[str] = Counter()
+    malformed = []
+    for e in events:
+        name = e["event"]
+        if name == "execution":
+            exec_ids.add(str(e.get("exec")))
+            verdicts[str(e.get("verdict"))] += 1
+            drivers[_driver_name(e)] += 1
+            programs[str(e.get("program"))] += 1
+        elif name == "end":
+            statuses[str(e.get("status"))] += 1
+        elif name in ("send", "recv") and "node" in e:
+            side = messages[str(e["node"])]["sent" if name == "send" else "received"]
+            cell = side.setdefault(str(e.get("peer")), {}).setdefault(
+                str(e.get("kind")), {"count": 0, "bytes": 0})
+            cell["count"] += 1
+            cell["bytes"] += int(e.get("bytes") or 0)
+        elif name == "fetch":
+            entry = fetches.setdefault(_driver_name(e), {"count": 0, "bytes": 0, "by_kind": {}})
+            nbytes = int(e.get("bytes") or 0)
+            entry["count"] += 1
+            entry["bytes"] += nbytes
+            entry["by_kind"][str(e.get("kind"))] = entry["by_kind"].get(str(e.get("kind")),
+                                                                        0) + nbytes
+        elif name == "delete":
+            deletes[_driver_name(e)] += int(e.get("deleted") or 0)
+        elif name == "malformed":
+            malformed.append(e["where"])
+    return {
+        "nodes": nodes,
+        "executions": {"requests": sum(verdicts.values()), "distinct": len(exec_ids),
+                       "by_verdict": dict(verdicts), "by_driver": dict(drivers),
+                       "by_program": dict(programs), "by_status": dict(statuses)},
+        "messages": messages,
+        "mismatches": _mismatches(messages),
+        "fetches": fetches,
+        "deletes": dict(deletes),
+        "malformed": malformed,
+    }
+
+
+def _mismatches(messages: dict[str, dict[str, dict[str, dict[str, dict[str, int]]]]]
+                ) -> list[dict[str, Any]]:
+    found = []
+    for src in messages:
+        for dst in messages:
+            if src == dst:
+                continue
+            sent = messages[src]["sent"].get(dst, {})
+            received = messages[dst]["received"].get(src, {})
+            for kind in sorted(set(sent) | set(received)):
+                out = sent.get(kind, {}).get("bytes", 0)
+                into = received.get(kind, {}).get("bytes", 0)
+                if out != into:
+                    found.append({"from": src, "to": dst, "kind": kind, "sent": out,
+                                  "received": into})
+    return found
+
+
+def plaintext_received(logs: Iterable[str | os.PathLike[str]] | Iterable[Event],
+                       party: str) -> list[Event]:
+    """The events in which ``party`` received plaintext: messages a node's own log
+    records it received, and values fetched by a driver of that name (from any log)."""
+    return [e for e in _events(logs) if e.get("kind") == PLAINTEXT and (
+        (e["event"] == "recv" and e.get("node") == party)
+        or (e["event"] == "fetch" and _driver_name(e) == party))]
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """`summarize`'s result as text (what ``mplang audit`` prints)."""
+    ex = summary["executions"]
+    lines = [f"nodes: {', '.join(summary['nodes']) or '(none)'}",
+             f"executions: {ex['distinct']} ({ex['requests']} requests)"]
+    for title, table in (("verdict", ex["by_verdict"]), ("driver", ex["by_driver"]),
+                         ("program", ex["by_program"]), ("status", ex["by_status"])):
+        for name, count in sorted(table.items()):
+            lines.append(f"  {title} {name}: {count}")
+    lines.append("messages:")
+    for node, sides in summary["messages"].items():
+        for side, arrow in (("sent", "->"), ("received", "<-")):
+            for peer, kinds in sorted(sides[side].items()):
+                for kind, cell in sorted(kinds.items()):
+                    lines.append(f"  {node} {arrow} {peer}: {kind}: {cell['bytes']} bytes in "
+                                 f"{cell['count']} messages")
+    for m in summary["mismatches"]:
+        lines.append(f"  MISMATCH {m['from']} -> {m['to']} {m['kind']}: sent {m['sent']} "
+                     f"bytes, received {m['received']}")
+    lines.append("fetches:")
+    for driver, entry in sorted(summary["fetches"].items()):
+        kinds = ", ".join(f"{k}: {b} bytes" for k, b in sorted(entry["by_kind"].items()))
+        lines.append(f"  {driver}: {entry['count']} values, {entry['bytes']} bytes ({kinds})")
+    for driver, count in sorted(summary["deletes"].items()):
+        lines.append(f"deletes by {driver}: {count}")
+    for where in summary["malformed"]:
+        lines.append(f"malformed line: {where}")
+    return "\n".join(lines)
