@@ -1,0 +1,173 @@
+"""Static data-flow analysis: where one party's data goes in a program.
+
+For party p every value gets, per holding party, a label (`mplang.policy.labels`):
+None if that party's copy is not derived from p's data. Flow rules are registered
+per primitive (`flow_rule` for simp-level ops, `local_flow_rule` for ops inside
+party-local regions); the dialects' rules live in `mplang.policy.rules`. An op
+without a rule is conservative: every output copy is raw from every labelled
+input, and every party holding it has received p's data. A copy of p's data that
+arrives at another party is a `Send` the policy check judges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.primitive import Primitive, get_primitive
+from mplang.edsl.typing import MPType
+from mplang.policy.labels import Flow, Label, join, join_all, raw
+
+PartyLabels = dict[int, Flow]
+"""A simp-level value's labels: holding party -> label of its copy (unlabelled omitted)."""
+SimpRule = Callable[["Analysis", Operation, list[PartyLabels]], list[PartyLabels]]
+LocalRule = Callable[["Analysis", Operation, list[Label], bool], list[Label]]
+"""``rule(analysis, op, input labels, own)``; ``own``: the region runs on party p."""
+
+_SIMP_RULES: dict[Primitive, SimpRule] = {}
+_LOCAL_RULES: dict[Primitive, LocalRule] = {}
+_MAX_LOOP_ROUNDS = 8
+DRIVER = -1
+"""The receiver rank standing for the driver (program outputs it may fetch)."""
+
+
+def _registrar(table: dict[Primitive, Any], what: str) -> Callable[..., Any]:
+    def decorator(*primitives: Primitive) -> Callable[[Any], Any]:
+        def register(rule: Any) -> Any:
+            for prim in primitives:
+                if prim in table:
+                    raise ValueError(f"{prim.name} already has a {what}")
+                table[prim] = rule
+            return rule
+        return register
+    return decorator
+
+
+flow_rule: Callable[..., Callable[[SimpRule], SimpRule]] = _registrar(_SIMP_RULES, "flow rule")
+"""``@flow_rule(*primitives)``: register the simp-level flow rule of ``primitives``."""
+local_flow_rule: Callable[..., Callable[[LocalRule], LocalRule]] = _registrar(
+    _LOCAL_RULES, "local flow rule")
+"""``@local_flow_rule(*primitives)``: register their rule inside party-local regions."""
+
+
+@dataclass(frozen=True)
+class Send:
+    """p's data (``label``) reaching party ``receiver`` (`DRIVER`: the driver) at ``op``."""
+
+    op: Operation
+    receiver: int
+    label: Flow
+    what: str
+
+    @property
+    def where(self) -> str:
+        return f"op {self.op.opcode}" + (f" at {self.op.loc}" if self.op.loc else "")
+
+
+@dataclass
+class Analysis:
+    """The flows of party ``party``'s data through one program."""
+
+    party: int
+    world_size: int
+    sends: list[Send] = field(default_factory=list)
+    devices: list[tuple[Operation, dict[str, Any]]] = field(default_factory=list)
+    """Secure-device ops touching p (member, or p's data sealed in) and their configs."""
+    loads: list[tuple[Operation, str]] = field(default_factory=list)
+    """Sources of p's data the program reads: (op, name)."""
+    _seen: set[tuple[int, int]] = field(default_factory=set)
+
+    # -- used by rules
+    def send(self, op: Operation, receiver: int, label: Label, what: str) -> None:
+        """Record that ``receiver`` gets a copy labelled ``label`` (once per op and receiver)."""
+        if label is None or receiver == self.party or (id(op), receiver) in self._seen:
+            return
+        self._seen.add((id(op), receiver))
+        self.sends.append(Send(op, receiver, label, what))
+
+    def source(self, op: Operation, name: str) -> None:
+        self.loads.append((op, name))
+
+    def holders(self, v: Value) -> list[int]:
+        """The parties that may hold ``v`` (every party when unknown)."""
+        t = v.type
+        if isinstance(t, MPType) and t.pmask is not None:
+            return list(t.pmask)
+        return list(range(self.world_size))
+
+    def graph(self, graph: Graph, inputs: Sequence[PartyLabels]) -> list[PartyLabels]:
+        """The output labels of simp-level ``graph`` given its inputs' labels."""
+        env: dict[int, PartyLabels] = {id(v): dict(lab) for v, lab in
+                                       zip(graph.inputs, inputs, strict=True)}
+        for op in graph.operations:
+            ins = [env.get(id(v), {}) for v in op.inputs]
+            prim = get_primitive(op.opcode)
+            rule = _SIMP_RULES.get(prim) if prim is not None else None
+            outs = rule(self, op, ins) if rule is not None else self.unknown(op, ins)
+            for v, lab in zip(op.outputs, outs, strict=True):
+                env[id(v)] = lab
+        return [env.get(id(v), {}) for v in graph.outputs]
+
+    def local(self, graph: Graph, inputs: Sequence[Label], own: bool) -> list[Label]:
+        """The output labels of party-local ``graph`` run by p (``own``) or another party."""
+        env: dict[int, Label] = {id(v): lab for v, lab in zip(graph.inputs, inputs, strict=True)}
+        for op in graph.operations:
+            ins = [env.get(id(v)) for v in op.inputs]
+            prim = get_primitive(op.opcode)
+            rule = _LOCAL_RULES.get(prim) if prim is not None else None
+            outs = rule(self, op, ins, own) if rule is not None else [raw(ins)] * len(op.outputs)
+            for v, lab in zip(op.outputs, outs, strict=True):
+                env[id(v)] = lab
+        return [env.get(id(v)) for v in graph.outputs]
+
+    def unknown(self, op: Operation, ins: Sequence[PartyLabels]) -> list[PartyLabels]:
+        """No rule: each output copy is raw from every labelled input, received by its holder."""
+        label = raw(lab for party_labels in ins for lab in party_labels.values())
+        if label is None:
+            return [{} for _ in op.outputs]
+        outs = []
+        for v in op.outputs:
+            holders = self.holders(v)
+            for q in holders:
+                self.send(op, q, label, "an output of an op without a flow rule")
+            outs.append(dict.fromkeys(holders, label))
+        return outs
+
+    def loop(self, state: list[PartyLabels],
+             step: Callable[[list[PartyLabels]], list[PartyLabels]]) -> list[PartyLabels]:
+        """Join ``step``'s labels into ``state`` until nothing changes (then raw)."""
+        for _ in range(_MAX_LOOP_ROUNDS):
+            new = step(state)
+            joined = [merge(a, b) for a, b in zip(state, new, strict=True)]
+            if joined == state:
+                return state
+            state = joined
+        return [{q: raw([lab]) or lab for q, lab in s.items()} for s in state]
+
+
+def merge(a: PartyLabels, b: PartyLabels) -> PartyLabels:
+    """Per party, the join of two values' labels."""
+    out = dict(a)
+    for q, lab in b.items():
+        joined = join(out.get(q), lab)
+        if joined is not None:
+            out[q] = joined
+    return out
+
+
+def everywhere(labels: PartyLabels) -> Label:
+    """The join of every party's copy."""
+    return join_all(labels.values())
+
+
+def analyze(graph: Graph, world_size: int, party: int,
+            input_labels: Sequence[PartyLabels | None] | None = None
+            ) -> tuple[Analysis, list[PartyLabels]]:
+    """Follow ``party``'s data through ``graph``; the analysis and the outputs' labels."""
+    import mplang.policy  # noqa: F401  (registers the dialects' flow rules)
+
+    analysis = Analysis(party, world_size)
+    inputs = [dict(lab or {}) for lab in (input_labels or [None] * len(graph.inputs))]
+    return analysis, analysis.graph(graph, inputs)
