@@ -81,7 +81,7 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
 
     serve(cluster, args.node, identity, timeout=args.timeout, limits=limits,
           spec_path=args.cluster, on_ready=ready,
-          audit_log=args.audit_log or default_audit_path(args.node))
+          audit_log=args.audit_log or default_audit_path(args.node), data_root=args.data_root)
     return 0
 
 
@@ -89,7 +89,8 @@ def _up(args: argparse.Namespace) -> int:
     from mplang.runtime.local_cluster import LocalCluster
 
     local = LocalCluster(args.cluster, keys=args.keys, register=args.register,
-                         plugins=args.plugin, audit_dir=args.audit_dir or "audit")
+                         plugins=args.plugin, audit_dir=args.audit_dir or "audit",
+                         data_root=args.data_root)
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -197,6 +198,20 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _put(args: argparse.Namespace) -> int:
+    from mplang.backends.upload_client import put, read_npy
+
+    try:
+        answer = put(args.cluster, args.node, args.name, read_npy(args.file), key=args.key)
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang put: {e}", file=sys.stderr)
+        return 2
+    shape = "x".join(map(str, answer["shape"])) or "scalar"
+    print(f"uploaded {answer['name']!r} ({answer['dtype']}, shape {shape}) to "
+          f"{answer['node']}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mplang", description="MPLang command line")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -229,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--audit-log", metavar="PATH",
                         help="append this node's audit events (JSON lines) to PATH "
                              "(default ./audit/NODE.jsonl)")
+    worker.add_argument("--data-root", metavar="DIR",
+                        help="where tensor.load reads this node's files (default ./data/NODE)")
     worker.add_argument("--exit-with-parent", action="store_true",
                         help="exit when the parent process dies (mplang up uses this)")
     worker.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
@@ -246,6 +263,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="a plugin every worker loads (repeatable)")
     up.add_argument("--audit-dir", metavar="DIR",
                     help="write each node's audit log to DIR/NODE.jsonl (default ./audit)")
+    up.add_argument("--data-root", metavar="DIR",
+                    help="each node reads its files from DIR/NODE (default ./data/NODE)")
+    put = commands.add_parser("put", help="upload a tensor to a node's own worker, with "
+                                          "the node's key (programs read it with simp.load)")
+    put.add_argument("--cluster", required=True, help="cluster spec YAML")
+    put.add_argument("--node", required=True, help="the node to upload to (your own)")
+    put.add_argument("--key", help="the node's private key (default: keys/NODE.key next to "
+                                   "the spec)")
+    put.add_argument("name", help="the object's name (1-128 letters, digits or '_.-')")
+    put.add_argument("file", help="a .npy file")
     audit = commands.add_parser("audit", help="summarise workers' audit logs")
     audit.add_argument("logs", nargs="+", metavar="LOG", help="audit log (JSON lines)")
     audit.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -271,6 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _ops(args)
     if args.command == "audit":
         return _audit(args)
+    if args.command == "put":
+        return _put(args)
     fn = _load_function(args.target)
     try:
         program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)

@@ -5,6 +5,7 @@ from mplang.backends.simp_driver.mem import make_simulator
 from mplang.dialects.simp import (
     constant,
     converge,
+    load,
     pcall,
     prank,
     shuffle,
@@ -16,6 +17,7 @@ from mplang.dialects.simp import (
 __all__ = [
     "constant",
     "converge",
+    "load",
     "make_driver",
     "make_simulator",
     "pcall",

@@ -98,6 +98,16 @@ def spu_corpus() -> Any:
 
 SPU_EXPECTED = [0, 11, 22, 33]
 
+def data_corpus() -> Any:
+    """tensor.load and simp.load: private inputs (types declared, since the corpus is
+    compiled without a simulator to look them up)."""
+    x = simp.pcall((0, 1), lambda: tensor.load("x.npy", dtype="int32", shape=(3,)))
+    return x, simp.load(2, "v", dtype="int32", shape=(3,))
+
+
+DATA_EXPECTED = ([[0, 1, 2], [0, 1, 2], None], [None, None, [7, 8, 9]])
+
+
 def _check_simp(result: Any) -> None:
     assert [[int(v) for v in part] for part in result] == [list(e) for e in SIMP_EXPECTED]
 
@@ -111,16 +121,25 @@ def _check_spu(result: Any) -> None:
     assert np.asarray(result).tolist() == SPU_EXPECTED
 
 
+def _check_data(result: Any) -> None:
+    for got, expected in zip(result, DATA_EXPECTED, strict=True):
+        assert [None if v is None else np.asarray(v).tolist() for v in got] == expected
+
+
 CORPUS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
     "simp": (simp_corpus, _check_simp),
     "tensor": (tensor_corpus, _check_tensor),
     "spu": (spu_corpus, _check_spu),
+    "data": (data_corpus, _check_data),
 }
 
 
 @pytest.fixture(scope="module")
-def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(CLUSTER)
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mp.Simulator]:
+    root = tmp_path_factory.mktemp("data")
+    np.save(root / "x.npy", np.arange(3, dtype=np.int32))
+    simulator = mp.Simulator(CLUSTER, data_roots={n.name: root for n in CLUSTER.nodes})
+    simulator.upload("node_2", "v", np.array([7, 8, 9], dtype=np.int32))
     try:
         yield simulator
     finally:

@@ -23,6 +23,7 @@ from mplang.edsl.object import OPERATORS, MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.private import value_tensor_type
 from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
+from mplang.edsl.sources import declared_type, looked_up_type
 from mplang.edsl.tracer import (
     NeedsJaxTrace,
     TracedFunction,
@@ -63,6 +64,9 @@ constant_p = Primitive("simp.constant", kind="source", execution_model="multi_pa
 prank_p = Primitive("simp.prank", kind="source", execution_model="multi_party",
                     traits=_LOCAL,
                     doc="Each party's own rank, as an int32 scalar held by every party.")
+load_p = Primitive("simp.load", kind="source", execution_model="multi_party",
+                   traits=OpTraits(pure=False, communicates=False, runtimes=WORKER_AND_DRIVER),
+                   doc="A private input: an object the party's owner uploaded to its worker.")
 pcall_p = Primitive("simp.pcall", kind="call", execution_model="multi_party",
                     traits=OpTraits(pure=True, communicates=False, regions="call",
                                     fusable=True, runtimes=WORKER_AND_DRIVER),
@@ -158,6 +162,39 @@ def prank() -> MPObject:
     return prank_p.bind([])[0]
 
 
+@load_p.def_type_rule
+def _load_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+               world_size: int) -> list[ValueType]:
+    party, name, vtype = attrs["party"], attrs["name"], attrs["type"]
+    if type(party) is not int or not 0 <= party < world_size:
+        raise MPTypeError(f"simp.load: party {party!r} is not a party of a {world_size}-party "
+                          "world")
+    if not isinstance(name, str) or not name:
+        raise MPTypeError(f"simp.load: the object name must be a non-empty string, got {name!r}")
+    if not isinstance(vtype, TensorType):
+        raise MPTypeError(f"simp.load: the declared type must be a tensor type, got {vtype}")
+    return [MPType(vtype, Mask.of([party]))]
+
+
+@_feop("simp.load", "special_op", 'v = simp.load(2, "myvec")')
+@function
+def load(party: int, name: str, *, dtype: Any = None, shape: Any = None) -> MPObject:
+    """The object ``party``'s owner uploaded to its own worker as ``name`` (``mplang put``),
+    held by ``party`` alone: a private input that never passes through the driver.
+
+    Its type is ``dtype``/``shape`` when given, else looked up while tracing (the
+    simulator or driver asks the party's worker).
+    """
+    tracer = current_tracer("simp.load")
+    if isinstance(party, bool) or not isinstance(party, int | np.integer):
+        raise MPTypeError(f"simp.load: party must be a rank, got {party!r}")
+    rank = int(party)
+    vtype = declared_type("simp.load", dtype, shape) or looked_up_type(
+        "simp.load", f"object {name!r}", tracer, [rank],
+        lambda ctx, r: ctx.describe_object(r, name))
+    return load_p.bind([], {"party": rank, "name": name, "type": vtype})[0]
+
+
 # ---------------------------------------------------------------- pcall
 
 
@@ -229,7 +266,8 @@ def _known_jax(fn: Callable[..., Any]) -> bool:
         return False
 
 
-def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any]) -> TracedFunction:
+def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any],
+                parties: Mask | None = None) -> TracedFunction:
     """Trace a pcall body.
 
     JAX's own functions, and bodies found earlier to be JAX functions, are traced
@@ -239,8 +277,8 @@ def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any]) -> 
     by JAX instead, and remembered as a JAX function.
     """
     def as_jax() -> TracedFunction:
-        return trace_function(tracer.child(local=True), lambda *a: tensor.run_jax(fn, *a),
-                              args)
+        return trace_function(tracer.child(local=True, parties=parties),
+                              lambda *a: tensor.run_jax(fn, *a), args)
 
     if _known_jax(fn):
         return as_jax()
@@ -250,7 +288,7 @@ def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any]) -> 
         return tree_map(_constant_leaf, fn(*a))
 
     try:
-        return trace_function(tracer.child(local=True), body, args)
+        return trace_function(tracer.child(local=True, parties=parties), body, args)
     except MPLangError as e:
         if not isinstance(e, NeedsJaxTrace):
             raise
@@ -270,6 +308,17 @@ def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any]) -> 
     return traced
 
 
+def _holders(args: Sequence[Any]) -> Mask | None:
+    """The parties holding every MPLang value among ``args`` (None: not known statically)."""
+    held: Mask | None = None
+    for x in mp_leaves(args):
+        mask: Mask | None = getattr(x.mptype, "pmask", None)
+        if mask is None:
+            return None
+        held = mask if held is None else held & mask
+    return held
+
+
 @_feop("simp.pcall", "transform", "y = simp.pcall((0,), jnp.square, x)")
 @function
 def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: Any) -> Any:
@@ -280,7 +329,7 @@ def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: A
     """
     tracer = current_tracer("simp.pcall")
     mask = None if parties is None else _to_mask("simp.pcall", parties)
-    traced = _trace_body(tracer, fn, args)
+    traced = _trace_body(tracer, fn, args, mask if mask is not None else _holders(args))
     operands = mp_leaves(args) + traced.captured
     name = getattr(fn, "__name__", "fn")
     outs = pcall_p.bind(operands, {"parties": mask, "fn": name}, [traced.graph])
@@ -514,6 +563,7 @@ OPERATORS.update({name: _lift_operator(name, op) for name, op in tensor.LOCAL_OP
 __all__ = [
     "constant",
     "converge",
+    "load",
     "pcall",
     "prank",
     "shuffle",

@@ -32,6 +32,7 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.private import value_tensor_type
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
+from mplang.edsl.sources import declared_type, looked_up_type
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, numpy_dtype
 from mplang.frontend.cache import CompileCache
@@ -49,6 +50,9 @@ run_jax_p = Primitive("tensor.run_jax", kind="compute", execution_model="single_
 pyfunc_p = Primitive("tensor.pyfunc", kind="compute", execution_model="single_rank",
                      traits=OpTraits(pure=False, communicates=False),
                      doc="Call a named host function (I/O, a local service) on local tensors.")
+load_p = Primitive("tensor.load", kind="source", execution_model="single_rank",
+                   traits=OpTraits(pure=False, communicates=False),
+                   doc="Read a private input: an array from the party's own data root.")
 
 _EXPORTS: CompileCache[_Exported] = CompileCache(
     "tensor.run_jax", 4096, same=lambda a, b: a.module == b.module)
@@ -402,6 +406,43 @@ def pyfunc(fn: Callable[..., Any] | str, *args: MPObject, out: Any) -> Any:
     return tree_unflatten(out_tree, outs)
 
 
+@load_p.def_type_rule
+def _load_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+               world_size: int) -> list[ValueType]:
+    path, key, vtype = attrs["path"], attrs["key"], attrs["type"]
+    if not isinstance(path, str) or not path:
+        raise MPTypeError(f"tensor.load: the path must be a non-empty string, got {path!r}")
+    if key is not None and not isinstance(key, str):
+        raise MPTypeError(f"tensor.load: key must be a string or None, got {key!r}")
+    if not isinstance(vtype, TensorType):
+        raise MPTypeError(f"tensor.load: the declared type must be a tensor type, got {vtype}")
+    return [vtype]
+
+
+@feop(name="tensor.load", family="tensor", execution_model="single_rank",
+      dialects=["tensor"], primitives=["tensor.load"], side_effects=True, targets=["PPU"],
+      example='x = simp.pcall((0,), lambda: tensor.load("x.npy"))')
+@function
+def load(path: str, key: str | None = None, *, dtype: Any = None, shape: Any = None
+         ) -> MPObject:
+    """The array ``path`` (an ``.npy``, or member ``key`` of an ``.npz``) from the data root
+    of each party running this pcall body: a private input that never passes through the
+    driver.
+
+    Its type is ``dtype``/``shape`` when given, else looked up while tracing: the
+    simulator or driver asks each party for the file's header, and all must agree.
+    """
+    tracer = current_tracer("tensor.load")
+    if not tracer.local:
+        raise MPTypeError("tensor.load is a party-local op; at the simp level run it inside "
+                          "simp.pcall(parties, fn, ...)")
+    what = f"{path!r}" if key is None else f"{path!r}[{key!r}]"
+    vtype = declared_type("tensor.load", dtype, shape) or looked_up_type(
+        "tensor.load", what, tracer, tracer.parties,
+        lambda ctx, rank: ctx.describe_data(rank, path, key))
+    return load_p.bind([], {"path": path, "key": key, "type": vtype})[0]
+
+
 def _operator(jfn: Callable[..., Any]) -> Callable[..., Any]:
     def apply(*operands: Any) -> Any:
         return run_jax(jfn, *operands)
@@ -430,4 +471,4 @@ LOCAL_OPERATORS: dict[str, Callable[..., Any]] = {
 }
 """Python operators on party-local values; the simp dialect lifts them to the simp level."""
 
-__all__ = ["constant", "pyfunc", "run_jax"]
+__all__ = ["constant", "load", "pyfunc", "run_jax"]

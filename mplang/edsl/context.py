@@ -56,3 +56,11 @@ def _stack() -> list[Context]:
 def current_context() -> Context | None:
     stack = _stack()
     return stack[-1] if stack else None
+
+
+def execution_context() -> ExecutionContext | None:
+    """The innermost execution context entered on this thread (``with sim:``), if any."""
+    for ctx in reversed(_stack()):
+        if isinstance(ctx, ExecutionContext):
+            return ctx
+    return None

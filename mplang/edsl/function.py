@@ -19,7 +19,7 @@ def run_function(ctx: ExecutionContext, fn: Callable[..., Any], args: Any, kwarg
                  options: Any = None) -> Any:
     """Trace ``fn`` on ``args`` and run it in ``ctx`` with ``options`` (the context's
     `RunOptions`; None: defaults); outputs keep ``fn``'s pytree shape."""
-    program, inputs = trace_program(fn, args, kwargs, ctx.world_size, ctx.cluster)
+    program, inputs = trace_program(fn, args, kwargs, ctx.world_size, ctx.cluster, ctx)
     outputs = ctx.run_program(program, inputs) if options is None \
         else ctx.run_program(program, inputs, options)
     return tree_unflatten(program.out_tree, outputs)

@@ -92,13 +92,16 @@ def load(path: str | os.PathLike[str]) -> Program:
 
 def trace_program(
     fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], world_size: int,
-    cluster: Any = None,
+    cluster: Any = None, executor: Any = None,
 ) -> tuple[Program, list[MPObject]]:
     """Trace ``fn`` into a program; also return the runtime objects it takes as inputs.
 
-    ``cluster`` (a `ClusterSpec`) lets device-level code resolve device names.
+    ``cluster`` (a `ClusterSpec`) lets device-level code resolve device names;
+    ``executor`` (the execution context the program is for) answers questions about
+    the parties' data (``tensor.load`` types).
     """
-    traced = trace_function(Tracer(world_size, cluster=cluster), fn, args, kwargs)
+    traced = trace_function(Tracer(world_size, cluster=cluster, executor=executor), fn, args,
+                            kwargs)
     traced.graph.verify()
     name = getattr(fn, "__name__", "main")
     if not name.isidentifier():

@@ -15,7 +15,7 @@ from mplang.edsl.context import Context, current_context
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
-from mplang.edsl.typing import MPType, ValueType
+from mplang.edsl.typing import Mask, MPType, ValueType
 from mplang.frontend.errors import MPTraceError
 
 
@@ -76,9 +76,14 @@ class Tracer(Context):
     """
 
     def __init__(self, world_size: int, *, cluster: Any = None, parent: Tracer | None = None,
-                 local: bool = False):
+                 local: bool = False, parties: Mask | None = None, executor: Any = None):
         self.world_size = world_size
         self.cluster = parent.cluster if parent is not None else cluster
+        self.executor: Any = parent.executor if parent is not None else executor
+        """The execution context the traced program is for (None: not known)."""
+        self.parties: Mask | None = \
+            parties if parties is not None or parent is None else parent.parties
+        """The parties that run this local region (None: not known statically)."""
         self.parent = parent
         self.local = local
         self._names: _Counter = parent._names if parent is not None else _Counter()
@@ -87,8 +92,9 @@ class Tracer(Context):
         self.captured: list[MPObject] = []
         self._capture_values: dict[int, Value] = {}
 
-    def child(self, *, local: bool) -> Tracer:
-        return Tracer(self.world_size, parent=self, local=local or self.local)
+    def child(self, *, local: bool, parties: Mask | None = None) -> Tracer:
+        """A tracer for a region; ``parties`` run it (a pcall body's parties)."""
+        return Tracer(self.world_size, parent=self, local=local or self.local, parties=parties)
 
     def new_value(self, vtype: ValueType) -> Value:
         if self.local and isinstance(vtype, MPType):

@@ -107,7 +107,8 @@ class LocalCluster:
                  keys: str | os.PathLike[str] | None = None, log_dir: str | None = None,
                  register: list[str] | None = None, plugins: list[str] | None = None,
                  worker_args: list[str] | None = None,
-                 audit_dir: str | os.PathLike[str] | None = None):
+                 audit_dir: str | os.PathLike[str] | None = None,
+                 data_root: str | os.PathLike[str] | None = None):
         self.register = list(register or [])
         """``module:function`` host functions every worker registers for ``tensor.pyfunc``."""
         self.plugins = list(plugins or [])
@@ -132,6 +133,8 @@ class LocalCluster:
         self.audit_dir = Path(audit_dir or Path(self._dir.name) / "audit").resolve()
         """Each worker's audit log is ``audit_dir/NODE.jsonl`` (default: in the temporary
         folder, removed by `close`)."""
+        self.data_root = None if data_root is None else Path(data_root).resolve()
+        """Each worker reads its files from ``data_root/NODE`` (None: its default)."""
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
     @property
@@ -148,6 +151,7 @@ class LocalCluster:
     def _spawn(self, node: str) -> subprocess.Popen[bytes]:
         registers = [arg for spec in self.register for arg in ("--register", spec)]
         plugins = [arg for name in self.plugins for arg in ("--plugin", name)]
+        data = [] if self.data_root is None else ["--data-root", str(self.data_root / node)]
         log_path = self.log_dir / f"{node}.log"
         log_path.write_bytes(b"")
         # the worker gets its own copy of the log's descriptor; this process closes its own
@@ -156,7 +160,7 @@ class LocalCluster:
                 [sys.executable, "-m", "mplang.cli", "worker", "--cluster", str(self.spec_path),
                  "--node", node, "--key", str(self.keys_dir / f"{node}.key"),
                  "--audit-log", str(self.audit_dir / f"{node}.jsonl"),
-                 "--exit-with-parent", *registers, *plugins, *self.worker_args],
+                 "--exit-with-parent", *registers, *plugins, *data, *self.worker_args],
                 stdout=log, stderr=subprocess.STDOUT)
 
     def start(self, timeout: float = 60.0) -> None:

@@ -20,10 +20,12 @@ import httpx
 
 from mplang.backends.http_client import PinnedClients
 from mplang.backends.simp_driver.base import SimpDriver
+from mplang.backends.simp_driver.describe import describe_remote
 from mplang.backends.wire import decode_value, pack_message
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
+from mplang.edsl.typing import TensorType
 from mplang.frontend.errors import MPCommunicationError, MPLangError, MPRuntimeError
 from mplang.runtime.identity import LocalIdentity, load_identity
 from mplang.runtime.options import Mode, RunOptions
@@ -198,6 +200,17 @@ class SimpHttpDriver(SimpDriver):
                    for rank in range(self.world_size)]
         for f in futures:
             f.result()
+
+    def describe_data(self, rank: int, path: str, key: str | None) -> TensorType:
+        """The type of array ``path`` (member ``key``) in party ``rank``'s data root, as
+        its worker reports it."""
+        return describe_remote(self._clients, rank, self._where(rank),
+                               {"what": "file", "path": path, "key": key})
+
+    def describe_object(self, rank: int, name: str) -> TensorType:
+        """The type of the object uploaded to party ``rank`` as ``name``."""
+        return describe_remote(self._clients, rank, self._where(rank),
+                               {"what": "object", "name": name})
 
     def _close_transport(self) -> None:
         self._clients.close()  # the workers keep running

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
@@ -12,6 +13,10 @@ from mplang.backends.simp_worker.mem import LocalMesh
 from mplang.backends.simp_worker.network import NetworkModel
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
+from mplang.edsl.typing import TensorType
+from mplang.frontend.errors import MPLangError
+from mplang.policy.enforce import install_guards
+from mplang.runtime import data_root
 from mplang.runtime.commitments import commit
 from mplang.runtime.options import Mode, RunOptions
 
@@ -22,13 +27,33 @@ class SimpMemDriver(SimpDriver):
     kind = "simulator"
 
     def __init__(self, cluster: ClusterSpec, *, timeout: float = 60.0,
-                 default_mode: Mode = "launch", network: NetworkModel | None = None):
+                 default_mode: Mode = "launch", network: NetworkModel | None = None,
+                 data_roots: Mapping[str, str | os.PathLike[str]] | None = None):
+        names = [n.name for n in cluster.nodes]
+        unknown = sorted(set(data_roots or {}) - set(names))
+        if unknown:
+            raise MPLangError(f"data_roots names nodes {unknown} that the cluster does not "
+                              f"have (its nodes: {', '.join(names)})")
         super().__init__(cluster, default_mode=default_mode,
                          pool_size=max(32, 4 * cluster.world_size), pool_name="mplang-party")
-        self.mesh = LocalMesh(self.world_size, timeout, network)
+        self.mesh = LocalMesh(self.world_size, timeout, network, names, data_roots)
         self._accepted: dict[tuple[str, str, int], Graph] = {}
         """Graphs the parties accepted in `prepare`, by (execution, scope, rank)."""
         self._accepted_lock = threading.Lock()
+
+    def describe_data(self, rank: int, path: str, key: str | None) -> TensorType:
+        """The type of array ``path`` (member ``key``) in party ``rank``'s data root."""
+        worker = self.mesh.workers[rank]
+        return data_root.describe(worker.data_root, path, key, worker.node)
+
+    def describe_object(self, rank: int, name: str) -> TensorType:
+        """The type of the object uploaded to party ``rank`` as ``name``."""
+        return self.mesh.workers[rank].named.describe(name)
+
+    def upload(self, node: str, name: str, value: Any) -> TensorType:
+        """Store tensor ``value`` on ``node`` as ``name``, as its owner's ``mplang put``
+        does, for programs to read with ``simp.load``; returns its type."""
+        return self.mesh.workers[self.cluster.rank_of(node)].named.put(name, value)
 
     def _accept(self, rank: int, graph: Graph) -> Graph:
         """Party ``rank``'s acceptance of ``graph`` as a worker gets it: committed, with
@@ -61,7 +86,7 @@ class SimpMemDriver(SimpDriver):
         self._check_open()
         future: Future[Any] = Future()
         try:
-            future.set_result(self.mesh.workers[rank].store.get(uri))
+            future.set_result(self.mesh.workers[rank].fetch(uri))
         except Exception as e:
             future.set_exception(e)
         return future
@@ -88,18 +113,27 @@ class Simulator(SimpMemDriver):
     ``Simulator(n)`` is ``Simulator(ClusterSpec.simple(n))``. ``latency_ms``,
     ``bandwidth_mbps`` and per-link overrides ``links={(src, dst): (latency_ms,
     bandwidth_mbps)}`` delay every message between parties as a real link would.
+    ``data_roots={"node_0": DIR, ...}`` gives nodes their data roots (``tensor.load``;
+    default ``./data/<node name>``); `upload` stores a node's objects (``simp.load``).
+    ``policies={"node_0": "p0.yaml" or Policy, ...}`` makes those nodes check every
+    program and fetch against their policies (`mplang.policy`); nodes without an entry
+    check nothing: the simulator runs every party in this process.
     """
 
     def __init__(self, cluster: ClusterSpec | int, *, timeout: float = 60.0,
                  default_mode: Mode = "launch", latency_ms: float = 0.0,
                  bandwidth_mbps: float | None = None,
-                 links: Mapping[tuple[int, int], tuple[float, float | None]] | None = None):
+                 links: Mapping[tuple[int, int], tuple[float, float | None]] | None = None,
+                 data_roots: Mapping[str, str | os.PathLike[str]] | None = None,
+                 policies: Mapping[str, Any] | None = None):
         if not isinstance(cluster, ClusterSpec):
             cluster = ClusterSpec.simple(cluster)
         network = None
         if latency_ms or bandwidth_mbps is not None or links:
             network = NetworkModel(latency_ms, bandwidth_mbps, links)
-        super().__init__(cluster, timeout=timeout, default_mode=default_mode, network=network)
+        super().__init__(cluster, timeout=timeout, default_mode=default_mode, network=network,
+                         data_roots=data_roots)
+        install_guards(self.mesh.workers, cluster, policies or {})
 
     def __repr__(self) -> str:
         return f"Simulator(world_size={self.world_size})"

@@ -7,6 +7,8 @@ party's own cluster spec lists; the certificate decides who is asking
 - drivers listed in the spec: ``POST /prepare`` and ``/run`` (programs),
   ``/fetch``, ``/delete``, ``/abort``;
 - nodes: ``POST /msg`` (messages of a running execution, as the sending node);
+- the node's own owner: ``POST /upload``; drivers: ``POST /describe``
+  (`mplang.backends.simp_worker.data_routes`);
 - anyone listed: ``GET /health``.
 
 Bodies are a framed JSON header plus raw bytes; programs are decoded by the
@@ -38,6 +40,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mplang.backends.http_client import SPEC_HEADER, PinnedClients
+from mplang.backends.simp_worker.data_routes import add_data_routes
 from mplang.backends.simp_worker.executions import Executions, Run, WorkerLimits
 from mplang.backends.simp_worker.mailbox import Mailbox
 from mplang.backends.simp_worker.state import SimpWorker
@@ -185,7 +188,8 @@ class WorkerServer:
 
     def __init__(self, cluster: ClusterSpec, node: str, identity: LocalIdentity, *,
                  timeout: float = 60.0, limits: WorkerLimits | None = None,
-                 spec_path: str | Path | None = None, audit_log: str | Path | None = None):
+                 spec_path: str | Path | None = None, audit_log: str | Path | None = None,
+                 data_root: str | Path | None = None):
         self.peers = PeerDirectory(cluster)
         self.rank = cluster.rank_of(node)
         if identity.fingerprint != self.peers.node_certificate(self.rank).fingerprint:
@@ -207,7 +211,8 @@ class WorkerServer:
         communicator = HttpCommunicator(self.rank, lambda: self._clients, self.mailbox, timeout,
                                         self.executions.program_of, self.audit)
         self.worker = SimpWorker(self.rank, cluster.world_size, communicator, ObjectStore(node),
-                                 timeout=timeout, in_process=False)
+                                 timeout=timeout, in_process=False, node=node,
+                                 data_root=data_root)
         self.pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix=f"mplang-{node}")
         self._programs = LRUCache(64)
         self._prepared: dict[tuple[str, str], Prepared] = {}
@@ -540,6 +545,7 @@ def create_app(server: WorkerServer) -> FastAPI:
                                  len(payload))
         return JSONResponse({"ok": True})
 
+    add_data_routes(app, server)
     return app
 
 
@@ -573,13 +579,13 @@ def uvicorn_server(server: WorkerServer) -> uvicorn.Server:
 def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: float = 60.0,
           limits: WorkerLimits | None = None, spec_path: str | Path | None = None,
           on_ready: Callable[[WorkerServer], None] | None = None,
-          audit_log: str | Path | None = None) -> None:
+          audit_log: str | Path | None = None, data_root: str | Path | None = None) -> None:
     """Run ``node``'s worker on the endpoint the spec gives it, until interrupted; the
     spec file is reloaded when it changes; events go to the audit log ``audit_log``."""
     host, port = _host_port(cluster.nodes[cluster.rank_of(node)].endpoint)
     check_port_free(host, port)
     server = WorkerServer(cluster, node, identity, timeout=timeout, limits=limits,
-                          spec_path=spec_path, audit_log=audit_log)
+                          spec_path=spec_path, audit_log=audit_log, data_root=data_root)
     userver = uvicorn_server(server)
     stop = threading.Event()
     threading.Thread(target=server.watch_spec, args=(stop,), daemon=True,

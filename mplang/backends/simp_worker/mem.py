@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mplang.backends.simp_worker.mailbox import Mailbox
@@ -41,15 +43,20 @@ class LocalMesh:
     through the modelled links, so protocol rounds pay latency.
     """
 
-    def __init__(self, world_size: int, timeout: float, network: NetworkModel | None = None):
+    def __init__(self, world_size: int, timeout: float, network: NetworkModel | None = None,
+                 nodes: Sequence[str] | None = None,
+                 data_roots: Mapping[str, str | os.PathLike[str]] | None = None):
         self.world_size = world_size
         self.mailboxes = [Mailbox(r) for r in range(world_size)]
         self.network = None if network is None else DelayedNetwork(network)
         self.workers = []
+        names = list(nodes) if nodes is not None else [f"node_{r}" for r in range(world_size)]
+        roots = dict(data_roots or {})
         for r in range(world_size):
             comm = ThreadCommunicator(r, self.mailboxes, timeout, self.network)
             self.workers.append(SimpWorker(r, world_size, comm, ObjectStore(f"party{r}"),
-                                           timeout=timeout, in_process=network is None))
+                                           timeout=timeout, in_process=network is None,
+                                           node=names[r], data_root=roots.get(names[r])))
 
     def abort(self, exec_id: str, reason: str) -> None:
         for box in self.mailboxes:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from mplang.edsl.graph import Graph
 from mplang.frontend.errors import MPRefusedError
+from mplang.policy.check import Guard
 from mplang.runtime.backend import Communicator, WorkerEnv, WorkerStates, worker_kernels
 from mplang.runtime.commitments import Openings, open_program, program_digest
+from mplang.runtime.data_root import default_root
 from mplang.runtime.interpreter import Interpreter, KernelTable
+from mplang.runtime.named_objects import NamedObjects
 from mplang.runtime.object_store import LOCAL_OWNER, ObjectStore
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
 from mplang.runtime.scheduler import Scheduler
@@ -23,12 +28,21 @@ class SimpWorker:
     """
 
     def __init__(self, rank: int, world_size: int, communicator: Communicator,
-                 store: ObjectStore, *, timeout: float, in_process: bool):
+                 store: ObjectStore, *, timeout: float, in_process: bool,
+                 node: str | None = None, data_root: str | os.PathLike[str] | None = None):
         self.rank = rank
         self.world_size = world_size
         self.communicator = communicator
         self.store = store
         self.timeout = timeout
+        self.node = node or f"node_{rank}"
+        """This party's node name (in errors about its data)."""
+        self.data_root = Path(data_root) if data_root is not None else default_root(self.node)
+        """Where ``tensor.load`` reads this party's files."""
+        self.named = NamedObjects(self.node)
+        """The objects this party's owner uploaded (``simp.load``)."""
+        self.guard: Guard | None = None
+        """This party's policy enforcement (None: every program and fetch is accepted)."""
         env = WorkerEnv(rank, world_size, communicator, timeout, in_process)
         self.states = WorkerStates(env, simp=self)
         """Dialect states given to kernels (``simp`` is this worker; the others are made
@@ -53,7 +67,10 @@ class SimpWorker:
     def vet(self, graph: Graph, digest: str, driver: str) -> str | None:
         """This party's verdict on running ``graph`` (program digest ``digest``) for the
         driver with certificate fingerprint ``driver``: None accepts, a reason refuses."""
-        return None
+        if self.guard is None:
+            return None
+        verdict = self.guard.vet(graph, digest, driver, uses=self.named.uses)
+        return None if verdict.accepted else "; ".join(verdict.reasons)
 
     def run(self, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
             scope: str = "", options: RunOptions = DEFAULT_OPTIONS,
@@ -63,11 +80,23 @@ class SimpWorker:
 
         With ``options.parallel`` it runs as dataflow on this party's scheduler.
         """
+        guard = self.guard
+        verdict = None if guard is None else guard.admit(graph, input_uris)
         inputs = [None if uri is None else self.store.get(uri, owner) for uri in input_uris]
         interp = Interpreter(self.kernels, self.states, party=self.rank, exec_id=exec_id,
                              options=options, scheduler=self.scheduler)
         outputs = interp.run(graph, inputs, scope)
-        return [None if v is None else self.store.put(v, owner) for v in outputs]
+        uris = [None if v is None else self.store.put(v, owner) for v in outputs]
+        if guard is not None and verdict is not None:
+            guard.labels.record(uris, verdict.outputs)
+        return uris
+
+    def fetch(self, uri: str, owner: str = LOCAL_OWNER) -> Any:
+        """Stored object ``uri`` of ``owner``, for the driver: refused (`PolicyRefusedError`)
+        if this party's policy does not let its data in it go to the driver."""
+        if self.guard is not None:
+            self.guard.check_fetch(uri)
+        return self.store.get(uri, owner)
 
     def recv(self, interp: Interpreter, src: int, key: str) -> Any:
         """The message of party ``src`` for op key ``key`` of ``interp``'s execution,

@@ -1,0 +1,61 @@
+"""Worker kernels of the private-input sources: ``tensor.load`` reads the party's data
+root, ``simp.load`` the objects its owner uploaded. Both check that the data has the
+type the program declared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mplang.backends.simp_worker.ops import BACKEND as SIMP_BACKEND
+from mplang.backends.simp_worker.state import SimpWorker
+from mplang.backends.tensor_impl import BACKEND as TENSOR_BACKEND
+from mplang.edsl.graph import Operation
+from mplang.edsl.typing import TensorType
+from mplang.frontend.errors import MPRuntimeError
+from mplang.runtime import data_root
+from mplang.runtime.interpreter import Interpreter
+
+
+def _worker(interp: Interpreter) -> SimpWorker:
+    worker: SimpWorker = interp.states["simp"]
+    return worker
+
+
+def _checked(worker: SimpWorker, op: Operation, what: str, array: np.ndarray) -> np.ndarray:
+    expected: TensorType = op.attrs["type"]
+    found = TensorType(array.dtype.name, tuple(array.shape))
+    if found != expected:
+        raise MPRuntimeError(f"party {worker.rank}: {op.opcode}: {what} on {worker.node} is "
+                             f"{found}, but the program expects {expected}",
+                             party=worker.rank, op=op.opcode)
+    return array
+
+
+@TENSOR_BACKEND.kernel("tensor.load")
+def _tensor_load(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    worker = _worker(interp)
+    path, member = op.attrs["path"], op.attrs["key"]
+    try:
+        array = data_root.read(worker.data_root, path, member, worker.node)
+    except MPRuntimeError as e:
+        raise MPRuntimeError(f"party {worker.rank}: {e}", party=worker.rank,
+                             op=op.opcode) from None
+    what = f"{path!r}" if member is None else f"{path!r}[{member!r}]"
+    return [_checked(worker, op, what, array)]
+
+
+@SIMP_BACKEND.kernel("simp.load")
+def _simp_load(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    worker = _worker(interp)
+    if worker.rank != op.attrs["party"]:
+        return [None]
+    name = op.attrs["name"]
+    try:
+        array = worker.named.get(name)
+        worker.named.record_use(name, interp.exec_id)
+    except MPRuntimeError as e:
+        raise MPRuntimeError(f"party {worker.rank}: {e}", party=worker.rank,
+                             op=op.opcode) from None
+    return [_checked(worker, op, f"object {name!r}", array)]

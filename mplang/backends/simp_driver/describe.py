@@ -1,0 +1,59 @@
+"""The driver's questions about the parties' private inputs: a worker's ``/describe``
+answers with the type of a file in its data root or of an uploaded object (never
+the data), which the driver needs to trace a program that loads it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from mplang.backends.http_client import PinnedClients
+from mplang.backends.wire import pack_message
+from mplang.edsl.typing import DTYPES, TensorType
+from mplang.frontend.errors import MPRuntimeError
+
+MAX_RANK = 64
+
+
+def _answer_type(answer: Any, where: str) -> TensorType:
+    dtype = answer.get("dtype") if isinstance(answer, dict) else None
+    shape = answer.get("shape") if isinstance(answer, dict) else None
+    if not (isinstance(dtype, str) and dtype in DTYPES and isinstance(shape, list)
+            and len(shape) <= MAX_RANK and all(type(d) is int and d >= 0 for d in shape)):
+        raise MPRuntimeError(f"{where} answered /describe with a malformed type: "
+                             f"{str(answer)[:200]}")
+    return TensorType(dtype, tuple(shape))
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return body["error"][:1000]
+    return f"{response.status_code} {response.text[:300]}"
+
+
+def describe_remote(clients: PinnedClients, rank: int, where: str,
+                    fields: dict[str, Any]) -> TensorType:
+    """Ask worker ``rank`` (described as ``where`` in errors) for the type ``fields``
+    name: ``{"what": "file", "path": ..., "key": ...}`` or ``{"what": "object",
+    "name": ...}``."""
+    try:
+        response = clients.post(rank, "/describe", pack_message(fields, []))
+    except httpx.HTTPStatusError as e:
+        status = e.response.status_code
+        hint = (f" ({where} did not accept this driver)" if status in (403, 409) else "")
+        raise MPRuntimeError(f"{_error_text(e.response)}{hint}", party=rank) from None
+    except httpx.HTTPError as e:
+        raise MPRuntimeError(f"{where} could not be asked for the type of a private input "
+                             f"({type(e).__name__}: {e})", party=rank) from e
+    if response.status_code != 200:
+        raise MPRuntimeError(f"{where}: {_error_text(response)}", party=rank)
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    return _answer_type(answer, where)

@@ -1,0 +1,97 @@
+"""The worker's private-input endpoints.
+
+- ``POST /upload``: the node's own owner (a client presenting this node's own
+  certificate, as ``mplang put`` does) stores a tensor under a name, which
+  programs read with ``simp.load``. Everyone else is refused (403).
+- ``POST /describe``: an accepted driver asks for the type (dtype and shape) of a
+  file in this node's data root or of an uploaded object, to trace a program that
+  loads it. The data itself never leaves the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from mplang.backends.wire import decode_value, split_frame
+from mplang.edsl.typing import TensorType
+from mplang.frontend.errors import MPRefusedError, MPRuntimeError, MPSerializationError
+from mplang.runtime import data_root
+from mplang.runtime.data_root import MissingData
+from mplang.runtime.named_objects import check_name
+
+if TYPE_CHECKING:
+    from mplang.backends.simp_worker.http import WorkerServer
+
+_HEADER_LIMIT = 1 << 16
+
+
+def _type_json(vtype: TensorType) -> dict[str, Any]:
+    return {"dtype": vtype.dtype, "shape": list(vtype.shape)}
+
+
+def _str_field(header: dict[str, Any], field: str, *, optional: bool = False) -> str | None:
+    value = header.get(field)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value or len(value) > data_root.MAX_PATH:
+        raise MPSerializationError(f"field {field!r} must be a non-empty string of at most "
+                                   f"{data_root.MAX_PATH} characters")
+    return value
+
+
+def _describe(server: WorkerServer, header: dict[str, Any]) -> TensorType:
+    worker = server.worker
+    what = header.get("what")
+    if what == "file":
+        path = _str_field(header, "path")
+        assert path is not None
+        return data_root.describe(worker.data_root, path, _str_field(header, "key",
+                                                                     optional=True),
+                                  worker.node)
+    if what == "object":
+        return worker.named.describe(check_name(_str_field(header, "name")))
+    raise MPSerializationError("field 'what' must be 'file' or 'object'")
+
+
+def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
+    """Add ``/upload`` and ``/describe`` to ``server``'s app."""
+
+    @app.post("/upload")
+    async def upload(request: Request) -> JSONResponse:
+        owner = server.peer(request, "node")
+        if owner.rank != server.rank:
+            raise MPRefusedError(f"{owner} may not upload to {server.node}: only the node's "
+                                 "own key may", 403)
+        limit = min(server.limits.max_body_bytes, server.limits.max_value_bytes + _HEADER_LIMIT)
+        header, payload = split_frame(await server.body(request, limit))
+        try:
+            name = check_name(header.get("name"), "upload")
+        except MPRuntimeError as e:
+            raise MPSerializationError(str(e)) from None
+        value = decode_value(payload)
+        if not isinstance(value, np.ndarray):
+            raise MPSerializationError(f"upload: {name!r} must be a tensor, got a "
+                                       f"{type(value).__name__}")
+        if value.nbytes > server.limits.max_value_bytes:
+            raise MPRefusedError(f"upload: {name!r} has {value.nbytes} bytes, over the limit "
+                                 f"of {server.limits.max_value_bytes}", 413)
+        vtype = server.worker.named.put(name, value)
+        return JSONResponse({"name": name, "node": server.node, **_type_json(vtype)})
+
+    @app.post("/describe")
+    async def describe(request: Request) -> JSONResponse:
+        server.peer(request, "driver")
+        header, _ = split_frame(await server.body(request, _HEADER_LIMIT))
+        loop = asyncio.get_running_loop()
+        try:
+            vtype = await loop.run_in_executor(server.pool, _describe, server, header)
+        except MissingData as e:
+            return JSONResponse({"error": str(e)}, status_code=404)
+        except MPRuntimeError as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        return JSONResponse(_type_json(vtype))
