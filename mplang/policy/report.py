@@ -1,0 +1,38 @@
+"""``mplang check``: each party's data flows in a saved program and its verdict."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from mplang.device.cluster import ClusterSpec
+from mplang.edsl.program import load
+from mplang.policy.check import check
+from mplang.policy.policy import Policy
+from mplang.runtime.commitments import program_digest
+
+
+def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.PathLike[str],
+                  policy_path: str | os.PathLike[str] | None = None, node: str | None = None,
+                  out: Callable[[str], None] = print) -> bool:
+    """Print the program digest, then for ``node`` (default: every node) its data flows
+    and its verdict under ``policy_path`` (default: `Policy.default`). Whether every
+    checked node accepts the program."""
+    cluster = ClusterSpec.from_yaml(cluster_path)
+    program = load(program_path)
+    names = [n.name for n in cluster.nodes]
+    policy = Policy.load(policy_path) if policy_path is not None else Policy.default()
+    digest = program_digest(program.graph, cluster.world_size)
+    out(f"program {program.name}: digest {digest}")
+    accepted = True
+    for rank in [cluster.rank_of(node)] if node is not None else range(cluster.world_size):
+        verdict = check(program.graph, cluster.world_size, rank, policy, names=names,
+                        digest=digest)
+        out(f"{names[rank]} ({policy.source}): "
+            + ("accepts" if verdict.accepted else "REFUSES"))
+        for flow in verdict.flows or ["no data of this node leaves it"]:
+            out(f"  flow: {flow}")
+        for reason in verdict.reasons:
+            out(f"  refused: {reason}")
+        accepted = accepted and verdict.accepted
+    return accepted
