@@ -81,7 +81,8 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
 
     serve(cluster, args.node, identity, timeout=args.timeout, limits=limits,
           spec_path=args.cluster, on_ready=ready,
-          audit_log=args.audit_log or default_audit_path(args.node), data_root=args.data_root)
+          audit_log=args.audit_log or default_audit_path(args.node), data_root=args.data_root,
+          policy=args.policy)
     return 0
 
 
@@ -212,6 +213,16 @@ def _put(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from mplang.policy.report import check_program
+
+    try:
+        return 0 if check_program(args.cluster, args.program, args.policy, args.node) else 1
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang check: {e}", file=sys.stderr)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mplang", description="MPLang command line")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -246,6 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(default ./audit/NODE.jsonl)")
     worker.add_argument("--data-root", metavar="DIR",
                         help="where tensor.load reads this node's files (default ./data/NODE)")
+    worker.add_argument("--policy", metavar="P",
+                        help="this node's policy file (default policies/NODE.yaml next to the "
+                             "spec if it exists, else: no plaintext leaves, no reveals of its "
+                             "data)")
     worker.add_argument("--exit-with-parent", action="store_true",
                         help="exit when the parent process dies (mplang up uses this)")
     worker.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
@@ -276,6 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     audit = commands.add_parser("audit", help="summarise workers' audit logs")
     audit.add_argument("logs", nargs="+", metavar="LOG", help="audit log (JSON lines)")
     audit.add_argument("--json", action="store_true", help="print the summary as JSON")
+    check = commands.add_parser("check", help="print a saved program's data flows and each "
+                                               "node's policy verdict, without running it")
+    check.add_argument("--cluster", required=True, help="cluster spec YAML")
+    check.add_argument("--policy", help="the policy file (default: the default policy)")
+    check.add_argument("--node", help="check only this node (default: every node)")
+    check.add_argument("program", help="a program written by Program.save (.mpl)")
     ops = commands.add_parser("ops", help="list the frontend ops (built-in and plugins')")
     ops.add_argument("--family", help="only this family's ops (simp, tensor, a plugin's name)")
     ops.add_argument("--json", action="store_true", help="print a JSON list")
@@ -300,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _audit(args)
     if args.command == "put":
         return _put(args)
+    if args.command == "check":
+        return _check(args)
     fn = _load_function(args.target)
     try:
         program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)
