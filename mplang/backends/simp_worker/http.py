@@ -57,6 +57,8 @@ from mplang.frontend.errors import (
     MPRefusedError,
     MPSerializationError,
 )
+from mplang.policy.check import PolicyRefusedError
+from mplang.policy.enforce import worker_policy
 from mplang.runtime.audit import AuditLog
 from mplang.runtime.backend import Tag, check_payloads
 from mplang.runtime.identity import LocalIdentity, trust
@@ -189,7 +191,7 @@ class WorkerServer:
     def __init__(self, cluster: ClusterSpec, node: str, identity: LocalIdentity, *,
                  timeout: float = 60.0, limits: WorkerLimits | None = None,
                  spec_path: str | Path | None = None, audit_log: str | Path | None = None,
-                 data_root: str | Path | None = None):
+                 data_root: str | Path | None = None, policy: str | Path | None = None):
         self.peers = PeerDirectory(cluster)
         self.rank = cluster.rank_of(node)
         if identity.fingerprint != self.peers.node_certificate(self.rank).fingerprint:
@@ -213,6 +215,7 @@ class WorkerServer:
         self.worker = SimpWorker(self.rank, cluster.world_size, communicator, ObjectStore(node),
                                  timeout=timeout, in_process=False, node=node,
                                  data_root=data_root)
+        self.worker.guard = worker_policy(cluster, node, policy, spec_path)
         self.pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix=f"mplang-{node}")
         self._programs = LRUCache(64)
         self._prepared: dict[tuple[str, str], Prepared] = {}
@@ -491,7 +494,9 @@ def create_app(server: WorkerServer) -> FastAPI:
         header, _ = split_frame(await server.body(request, 1 << 16))
         uri = _require_str(header, "uri", 256)
         try:
-            value = server.worker.store.get(uri, driver.certificate.fingerprint)
+            value = server.worker.fetch(uri, driver.certificate.fingerprint)
+        except PolicyRefusedError as e:
+            return _error(403, str(e))
         except MPLangError as e:
             return _error(404, str(e))
         parts = encode_value(value)
@@ -579,13 +584,15 @@ def uvicorn_server(server: WorkerServer) -> uvicorn.Server:
 def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: float = 60.0,
           limits: WorkerLimits | None = None, spec_path: str | Path | None = None,
           on_ready: Callable[[WorkerServer], None] | None = None,
-          audit_log: str | Path | None = None, data_root: str | Path | None = None) -> None:
+          audit_log: str | Path | None = None, data_root: str | Path | None = None,
+          policy: str | Path | None = None) -> None:
     """Run ``node``'s worker on the endpoint the spec gives it, until interrupted; the
     spec file is reloaded when it changes; events go to the audit log ``audit_log``."""
     host, port = _host_port(cluster.nodes[cluster.rank_of(node)].endpoint)
     check_port_free(host, port)
     server = WorkerServer(cluster, node, identity, timeout=timeout, limits=limits,
-                          spec_path=spec_path, audit_log=audit_log, data_root=data_root)
+                          spec_path=spec_path, audit_log=audit_log, data_root=data_root,
+                          policy=policy)
     userver = uvicorn_server(server)
     stop = threading.Event()
     threading.Thread(target=server.watch_spec, args=(stop,), daemon=True,
