@@ -1,0 +1,155 @@
+"""Audit logs of real worker processes (`LocalCluster` with ``audit_dir``): every party
+records each execution's verdict and driver, and every message it sends or receives
+with its peer, op, kind and size; A's send of n bytes to B is B's receipt of n bytes
+from A."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mplang as mp
+from mplang import simp
+from mplang.backends.wire import encode_value_bytes
+from mplang.runtime.audit import plaintext_received, read_events, summarize
+from mplang.runtime.identity import load_certificate
+from mplang.runtime.local_cluster import LocalCluster
+from tests.http import support
+
+SECRET = "secret share"
+X = np.arange(6, dtype=np.int32)
+
+
+def _spec(n: int) -> mp.ClusterSpec:
+    data = support.spec_dict(support.free_ports(n))
+    if n == 2:  # ABY3 needs three parties; CHEETAH has no dealer
+        data["devices"]["SP0"]["config"] = {"protocol": "CHEETAH", "field": "FM64"}
+    return mp.ClusterSpec.from_dict(data)
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2-party", "3-party"])
+def audited(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Path]]:
+    audit_dir = tmp_path_factory.mktemp("audit")
+    cluster = LocalCluster(_spec(request.param), audit_dir=audit_dir)
+    try:
+        cluster.start(timeout=60)
+        yield cluster, audit_dir
+    finally:
+        cluster.close()
+
+
+def _logs(cluster: LocalCluster, audit_dir: Path) -> list[Path]:
+    return [audit_dir / f"{n.name}.jsonl" for n in cluster.cluster.nodes]
+
+
+def _of(events: list[dict[str, Any]], exec_ids: set[str]) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("exec") in exec_ids]
+
+
+def _run(cluster: LocalCluster, audit_dir: Path, prog: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """Evaluate ``prog``, fetch its result; the events of that execution (every node's)."""
+    before = {e.get("exec") for e in read_events(p for p in _logs(cluster, audit_dir)
+                                                  if p.exists())}
+    with support.connected_driver(cluster) as driver:
+        result = mp.fetch(driver, mp.evaluate(driver, prog))
+    events = read_events(_logs(cluster, audit_dir))
+    new = {e["exec"] for e in events if e["event"] == "execution"} - before
+    assert len(new) == 1, new
+    return result, _of(events, new) + [e for e in events if e["event"] == "fetch"]
+
+
+def _shuffle() -> Any:
+    """Party 0 doubles X and sends it to party 1 (a plaintext message)."""
+    x = simp.pcall((0,), lambda v: v * 2, simp.constant((0,), X))
+    return simp.shuffle_static(x, {1: 0})
+
+
+def _millionaire() -> Any:
+    x = mp.device("P0")(lambda: jnp.int32(5))()
+    y = mp.device("P1")(lambda: jnp.int32(7))()
+    return mp.put("P0", mp.device("SP0")(lambda a, b: a < b)(x, y))
+
+
+def test_a_plaintext_message_is_logged_by_sender_and_receiver(
+        audited: tuple[LocalCluster, Path]) -> None:
+    cluster, audit_dir = audited
+    result, events = _run(cluster, audit_dir, _shuffle)
+    np.testing.assert_array_equal(result[1], X * 2)
+    n = len(encode_value_bytes(X * 2))  # the message body: frame header and the array
+    sends = [e for e in events if e["event"] == "send"]
+    recvs = [e for e in events if e["event"] == "recv"]
+    assert [(e["node"], e["peer"], e["op"], e["kind"], e["bytes"], e["delivered"])
+            for e in sends] == [("node_0", "node_1", "simp.shuffle_static", "plaintext", n, True)]
+    assert [(e["node"], e["peer"], e["op"], e["kind"], e["bytes"]) for e in recvs] == \
+        [("node_1", "node_0", "simp.shuffle_static", "plaintext", n)]
+    assert sends[0]["key"] == recvs[0]["key"]
+    assert plaintext_received(events, "node_1") == recvs
+    assert plaintext_received(events, "node_0") == []
+
+
+def test_each_party_logs_the_verdict_the_driver_and_the_end(
+        audited: tuple[LocalCluster, Path]) -> None:
+    cluster, audit_dir = audited
+    _, events = _run(cluster, audit_dir, _shuffle)
+    fingerprint = load_certificate(str(cluster.keys_dir / "driver.crt")).fingerprint
+    accepted = [e for e in events if e["event"] == "execution"]
+    nodes = {e["node"] for e in accepted}
+    assert nodes == {"node_0", "node_1"}  # the parties of the program
+    assert all(e["verdict"] == "accepted" and e["reason"] is None and
+               e["driver"] == {"name": "driver", "fingerprint": fingerprint}
+               for e in accepted)
+    assert len({e["program"] for e in accepted}) == 1
+    assert len(accepted[0]["program"]) == 64
+    ends = [e for e in events if e["event"] == "end"]
+    assert sorted((e["node"], e["status"]) for e in ends) == \
+        [("node_0", "ok"), ("node_1", "ok")]
+
+
+def test_secure_computation_sends_only_secret_shares_and_both_sides_agree(
+        audited: tuple[LocalCluster, Path]) -> None:
+    cluster, audit_dir = audited
+    result, events = _run(cluster, audit_dir, _millionaire)
+    assert bool(result) is True
+    messages = [e for e in events if e["event"] in ("send", "recv")]
+    assert messages and all(e["kind"] == SECRET for e in messages), \
+        {(e["op"], e["kind"]) for e in messages}
+    assert {e["op"] for e in messages} >= {"spu.seal", "spu.run"}
+    assert any("/link#" in e["key"] for e in messages)
+    summary = summarize(events)
+    assert summary["mismatches"] == []
+    world = len(cluster.cluster.nodes)
+    for sender in range(world):
+        for receiver in range(world):
+            if sender == receiver:
+                continue
+            a, b = f"node_{sender}", f"node_{receiver}"
+            sent = summary["messages"][a]["sent"].get(b, {})
+            assert sent == summary["messages"][b]["received"].get(a, {})
+            assert sent[SECRET]["bytes"] > 0  # every pair exchanged protocol messages
+    for node in cluster.cluster.nodes:
+        assert plaintext_received(events, node.name) == []
+    fetched = [e for e in events if e["event"] == "fetch" and e["node"] == "node_0"]
+    assert fetched and fetched[-1]["driver"]["name"] == "driver"
+    assert fetched[-1]["kind"] == "plaintext"  # the revealed comparison result
+
+
+def test_a_refused_program_is_logged_with_its_reason(audited: tuple[LocalCluster, Path]) -> None:
+    cluster, audit_dir = audited
+    dev = support.DevCluster(cluster.spec_path, cluster.keys_dir)
+    body = support.frame({"exec": "refused-1", "scope": "", "inputs": [], "parties": [0]},
+                         b"not a program")
+    with dev.client("driver", 0) as client:
+        response = client.post("/prepare", content=body)
+    assert response.status_code == 400
+    events = [e for e in read_events([audit_dir / "node_0.jsonl"])
+              if e.get("exec") == "refused-1"]
+    assert len(events) == 1
+    assert events[0]["verdict"] == "refused"
+    assert events[0]["driver"]["name"] == "driver"
+    assert events[0]["reason"] == response.json()["error"]
