@@ -65,7 +65,8 @@ def test_declared_type_needs_no_context_and_is_checked_when_run(sim: mp.Simulato
         return simp.pcall((0,), lambda: tensor.load("x.npy", dtype="float32", shape=(2, 3)))
 
     program = mp.compile(declared, world_size=3)
-    assert program.graph.outputs[0].type.base == mp.TensorType("float32", (2, 3))
+    assert program.graph.outputs[0].type == mp.MPType(mp.TensorType("float32", (2, 3)),
+                                                      mp.Mask.of([0]))
     with pytest.raises(mp.MPTypeError, match=r"tensor.load: the type of 'x.npy' cannot be "
                                              r"looked up while compiling without a simulator "
                                              r"or driver to ask; pass dtype= and shape="):
