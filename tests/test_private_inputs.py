@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -135,17 +136,20 @@ def test_simp_load_after_upload(sim: mp.Simulator) -> None:
     assert sim.mesh.workers[2].named.uses("myvec") == 2
 
 
+def assert_missing_name_refused(ctx: Any, rank: int, name: str) -> None:
+    """``simp.load`` of a name never uploaded to party ``rank`` fails while tracing (type
+    looked up) and, with a declared type, when the party runs it."""
+    message = f"simp.load: node_{rank} has no uploaded object {name!r}"
+    with pytest.raises(mp.MPRuntimeError) as info:
+        mp.evaluate(ctx, lambda: simp.load(rank, name))
+    assert str(info.value).startswith(message)
+    with pytest.raises(mp.MPRuntimeError) as info:
+        mp.evaluate(ctx, lambda: simp.load(rank, name, dtype="int32", shape=(3,)))
+    assert f"party {rank}: {message}" in str(info.value)
+
+
 def test_simp_load_of_a_missing_name(sim: mp.Simulator) -> None:
-    with pytest.raises(mp.MPRuntimeError) as info:
-        mp.evaluate(sim, lambda: simp.load(2, "myvec"))
-    assert str(info.value).startswith("simp.load: node_2 has no uploaded object 'myvec'")
-
-    def declared() -> object:
-        return simp.load(2, "myvec", dtype="int32", shape=(3,))
-
-    with pytest.raises(mp.MPRuntimeError) as info:
-        mp.evaluate(sim, declared)
-    assert "party 2: simp.load: node_2 has no uploaded object 'myvec'" in str(info.value)
+    assert_missing_name_refused(sim, 2, "myvec")
 
 
 def test_simp_load_type_is_checked_and_party_validated(sim: mp.Simulator) -> None:

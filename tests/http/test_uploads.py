@@ -19,6 +19,7 @@ from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.upload_client import put
 from mplang.backends.wire import encode_value_bytes
 from tests.http import support
+from tests.test_private_inputs import assert_missing_name_refused
 
 X0 = np.arange(6, dtype=np.float32).reshape(2, 3)
 X1 = np.full((2, 3), 10, dtype=np.float32)
@@ -176,16 +177,7 @@ def test_describe_answers_drivers_with_types_only(dev: support.DevCluster, worke
 
 
 def test_simp_load_of_a_missing_name(driver: mp.Driver) -> None:
-    with pytest.raises(mp.MPRuntimeError) as info:
-        mp.evaluate(driver, lambda: simp.load(1, "absent"))
-    assert str(info.value).startswith("simp.load: node_1 has no uploaded object 'absent'")
-
-    def declared() -> Any:
-        return simp.load(1, "absent", dtype="int32", shape=(3,))
-
-    with pytest.raises(mp.MPRuntimeError) as info:
-        mp.evaluate(driver, declared)
-    assert "party 1: simp.load: node_1 has no uploaded object 'absent'" in str(info.value)
+    assert_missing_name_refused(driver, 1, "absent")
 
 
 def test_mplang_put_cli_end_to_end(dev: support.DevCluster, workers: list[support.ThreadWorker],
