@@ -18,6 +18,7 @@ from mplang import simp, tensor
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.upload_client import put
 from mplang.backends.wire import encode_value_bytes
+from mplang.runtime.local_cluster import LocalCluster
 from tests.http import support
 from tests.test_private_inputs import assert_missing_name_refused
 
@@ -198,3 +199,25 @@ def test_mplang_put_cli_end_to_end(dev: support.DevCluster, workers: list[suppor
     assert refused.returncode == 2
     assert refused.stderr.startswith("mplang put: node_0 refused the upload: 403")
     assert "weights" not in workers[0].server.worker.named
+
+
+def test_worker_processes_read_their_data_root_dir_slash_node(tmp_path: Path) -> None:
+    """``mplang worker --data-root`` as ``LocalCluster(data_root=D)`` (and ``mplang up
+    --data-root D``) passes it: each node reads ``D/<node>``."""
+    for r in range(3):
+        (tmp_path / f"node_{r}").mkdir()
+        np.save(tmp_path / f"node_{r}" / "v.npy", np.full(3, r + 1, dtype=np.int32))
+    local = LocalCluster(support.make_spec(support.free_ports(3)), data_root=tmp_path)
+    try:
+        policies = local.spec_path.parent / "policies"
+        policies.mkdir()
+        for r in range(3):
+            (policies / f"node_{r}.yaml").write_text("plaintext_to: [driver]\n")
+        local.start(timeout=60.0)
+        with support.connected_driver(local) as drv:
+            out = mp.fetch(drv, mp.evaluate(
+                drv, lambda: simp.pcall((0, 1), lambda: tensor.load("v.npy"))))
+    finally:
+        local.close()
+    np.testing.assert_array_equal(out[0], [1, 1, 1])
+    np.testing.assert_array_equal(out[1], [2, 2, 2])
