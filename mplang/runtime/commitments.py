@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import os
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ def _rewrite(graph: Graph, world_size: int, rewrite: AttrRewrite, prefix: str = 
 
 
 _COMMITTED: weakref.WeakKeyDictionary[Graph, Committed] = weakref.WeakKeyDictionary()
+_COMMIT_LOCK = threading.Lock()
 
 
 def commit(graph: Graph, world_size: int) -> Committed:
@@ -119,9 +121,14 @@ def commit(graph: Graph, world_size: int) -> Committed:
     Nonces are drawn once per graph object: running the same program again sends
     the same committed form.
     """
-    cached = _COMMITTED.get(graph)
-    if cached is not None and len(cached.openings) == world_size:
+    with _COMMIT_LOCK:  # one set of nonces per graph, also when parties ask at once
+        cached = _COMMITTED.get(graph)
+        if cached is None or len(cached.openings) != world_size:
+            cached = _COMMITTED[graph] = _commit(graph, world_size)
         return cached
+
+
+def _commit(graph: Graph, world_size: int) -> Committed:
     openings: list[Openings] = [{} for _ in range(world_size)]
 
     def hide(path: str, op: Operation, name: str, value: Any, viewers: Mask) -> Any:
@@ -133,9 +140,7 @@ def commit(graph: Graph, world_size: int) -> Committed:
                 openings[rank][path] = (value, nonce)
         return Commitment(_digest(nonce, value), _type_of(value))
 
-    result = Committed(_rewrite(graph, world_size, hide), tuple(openings))
-    _COMMITTED[graph] = result
-    return result
+    return Committed(_rewrite(graph, world_size, hide), tuple(openings))
 
 
 def _where(path: str, op: Operation, name: str, rank: int) -> str:

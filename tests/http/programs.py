@@ -211,7 +211,8 @@ def spu_float_with_moves() -> Any:
 def spu_int_arith() -> Any:
     x = mp.put("P0", IA)
     y = mp.put("P2", IB)
-    return mp.device("SP0")(lambda a, b: a * b - a + jnp.maximum(a, b) * 3)(x, y)
+    z = mp.device("SP0")(lambda a, b: a * b - a + jnp.maximum(a, b) * 3)(x, y)
+    return mp.put("P1", z)
 
 
 def reveal_to_ppu() -> Any:

@@ -21,12 +21,14 @@ import httpx
 from mplang.backends.http_client import PinnedClients
 from mplang.backends.simp_driver.base import SimpDriver
 from mplang.backends.simp_driver.describe import describe_remote
+from mplang.backends.simp_worker.consent import PROGRAM_BYTES
 from mplang.backends.wire import decode_value, pack_message
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.typing import TensorType
 from mplang.frontend.errors import MPCommunicationError, MPLangError, MPRuntimeError
+from mplang.runtime.commitments import commit, encode_openings
 from mplang.runtime.identity import LocalIdentity, load_identity
 from mplang.runtime.options import Mode, RunOptions
 
@@ -73,15 +75,21 @@ class SimpHttpDriver(SimpDriver):
         self._timeout = timeout
         self._run_timeout = run_timeout
         self._encoded: weakref.WeakKeyDictionary[Graph, bytes] = weakref.WeakKeyDictionary()
-        self._prepared: set[tuple[str, str, int]] = set()
+        self._prepared: dict[tuple[str, str, int], dict[str, str]] = {}
+        """Runs every party accepted, by (execution, scope, rank): the parties' votes."""
         self._prepared_lock = threading.Lock()
 
-    def _graph_bytes(self, graph: Graph) -> bytes:
+    def _program(self, graph: Graph, rank: int) -> tuple[dict[str, Any], list[bytes]]:
+        """What party ``rank`` receives of ``graph``: the committed program (the same for
+        every party) followed by its own openings, and the header field that splits them."""
+        committed = commit(graph, self.world_size)
         data = self._encoded.get(graph)
         if data is None:
-            data = encode_graph_bundle(graph, {})
+            data = encode_graph_bundle(committed.graph, {})
             self._encoded[graph] = data
-        return data
+        openings = committed.openings[rank]
+        return {PROGRAM_BYTES: len(data)}, [data, encode_openings(openings)] if openings \
+            else [data]
 
     def _where(self, rank: int) -> str:
         return f"party {rank} ({self.cluster.nodes[rank].name} at {self._urls[rank]})"
@@ -89,13 +97,13 @@ class SimpHttpDriver(SimpDriver):
     def _run(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
              scope: str, options: RunOptions) -> list[str | None]:
         with self._prepared_lock:
-            prepared = (exec_id, scope, rank) in self._prepared
-            self._prepared.discard((exec_id, scope, rank))
-        if prepared:
-            parts = pack_message({"exec": exec_id, "scope": scope}, [])
+            votes = self._prepared.pop((exec_id, scope, rank), None)
+        if votes is not None:
+            parts = pack_message({"exec": exec_id, "scope": scope, "votes": votes}, [])
         else:
+            split, body = self._program(graph, rank)
             parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris),
-                                  **options.wire_fields()}, [self._graph_bytes(graph)])
+                                  **split, **options.wire_fields()}, body)
         what = _what(graph)
         try:
             response = self._clients.post(rank, "/run", parts, timeout=self._run_timeout)
@@ -125,33 +133,44 @@ class SimpHttpDriver(SimpDriver):
                               f"{e.response.text[:300]}{hint}", party=rank)
 
     def _prepare_one(self, rank: int, graph: Graph, input_uris: list[str | None],
-                     exec_id: str, scope: str, parties: list[int], options: RunOptions) -> None:
+                     exec_id: str, scope: str, parties: list[int],
+                     options: RunOptions) -> tuple[str, str]:
+        """Party ``rank``'s verdict: its execution digest and vote, or an error."""
+        split, body = self._program(graph, rank)
         parts = pack_message({"exec": exec_id, "scope": scope, "inputs": input_uris,
-                              "parties": parties, **options.wire_fields()},
-                             [self._graph_bytes(graph)])
+                              "parties": parties, **split, **options.wire_fields()}, body)
         try:
-            self._clients.post(rank, "/prepare", parts)
+            response = self._clients.post(rank, "/prepare", parts)
         except httpx.HTTPStatusError as e:
             raise self._refused(rank, _what(graph), e) from e
         except httpx.HTTPError as e:
             raise MPRuntimeError(f"{self._where(rank)} could not be reached to prepare "
                                  f"{_what(graph)} ({type(e).__name__}: {e})", party=rank) from e
-        with self._prepared_lock:
-            self._prepared.add((exec_id, scope, rank))
+        verdict = response.json()
+        digest, vote = verdict.get("digest"), verdict.get("vote")
+        if verdict.get("accepted") is not True or not isinstance(digest, str) \
+                or not isinstance(vote, str):
+            raise MPRuntimeError(f"{self._where(rank)} did not accept {_what(graph)}: "
+                                 f"{str(verdict.get('reason', verdict))[:300]}", party=rank)
+        return digest, vote
 
     def prepare(self, ranks: list[int], graph: Graph, input_uris: list[list[str | None]],
                 exec_id: str, scope: str, options: RunOptions) -> None:
+        """Phase one: every party checks the program and votes; if one refuses, the
+        execution is aborted everywhere and nothing runs."""
         self._check_open()
         futures = [self._pool.submit(self._prepare_one, r, graph, uris, exec_id, scope, ranks,
                                      options) for r, uris in zip(ranks, input_uris, strict=True)]
-        try:
-            self.collect(futures, exec_id)
-        finally:
-            with self._prepared_lock:
-                failed = any(f.exception() is not None for f in futures)
-                if failed:
-                    for r in ranks:
-                        self._prepared.discard((exec_id, scope, r))
+        verdicts = self.collect(futures, exec_id)
+        digests = {digest for digest, _ in verdicts}
+        if len(digests) > 1:
+            self.abort(exec_id, "the parties computed different execution digests")
+            raise MPRuntimeError(f"the parties computed different execution digests for "
+                                 f"{_what(graph)}: {sorted(d[:16] for d in digests)}")
+        votes = {str(r): vote for r, (_, vote) in zip(ranks, verdicts, strict=True)}
+        with self._prepared_lock:
+            for r in ranks:
+                self._prepared[(exec_id, scope, r)] = votes
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
                scope: str, options: RunOptions) -> Future[list[str | None]]:

@@ -40,6 +40,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mplang.backends.http_client import SPEC_HEADER, PinnedClients
+from mplang.backends.simp_worker.consent import check_votes, sign_vote, split_program
 from mplang.backends.simp_worker.data_routes import add_data_routes
 from mplang.backends.simp_worker.executions import Executions, Run, WorkerLimits
 from mplang.backends.simp_worker.mailbox import Mailbox
@@ -296,10 +297,12 @@ class WorkerServer:
                 type(p) is int and 0 <= p < world for p in parties):
             raise MPSerializationError(f"field 'parties' must list party ranks including "
                                        f"{self.rank}")
-        graph, digest = self.program(payload)
+        program, openings = split_program(header, payload)
+        graph, digest = self.program(program)
         if len(inputs) != len(graph.inputs):
             raise MPSerializationError("the number of inputs does not match the graph")
         options = _run_options(header, exec_id)
+        graph = self.worker.accept(graph, openings, driver.certificate.fingerprint)
         run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint, digest,
                                     graph, frozenset(parties), options.timeout)
         return Prepared(run, graph, inputs, options, time.monotonic() + self.timeout)
@@ -340,6 +343,23 @@ class WorkerServer:
             raise MPRefusedError(f"execution {exec_id} (scope {scope!r}) was not prepared "
                                  "here by this driver", 409)
         return prepared
+
+    def vote(self, prepared: Prepared) -> str:
+        """This node's signed acceptance of a prepared run."""
+        run = prepared.run
+        return sign_vote(self.identity, run.exec_id, run.scope, run.program, self.peers.digest)
+
+    def check_votes(self, prepared: Prepared, votes: Any) -> None:
+        """Before a prepared run starts: every other party must have accepted the same
+        program (`check_votes`); if not, the run is dropped and refused."""
+        run = prepared.run
+        try:
+            check_votes(votes, self.peers, self.rank, run.parties, run.exec_id, run.scope,
+                        run.program)
+        except MPRefusedError:
+            self.executions.end(run)
+            self.mailbox.drop(run.exec_id, run.scope)
+            raise
 
     def drop_prepared(self, exec_id: str) -> None:
         """Forget the prepared, unstarted runs of an aborted execution."""
@@ -474,8 +494,13 @@ def create_app(server: WorkerServer) -> FastAPI:
     async def prepare(request: Request) -> Response:
         driver = server.peer(request, "driver")
         header, payload = split_frame(await server.body(request))
-        server.hold(await checked(header, payload, driver))
-        return JSONResponse({"accepted": True})
+        try:
+            prepared = await checked(header, payload, driver)
+        except MPRefusedError as e:  # this party's verdict: the driver aborts everywhere
+            return _error(e.status, str(e), accepted=False, reason=str(e))
+        server.hold(prepared)
+        return JSONResponse({"accepted": True, "digest": prepared.run.program,
+                             "vote": server.vote(prepared)})
 
     @app.post("/run")
     async def run(request: Request) -> Response:
@@ -486,6 +511,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         else:
             prepared = server.take_prepared(_exec_id(header.get("exec")),
                                             _require_str(header, "scope", _KEY_LIMIT), driver)
+            server.check_votes(prepared, header.get("votes"))
         return await run_prepared(prepared, driver)
 
     @app.post("/fetch")
