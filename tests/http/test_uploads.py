@@ -49,12 +49,13 @@ def roots(dev: support.DevCluster) -> list[Path]:
 def workers(dev: support.DevCluster, roots: list[Path]
             ) -> Iterator[list[support.ThreadWorker]]:
     """node_0..node_2 in this process, each with its data root and a policy letting its
-    plaintext go to the driver (these tests fetch what was loaded); node_2 takes uploads
-    of at most 1 KiB."""
+    plaintext go to the driver (these tests fetch what was loaded); node_1 accepts only
+    the driver ``driver``; node_2 takes uploads of at most 1 KiB."""
     policies = dev.spec_path.parent / "policies"
     policies.mkdir()
     for r in range(3):
-        (policies / f"node_{r}.yaml").write_text("plaintext_to: [driver]\n")
+        only = "drivers: [driver]\n" if r == 1 else ""
+        (policies / f"node_{r}.yaml").write_text(f"plaintext_to: [driver]\n{only}")
     small = WorkerLimits(max_value_bytes=1024)
     started = [support.ThreadWorker(dev, f"node_{r}", timeout=10.0,
                                     limits=small if r == 2 else None) for r in range(3)]
@@ -175,6 +176,10 @@ def test_describe_answers_drivers_with_types_only(dev: support.DevCluster, worke
     assert describe(dev, "driver", 0, what="secrets").status_code == 400
     assert describe(dev, "driver", 0, what="file", path=["x"]).status_code == 400
     assert describe(dev, "node_1", 0, what="file", path="x.npy").status_code == 403
+    assert describe(dev, "driver2", 0, what="file", path="x.npy").status_code == 200
+    refused = describe(dev, "driver2", 1, what="file", path="x.npy")
+    assert refused.status_code == 403
+    assert refused.json()["error"] == "node_1's policy does not accept driver 'driver2'"
 
 
 def test_simp_load_of_a_missing_name(driver: mp.Driver) -> None:

@@ -3,7 +3,7 @@
 - ``POST /upload``: the node's own owner (a client presenting this node's own
   certificate, as ``mplang put`` does) stores a tensor under a name, which
   programs read with ``simp.load``. Everyone else is refused (403).
-- ``POST /describe``: an accepted driver asks for the type (dtype and shape) of a
+- ``POST /describe``: a driver this node's policy accepts asks for the type (dtype and shape) of a
   file in this node's data root or of an uploaded object, to trace a program that
   loads it. The data itself never leaves the worker.
 """
@@ -26,6 +26,7 @@ from mplang.runtime.named_objects import check_name
 
 if TYPE_CHECKING:
     from mplang.backends.simp_worker.http import WorkerServer
+    from mplang.runtime.peers import Peer
 
 _HEADER_LIMIT = 1 << 16
 
@@ -58,6 +59,25 @@ def _describe(server: WorkerServer, header: dict[str, Any]) -> TensorType:
     raise MPSerializationError("field 'what' must be 'file' or 'object'")
 
 
+def _check_driver(server: WorkerServer, driver: Peer) -> None:
+    """A driver this node's policy does not accept learns nothing about its data."""
+    guard = server.worker.guard
+    name = None if guard is None else guard.drivers.get(driver.certificate.fingerprint)
+    if guard is not None and name is not None and not guard.policy.accepts_driver(name):
+        raise MPRefusedError(f"{server.node}'s policy does not accept driver {name!r}", 403)
+
+
+def _store(server: WorkerServer, name: str, payload: memoryview) -> TensorType:
+    value = decode_value(payload)
+    if not isinstance(value, np.ndarray):
+        raise MPSerializationError(f"upload: {name!r} must be a tensor, got a "
+                                   f"{type(value).__name__}")
+    if value.nbytes > server.limits.max_value_bytes:
+        raise MPRefusedError(f"upload: {name!r} has {value.nbytes} bytes, over the limit "
+                             f"of {server.limits.max_value_bytes}", 413)
+    return server.worker.named.put(name, value)
+
+
 def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
     """Add ``/upload`` and ``/describe`` to ``server``'s app."""
 
@@ -73,19 +93,13 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
             name = check_name(header.get("name"), "upload")
         except MPRuntimeError as e:
             raise MPSerializationError(str(e)) from None
-        value = decode_value(payload)
-        if not isinstance(value, np.ndarray):
-            raise MPSerializationError(f"upload: {name!r} must be a tensor, got a "
-                                       f"{type(value).__name__}")
-        if value.nbytes > server.limits.max_value_bytes:
-            raise MPRefusedError(f"upload: {name!r} has {value.nbytes} bytes, over the limit "
-                                 f"of {server.limits.max_value_bytes}", 413)
-        vtype = server.worker.named.put(name, value)
+        loop = asyncio.get_running_loop()
+        vtype = await loop.run_in_executor(server.pool, _store, server, name, payload)
         return JSONResponse({"name": name, "node": server.node, **_type_json(vtype)})
 
     @app.post("/describe")
     async def describe(request: Request) -> JSONResponse:
-        server.peer(request, "driver")
+        _check_driver(server, server.peer(request, "driver"))
         header, _ = split_frame(await server.body(request, _HEADER_LIMIT))
         loop = asyncio.get_running_loop()
         try:
