@@ -278,6 +278,9 @@ def _shares_private(op: Operation) -> dict[str, Mask | None]:
     return {share_attr(i): Mask.of([m]) for i, m in enumerate(members)}
 
 
+@feop(name="spu.shares", family="spu", execution_model="multi_party", dialects=["spu"],
+      primitives=["spu.shares"], targets=["SPU"],
+      example="s = spu.share_constant(np.arange(3, dtype=np.int32), config)")
 def share_constant(value: np.ndarray, config: SpuConfig) -> MPObject:
     """``value``, a driver constant, secret-shared now (by the driver) among ``config``'s
     members: each member's share is private to it, so no member receives the plaintext."""

@@ -222,7 +222,7 @@ def test_get_and_list_ops() -> None:
     assert {"fetest.meta_op", "fetest.proc_state", "fetest.ctx_state",
             "fetest.configured"} <= set(names)
     assert all(i.family == "fetest" for i in list_ops("fetest"))
-    assert [i.name for i in list_ops("spu")] == ["spu.reveal", "spu.run", "spu.seal"]
+    assert [i.name for i in list_ops("spu")] == ["spu.reveal", "spu.run", "spu.seal", "spu.shares"]
     assert list_ops("fetest_no_such_family") == []
     everything = [i.name for i in list_ops()]
     assert set(names) < set(everything) and "simp.pcall" in everything
