@@ -179,11 +179,11 @@ def _load_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequen
 @_feop("simp.load", "special_op", 'v = simp.load(2, "myvec")')
 @function
 def load(party: int, name: str, *, dtype: Any = None, shape: Any = None) -> MPObject:
-    """The object ``party``'s owner uploaded to its own worker as ``name`` (``mplang put``),
-    held by ``party`` alone: a private input that never passes through the driver.
+    """A private input: the object ``party``'s owner uploaded to its worker as ``name``.
 
-    Its type is ``dtype``/``shape`` when given, else looked up while tracing (the
-    simulator or driver asks the party's worker).
+    The owner uploads it with ``mplang put``; it is held by ``party`` alone and
+    never passes through the driver. Its type is ``dtype``/``shape`` when given,
+    else looked up while tracing (the simulator or driver asks the party's worker).
     """
     tracer = current_tracer("simp.load")
     if isinstance(party, bool) or not isinstance(party, int | np.integer):

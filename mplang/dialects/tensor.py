@@ -425,12 +425,13 @@ def _load_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequen
 @function
 def load(path: str, key: str | None = None, *, dtype: Any = None, shape: Any = None
          ) -> MPObject:
-    """The array ``path`` (an ``.npy``, or member ``key`` of an ``.npz``) from the data root
-    of each party running this pcall body: a private input that never passes through the
-    driver.
+    """A private input: an array read from the data root of the party running this body.
 
-    Its type is ``dtype``/``shape`` when given, else looked up while tracing: the
-    simulator or driver asks each party for the file's header, and all must agree.
+    ``path`` names an ``.npy`` file, or an ``.npz`` archive and its member ``key``,
+    relative to the root. Each party reads its own file; the data never passes
+    through the driver. Its type is ``dtype``/``shape`` when given, else looked up
+    while tracing: the simulator or driver asks each party for the file's header,
+    and all must agree.
     """
     tracer = current_tracer("tensor.load")
     if not tracer.local:

@@ -16,8 +16,9 @@ SIMP_OPS = [
     "simp.converge",
     "simp.uniform_cond",
     "simp.while_loop",
+    "simp.load",
 ]
-OTHER_OPS = ["tensor.run_jax", "tensor.constant", "func.func"]
+OTHER_OPS = ["tensor.run_jax", "tensor.constant", "tensor.load", "func.func"]
 
 
 def names(infos):
