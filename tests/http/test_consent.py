@@ -1,0 +1,214 @@
+"""The signed two-phase accept over real mutual TLS: committed programs, votes, refusals.
+
+Three workers run in this process (`support.ThreadWorker`); a driver either is an
+`mp.Driver` (whose requests are recorded) or speaks raw requests to act as a
+driver that sends different programs to different parties.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+import mplang as mp
+from mplang import simp, tensor
+from mplang.backends.simp_worker.consent import PROGRAM_BYTES
+from mplang.edsl.graph import Graph
+from mplang.edsl.serde import encode_graph_bundle
+from mplang.frontend.errors import MPRuntimeError
+from mplang.runtime.commitments import commit, decode_vote, encode_openings, vote_message
+from tests.http import support
+
+SECRET0 = np.array([3.14159, -2.71828, 1.41421], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> support.DevCluster:
+    return support.dev_cluster(tmp_path_factory.mktemp("consent"),
+                               support.make_spec(support.free_ports(3)))
+
+
+@pytest.fixture(scope="module")
+def workers(dev: support.DevCluster) -> Iterator[list[support.ThreadWorker]]:
+    started = [support.ThreadWorker(dev, f"node_{r}", timeout=10.0) for r in range(3)]
+    for w in started:
+        w.start()
+    yield started
+    for w in started:
+        w.stop()
+
+
+@pytest.fixture
+def driver(dev: support.DevCluster, workers: Any) -> Iterator[mp.Driver]:
+    drv = mp.Driver(dev.spec_path, key=dev.keys / "driver.key", timeout=10.0)
+    try:
+        yield drv
+    finally:
+        drv.close()
+
+
+def secret_sum() -> Any:
+    """Party 0's constant goes to party 1, which adds its own constant; party 2 holds one
+    of its own."""
+    x = simp.constant((0,), SECRET0)
+    y = simp.shuffle_static(x, {1: 0})
+    z = simp.constant((2,), 5)
+    return simp.pcall((1,), lambda a: a + tensor.constant(np.ones(3, np.float32)), y), z
+
+
+def record(driver: mp.Driver, monkeypatch: pytest.MonkeyPatch) -> dict[int, list[bytes]]:
+    """The bodies the driver posts to each party, from now on."""
+    seen: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+    post = driver._clients.post
+
+    def recording(rank: int, path: str, parts: Any, **kwargs: Any) -> httpx.Response:
+        seen[rank].append(b"".join(bytes(p) for p in parts))
+        return post(rank, path, parts, **kwargs)
+
+    monkeypatch.setattr(driver._clients, "post", recording)
+    return seen
+
+
+def test_a_party_never_receives_another_partys_constant(driver: mp.Driver,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = record(driver, monkeypatch)
+    out, five = mp.evaluate(driver, secret_sum)
+    np.testing.assert_array_equal(mp.fetch(driver, out)[1], SECRET0 + 1)
+    assert int(mp.fetch(driver, five)[2]) == 5
+    assert any(SECRET0.tobytes() in body for body in seen[0])
+    assert seen[1] and seen[2]
+    assert not any(SECRET0.tobytes() in body for body in [*seen[1], *seen[2]])
+
+
+def prepare(client: httpx.Client, graph: Graph, rank: int, exec_id: str,
+            program: bytes | None = None) -> httpx.Response:
+    """``/prepare`` of ``graph`` (parties 0..2) on worker ``rank``, as a driver would."""
+    committed = commit(graph, 3)
+    data = program if program is not None else encode_graph_bundle(committed.graph, {})
+    body = support.frame({"exec": exec_id, "scope": "", "inputs": [], "parties": [0, 1, 2],
+                          PROGRAM_BYTES: len(data), "progress": False},
+                         data, encode_openings(committed.openings[rank]))
+    return client.post("/prepare", content=body)
+
+
+def run(client: httpx.Client, exec_id: str, votes: Any) -> httpx.Response:
+    header: dict[str, Any] = {"exec": exec_id, "scope": ""}
+    if votes is not None:
+        header["votes"] = votes
+    return client.post("/run", content=support.frame(header))
+
+
+def test_every_party_votes_for_one_execution_digest(dev: support.DevCluster,
+                                                   workers: Any) -> None:
+    graph = mp.compile(secret_sum, world_size=3).graph
+    exec_id = uuid.uuid4().hex
+    expected = hashlib.sha256(encode_graph_bundle(commit(graph, 3).graph, {})).hexdigest()
+    votes = {}
+    for rank in range(3):
+        with dev.client("driver", rank) as client:
+            verdict = prepare(client, graph, rank, exec_id).json()
+        assert verdict["accepted"] is True and verdict["digest"] == expected
+        signature = decode_vote(verdict["vote"])
+        assert signature is not None
+        message = vote_message(exec_id, "", expected, dev.spec.digest())
+        certificate = dev.spec.nodes[rank].certificate
+        assert certificate is not None and certificate.verify(signature, message)
+        assert not certificate.verify(signature, message + b"x")
+        votes[str(rank)] = verdict["vote"]
+    responses = []
+    for rank in range(3):
+        with dev.client("driver", rank) as client:
+            responses.append(run(client, exec_id, votes))
+    assert [r.status_code for r in responses] == [200, 200, 200]
+
+
+def test_different_programs_for_different_parties_are_refused_before_any_op_runs(
+        dev: support.DevCluster, workers: list[support.ThreadWorker]) -> None:
+    honest = mp.compile(secret_sum, world_size=3).graph
+    other = mp.compile(lambda: secret_sum(), world_size=3).graph  # other nonces
+    exec_id = uuid.uuid4().hex
+    graphs = [honest, other, honest]
+    votes = {}
+    for rank in range(3):
+        with dev.client("driver", rank) as client:
+            verdict = prepare(client, graphs[rank], rank, exec_id).json()
+        assert verdict["accepted"] is True
+        votes[str(rank)] = verdict["vote"]
+    stored = [len(w.server.worker.store) for w in workers]
+    for rank in range(3):
+        with dev.client("driver", rank) as client:
+            response = run(client, exec_id, votes)
+        assert response.status_code == 409
+        party = 1 if rank != 1 else 0
+        assert f"party {rank}: the vote of party {party} for execution {exec_id} is not a " \
+               "signature over this program" in response.json()["error"]
+    assert [len(w.server.worker.store) for w in workers] == stored
+    assert all(w.server.mailbox.pending() == 0 for w in workers)
+
+
+def test_a_run_without_votes_is_refused(dev: support.DevCluster, workers: Any) -> None:
+    graph = mp.compile(secret_sum, world_size=3).graph
+    exec_id = uuid.uuid4().hex
+    with dev.client("driver", 0) as client:
+        assert prepare(client, graph, 0, exec_id).status_code == 200
+        response = run(client, exec_id, None)
+    assert response.status_code == 409
+    assert "came without the other parties' votes" in response.json()["error"]
+    with dev.client("driver", 0) as client:
+        assert prepare(client, graph, 0, exec_id + "b").status_code == 200
+        response = run(client, exec_id + "b", {"1": "AAAA", "2": "!!"})
+    assert response.status_code == 409
+    assert "the vote of party 1" in response.json()["error"]
+
+
+def test_a_tampered_opening_is_refused_with_400(dev: support.DevCluster, workers: Any) -> None:
+    graph = mp.compile(secret_sum, world_size=3).graph
+    committed = commit(graph, 3)
+    data = encode_graph_bundle(committed.graph, {})
+    (path, (value, nonce)), = committed.openings[0].items()
+    body = support.frame({"exec": uuid.uuid4().hex, "scope": "", "inputs": [],
+                          "parties": [0, 1, 2], PROGRAM_BYTES: len(data)},
+                         data, encode_openings({path: (value * 2, nonce)}))
+    with dev.client("driver", 0) as client:
+        response = client.post("/prepare", content=body)
+    assert response.status_code == 400
+    verdict = response.json()
+    assert verdict["accepted"] is False
+    assert "op #0 simp.constant (traced at test_consent.py:" in verdict["reason"]
+    assert "attribute 'value': the opening does not match its commitment" in verdict["reason"]
+
+
+def test_a_party_refusing_in_prepare_means_nothing_runs_anywhere(
+        driver: mp.Driver, workers: list[support.ThreadWorker],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[int] = []
+    for w in workers:
+        original = w.server.execute
+        monkeypatch.setattr(w.server, "execute", lambda p, d, _r=w.server.rank, _o=original:
+                            (ran.append(_r), _o(p, d))[1])
+    monkeypatch.setattr(workers[2].server.worker, "vet", lambda *a: "this driver may not")
+    with pytest.raises(MPRuntimeError, match="party 2 refuses the program: this driver "
+                                             "may not"):
+        mp.evaluate(driver, secret_sum)
+    assert ran == []
+    assert all(not w.server._prepared for w in workers)
+
+
+def test_driver_constant_on_spu_reaches_each_member_as_its_share_only(
+        driver: mp.Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+    value = np.array([1234567, -7654321, 42], dtype=np.int32)
+    seen = record(driver, monkeypatch)
+
+    def prog() -> Any:
+        s = mp.put("SP0", value)
+        return mp.put("P2", mp.device("SP0")(lambda a: a * 3 - 1)(s))
+
+    np.testing.assert_array_equal(mp.fetch(driver, mp.evaluate(driver, prog)), value * 3 - 1)
+    assert all(seen[r] for r in range(3))
+    assert not any(value.tobytes() in body for r in range(3) for body in seen[r])
