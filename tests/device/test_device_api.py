@@ -86,10 +86,11 @@ def test_spu_float_ops_match_numpy(sim: mp.Simulator, op: str) -> None:
     def prog(a: Any, b: Any) -> Any:
         x = mp.put("P0", a)
         y = mp.put("P1", b)
-        return mp.device("SP0")(spu_fn)(x, y)
+        z = mp.device("SP0")(spu_fn)(x, y)
+        assert mp.get_dev_attr(z) == "SP0"
+        return mp.put("P0", z)
 
     out = mp.evaluate(sim, prog, A, B)
-    assert mp.get_dev_attr(out) == "SP0"
     expected = np.asarray(ref(A, B))
     if expected.dtype == np.float64:
         expected = expected.astype(np.float32)
@@ -112,7 +113,7 @@ def test_spu_int_ops_are_exact(sim: mp.Simulator, op: str) -> None:
     spu_fn, ref = INT_OPS[op]
 
     def prog(a: Any, b: Any) -> Any:
-        return mp.device("SP0")(spu_fn)(mp.put("P2", a), mp.put("P0", b))
+        return mp.put("P1", mp.device("SP0")(spu_fn)(mp.put("P2", a), mp.put("P0", b)))
 
     out = mp.evaluate(sim, prog, IA, IB)
     assert_close(mp.fetch(sim, out), np.asarray(ref(IA, IB)))
@@ -128,13 +129,15 @@ def test_spu_pytrees_in_and_out(sim: mp.Simulator, mode: str) -> None:
         b = mp.put("P1", B)
         c = mp.put("P2", IA)
         res = mp.device("SP0")(kernel)({"a": a, "pair": (b, c)}, 3.0)
-        return {"sum": mp.put("P0", res["sum"]), "stats": res["stats"],
+        assert [mp.get_dev_attr(x) for x in res["stats"]] == ["SP0", "SP0"]
+        return {"sum": mp.put("P0", res["sum"]),
+                "stats": tuple(mp.put("P1", v) for v in res["stats"]),
                 "same": mp.put("P2", res["same"])}
 
     out = mp.evaluate(sim, prog, mode=mode)
     assert mp.get_dev_attr(out["sum"]) == "P0"
     assert mp.get_dev_attr(out["same"]) == "P2"
-    assert [mp.get_dev_attr(x) for x in out["stats"]] == ["SP0", "SP0"]
+    assert [mp.get_dev_attr(x) for x in out["stats"]] == ["P1", "P1"]
     values = mp.fetch(sim, out)
     assert set(values) == {"sum", "stats", "same"}
     assert isinstance(values["stats"], tuple) and len(values["stats"]) == 2
@@ -166,7 +169,7 @@ def test_keyword_arguments(sim: mp.Simulator) -> None:
         y = mp.put("P1", IB)
         on_ppu = mp.device("P0")(lambda u, scale=1, v=None: u * scale + v)(x, scale=3, v=y)
         on_spu = mp.device("SP0")(lambda u, v=None, k=0: (u - v) * k)(x, v=y, k=5)
-        return on_ppu, on_spu
+        return on_ppu, mp.put("P1", on_spu)
 
     on_ppu, on_spu = mp.fetch(sim, mp.evaluate(sim, prog))
     np.testing.assert_array_equal(on_ppu, IA * 3 + IB)
@@ -176,7 +179,7 @@ def test_keyword_arguments(sim: mp.Simulator) -> None:
 def test_spu_constant_arguments_are_compiled_in(sim: mp.Simulator) -> None:
     def prog(k: float) -> Any:
         x = mp.put("P0", A)
-        return mp.device("SP0")(lambda v, c: v * c)(x, k)
+        return mp.put("P0", mp.device("SP0")(lambda v, c: v * c)(x, k))
 
     assert_close(mp.fetch(sim, mp.evaluate(sim, prog, 0.5)), A * 0.5)
     assert_close(mp.fetch(sim, mp.evaluate(sim, prog, -4.0)), A * -4.0)
@@ -239,12 +242,13 @@ def test_ppu_to_ppu_moves_over_the_party_link(sim: mp.Simulator, mode: str) -> N
 def test_spu_argument_that_is_a_plain_party_value_is_sealed(sim: mp.Simulator) -> None:
     def prog() -> Any:
         x = simp.constant((1,), IA)  # simp-level, held by party 1 only
-        return mp.device("SP0")(lambda v: v + 1)(x)
+        z = mp.device("SP0")(lambda v: v + 1)(x)
+        assert mp.get_dev_attr(z) == "SP0"
+        return mp.put("P2", z)
 
     text = str(mp.compile(prog, cluster=sim.cluster))
     assert "spu.seal" in text
     out = mp.evaluate(sim, prog)
-    assert mp.get_dev_attr(out) == "SP0"
     np.testing.assert_array_equal(mp.fetch(sim, out), IA + 1)
 
 
@@ -264,14 +268,18 @@ def test_put_constants(sim: mp.Simulator, mode: str) -> None:
     def prog() -> Any:
         return mp.put("P1", A), mp.put("SP0", IA), mp.put("SP0", 2.5), mp.put("P0", 7)
 
+    def revealed() -> Any:
+        return mp.put("P2", mp.put("SP0", IA)), mp.put("P2", mp.put("SP0", 2.5))
+
     on_p1, on_spu, scalar_spu, scalar_p0 = mp.evaluate(sim, prog, mode=mode)
     assert [mp.get_dev_attr(x) for x in (on_p1, on_spu, scalar_spu, scalar_p0)] == \
         ["P1", "SP0", "SP0", "P0"]
     assert sim.fetch_object(on_p1)[0] is None and sim.fetch_object(on_p1)[2] is None
     np.testing.assert_array_equal(mp.fetch(sim, on_p1), A)
     assert all(isinstance(s, SpuShare) for s in sim.fetch_object(on_spu))
-    np.testing.assert_array_equal(mp.fetch(sim, on_spu), IA)
-    assert float(mp.fetch(sim, scalar_spu)) == pytest.approx(2.5, abs=1e-4)
+    array, scalar = mp.fetch(sim, mp.evaluate(sim, revealed, mode=mode))
+    np.testing.assert_array_equal(array, IA)
+    assert float(scalar) == pytest.approx(2.5, abs=1e-4)
     assert int(mp.fetch(sim, scalar_p0)) == 7
 
 
@@ -286,7 +294,7 @@ def test_put_moves_objects(sim: mp.Simulator) -> None:
 
     s, back, hop, same = mp.evaluate(sim, prog)
     assert [mp.get_dev_attr(x) for x in (s, back, hop, same)] == ["SP0", "P2", "P1", "P1"]
-    for obj in (s, back, hop, same):
+    for obj in (back, hop, same):
         np.testing.assert_array_equal(mp.fetch(sim, obj), IA)
     assert sim.fetch_object(back)[:2] == [None, None]
 
@@ -313,11 +321,11 @@ def test_infer_single_device(sim: mp.Simulator) -> None:
         on_ppu = mp.device()(lambda u, v: u - v)(x, y)
         s = mp.put("SP0", IA)
         on_spu = mp.device()(lambda u: u * u)(s)
-        return on_ppu, on_spu
+        assert mp.get_dev_attr(on_spu) == "SP0"
+        return on_ppu, mp.put("P0", on_spu)
 
     on_ppu, on_spu = mp.evaluate(sim, prog)
     assert mp.get_dev_attr(on_ppu) == "P2"
-    assert mp.get_dev_attr(on_spu) == "SP0"
     assert sim.fetch_object(on_ppu)[:2] == [None, None]
     assert_close(mp.fetch(sim, on_ppu), A - B, 1e-6)
     np.testing.assert_array_equal(mp.fetch(sim, on_spu), IA * IA)
@@ -334,7 +342,7 @@ def test_infer_ppu_and_spu_mixed_gives_the_spu(sim: mp.Simulator) -> None:
     out = mp.evaluate(sim, prog)
     assert mp.get_dev_attr(out) == "SP0"
     assert all(isinstance(v, SpuShare) for v in sim.fetch_object(out))
-    assert_close(mp.fetch(sim, out), A * B)
+    assert_close(mp.fetch(sim, mp.evaluate(sim, lambda: mp.put("P1", prog()))), A * B)
 
 
 def test_infer_several_ppus_gives_the_spu_spanning_them(sim: mp.Simulator) -> None:
@@ -345,7 +353,8 @@ def test_infer_several_ppus_gives_the_spu_spanning_them(sim: mp.Simulator) -> No
 
     out = mp.evaluate(sim, prog)
     assert mp.get_dev_attr(out) == "SP0"
-    np.testing.assert_array_equal(mp.fetch(sim, out), IA > IB)
+    revealed = mp.evaluate(sim, lambda: mp.put("P0", prog()))
+    np.testing.assert_array_equal(mp.fetch(sim, revealed), IA > IB)
 
 
 def test_infer_picks_the_only_spu_that_spans_the_ppus() -> None:
@@ -366,8 +375,9 @@ def test_infer_picks_the_only_spu_that_spans_the_ppus() -> None:
 
         a, b = mp.evaluate(sim, prog)
         assert (mp.get_dev_attr(a), mp.get_dev_attr(b)) == ("S01", "S12")
-        np.testing.assert_array_equal(mp.fetch(sim, a), IA + IB)
-        np.testing.assert_array_equal(mp.fetch(sim, b), IA - IB)
+        ra, rb = mp.fetch(sim, mp.evaluate(sim, lambda: tuple(mp.put("P1", v) for v in prog())))
+        np.testing.assert_array_equal(ra, IA + IB)
+        np.testing.assert_array_equal(rb, IA - IB)
         # S01's result is held by parties 0 and 1 only
         assert sim.fetch_object(a)[2] is None
         assert sim.fetch_object(b)[0] is None
@@ -443,7 +453,7 @@ def test_eager_mode_under_with_sim(sim_default_mode: mp.Simulator) -> None:
         assert mp.get_dev_attr(z) == "SP0"
         w = mp.put("P2", z)
         moved = mp.put("P1", x)
-    assert_close(mp.fetch(sim, z), A @ B.T)
+    assert_close(mp.fetch(sim, w), A @ B.T)
     assert mp.get_dev_attr(w) == "P2"
     per_party = sim.fetch_object(w)
     assert per_party[0] is None and per_party[1] is None
