@@ -1,4 +1,4 @@
-"""The worker API under schemathesis: the OpenAPI document covers every route, and ~200
+"""The worker API under schemathesis: the OpenAPI document covers every route, and ~250
 generated cases against a real worker process over mutual TLS break no rule (no 5xx
 but a failed /run's, the right refusal for a forged identity or spec digest, answers
 conforming to the document, no crash, the cluster still runs programs).
@@ -21,7 +21,7 @@ from mplang.backends.simp_worker.openapi import WORKER_API, worker_api
 from tests.http import support
 from tests.security import worker_api_fuzz
 
-CI_CASES = 200
+CI_CASES = 250
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_document_loads_in_schemathesis() -> None:
     schema = schemathesis.openapi.from_dict(worker_api())
     assert {op.label for op in worker_api_fuzz.operations(schema)} == {
         "GET /health", "POST /prepare", "POST /run", "POST /fetch", "POST /delete",
-        "POST /abort", "POST /msg"}
+        "POST /abort", "POST /msg", "POST /upload", "POST /describe"}
 
 
 def test_generated_cases_break_no_rule(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ both, malformed frames and bodies over the small endpoints' limits.
 Each case is then sent by this harness (httpx; schemathesis's own transport
 cannot pin a certificate) to worker ``node_0`` of a 3-worker `LocalCluster`:
 
-- as a listed driver (``driver``, sometimes ``driver2``), or for ``/msg`` as a
-  node (``node_1``, sometimes ``node_2``); a few cases use the wrong role (403)
+- as a listed driver (``driver``, sometimes ``driver2``), for ``/msg`` as a
+  node (``node_1``, sometimes ``node_2``), for ``/upload`` as ``node_0`` itself
+  (the only node that may upload to it); a few cases use the wrong role (403)
   or ``mallory``, a certificate no spec lists (refused in the handshake);
 - with the spec digest (most cases), with none, or with what schemathesis drew
   (a different or malformed digest: 409);
@@ -80,8 +81,16 @@ MEDIA = "application/octet-stream"
 MPLANG_ERRORS = frozenset(name for name, obj in vars(errors).items()
                           if isinstance(obj, type) and issubclass(obj, errors.MPLangError))
 """Error kinds a failed ``/run`` may name in its 500 answer."""
-DRIVER_PATHS = ("/prepare", "/run", "/fetch", "/delete", "/abort")
+DRIVER_PATHS = ("/prepare", "/run", "/fetch", "/delete", "/abort", "/describe")
 SCHEMA_CHECKS = [status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
+def _right_role(who: str, path: str) -> bool:
+    """Whether ``who`` may use ``path``: nodes send ``/msg``, the target's own node
+    ``/upload``, drivers the rest."""
+    if path == "/upload":
+        return who == f"node_{TARGET}"
+    return who.startswith("node") == (path == "/msg")
 
 
 # ---------------------------------------------------------------- corpora
@@ -381,7 +390,9 @@ class Campaign:
         if roll < 3:
             return support.STRANGER
         if roll < 8:  # the wrong role
-            return "driver" if path == "/msg" else "node_1"
+            return "driver" if path in ("/msg", "/upload") else "node_1"
+        if path == "/upload":
+            return f"node_{TARGET}" if roll < 90 else "node_1"
         if path == "/msg":
             return "node_2" if roll < 20 else "node_1"
         return "driver2" if roll < 15 else "driver"
@@ -408,6 +419,13 @@ class Campaign:
             if path == "/fetch":
                 return _frame({"uri": uri})
             return _frame({"uris": [uri, None]})
+        if path == "/upload":
+            return _frame({"name": rnd.choice(["v", "w.1", "x" * 128, "../v"])},
+                          rnd.choice(self.values))
+        if path == "/describe":
+            return _frame(rnd.choice([{"what": "object", "name": "v"},
+                                      {"what": "file", "path": "x.npy", "key": None},
+                                      {"what": "file", "path": "../x.npy"}]))
         if path == "/abort" and self.execs:
             return _frame({"exec": rnd.choice(self.execs), "reason": "fuzz"})
         if path == "/msg" and self.prepared:
@@ -504,8 +522,7 @@ class Campaign:
         elif who != support.STRANGER and path != "/health" and not digest_ok and status != 409:
             finding("spec", "a missing or different spec digest was not refused with 409",
                     status, text)
-        elif digest_ok and path != "/health" and (who.startswith("node") != (path == "/msg")) \
-                and status != 403:
+        elif digest_ok and path != "/health" and not _right_role(who, path) and status != 403:
             finding("role", "the wrong role was not refused with 403", status, text)
         elif path == "/health" and who != support.STRANGER and status != 200:
             finding("health", "a listed party's /health failed", status, text)

@@ -8,12 +8,12 @@ in it.
 
 Who may call what is decided by the client certificate of the mutual-TLS
 connection, which OpenAPI cannot express: ``GET /health`` is open to every party
-the spec lists, ``POST /msg`` to nodes only, the other paths to listed drivers
-only (403 otherwise; a certificate no spec lists fails the handshake). Every
-request but ``/health`` must carry the sender's spec digest in ``x-mplang-spec``
-(409 when it is missing or differs). Request bodies are MPV1 frames
-(`mplang.backends.wire.pack_message`): a length-prefixed JSON header, then raw
-payload bytes.
+the spec lists, ``POST /msg`` to nodes only, ``POST /upload`` to the worker's own
+node certificate only, the other paths to listed drivers only (403 otherwise; a
+certificate no spec lists fails the handshake). Every request but ``/health``
+must carry the sender's spec digest in ``x-mplang-spec`` (409 when it is missing
+or differs). Request bodies are MPV1 frames (`mplang.backends.wire.pack_message`):
+a length-prefixed JSON header, then raw payload bytes.
 """
 
 from __future__ import annotations
@@ -53,6 +53,14 @@ _FAILED_RUN = {
         "key": {"type": ["string", "null"]},
         "loc": {"type": ["string", "null"]},
     },
+}
+
+
+_TYPED: dict[str, Any] = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "node": {"type": "string"},
+                   "dtype": {"type": "string"},
+                   "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}}},
 }
 
 
@@ -156,6 +164,16 @@ WORKER_API: dict[str, Any] = {
             _json({"type": "object", "required": ["ok"],
                    "properties": {"ok": {"type": "boolean"}}}, "aborted"),
             _DRIVER),
+        "/upload": _post(
+            "Store a tensor under a name for simp.load (this node's own certificate only). "
+            "Header: name (1-128 of [A-Za-z0-9_.-]); payload: the value, encoded.",
+            _json(_TYPED | {"required": ["name", "node", "dtype", "shape"]}, "stored"),
+            (400, 403, 409, 411, 413)),
+        "/describe": _post(
+            "The type of a private input, never its data (driver the node's policy accepts). "
+            "Header: what ('file': path, key; or 'object': name).",
+            _json(_TYPED | {"required": ["dtype", "shape"]}, "its dtype and shape"),
+            (*_DRIVER, 404)),
         "/msg": _post(
             "A message of a running execution from another node; the body is one encoded "
             "value. Admitted from its headers before the body is read.",
