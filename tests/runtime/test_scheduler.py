@@ -40,7 +40,7 @@ def _device(n: int) -> Any:
     a = mp.put("P0", np.arange(4, dtype=np.float32))
     b = mp.put("P1", np.full(4, 2.0, np.float32))
     s = mp.device("SP0")(lambda x, y: (x * y, x < y))(a, b)
-    return mp.put("P0", s[0]), s[1]
+    return mp.put("P0", s[0]), mp.put("P1", s[1])
 
 
 PROGRAMS = {"ring": _ring, "independent shuffles": _independent_shuffles,
