@@ -55,10 +55,11 @@ def test_the_type_comes_from_the_file(sim: mp.Simulator) -> None:
         program = mp.compile(lambda: simp.pcall((0,), lambda: tensor.load("t.npz", "b")),
                              cluster=sim.cluster)
     (out,) = program.graph.outputs
-    assert str(out.type) == str(mp.MPType(mp.TensorType("int64", ()), mp.Mask.of([0])))
+    # the file holds int64; the program takes JAX's canonical int32
+    assert str(out.type) == str(mp.MPType(mp.TensorType("int32", ()), mp.Mask.of([0])))
     load_op = program.graph.operations[0].regions[0].operations[0]
     assert load_op.opcode == "tensor.load"
-    assert load_op.attrs == {"path": "t.npz", "key": "b", "type": mp.TensorType("int64", ())}
+    assert load_op.attrs == {"path": "t.npz", "key": "b", "type": mp.TensorType("int32", ())}
 
 
 def test_declared_type_needs_no_context_and_is_checked_when_run(sim: mp.Simulator) -> None:
@@ -155,7 +156,7 @@ def test_simp_load_of_a_missing_name(sim: mp.Simulator) -> None:
 def test_simp_load_type_is_checked_and_party_validated(sim: mp.Simulator) -> None:
     sim.upload("node_1", "v", np.zeros(2))
     with pytest.raises(mp.MPRuntimeError, match=r"party 1: simp.load: object 'v' on node_1 is "
-                                                r"f64\[2\], but the program expects f64\[3\]"):
+                                                r"f32\[2\], but the program expects f32\[3\]"):
         mp.evaluate(sim, lambda: simp.load(1, "v", dtype="float64", shape=(3,)))
     with pytest.raises(mp.MPTypeError, match=r"simp.load: party 5 is not a party of a 3-party"):
         mp.compile(lambda: simp.load(5, "v", dtype="float64", shape=(2,)), world_size=3)
@@ -178,3 +179,30 @@ def test_default_data_root_is_data_slash_node(tmp_path: Path,
     finally:
         simulator.close()
     np.testing.assert_array_equal(out[1], [4, 5])
+
+
+def test_loaded_data_takes_jax_s_canonical_dtype(sim: mp.Simulator, roots: dict[str, Path]
+                                                 ) -> None:
+    np.save(roots["node_0"] / "f64.npy", np.arange(4, dtype=np.float64) / 3)
+    np.save(roots["node_0"] / "big.npy", np.array([2**40, 1]))
+
+    def mean() -> object:
+        x = simp.pcall((0,), lambda: tensor.load("f64.npy"))
+        return x, simp.pcall((0,), lambda v: tensor.run_jax(np.mean, v), x)
+
+    x, m = mp.fetch(sim, mp.evaluate(sim, mean))
+    assert x[0].dtype == np.float32  # as JAX runs float64 data without jax_enable_x64
+    np.testing.assert_allclose(x[0], np.arange(4) / 3, rtol=1e-6)
+    assert m[0] == pytest.approx(0.5)
+    with pytest.raises(mp.MPRuntimeError, match=re.escape(
+            "party 0: 'big.npy' on node_0: tensor.load: integer values in "
+            "[1, 1099511627776] do not fit int32")):
+        mp.evaluate(sim, lambda: simp.pcall((0,), lambda: tensor.load("big.npy")))
+
+
+def test_a_device_function_may_load_its_party_s_data(sim: mp.Simulator) -> None:
+    def prog() -> object:
+        x = mp.device("P0")(lambda: tensor.load("x.npy") * 2)()
+        return mp.device("P0")(lambda v: v.sum())(x)
+
+    assert mp.fetch(sim, mp.evaluate(sim, prog)) == 30.0

@@ -11,9 +11,10 @@ import numpy as np
 from mplang.backends.simp_worker.ops import BACKEND as SIMP_BACKEND
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.backends.tensor_impl import BACKEND as TENSOR_BACKEND
+from mplang.dialects.common import as_array, canonical_type
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType
-from mplang.frontend.errors import MPRuntimeError
+from mplang.frontend.errors import MPRuntimeError, MPTypeError
 from mplang.runtime import data_root
 from mplang.runtime.interpreter import Interpreter
 
@@ -25,12 +26,16 @@ def _worker(interp: Interpreter) -> SimpWorker:
 
 def _checked(worker: SimpWorker, op: Operation, what: str, array: np.ndarray) -> np.ndarray:
     expected: TensorType = op.attrs["type"]
-    found = TensorType(array.dtype.name, tuple(array.shape))
+    found = canonical_type(TensorType(array.dtype.name, tuple(array.shape)))
     if found != expected:
         raise MPRuntimeError(f"party {worker.rank}: {op.opcode}: {what} on {worker.node} is "
                              f"{found}, but the program expects {expected}",
                              party=worker.rank, op=op.opcode)
-    return array
+    try:
+        return as_array(op.opcode, array)
+    except MPTypeError as e:
+        raise MPRuntimeError(f"party {worker.rank}: {what} on {worker.node}: {e}",
+                             party=worker.rank, op=op.opcode) from None
 
 
 @TENSOR_BACKEND.kernel("tensor.load")

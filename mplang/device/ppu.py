@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,11 +36,23 @@ class PPU(DeviceKind):
 
     def call(self, cluster: ClusterSpec, device: Device, fn: Callable[..., Any],
              args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
-        body = (lambda *a: fn(*a, **kwargs)) if is_feop(fn) else \
-            (lambda *a: tensor.run_jax(fn, *a, **kwargs))
+        rank = rank_of(cluster, device)
+        def as_mplang(*a: Any) -> Any:
+            return fn(*a, **kwargs)
+
+        def as_jax(*a: Any) -> Any:
+            return tensor.run_jax(fn, *a, **kwargs)
+
+        name = getattr(fn, "__name__", "fn")
+        as_mplang.__name__ = as_jax.__name__ = name
+        body = as_mplang if is_feop(fn) else as_jax
         try:
-            return simp.pcall((rank_of(cluster, device),), body, *args)
+            return simp.pcall((rank,), body, *args)
         except MPTypeError as e:
+            if body is not as_mplang:
+                # not a JAX function: one that calls MPLang ops (tensor.load, say)
+                with contextlib.suppress(MPTypeError):
+                    return simp.pcall((rank,), as_mplang, *args)
             raise MPTypeError(f"{what}: {e}") from None
 
     def adopt(self, cluster: ClusterSpec, obj: MPObject, t: MPType, device: Device,

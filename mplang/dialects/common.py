@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mplang.edsl.typing import TensorType
 from mplang.frontend.errors import MPTypeError
 
 
@@ -28,6 +29,11 @@ def as_array(op: str, value: Any) -> np.ndarray:
                               "(JAX runs with 32-bit integers unless jax_enable_x64 is set)")
     arr = arr.astype(dtype, copy=False)
     return arr if arr.flags.c_contiguous else arr.copy()
+
+
+def canonical_type(t: TensorType) -> TensorType:
+    """``t`` with JAX's canonical dtype: the type `as_array` gives data of type ``t``."""
+    return TensorType.of(jax.dtypes.canonicalize_dtype(np.dtype(t.dtype)), t.shape)
 
 
 

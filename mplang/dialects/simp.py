@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mplang.dialects import tensor
-from mplang.dialects.common import as_array
+from mplang.dialects.common import as_array, canonical_type
 from mplang.edsl.context import current_context
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation, Value
@@ -189,9 +189,9 @@ def load(party: int, name: str, *, dtype: Any = None, shape: Any = None) -> MPOb
     if isinstance(party, bool) or not isinstance(party, int | np.integer):
         raise MPTypeError(f"simp.load: party must be a rank, got {party!r}")
     rank = int(party)
-    vtype = declared_type("simp.load", dtype, shape) or looked_up_type(
+    vtype = canonical_type(declared_type("simp.load", dtype, shape) or looked_up_type(
         "simp.load", f"object {name!r}", tracer, [rank],
-        lambda ctx, r: ctx.describe_object(r, name))
+        lambda ctx, r: ctx.describe_object(r, name)))
     return load_p.bind([], {"party": rank, "name": name, "type": vtype})[0]
 
 

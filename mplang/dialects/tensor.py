@@ -25,7 +25,7 @@ import numpy as np
 from jax import export as jax_export
 from jax._src.config import traceback_in_locations_limit
 
-from mplang.dialects.common import LRUCache, as_array
+from mplang.dialects.common import LRUCache, as_array, canonical_type
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.object import MPObject
@@ -438,9 +438,9 @@ def load(path: str, key: str | None = None, *, dtype: Any = None, shape: Any = N
         raise MPTypeError("tensor.load is a party-local op; at the simp level run it inside "
                           "simp.pcall(parties, fn, ...)")
     what = f"{path!r}" if key is None else f"{path!r}[{key!r}]"
-    vtype = declared_type("tensor.load", dtype, shape) or looked_up_type(
+    vtype = canonical_type(declared_type("tensor.load", dtype, shape) or looked_up_type(
         "tensor.load", what, tracer, tracer.parties,
-        lambda ctx, rank: ctx.describe_data(rank, path, key))
+        lambda ctx, rank: ctx.describe_data(rank, path, key)))
     return load_p.bind([], {"path": path, "key": key, "type": vtype})[0]
 
 
