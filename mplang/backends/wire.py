@@ -77,7 +77,7 @@ def value_codecs() -> list[ValueCodec]:
 
 def privacy_kind(value: Any) -> str:
     """What ``value`` reveals on the wire: its codec's `ValueCodec.privacy`; raw bytes are
-    link traffic of a secure device's protocol (SPU's secret-sharing messages), so
+    link traffic of a secure device's protocol (secret-sharing messages), so
     ``"secret share"``; arrays and scalars are ``"plaintext"``, and so is a list when any
     of its elements is."""
     if isinstance(value, bytes | bytearray | memoryview):

@@ -16,8 +16,9 @@ and ``"node"`` (the node that wrote it). The events:
     refused; null when accepted).
 ``end``
     An accepted run finished: ``exec``, ``scope``, ``status`` (``"ok"``,
-    ``"failed"``, or ``"aborted"`` when its driver aborted the execution) and
-    ``reason`` (the error; null when ok).
+    ``"failed"``, ``"aborted"`` when its driver aborted the execution, or
+    ``"refused"`` when it never started because the parties did not all accept
+    the same program) and ``reason`` (the error; null when ok).
 ``abort``
     A driver aborted an execution: ``exec``, ``driver``, ``reason``.
 ``send`` / ``recv``
@@ -37,8 +38,8 @@ and ``"node"`` (the node that wrote it). The events:
 
 ``kind`` says what a value reveals of the data in it: ``"plaintext"`` (a tensor
 or scalar in the clear, and any value whose codec declares no other kind),
-``"secret share"`` (an SPU share, and the raw link bytes of a secure device's
-protocol: SPU's messages are secret-sharing protocol traffic) or
+``"secret share"`` (a secure device's share of a value, and the raw link bytes
+its protocol exchanges: the traffic of a secret-sharing protocol) or
 ``"ciphertext"``; each value codec declares its kind
 (`mplang.backends.wire.ValueCodec.privacy`). A list of values (a batched
 message) is plaintext when any element is.
@@ -150,15 +151,18 @@ class AuditLog:
         self.write({"event": "execution", "exec": exec_id, "scope": scope, "program": program,
                     "driver": _driver(driver), "verdict": verdict, "reason": _short(reason)})
 
-    def end(self, exec_id: str, scope: str, error: str | None = None) -> None:
-        """An accepted run finished (``error`` is None when it succeeded)."""
+    def end(self, exec_id: str, scope: str, error: str | None = None,
+            refused: bool = False) -> None:
+        """An accepted run finished (``error`` is None when it succeeded), or was
+        ``refused`` before it started."""
         with self._lock:
             runs = self._graphs.get(exec_id, {})
             runs.pop(scope, None)
             if not runs:
                 self._graphs.pop(exec_id, None)
             aborted = exec_id in self._aborted
-        status = "ok" if error is None else "aborted" if aborted else "failed"
+        status = "refused" if refused else "ok" if error is None else \
+            "aborted" if aborted else "failed"
         self.write({"event": "end", "exec": exec_id, "scope": scope, "status": status,
                     "reason": _short(error)})
 

@@ -5,6 +5,7 @@ from A."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,20 @@ def test_a_refused_program_is_logged_with_its_reason(audited: tuple[LocalCluster
     assert events[0]["verdict"] == "refused"
     assert events[0]["driver"]["name"] == "driver"
     assert events[0]["reason"] == response.json()["error"]
+
+
+def test_a_run_the_other_parties_did_not_vote_for_ends_refused(
+        audited: tuple[LocalCluster, Path]) -> None:
+    cluster, audit_dir = audited
+    dev = support.DevCluster(cluster.spec_path, cluster.keys_dir)
+    exec_id = uuid.uuid4().hex
+    with dev.client("driver", 0) as client:
+        prepared = client.post("/prepare", content=support.run_body(
+            support.local_graph(), exec_id=exec_id, parties=[0, 1]))
+        assert prepared.status_code == 200, prepared.text
+        response = client.post("/run", content=support.frame({"exec": exec_id, "scope": ""}))
+    assert response.status_code == 409
+    events = [e for e in read_events([audit_dir / "node_0.jsonl"]) if e.get("exec") == exec_id]
+    assert [(e["event"], e.get("verdict"), e.get("status")) for e in events] == \
+        [("execution", "accepted", None), ("end", None, "refused")]
+    assert events[1]["reason"] == response.json()["error"]

@@ -109,6 +109,15 @@ def test_the_log_is_appended_to_across_restarts(tmp_path: Path) -> None:
     assert [(e["exec"], e["status"]) for e in events] == [("e1", "ok"), ("e2", "failed")]
 
 
+def test_a_run_refused_by_the_votes_ends_refused(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    log.execution("e1", "", "d" * 64, DRIVER, "accepted", graph=_program())
+    log.end("e1", "", "party 1 voted for another program", refused=True)
+    log.close()
+    assert [(e["event"], e.get("status"), e.get("reason")) for e in read_events([log.path])] \
+        == [("execution", None, None), ("end", "refused", "party 1 voted for another program")]
+
+
 def test_a_failed_run_of_an_aborted_execution_ends_aborted(tmp_path: Path) -> None:
     log = _log(tmp_path)
     log.execution("e1", "", "d" * 64, DRIVER, "accepted", graph=_program())

@@ -85,6 +85,15 @@ def _size(parts: list[Buffer]) -> int:
     return sum(memoryview(p).nbytes for p in parts)
 
 
+def _refused_digest(header: dict[str, Any], payload: memoryview) -> str:
+    """The digest of a refused request's program (of its whole payload if malformed)."""
+    try:
+        program, _ = split_program(header, payload)
+    except MPLangError:
+        program = payload
+    return _program_digest(program)
+
+
 def _who(peer: Peer) -> tuple[str, str]:
     """A peer's name and certificate fingerprint, as the audit log records them."""
     return peer.name, peer.certificate.fingerprint
@@ -318,7 +327,7 @@ class WorkerServer:
                 self.audit.execution(
                     exec_id if isinstance(exec_id, str) and _ID.fullmatch(exec_id) else "",
                     scope[:_KEY_LIMIT] if isinstance(scope, str) else "",
-                    _program_digest(payload), _who(driver), "refused", str(e))
+                    _refused_digest(header, payload), _who(driver), "refused", str(e))
             raise
         if self.audit is not None:
             run = prepared.run
@@ -356,9 +365,11 @@ class WorkerServer:
         try:
             check_votes(votes, self.peers, self.rank, run.parties, run.exec_id, run.scope,
                         run.program)
-        except MPRefusedError:
+        except MPRefusedError as e:
             self.executions.end(run)
             self.mailbox.drop(run.exec_id, run.scope)
+            if self.audit is not None:
+                self.audit.end(run.exec_id, run.scope, str(e), refused=True)
             raise
 
     def drop_prepared(self, exec_id: str) -> None:
