@@ -1,7 +1,8 @@
 """Clusters on one machine: development specs with a key per party, and worker processes.
 
-`write_dev_cluster` writes a spec and a key pair for every node and for a
-driver named ``driver`` into one folder. That folder holds every party's key:
+`write_dev_cluster` writes a spec, a key pair for every node and for a
+driver named ``driver``, and every node's policy (``policies/NODE.yaml``) into
+one folder. That folder holds every party's key:
 it is for development on one machine only. In a real deployment each
 organisation runs ``mplang keygen`` on its own machine and shares only its
 certificate and fingerprint.
@@ -70,7 +71,50 @@ def write_dev_cluster(spec: ClusterSpec, out_dir: str | os.PathLike[str], *,
     path = out / "cluster.yaml"
     path.write_text(DEV_HEADER + _security_notes(spec) + yaml.safe_dump(data, sort_keys=False))
     ClusterSpec.from_yaml(path)  # what was written loads back
+    write_dev_policies(spec, out, drivers)
     return path
+
+
+DEV_POLICY = """\
+# What {node} accepts and what may leave it (written by `mplang init` for
+# development; see docs/privacy.md). Each organisation writes its own policy
+# and passes it to its worker with --policy (default: this file).
+drivers: [{drivers}]          # the drivers {node} takes programs from
+plaintext_to: []          # no party and no driver receives {node}'s data in plaintext
+protocols: [{protocols}]  # secure-device protocols accepted{protocol_note}
+programs: []              # digests of programs allowed to reveal anything (mplang check)
+max_uses: {{}}              # uploaded object -> how many executions may use it
+declassify:               # what may be revealed of values computed from {node}'s data
+  - to: ["*"]             # comparison results (the millionaire's answer, a PSI mask)
+    when: compare
+  - to: ["*"]             # aggregates over at least 10 of its elements (means,
+    when: aggregate       # variances, counts, trained model weights)
+    min_elements: 10
+"""
+"""The development policy of every node: the bundled examples satisfy it."""
+
+
+def write_dev_policies(spec: ClusterSpec, out_dir: str | os.PathLike[str],
+                       drivers: tuple[str, ...] = (DRIVER,)) -> list[Path]:
+    """Write ``out_dir/policies/NODE.yaml`` (`DEV_POLICY`) for every node of ``spec``: it
+    accepts the protocols the spec's devices ask for."""
+    from mplang.policy.policy import DEFAULT_PROTOCOLS, Policy
+
+    asked = {str(d.config["protocol"]) for d in spec.devices.values() if "protocol" in d.config}
+    extra = sorted(asked - set(DEFAULT_PROTOCOLS))
+    note = (f" ({', '.join(extra)}: the spec asks for it, and it makes one party the others' "
+            "dealer)") if extra else " (none of them makes one party the others' dealer)"
+    folder = Path(out_dir) / "policies"
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for node in spec.nodes:
+        path = folder / f"{node.name}.yaml"
+        path.write_text(DEV_POLICY.format(
+            node=node.name, drivers=", ".join(drivers),
+            protocols=", ".join([*DEFAULT_PROTOCOLS, *extra]), protocol_note=note))
+        Policy.load(path)  # what was written loads back
+        paths.append(path)
+    return paths
 
 
 def _security_notes(spec: ClusterSpec) -> str:

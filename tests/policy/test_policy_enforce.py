@@ -70,3 +70,19 @@ def test_standard_mode_inputs_keep_their_labels(sim: mp.Simulator) -> None:
 def test_unknown_node_in_policies() -> None:
     with pytest.raises(MPLangError, match="policies names nodes \\['node_9'\\]"):
         mp.Simulator(mp.ClusterSpec.simple(2), policies={"node_9": "p.yaml"})
+
+
+def test_init_writes_a_policy_per_node_that_workers_load(tmp_path: Path) -> None:
+    from mplang.policy.policy import Policy
+    from mplang.runtime.local_cluster import init_cluster
+
+    init_cluster(3, tmp_path)
+    for i in range(3):
+        text = (tmp_path / "policies" / f"node_{i}.yaml").read_text()
+        assert f"What node_{i} accepts" in text and "#" in text  # commented
+        policy = Policy.load(tmp_path / "policies" / f"node_{i}.yaml")
+        assert policy.drivers == ("driver",)
+        assert policy.plaintext_to == ()
+        assert policy.protocols == ("CHEETAH", "ABY3")
+        assert [(r.when, r.min_elements) for r in policy.declassify] == [
+            ("compare", 1), ("aggregate", 10)]
