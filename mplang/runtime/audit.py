@@ -35,6 +35,13 @@ and ``"node"`` (the node that wrote it). The events:
 ``delete``
     A driver deleted stored values: ``driver``, ``uris`` and ``deleted`` (how many
     existed).
+``upload``
+    This node's owner stored a tensor (``mplang put``): ``name``, ``bytes`` (the
+    request body), ``type`` (``{"dtype", "shape"}``).
+``describe``
+    A driver learnt the type of a file in the data root or of an uploaded object
+    (to trace a program that loads it; the data stays here): ``driver``, ``name``
+    (the path or object name), ``type``.
 
 ``kind`` says what a value reveals of the data in it: ``"plaintext"`` (a tensor
 or scalar in the clear, and any value whose codec declares no other kind),
@@ -195,6 +202,15 @@ class AuditLog:
         self.write({"event": "delete", "driver": _driver(driver), "uris": uris,
                     "deleted": deleted})
 
+    def upload(self, name: str, nbytes: int, vtype: dict[str, Any]) -> None:
+        """This node's owner stored a tensor under ``name``."""
+        self.write({"event": "upload", "name": name, "bytes": nbytes, "type": vtype})
+
+    def describe(self, driver: tuple[str, str], name: str, vtype: dict[str, Any]) -> None:
+        """A driver was told the type of a file or uploaded object."""
+        self.write({"event": "describe", "driver": _driver(driver), "name": name,
+                    "type": vtype})
+
     def close(self) -> None:
         with self._lock:
             self._file.close()
@@ -264,6 +280,8 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
       kind whose bytes sent by one differ from the bytes received by the other;
     - ``fetches``: per driver, ``count``, ``bytes`` and ``by_kind`` (bytes);
     - ``deletes``: per driver, the number of values deleted;
+    - ``uploads``: per node, ``count`` and ``bytes`` its owner uploaded;
+    - ``describes``: per driver, how many types of data it was told;
     - ``malformed``: the lines that could not be read (``PATH:LINE``).
     """
     events = _events(logs)
@@ -277,6 +295,8 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
         n: {"sent": {}, "received": {}} for n in nodes}
     fetches: dict[str, dict[str, Any]] = {}
     deletes: Counter[str] = Counter()
+    uploads: dict[str, dict[str, int]] = {}
+    describes: Counter[str] = Counter()
     malformed = []
     for e in events:
         name = e["event"]
@@ -302,6 +322,12 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
                                                                         0) + nbytes
         elif name == "delete":
             deletes[_driver_name(e)] += int(e.get("deleted") or 0)
+        elif name == "upload":
+            cell = uploads.setdefault(str(e.get("node")), {"count": 0, "bytes": 0})
+            cell["count"] += 1
+            cell["bytes"] += int(e.get("bytes") or 0)
+        elif name == "describe":
+            describes[_driver_name(e)] += 1
         elif name == "malformed":
             malformed.append(e["where"])
     return {
@@ -313,6 +339,8 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
         "mismatches": _mismatches(messages),
         "fetches": fetches,
         "deletes": dict(deletes),
+        "uploads": uploads,
+        "describes": dict(describes),
         "malformed": malformed,
     }
 
@@ -369,6 +397,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"  {driver}: {entry['count']} values, {entry['bytes']} bytes ({kinds})")
     for driver, count in sorted(summary["deletes"].items()):
         lines.append(f"deletes by {driver}: {count}")
+    for node, cell in sorted(summary["uploads"].items()):
+        lines.append(f"uploads to {node}: {cell['count']} ({cell['bytes']} bytes)")
+    for driver, count in sorted(summary["describes"].items()):
+        lines.append(f"types described to {driver}: {count}")
     for where in summary["malformed"]:
         lines.append(f"malformed line: {where}")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp
+from mplang.backends.upload_client import put
 from mplang.backends.wire import encode_value_bytes
 from mplang.runtime.audit import plaintext_received, read_events, summarize
 from mplang.runtime.identity import load_certificate
@@ -171,3 +172,25 @@ def test_a_run_the_other_parties_did_not_vote_for_ends_refused(
     assert [(e["event"], e.get("verdict"), e.get("status")) for e in events] == \
         [("execution", "accepted", None), ("end", None, "refused")]
     assert events[1]["reason"] == response.json()["error"]
+
+
+def test_uploads_and_the_types_told_to_a_driver_are_logged(
+        audited: tuple[LocalCluster, Path]) -> None:
+    cluster, audit_dir = audited
+    vec = np.array([3, 1, 2], dtype=np.int32)
+    name = f"v{uuid.uuid4().hex[:8]}"
+    put(cluster.spec_path, "node_1", name, vec)
+    with support.connected_driver(cluster) as driver:
+        out = mp.evaluate(driver, lambda: simp.pcall((1,), lambda v: v * 10, simp.load(1, name)))
+        with pytest.raises(mp.MPRuntimeError, match="node_1 refuses to send object"):
+            mp.fetch(driver, out)  # node_1's policy keeps its data from the driver
+    log = read_events([audit_dir / "node_1.jsonl"])
+    events = [e for e in log if e["event"] in ("upload", "describe") and e["name"] == name]
+    assert [(e["event"], e["type"]) for e in events] == \
+        [("upload", {"dtype": "int32", "shape": [3]}),
+         ("describe", {"dtype": "int32", "shape": [3]})]
+    assert events[0]["bytes"] == len(encode_value_bytes(vec))
+    assert events[1]["driver"]["name"] == "driver"
+    after = log[log.index(events[1]):]
+    assert [e["status"] for e in after if e["event"] == "end"] == ["ok"]
+    assert [e for e in after if e["event"] == "fetch"] == []  # refused: nothing left node_1

@@ -75,10 +75,13 @@ def test_events_are_json_lines_with_time_node_and_their_fields(tmp_path: Path) -
     log.fetch(DRIVER, "mem://node_0/abc", "plaintext", 51)
     log.delete(DRIVER, ["mem://node_0/abc"], 1)
     log.execution("e2", "", "f" * 64, DRIVER, "refused", "op simp.load at p.py:3: no")
+    log.upload("v", 120, {"dtype": "int32", "shape": [3]})
+    log.describe(DRIVER, "x.npy", {"dtype": "float32", "shape": [2, 3]})
     log.close()
     events = read_events([log.path])
     assert [e["event"] for e in events] == ["execution", "send", "recv", "send", "end",
-                                            "fetch", "delete", "execution"]
+                                            "fetch", "delete", "execution", "upload",
+                                            "describe"]
     assert all(e["node"] == "node_0" and isinstance(e["time"], float) for e in events)
     assert events[0] | {"time": 0} == {
         "event": "execution", "time": 0, "node": "node_0", "exec": "e1", "scope": "/0",
@@ -96,6 +99,10 @@ def test_events_are_json_lines_with_time_node_and_their_fields(tmp_path: Path) -
     assert events[5]["uri"] == "mem://node_0/abc" and events[5]["bytes"] == 51
     assert (events[6]["uris"], events[6]["deleted"]) == (["mem://node_0/abc"], 1)
     assert (events[7]["verdict"], events[7]["reason"]) == ("refused", "op simp.load at p.py:3: no")
+    assert (events[8]["name"], events[8]["bytes"], events[8]["type"]) == \
+        ("v", 120, {"dtype": "int32", "shape": [3]})
+    assert (events[9]["driver"]["name"], events[9]["name"], events[9]["type"]) == \
+        ("driver", "x.npy", {"dtype": "float32", "shape": [2, 3]})
 
 
 def test_the_log_is_appended_to_across_restarts(tmp_path: Path) -> None:
@@ -194,6 +201,8 @@ def _two_logs(tmp_path: Path) -> list[Path]:
     a.fetch(DRIVER, "mem://node_0/x", "plaintext", 51)
     b.fetch(("driver2", "cd" * 32), "mem://node_1/y", "secret share", 90)
     b.delete(DRIVER, ["u1", "u2"], 2)
+    b.upload("v", 120, {"dtype": "int32", "shape": [3]})
+    b.describe(DRIVER, "v", {"dtype": "int32", "shape": [3]})
     a.close()
     b.close()
     with open(b.path, "a") as f:
@@ -222,6 +231,8 @@ def test_summary_counts_executions_bytes_per_peer_and_kind_and_fetches(tmp_path:
         "driver": {"count": 1, "bytes": 51, "by_kind": {"plaintext": 51}},
         "driver2": {"count": 1, "bytes": 90, "by_kind": {"secret share": 90}}}
     assert summary["deletes"] == {"driver": 2}
+    assert summary["uploads"] == {"node_1": {"count": 1, "bytes": 120}}
+    assert summary["describes"] == {"driver": 1}
     assert summary["malformed"] == [f"{paths[1]}:{len(paths[1].read_text().splitlines())}"]
     assert summarize(read_events(paths)) == summary  # events work as well as paths
 
@@ -249,6 +260,8 @@ def test_mplang_audit_prints_text_and_json(tmp_path: Path,
     assert "node_1 <- node_0: secret share: 40 bytes in 1 messages" in text
     assert "MISMATCH node_0 -> node_1 secret share: sent 42 bytes, received 40" in text
     assert "driver: 1 values, 51 bytes (plaintext: 51 bytes)" in text
+    assert "uploads to node_1: 1 (120 bytes)" in text
+    assert "types described to driver: 1" in text
     assert f"malformed line: {paths[1]}:" in text
 
 

@@ -95,11 +95,14 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
             raise MPSerializationError(str(e)) from None
         loop = asyncio.get_running_loop()
         vtype = await loop.run_in_executor(server.pool, _store, server, name, payload)
+        if server.audit is not None:
+            server.audit.upload(name, len(payload), _type_json(vtype))
         return JSONResponse({"name": name, "node": server.node, **_type_json(vtype)})
 
     @app.post("/describe")
     async def describe(request: Request) -> JSONResponse:
-        _check_driver(server, server.peer(request, "driver"))
+        driver = server.peer(request, "driver")
+        _check_driver(server, driver)
         header, _ = split_frame(await server.body(request, _HEADER_LIMIT))
         loop = asyncio.get_running_loop()
         try:
@@ -108,4 +111,8 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
             return JSONResponse({"error": str(e)}, status_code=404)
         except MPRuntimeError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
+        if server.audit is not None:
+            server.audit.describe((driver.name, driver.certificate.fingerprint),
+                                  str(header.get("path") or header.get("name")),
+                                  _type_json(vtype))
         return JSONResponse(_type_json(vtype))
