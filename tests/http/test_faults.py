@@ -117,8 +117,8 @@ def test_worker_killed_mid_run(local_cluster: LocalCluster, http_driver: mp.Driv
         local_cluster.start_node("node_1")
     # the restarted worker joins the next programs
     assert ring_values(http_driver, mode) == [15, 1, 8]
-    out = mp.evaluate(http_driver, lambda: mp.device("SP0")(lambda a, b: a * b)(
-        mp.put("P0", np.int32(6)), mp.put("P1", np.int32(7))), mode=mode)
+    out = mp.evaluate(http_driver, lambda: mp.put("P2", mp.device("SP0")(lambda a, b: a * b)(
+        mp.put("P0", np.int32(6)), mp.put("P1", np.int32(7)))), mode=mode)
     assert int(mp.fetch(http_driver, out)) == 42
 
 
