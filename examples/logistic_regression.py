@@ -9,6 +9,12 @@ here scikit-learn's breast cancer dataset (569 patients, 30 features):
 A third party (party 2) holds no data and receives no result: it only helps
 compute on secret shares, so that the SPU can run ABY3.
 
+Each party reads its own columns (and party 1 its labels) from its own data
+root with ``tensor.load``: no record passes through the driver. In this demo
+one process plays every party, so it writes each party's files into temporary
+data roots first; on real workers each organisation keeps them on its own
+machine (``mplang worker --data-root DIR``).
+
 The flow:
 
 1. each party standardizes its own columns in plaintext on its PPU, with the
@@ -41,7 +47,9 @@ Run: ``python examples/logistic_regression.py``
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -51,6 +59,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.model_selection import train_test_split
 
 import mplang as mp
+from mplang import tensor
 
 P0_FEATURES = 15
 """Party 0 holds feature columns [0, 15); party 1 holds the rest and the labels."""
@@ -98,11 +107,33 @@ def train(x0: jnp.ndarray, x1: jnp.ndarray, y: jnp.ndarray,
     return w[: x0.shape[1]], w[x0.shape[1]:], b
 
 
+FEATURES_FILE = "features.npz"
+"""Each data holder's columns (members ``train`` and ``test``), in its own data root."""
+LABELS_FILE = "labels.npz"
+"""Party 1's labels (members ``train`` and ``test``), in its own data root."""
+
+
+def save_party_data(roots: dict[str, Path], data: dict[str, np.ndarray]) -> None:
+    """What each party does on its own machine: keep its columns (and labels) in its data
+    root (``roots`` maps node_0 and node_1 to their data roots)."""
+    for rank in (0, 1):
+        root = roots[f"node_{rank}"]
+        root.mkdir(parents=True, exist_ok=True)
+        np.savez(root / FEATURES_FILE, train=data[f"x{rank}_train"], test=data[f"x{rank}_test"])
+    np.savez(roots["node_1"] / LABELS_FILE, train=data["y_train"], test=data["y_test"])
+
+
+def load_on(device: str, file: str, member: str) -> Any:
+    """Member ``member`` of ``file``, read by ``device``'s party from its data root."""
+    return mp.device(device)(lambda: tensor.load(file, member))()
+
+
 @mp.function
-def vertical_logistic_regression(x0_train: Any, x0_test: Any, x1_train: Any, x1_test: Any,
-                                 y_train: Any, y_test: Any,
-                                 iterations: int = ITERATIONS) -> dict[str, Any]:
-    """The whole protocol; ``x0_*`` live on P0, ``x1_*`` and ``y_*`` on P1."""
+def vertical_logistic_regression(iterations: int = ITERATIONS) -> dict[str, Any]:
+    """The whole protocol: P0 loads its columns, P1 its columns and the labels."""
+    x0_train, x0_test = (load_on("P0", FEATURES_FILE, m) for m in ("train", "test"))
+    x1_train, x1_test = (load_on("P1", FEATURES_FILE, m) for m in ("train", "test"))
+    y_train, y_test = (load_on("P1", LABELS_FILE, m) for m in ("train", "test"))
     x0_train, x0_test = mp.device("P0")(standardize)(x0_train, x0_test)
     x1_train, x1_test = mp.device("P1")(standardize)(x1_train, x1_test)
 
@@ -137,19 +168,19 @@ def main(seed: int = SEED, parties: int = 3) -> dict[str, Any]:
     data = load_data(seed)
     start = time.perf_counter()
     cluster = mp.ClusterSpec.simple(parties)
-    sim = mp.Simulator(cluster)
-    try:
-        # Each party's private data (in a real deployment each party loads its own).
-        with sim:
-            inputs = {name: mp.put("P0" if name.startswith("x0") else "P1", value)
-                      for name, value in data.items()}
-        out = mp.evaluate(sim, vertical_logistic_regression, **inputs)
-        spu = {"w0": mp.fetch(sim, out["w0"]), "w1": mp.fetch(sim, out["w1"]),
-               "b": float(mp.fetch(sim, out["b"])), "predicted": mp.fetch(sim, out["predicted"]),
-               "accuracy": float(mp.fetch(sim, out["accuracy"])),
-               "devices": {k: mp.get_dev_attr(v) for k, v in out.items()}}
-    finally:
-        sim.close()
+    with tempfile.TemporaryDirectory(prefix="logistic-regression-") as folder:
+        roots = {node.name: Path(folder) / node.name for node in cluster.nodes}
+        save_party_data(roots, data)  # on each party's own machine
+        sim = mp.Simulator(cluster, data_roots=roots)
+        try:
+            out = mp.evaluate(sim, vertical_logistic_regression)
+            spu = {"w0": mp.fetch(sim, out["w0"]), "w1": mp.fetch(sim, out["w1"]),
+                   "b": float(mp.fetch(sim, out["b"])),
+                   "predicted": mp.fetch(sim, out["predicted"]),
+                   "accuracy": float(mp.fetch(sim, out["accuracy"])),
+                   "devices": {k: mp.get_dev_attr(v) for k, v in out.items()}}
+        finally:
+            sim.close()
     spu_seconds = time.perf_counter() - start
     return {"spu": spu, "plaintext": plaintext_baseline(data), "spu_seconds": spu_seconds,
             "iterations": ITERATIONS, "learning_rate": LEARNING_RATE, "parties": parties,

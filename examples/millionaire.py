@@ -17,8 +17,13 @@ the protocol but may try to learn from what it sees), not against a party that
 deviates from it. ABY3 also needs an honest majority: Bob and party 2 together
 could rebuild Alice's wealth, so they must not collude.
 
-The program is compiled once per cluster and then evaluated on fresh inputs:
-the wealths are runtime inputs, not constants baked into the program.
+Each party reads its own wealth from its own data root (``tensor.load``): the
+number never passes through the driver or reaches the other party. In this
+demo one process plays every party, so it writes both files into temporary
+data roots first; on real workers each organisation keeps its file on its own
+machine (``mplang worker --data-root DIR``). The program is compiled once per
+cluster (the types come from the parties' files) and evaluated again whenever
+the files change.
 
 Note: integers are 32-bit (JAX's default), so wealths must stay below 2**31.
 
@@ -27,52 +32,67 @@ Run: ``python examples/millionaire.py``
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import mplang as mp
+from mplang import tensor
 
 WEALTH_PAIRS = [(1_000_000, 2_000_000), (2_500_000, 1_999_999), (7_000_000, 7_000_000)]
 """(Alice's wealth, Bob's wealth) pairs to compare."""
+WEALTH_FILE = "wealth.npy"
+"""The file each party keeps its wealth in, in its own data root."""
 
 
 @mp.function
-def millionaire(alice_wealth: Any, bob_wealth: Any) -> Any:
-    """Whether Alice (on P0) is poorer than Bob (on P1); the answer is held by P0 only."""
+def millionaire() -> Any:
+    """Whether Alice (on P0) is poorer than Bob (on P1); the answer is held by P0 only.
+
+    Each wealth is loaded by its owner; the SPU compares the secret shares."""
+    alice_wealth = mp.device("P0")(lambda: tensor.load(WEALTH_FILE))()
+    bob_wealth = mp.device("P1")(lambda: tensor.load(WEALTH_FILE))()
     alice_is_poorer = mp.device("SP0")(lambda a, b: a < b)(alice_wealth, bob_wealth)
     return mp.put("P0", alice_is_poorer)
+
+
+def save_wealth(data_root: Path, wealth: int) -> None:
+    """What a party does on its own machine: keep its wealth in its data root."""
+    data_root.mkdir(parents=True, exist_ok=True)
+    np.save(data_root / WEALTH_FILE, np.int32(wealth))
 
 
 def run(world_size: int, pairs: list[tuple[int, int]] = WEALTH_PAIRS) -> list[dict[str, Any]]:
     """Compare every pair of wealths on a ``world_size``-party simulator."""
     cluster = mp.ClusterSpec.simple(world_size)
     protocol = cluster.device("SP0").config["protocol"]
-    sim = mp.Simulator(cluster)
-    try:
-        program = None
-        results = []
-        for alice, bob in pairs:
-            # Each party's private input. In a real deployment each party loads its
-            # own; in the simulator we place them from here.
-            with sim:
-                x = mp.put("P0", np.int32(alice))
-                y = mp.put("P1", np.int32(bob))
-            if program is None:  # compile once, reuse for every pair
-                program = mp.compile(millionaire, x, y, cluster=cluster)
-            out = mp.evaluate(sim, program, x, y)
-            results.append({
-                "parties": world_size,
-                "protocol": protocol,
-                "alice": alice,
-                "bob": bob,
-                "alice_is_poorer": bool(mp.fetch(sim, out)),
-                "device": mp.get_dev_attr(out),           # "P0"
-                "holders": tuple(out.mptype.pmask),        # (0,): nobody else holds it
-            })
-        return results
-    finally:
-        sim.close()
+    with tempfile.TemporaryDirectory(prefix="millionaire-") as data:
+        roots = {node.name: Path(data) / node.name for node in cluster.nodes}
+        sim = mp.Simulator(cluster, data_roots=roots)
+        try:
+            program = None
+            results = []
+            for alice, bob in pairs:
+                save_wealth(roots["node_0"], alice)   # on Alice's machine
+                save_wealth(roots["node_1"], bob)     # on Bob's machine
+                if program is None:  # compile once, reuse for every pair
+                    with sim:
+                        program = mp.compile(millionaire, cluster=cluster)
+                out = mp.evaluate(sim, program)
+                results.append({
+                    "parties": world_size,
+                    "protocol": protocol,
+                    "alice": alice,
+                    "bob": bob,
+                    "alice_is_poorer": bool(mp.fetch(sim, out)),
+                    "device": mp.get_dev_attr(out),           # "P0"
+                    "holders": tuple(out.mptype.pmask),        # (0,): nobody else holds it
+                })
+            return results
+        finally:
+            sim.close()
 
 
 def main() -> list[dict[str, Any]]:

@@ -14,6 +14,11 @@ Then
 * the membership mask ``any(eq, axis=1)`` (which of P0's IDs are in P1's
   set) is revealed to P0 only, who reads the intersection off its own IDs.
 
+Each party reads its IDs from its own data root (``tensor.load``): no ID passes
+through the driver. In this demo one process plays both parties, so it writes
+both files into temporary data roots first; on real workers each organisation
+keeps its file on its own machine (``mplang worker --data-root DIR``).
+
 The equality matrix costs ``len(a) * len(b)`` secure comparisons, which is fine
 for sets of a few hundred IDs (CHEETAH spends a few seconds here on the default
 200 x 150, mostly fixed setup of its oblivious transfers); hashing-based PSI
@@ -29,12 +34,15 @@ Run: ``python examples/psi.py``
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 import mplang as mp
+from mplang import tensor
 
 SIZES = (200, 150)
 """Number of IDs held by P0 and P1."""
@@ -59,12 +67,24 @@ def intersect(a: jnp.ndarray, b: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]
     return jnp.sum(eq, dtype=jnp.int32), jnp.any(eq, axis=1)
 
 
+IDS_FILE = "ids.npy"
+"""The file each party keeps its IDs in, in its own data root."""
+
+
 @mp.function
-def psi(ids0: Any, ids1: Any) -> dict[str, Any]:
-    """``ids0`` lives on P0, ``ids1`` on P1."""
+def psi() -> dict[str, Any]:
+    """P0 and P1 each load their own IDs; sizes go to both, the mask to P0 only."""
+    ids0 = mp.device("P0")(lambda: tensor.load(IDS_FILE))()
+    ids1 = mp.device("P1")(lambda: tensor.load(IDS_FILE))()
     size, in_ids1 = mp.device("SP0")(intersect)(ids0, ids1)
     return {"size_at_p0": mp.put("P0", size), "size_at_p1": mp.put("P1", size),
             "mask_at_p0": mp.put("P0", in_ids1)}
+
+
+def save_ids(data_root: Path, ids: np.ndarray) -> None:
+    """What a party does on its own machine: keep its IDs in its data root."""
+    data_root.mkdir(parents=True, exist_ok=True)
+    np.save(data_root / IDS_FILE, ids)
 
 
 def main(seed: int = 0, sizes: tuple[int, int] = SIZES, common: int = COMMON,
@@ -72,24 +92,26 @@ def main(seed: int = 0, sizes: tuple[int, int] = SIZES, common: int = COMMON,
     """Run the PSI on a simulator of ``cluster`` (default: ``ClusterSpec.simple(2)``, P0,
     P1 and the CHEETAH SPU "SP0"); returns the inputs and what each party learns."""
     ids0, ids1 = make_ids(seed, sizes, common)
-    sim = mp.Simulator(cluster or mp.ClusterSpec.simple(2))
-    try:
-        # Each party's private IDs (in a real deployment each party loads its own).
-        with sim:
-            x, y = mp.put("P0", ids0), mp.put("P1", ids1)
-        out = mp.evaluate(sim, psi, x, y)
-        mask = np.asarray(mp.fetch(sim, out["mask_at_p0"]))
-        return {
-            "ids0": ids0,
-            "ids1": ids1,
-            "size_at_p0": int(mp.fetch(sim, out["size_at_p0"])),
-            "size_at_p1": int(mp.fetch(sim, out["size_at_p1"])),
-            "mask_at_p0": mask,
-            "intersection": np.sort(ids0[mask]),  # P0 reads its own IDs under the mask
-            "devices": {k: mp.get_dev_attr(v) for k, v in out.items()},
-        }
-    finally:
-        sim.close()
+    cluster = cluster or mp.ClusterSpec.simple(2)
+    with tempfile.TemporaryDirectory(prefix="psi-") as folder:
+        roots = {node.name: Path(folder) / node.name for node in cluster.nodes}
+        save_ids(roots["node_0"], ids0)  # on P0's machine
+        save_ids(roots["node_1"], ids1)  # on P1's machine
+        sim = mp.Simulator(cluster, data_roots=roots)
+        try:
+            out = mp.evaluate(sim, psi)
+            mask = np.asarray(mp.fetch(sim, out["mask_at_p0"]))
+            return {
+                "ids0": ids0,
+                "ids1": ids1,
+                "size_at_p0": int(mp.fetch(sim, out["size_at_p0"])),
+                "size_at_p1": int(mp.fetch(sim, out["size_at_p1"])),
+                "mask_at_p0": mask,
+                "intersection": np.sort(ids0[mask]),  # P0 reads its own IDs under the mask
+                "devices": {k: mp.get_dev_attr(v) for k, v in out.items()},
+            }
+        finally:
+            sim.close()
 
 
 if __name__ == "__main__":

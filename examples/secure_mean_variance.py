@@ -11,7 +11,12 @@ vector; the vectors may have different lengths. They want the mean and the
    shares (in fixed point: see Precision below);
 3. the two statistics are revealed to ``P0`` only.
 
-Only the vector lengths are public (they are part of the program's types).
+Each party reads its vector from its own data root (``tensor.load``): no
+value passes through the driver. In this demo one process plays every party,
+so it writes the three files into temporary data roots first; on real workers
+each organisation keeps its file on its own machine (``mplang worker
+--data-root DIR``). Only the vector lengths are public (they are part of the
+program's types).
 
 Security: ABY3 protects against semi-honest parties only (each follows the
 protocol but may try to learn from what it sees) and needs an honest majority:
@@ -29,12 +34,15 @@ Run: ``python examples/secure_mean_variance.py``
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 import mplang as mp
+from mplang import tensor
 
 SIZES = (40, 25, 60)
 """Number of values held by P0, P1 and P2."""
@@ -55,11 +63,22 @@ def mean_and_variance(*parts: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     return mean, variance
 
 
+VALUES_FILE = "values.npy"
+"""The file each party keeps its vector in, in its own data root."""
+
+
 @mp.function
-def joint_stats(a: Any, b: Any, c: Any) -> Any:
-    """``a``, ``b``, ``c`` live on P0, P1, P2; the statistics end up on P0 only."""
-    mean, variance = mp.device("SP0")(mean_and_variance)(a, b, c)
+def joint_stats() -> Any:
+    """Each of P0, P1, P2 loads its own vector; the statistics end up on P0 only."""
+    parts = [mp.device(f"P{i}")(lambda: tensor.load(VALUES_FILE))() for i in range(3)]
+    mean, variance = mp.device("SP0")(mean_and_variance)(*parts)
     return mp.put("P0", mean), mp.put("P0", variance)
+
+
+def save_values(data_root: Path, values: np.ndarray) -> None:
+    """What a party does on its own machine: keep its vector in its data root."""
+    data_root.mkdir(parents=True, exist_ok=True)
+    np.save(data_root / VALUES_FILE, values)
 
 
 def make_cluster(field: str = "FM64") -> mp.ClusterSpec:
@@ -76,20 +95,22 @@ def make_cluster(field: str = "FM64") -> mp.ClusterSpec:
 def main(seed: int = 0, field: str = "FM64") -> dict[str, Any]:
     """Run the joint statistics on a 3-party simulator; returns inputs and results."""
     data = make_data(seed)
-    sim = mp.Simulator(make_cluster(field))
-    try:
-        # Each party's private input (in a real deployment each party loads its own).
-        with sim:
-            inputs = [mp.put(f"P{i}", v) for i, v in enumerate(data)]
-        mean, variance = mp.evaluate(sim, joint_stats, *inputs)
-        return {
-            "data": data,
-            "device": mp.get_dev_attr(mean),  # "P0"
-            "mean": float(mp.fetch(sim, mean)),
-            "variance": float(mp.fetch(sim, variance)),
-        }
-    finally:
-        sim.close()
+    cluster = make_cluster(field)
+    with tempfile.TemporaryDirectory(prefix="mean-variance-") as folder:
+        roots = {node.name: Path(folder) / node.name for node in cluster.nodes}
+        for node, values in zip(cluster.nodes, data, strict=True):
+            save_values(roots[node.name], values)  # on each party's own machine
+        sim = mp.Simulator(cluster, data_roots=roots)
+        try:
+            mean, variance = mp.evaluate(sim, joint_stats)
+            return {
+                "data": data,
+                "device": mp.get_dev_attr(mean),  # "P0"
+                "mean": float(mp.fetch(sim, mean)),
+                "variance": float(mp.fetch(sim, variance)),
+            }
+        finally:
+            sim.close()
 
 
 if __name__ == "__main__":

@@ -35,14 +35,15 @@ ELEMENTWISE = frozenset([
     "reverse", "round_nearest_afz", "round_nearest_even", "rsqrt", "shift_left",
     "shift_right_arithmetic", "shift_right_logical", "sign", "sine", "sqrt", "subtract",
     "tan", "tanh", "transpose", "xor", "select", "optimization_barrier", "reciprocal",
-    "prefer_a"
+    "prefer_a", "concatenate", "pad"
 ])
+"""Ops whose result joins its operands' labels: each keeps every element it reads (a
+concatenation or padding still covers whole inputs)."""
 COMPARE = frozenset([
     "compare", "less", "less_equal", "greater", "greater_equal", "equal", "not_equal"
 ])
-SLICING = frozenset([
-    "slice", "dynamic_slice", "gather", "pad", "concatenate", "dynamic_update_slice"
-])
+SLICING = frozenset(["slice", "dynamic_slice", "gather", "dynamic_update_slice"])
+"""Ops that may keep only part of their input: the result no longer covers it whole."""
 NO_LABEL = frozenset(["constant", "iota", "free"])
 _ADDITIVE = frozenset(["add"])
 _BOOLEAN = frozenset(["or", "and", "maximum", "minimum", "max", "min"])
