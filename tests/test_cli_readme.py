@@ -26,7 +26,7 @@ def test_demo_prints_each_step(capsys: pytest.CaptureFixture[str]) -> None:
     assert "party 0: [1. 4. 9.]" in out
     assert "party 0: 36.0" in out
     assert "millionaire's problem, revealed to P0 only: is P0 poorer than P1? True" in out
-    assert "secure mean of the 3 private vectors: 4.0000" in out
+    assert "secure mean of the 3 private vectors, revealed to P0: 4.0000" in out
 
 
 def test_demo_results_match_numpy() -> None:

@@ -66,10 +66,11 @@ def millionaire() -> Any:
 
 
 def secure_mean(world_size: int) -> Any:
-    """The mean of all parties' private vectors, computed on secret shares."""
+    """The mean of all parties' private vectors, computed on secret shares and revealed
+    to party 0 only."""
     vectors = [mp.put(f"P{i}", np.arange(1, 4, dtype=np.float32) * (i + 1))
                for i in range(world_size)]
-    return mp.device("SP0")(lambda *vs: jnp.mean(jnp.stack(vs)))(*vectors)
+    return mp.put("P0", mp.device("SP0")(lambda *vs: jnp.mean(jnp.stack(vs)))(*vectors))
 
 
 def run_demo(world_size: int = 3, echo: Callable[[str], None] = print) -> list[Any]:
@@ -91,7 +92,8 @@ def run_demo(world_size: int = 3, echo: Callable[[str], None] = print) -> list[A
             richer = mp.fetch(sim, mp.evaluate(sim, millionaire))
             echo(f"- millionaire's problem, revealed to P0 only: is P0 poorer than P1? {richer}")
             mean = mp.fetch(sim, mp.evaluate(sim, secure_mean, world_size))
-            echo(f"- secure mean of the {world_size} private vectors: {mean:.4f}")
+            echo(f"- secure mean of the {world_size} private vectors, revealed to P0: "
+                 f"{mean:.4f}")
             results += [richer, mean]
         sim.close()
     return results
