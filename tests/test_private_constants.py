@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -37,15 +36,6 @@ def two_secrets(a: Any = SECRET0, b: Any = SECRET1) -> Any:
 
 def compiled(fn: Any = two_secrets, *args: Any) -> Graph:
     return mp.compile(lambda: fn(*args), world_size=3).graph
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(3)
-    try:
-        yield simulator
-    finally:
-        simulator.close()
 
 
 def wire(graph: Graph, rank: int) -> bytes:

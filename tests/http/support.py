@@ -219,6 +219,22 @@ class ThreadWorker:
         self._thread.join(timeout=15)
 
 
+@contextlib.contextmanager
+def thread_workers(cluster: DevCluster, n: int, timeout: float = 10.0,
+                   limits: dict[int, WorkerLimits] | None = None) -> Iterator[list[ThreadWorker]]:
+    """Workers ``node_0`` .. ``node_{n-1}`` in this process (``limits`` by rank), stopped
+    on exit."""
+    started = [ThreadWorker(cluster, f"node_{r}", timeout=timeout,
+                            limits=(limits or {}).get(r)) for r in range(n)]
+    for w in started:
+        w.start()
+    try:
+        yield started
+    finally:
+        for w in started:
+            w.stop()
+
+
 # ---------------------------------------------------------------- the mplang command
 
 

@@ -36,12 +36,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> support.DevCluster:
 
 @pytest.fixture(scope="module")
 def workers(dev: support.DevCluster) -> Iterator[list[support.ThreadWorker]]:
-    started = [support.ThreadWorker(dev, f"node_{r}", timeout=10.0) for r in range(3)]
-    for w in started:
-        w.start()
-    yield started
-    for w in started:
-        w.stop()
+    with support.thread_workers(dev, 3) as started:
+        yield started
 
 
 @pytest.fixture

@@ -58,14 +58,9 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> support.DevCluster:
 @pytest.fixture(scope="module")
 def workers(dev: support.DevCluster) -> Iterator[list[support.ThreadWorker]]:
     """node_0..node_2 in this process; node_0 has a 64 MiB body limit."""
-    limits = WorkerLimits(max_body_bytes=64 << 20)
-    started = [support.ThreadWorker(dev, f"node_{r}", timeout=10.0,
-                                    limits=limits if r == 0 else None) for r in range(3)]
-    for w in started:
-        w.start()
-    yield started
-    for w in started:
-        w.stop()
+    with support.thread_workers(dev, 3, limits={0: WorkerLimits(max_body_bytes=64 << 20)}
+                                ) as started:
+        yield started
 
 
 @pytest.fixture
