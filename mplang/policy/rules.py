@@ -1,10 +1,11 @@
-"""Flow rules of the simp, tensor, spu and func dialects (see `mplang.policy.flows`)."""
+"""Flow rules of the simp, tensor and func dialects (see `mplang.policy.flows`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from mplang.dialects import func, simp, spu, tensor
+from mplang.dialects import func, simp, tensor
 from mplang.dialects.common import LRUCache
 from mplang.edsl.graph import Operation
 from mplang.frontend.errors import MPLangError
@@ -13,33 +14,34 @@ from mplang.policy.labels import Label, join, raw, source
 from mplang.policy.tensor_flows import transfer
 
 _TEXTS = LRUCache(256)
-"""payload bytes -> module text (StableHLO or pphlo)."""
+"""(reader, payload bytes) -> module text (StableHLO or pphlo)."""
 
 
-def _module_text(kind: str, payload: bytes) -> str | None:
-    """The text of a run_jax module or an SPU executable (None if it cannot be read)."""
-    text: str | None = _TEXTS.lookup((kind, payload))
+def module_text(read: Callable[[bytes], str], payload: bytes) -> str | None:
+    """The text ``read`` gives of a tensor program's payload (None if it cannot be read)."""
+    text: str | None = _TEXTS.lookup((read, payload))
     if text is None:
         try:
-            if kind == "stablehlo":
-                text = str(tensor.exported_module(payload).mlir_module())
-            else:
-                from mplang.analysis.spu_rounds import executable_code
-
-                text = executable_code(payload)
+            text = read(payload)
         except (MPLangError, ValueError, RuntimeError):
             return None
-        _TEXTS.store((kind, payload), text)
+        _TEXTS.store((read, payload), text)
     return text
 
 
-def _through(kind: str, payload: Any, ins: list[Label], n: int) -> list[Label]:
-    """Labels through a tensor program; raw from every input if it cannot be followed."""
+def through(read: Callable[[bytes], str], payload: Any, ins: list[Label], n: int
+            ) -> list[Label]:
+    """Labels through a tensor program whose text ``read`` gives; raw from every input if
+    it cannot be followed."""
     if all(lab is None for lab in ins):
         return [None] * n
-    text = _module_text(kind, bytes(payload))
+    text = module_text(read, bytes(payload))
     outs = transfer(text, ins) if text is not None else None
     return outs if outs is not None and len(outs) == n else [raw(ins)] * n
+
+
+def _stablehlo(module: bytes) -> str:
+    return str(tensor.exported_module(module).mlir_module())
 
 
 # ---------------------------------------------------------------- party-local ops
@@ -52,7 +54,7 @@ def _constant(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[L
 
 @local_flow_rule(tensor.run_jax_p)
 def _run_jax(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
-    return _through("stablehlo", op.attrs["module"], ins, len(op.outputs))
+    return through(_stablehlo, op.attrs["module"], ins, len(op.outputs))
 
 
 @local_flow_rule(tensor.pyfunc_p)
@@ -196,39 +198,3 @@ def _while_loop(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Part
 @flow_rule(func.call_p)
 def _call(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     return a.graph(op.regions[0], ins)
-
-
-# ---------------------------------------------------------------- spu
-
-
-def _device_use(a: Analysis, op: Operation, sealed_from: int | None = None) -> None:
-    if a.party in op.attrs["members"] or sealed_from == a.party:
-        a.devices.append((op, dict(op.attrs)))
-
-
-@flow_rule(spu.seal_p)
-def _seal(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
-    """Shares are not plaintext: the label follows them to every member, unchecked."""
-    holders = a.holders(op.inputs[0])
-    src = holders[0] if len(holders) == 1 else None
-    _device_use(a, op, src)
-    label = ins[0].get(src) if src is not None else everywhere(ins[0])
-    return [{} if label is None else dict.fromkeys(op.attrs["members"], label)]
-
-
-@flow_rule(spu.run_p)
-def _spu_run(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
-    _device_use(a, op)
-    outs = _through("pphlo", op.attrs["executable"], [everywhere(v) for v in ins],
-                    len(op.outputs))
-    members = op.attrs["members"]
-    return [{} if lab is None else dict.fromkeys(members, lab) for lab in outs]
-
-
-@flow_rule(spu.reveal_p)
-def _reveal(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
-    _device_use(a, op)
-    to: int = op.attrs["to"]
-    label = everywhere(ins[0])
-    a.send(op, to, label, f"the value revealed from {op.attrs['device']}")
-    return [{} if label is None else {to: label}]
