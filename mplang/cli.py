@@ -294,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = commands.add_parser("check", help="print a saved program's data flows and each "
                                                "node's policy verdict, without running it")
     check.add_argument("--cluster", required=True, help="cluster spec YAML")
-    check.add_argument("--policy", help="the policy file (default: the default policy)")
+    check.add_argument("--policy", help="the policy file to apply (default: each node's own, "
+                       "policies/NODE.yaml next to the spec, else the default policy)")
     check.add_argument("--node", help="check only this node (default: every node)")
     check.add_argument("program", help="a program written by Program.save (.mpl)")
     ops = commands.add_parser("ops", help="list the frontend ops (built-in and plugins')")

@@ -31,14 +31,21 @@ def install_guards(workers: Sequence[Any], cluster: ClusterSpec,
         workers[rank].guard = Guard(as_policy(policy), rank, names)
 
 
+def node_policy(node: str, path: str | os.PathLike[str] | None,
+                spec_path: str | os.PathLike[str] | None) -> Policy:
+    """``node``'s policy: the file ``path``, else ``policies/<node>.yaml`` next to the spec
+    if it exists, else `Policy.default`."""
+    if path is None and spec_path is not None:
+        candidate = Path(spec_path).parent / "policies" / f"{node}.yaml"
+        path = candidate if candidate.exists() else None
+    return Policy.load(path) if path is not None else Policy.default()
+
+
 def worker_policy(cluster: ClusterSpec, node: str, path: str | os.PathLike[str] | None,
                   spec_path: str | os.PathLike[str] | None) -> Guard:
     """The guard of HTTP worker ``node``: its policy file ``path``, else
     ``policies/<node>.yaml`` next to the spec if it exists, else `Policy.default`."""
-    if path is None and spec_path is not None:
-        candidate = Path(spec_path).parent / "policies" / f"{node}.yaml"
-        path = candidate if candidate.exists() else None
-    policy = Policy.load(path) if path is not None else Policy.default()
+    policy = node_policy(node, path, spec_path)
     names = [n.name for n in cluster.nodes]
     drivers = {d.certificate.fingerprint: d.name for d in cluster.drivers}
     return Guard(policy, names.index(node), names, drivers)

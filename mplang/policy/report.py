@@ -8,6 +8,7 @@ from collections.abc import Callable
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.program import load
 from mplang.policy.check import check
+from mplang.policy.enforce import node_policy
 from mplang.policy.policy import Policy
 from mplang.runtime.commitments import program_digest
 
@@ -16,16 +17,18 @@ def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.P
                   policy_path: str | os.PathLike[str] | None = None, node: str | None = None,
                   out: Callable[[str], None] = print) -> bool:
     """Print the program digest, then for ``node`` (default: every node) its data flows
-    and its verdict under ``policy_path`` (default: `Policy.default`). Whether every
-    checked node accepts the program."""
+    and its verdict under ``policy_path`` (default: each node's own policy, as its worker
+    would load it: ``policies/<node>.yaml`` next to the spec, else `Policy.default`).
+    Whether every checked node accepts the program."""
     cluster = ClusterSpec.from_yaml(cluster_path)
     program = load(program_path)
     names = [n.name for n in cluster.nodes]
-    policy = Policy.load(policy_path) if policy_path is not None else Policy.default()
+    given = Policy.load(policy_path) if policy_path is not None else None
     digest = program_digest(program.graph, cluster.world_size)
     out(f"program {program.name}: digest {digest}")
     accepted = True
     for rank in [cluster.rank_of(node)] if node is not None else range(cluster.world_size):
+        policy = given or node_policy(names[rank], None, cluster_path)
         verdict = check(program.graph, cluster.world_size, rank, policy, names=names,
                         digest=digest)
         out(f"{names[rank]} ({policy.source}): "
