@@ -52,7 +52,7 @@ def workers(dev: support.DevCluster, roots: list[Path]
     plaintext go to the driver (these tests fetch what was loaded); node_1 accepts only
     the driver ``driver``; node_2 takes uploads of at most 1 KiB."""
     policies = dev.spec_path.parent / "policies"
-    policies.mkdir()
+    policies.mkdir(exist_ok=True)  # write_dev_cluster wrote development policies
     for r in range(3):
         only = "drivers: [driver]\n" if r == 1 else ""
         (policies / f"node_{r}.yaml").write_text(f"plaintext_to: [driver]\n{only}")
@@ -215,7 +215,7 @@ def test_worker_processes_read_their_data_root_dir_slash_node(tmp_path: Path) ->
     local = LocalCluster(support.make_spec(support.free_ports(3)), data_root=tmp_path)
     try:
         policies = local.spec_path.parent / "policies"
-        policies.mkdir()
+        policies.mkdir(exist_ok=True)  # write_dev_cluster wrote development policies
         for r in range(3):
             (policies / f"node_{r}.yaml").write_text("plaintext_to: [driver]\n")
         local.start(timeout=60.0)
