@@ -121,7 +121,8 @@ def _remember(table: OrderedDict[str, Any], key: str, value: Any) -> None:
 
 
 class AuditLog:
-    """One node's append-only audit log at ``path`` (parent folders are created).
+    """One node's append-only audit log at ``path`` (parent folders are created; a new
+    file is readable by its owner only).
 
     Thread-safe: each event is one JSON line written with a single unbuffered
     write under a lock. ``nodes`` are the cluster's node names, by rank.
@@ -132,7 +133,8 @@ class AuditLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.node = node
         self.nodes = list(nodes)
-        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._file = open(fd, "ab", buffering=0)  # noqa: SIM115 (closed by close())
         self._lock = threading.Lock()
         self._graphs: OrderedDict[str, dict[str, Graph]] = OrderedDict()
         """exec id -> scope -> program of the runs accepted here."""

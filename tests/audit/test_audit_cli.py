@@ -1,5 +1,6 @@
-"""``mplang up --audit-dir DIR`` gives each worker the log ``DIR/<node>.jsonl``; without it
-each worker logs to ``./audit/<node>.jsonl`` under the working directory."""
+"""``mplang up --audit-dir DIR`` gives each worker the log ``DIR/<node>.jsonl``; without it,
+and ``mplang worker`` without ``--audit-log``, each worker logs to ``./audit/<node>.jsonl``
+under the working directory."""
 
 from __future__ import annotations
 
@@ -17,28 +18,37 @@ from mplang.runtime.audit import read_events
 from tests.http import support
 
 
-def _up(tmp_path: Path, extra: list[str]) -> subprocess.Popen[str]:
-    init = subprocess.run([*support.mplang_command(), "init", "--nodes", "2", "--out",
-                           str(tmp_path / "c")], capture_output=True, text=True, timeout=60)
-    assert init.returncode == 0, init.stderr
-    proc = subprocess.Popen([*support.mplang_command(), "up", "--cluster",
-                             str(tmp_path / "c" / "cluster.yaml"), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path, start_new_session=True)
+def _start(tmp_path: Path, args: list[str], ready: str) -> subprocess.Popen[str]:
+    """``mplang ARGS`` in ``tmp_path``, once it printed ``ready``."""
+    proc = subprocess.Popen([*support.mplang_command(), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            start_new_session=True)
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     for line in proc.stdout:
-        if "all workers are ready" in line:
+        if ready in line:
             return proc
-        assert time.monotonic() < deadline, "mplang up was not ready within 60 s"
+        assert time.monotonic() < deadline, f"mplang {args[0]} was not ready within 60 s"
     proc.kill()
-    raise AssertionError(f"mplang up exited: {proc.communicate()[1]}")
+    raise AssertionError(f"mplang {args[0]} exited: {proc.communicate()[1]}")
 
 
-@pytest.mark.parametrize("where", ["--audit-dir", "default"])
-def test_mplang_up_writes_one_audit_log_per_node(tmp_path: Path, where: str) -> None:
-    logs = tmp_path / ("logs" if where == "--audit-dir" else "audit")
-    proc = _up(tmp_path, ["--audit-dir", str(logs)] if where == "--audit-dir" else [])
+@pytest.mark.parametrize("where", ["up --audit-dir", "up", "worker"])
+def test_each_worker_writes_its_own_audit_log(tmp_path: Path, where: str) -> None:
+    """``mplang up --audit-dir DIR``: DIR/<node>.jsonl; ``mplang up`` and ``mplang worker``
+    without options: ./audit/<node>.jsonl."""
+    init = subprocess.run([*support.mplang_command(), "init", "--nodes", "2", "--out",
+                           str(tmp_path / "c")], capture_output=True, text=True, timeout=60)
+    assert init.returncode == 0, init.stderr
+    spec = str(tmp_path / "c" / "cluster.yaml")
+    logs = tmp_path / ("logs" if where == "up --audit-dir" else "audit")
+    if where == "worker":
+        procs = [_start(tmp_path, ["worker", "--cluster", spec, "--node", f"node_{i}"],
+                        "ready at") for i in range(2)]
+    else:
+        procs = [_start(tmp_path, ["up", "--cluster", spec, *(
+            ["--audit-dir", str(logs)] if where == "up --audit-dir" else [])],
+            "all workers are ready")]
     try:
         driver = mp.Driver(tmp_path / "c" / "cluster.yaml",
                            key=tmp_path / "c" / "keys" / "driver.key")
@@ -49,8 +59,10 @@ def test_mplang_up_writes_one_audit_log_per_node(tmp_path: Path, where: str) -> 
         finally:
             driver.close()
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            proc.wait(timeout=30)
     assert sorted(p.name for p in logs.iterdir()) == ["node_0.jsonl", "node_1.jsonl"]
     events = read_events([logs / "node_1.jsonl"])
     assert [e["event"] for e in events] == ["execution", "end", "fetch"]

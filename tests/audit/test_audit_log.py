@@ -107,6 +107,7 @@ def test_events_are_json_lines_with_time_node_and_their_fields(tmp_path: Path) -
 
 def test_the_log_is_appended_to_across_restarts(tmp_path: Path) -> None:
     first = _log(tmp_path)
+    assert first.path.stat().st_mode & 0o777 == 0o600
     first.end("e1", "", None)
     first.close()
     second = _log(tmp_path)
