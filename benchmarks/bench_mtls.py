@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from timing import run_in_tree
 
 NBYTES = 64 << 20
 NEW = Path(__file__).resolve().parents[1]
@@ -157,18 +158,8 @@ def tcp_copy_seconds(nbytes: int = NBYTES, copies: int = 3) -> float:
 
 
 def run_tree(tree: str, path: Path, runs: int, repeats: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(path)}
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", tree,
-                           "--runs", str(runs), "--repeats", str(repeats)],
-                          cwd=path, env=env, capture_output=True, text=True, timeout=900)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{tree} tree failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    expected = path / "mplang" / "__init__.py"
-    if Path(result["mplang"]).resolve() != expected.resolve():
-        raise RuntimeError(f"{tree} child imported {result['mplang']}, not {expected}")
-    return result
+    return run_in_tree(str(Path(__file__).resolve()), tree, path,
+                       ["--child", tree, "--runs", str(runs), "--repeats", str(repeats)])
 
 
 def main() -> int:

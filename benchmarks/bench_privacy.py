@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from timing import run_in_tree
 
 NBYTES = 64 << 20
 NEW = Path(__file__).resolve().parents[1]
@@ -119,18 +119,8 @@ def child(runs: int, repeats: int) -> None:
 
 
 def run_tree(tree: str, path: Path, runs: int, repeats: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(path)}
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
-                           "--runs", str(runs), "--repeats", str(repeats)],
-                          cwd=path, env=env, capture_output=True, text=True, timeout=1200)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{tree} tree failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1])
-    expected = path / "mplang" / "__init__.py"
-    if Path(result["mplang"]).resolve() != expected.resolve():
-        raise RuntimeError(f"{tree} child imported {result['mplang']}, not {expected}")
-    return result
+    return run_in_tree(str(Path(__file__).resolve()), tree, path,
+                       ["--child", "--runs", str(runs), "--repeats", str(repeats)])
 
 
 FIGURES = [("one_party_ms", "evaluate + fetch, trivial pcall on 1 party: median ms"),

@@ -201,7 +201,8 @@ class ThreadWorker:
     def __init__(self, cluster: DevCluster, node: str, timeout: float = 30.0,
                  limits: WorkerLimits | None = None):
         self.server = WorkerServer(cluster.spec, node, cluster.identity(node), timeout=timeout,
-                                   limits=limits, spec_path=cluster.spec_path)
+                                   limits=limits, spec_path=cluster.spec_path,
+                                   audit_log=cluster.spec_path.parent / "audit" / f"{node}.jsonl")
         self._uvicorn = uvicorn_server(self.server)
         self._thread = threading.Thread(target=self._uvicorn.run, daemon=True,
                                         name=f"uvicorn-{node}")

@@ -59,7 +59,7 @@ def test_mplang_up_starts_all_nodes_and_stops_them(tmp_path: Path, stop: str) ->
     ports = [int(n.endpoint.rsplit(":", 1)[1]) for n in spec.nodes]
     proc = subprocess.Popen([*support.mplang_command(), "up", "--cluster", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, cwd=tmp_path)  # ./audit, ./data there
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
@@ -131,7 +131,7 @@ def test_mplang_up_without_keys_fails_clearly(tmp_path: Path) -> None:
     path = _init(tmp_path)
     (tmp_path / "keys" / "node_1.key").unlink()
     result = subprocess.run([*support.mplang_command(), "up", "--cluster", str(path)],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode != 0
     assert "node_1.key" in result.stderr and "Traceback" not in result.stderr, result.stderr
 
@@ -144,7 +144,7 @@ def test_mplang_up_with_a_busy_port_fails_and_stops_the_other_workers(tmp_path: 
         dev = support.dev_cluster(tmp_path, support.make_spec(ports))
         result = subprocess.run([*support.mplang_command(), "up", "--cluster",
                                  str(dev.spec_path)], capture_output=True, text=True,
-                                timeout=120)
+                                timeout=120, cwd=tmp_path)
     assert result.returncode != 0
     assert str(ports[0]) in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert support.wait_ports_free(ports[1:]) == []

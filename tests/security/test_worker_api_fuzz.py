@@ -31,7 +31,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> support.DevCluster:
 
 
 def test_document_lists_every_route(dev: support.DevCluster) -> None:
-    server = WorkerServer(dev.spec, "node_0", dev.identity("node_0"))
+    server = WorkerServer(dev.spec, "node_0", dev.identity("node_0"),
+                          audit_log=dev.spec_path.parent / "audit" / "node_0.jsonl")
     try:
         app = create_app(server)
         routes = {(route.path, method.lower()) for route in app.routes
