@@ -321,7 +321,7 @@ def spu_value(sim: mp.Simulator) -> tuple[list[Any], Callable[[list[Any]], None]
         return mp.device("SP0")(lambda a: a * 3 - 1)(x)
 
     z = mp.evaluate(sim, prog)
-    shares = sim.fetch_object(z)
+    shares = sim.held(z)
     config = SpuConfig.of(CLUSTER, CLUSTER.device("SP0"))
     plaintext = z.base_type.plaintext_type
     expected = np.arange(6, dtype=np.int32).reshape(2, 3) * 3 - 1

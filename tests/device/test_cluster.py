@@ -276,7 +276,7 @@ def test_simulator_of_n_serves_simp_and_device_levels() -> None:
         out = mp.evaluate(sim, lambda: mp.put("P1", mp.device("SP0")(lambda a, b: a * b)(
             mp.put("P0", np.int32(6)), mp.put("P1", np.int32(7)))))
         assert int(mp.fetch(sim, out)) == 42
-        assert sim.fetch_object(out)[0] is None
+        assert sim.held(out)[0] is None
     finally:
         sim.close()
 
@@ -290,7 +290,7 @@ def test_simulator_accepts_a_spec() -> None:
         out = mp.evaluate(sim, lambda: mp.device("PC")(lambda: jnp.arange(3) * 7)())
         assert mp.get_dev_attr(out) == "PC"
         np.testing.assert_array_equal(mp.fetch(sim, out), [0, 7, 14])
-        assert sim.fetch_object(out)[:2] == [None, None]  # only carol (rank 2) holds it
+        assert sim.held(out)[:2] == [None, None]  # only carol (rank 2) holds it
     finally:
         sim.close()
 

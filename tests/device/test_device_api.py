@@ -16,6 +16,8 @@ import mplang as mp
 from mplang import simp
 from mplang.backends.spu_impl import SpuShare
 from mplang.dialects import spu as spu_dialect
+from mplang.dialects.spu import SecretShareType
+from mplang.policy import PolicyRefusedError
 
 A = np.array([[1.5, -2.25, 3.0], [0.5, 4.0, -1.0]], dtype=np.float32)
 B = np.array([[0.75, 1.0, -3.5], [2.0, -0.5, -1.0]], dtype=np.float32)
@@ -45,7 +47,7 @@ def test_ppu_runs_local_jax_on_its_party(sim: mp.Simulator, mode: str) -> None:
     assert mp.get_dev_attr(out) == "P1"
     expected = np.tanh(A) @ A.T + 1
     assert_close(mp.fetch(sim, out), expected, 1e-5)
-    per_party = sim.fetch_object(out)
+    per_party = sim.held(out)
     assert per_party[0] is None and per_party[2] is None
     assert_close(per_party[1], expected, 1e-5)
 
@@ -54,7 +56,7 @@ def test_ppu_function_without_arguments(sim: mp.Simulator) -> None:
     out = mp.evaluate(sim, lambda: mp.device("P2")(lambda: jnp.arange(5, dtype=jnp.int32) * 3)())
     assert mp.get_dev_attr(out) == "P2"
     np.testing.assert_array_equal(mp.fetch(sim, out), np.arange(5) * 3)
-    assert sim.fetch_object(out)[:2] == [None, None]
+    assert sim.held(out)[:2] == [None, None]
 
 
 # ---------------------------------------------------------------- SPU arithmetic vs numpy
@@ -202,7 +204,7 @@ def test_ppu_to_spu_seals_and_spu_to_ppu_reveals_to_that_party_only(sim: mp.Simu
     assert text.count("spu.reveal") == 1 and "to=1" in text
     out = mp.evaluate(sim, prog, A, B, mode=mode)
     assert mp.get_dev_attr(out) == "P1"
-    per_party = sim.fetch_object(out)
+    per_party = sim.held(out)
     assert per_party[0] is None and per_party[2] is None
     assert_close(per_party[1], A * B + A)
     assert_close(mp.fetch(sim, out), A * B + A)
@@ -215,7 +217,7 @@ def test_ppu_function_reveals_an_spu_argument(sim: mp.Simulator) -> None:
 
     out = mp.evaluate(sim, prog)
     assert mp.get_dev_attr(out) == "P2"
-    per_party = sim.fetch_object(out)
+    per_party = sim.held(out)
     assert per_party[:2] == [None, None]
     np.testing.assert_array_equal(per_party[2], IA * 10)
 
@@ -231,10 +233,10 @@ def test_ppu_to_ppu_moves_over_the_party_link(sim: mp.Simulator, mode: str) -> N
     on_p2, on_p1 = mp.evaluate(sim, prog, mode=mode)
     assert (mp.get_dev_attr(on_p2), mp.get_dev_attr(on_p1)) == ("P2", "P1")
     expected = np.arange(4, dtype=np.float32) + 0.5
-    p2 = sim.fetch_object(on_p2)
+    p2 = sim.held(on_p2)
     assert p2[0] is None and p2[1] is None
     np.testing.assert_array_equal(p2[2], expected * 2)
-    p1 = sim.fetch_object(on_p1)
+    p1 = sim.held(on_p1)
     assert p1[0] is None and p1[2] is None
     np.testing.assert_array_equal(p1[1], expected)
 
@@ -274,9 +276,13 @@ def test_put_constants(sim: mp.Simulator, mode: str) -> None:
     on_p1, on_spu, scalar_spu, scalar_p0 = mp.evaluate(sim, prog, mode=mode)
     assert [mp.get_dev_attr(x) for x in (on_p1, on_spu, scalar_spu, scalar_p0)] == \
         ["P1", "SP0", "SP0", "P0"]
-    assert sim.fetch_object(on_p1)[0] is None and sim.fetch_object(on_p1)[2] is None
+    assert sim.held(on_p1)[0] is None and sim.held(on_p1)[2] is None
     np.testing.assert_array_equal(mp.fetch(sim, on_p1), A)
-    assert all(isinstance(s, SpuShare) for s in sim.fetch_object(on_spu))
+    assert isinstance(on_spu.mptype.base, SecretShareType)
+    with pytest.raises(PolicyRefusedError, match=r"party 0: object mem://\S+ is a secret "
+                       "share, which leaves this party only inside its protocol"):
+        sim.fetch_object(on_spu)  # no party hands a share to the driver
+    assert all(isinstance(s, SpuShare) for s in sim.held(on_spu))
     array, scalar = mp.fetch(sim, mp.evaluate(sim, revealed, mode=mode))
     np.testing.assert_array_equal(array, IA)
     assert float(scalar) == pytest.approx(2.5, abs=1e-4)
@@ -296,7 +302,7 @@ def test_put_moves_objects(sim: mp.Simulator) -> None:
     assert [mp.get_dev_attr(x) for x in (s, back, hop, same)] == ["SP0", "P2", "P1", "P1"]
     for obj in (back, hop, same):
         np.testing.assert_array_equal(mp.fetch(sim, obj), IA)
-    assert sim.fetch_object(back)[:2] == [None, None]
+    assert sim.held(back)[:2] == [None, None]
 
 
 def test_put_on_the_same_device_adds_no_op(sim: mp.Simulator) -> None:
@@ -326,7 +332,7 @@ def test_infer_single_device(sim: mp.Simulator) -> None:
 
     on_ppu, on_spu = mp.evaluate(sim, prog)
     assert mp.get_dev_attr(on_ppu) == "P2"
-    assert sim.fetch_object(on_ppu)[:2] == [None, None]
+    assert sim.held(on_ppu)[:2] == [None, None]
     assert_close(mp.fetch(sim, on_ppu), A - B, 1e-6)
     np.testing.assert_array_equal(mp.fetch(sim, on_spu), IA * IA)
 
@@ -341,7 +347,7 @@ def test_infer_ppu_and_spu_mixed_gives_the_spu(sim: mp.Simulator) -> None:
     assert "spu.run" in text
     out = mp.evaluate(sim, prog)
     assert mp.get_dev_attr(out) == "SP0"
-    assert all(isinstance(v, SpuShare) for v in sim.fetch_object(out))
+    assert all(isinstance(v, SpuShare) for v in sim.held(out))
     assert_close(mp.fetch(sim, mp.evaluate(sim, lambda: mp.put("P1", prog()))), A * B)
 
 
@@ -379,8 +385,8 @@ def test_infer_picks_the_only_spu_that_spans_the_ppus() -> None:
         np.testing.assert_array_equal(ra, IA + IB)
         np.testing.assert_array_equal(rb, IA - IB)
         # S01's result is held by parties 0 and 1 only
-        assert sim.fetch_object(a)[2] is None
-        assert sim.fetch_object(b)[0] is None
+        assert sim.held(a)[2] is None
+        assert sim.held(b)[0] is None
     finally:
         sim.close()
 
@@ -429,8 +435,8 @@ def test_both_modes_agree(sim: mp.Simulator, mode: str) -> None:
     mean, best = mp.evaluate(sim, secure_mean, mode=mode)
     assert_close(mp.fetch(sim, mean), SECURE_MEAN)
     assert int(mp.fetch(sim, best)) == int(np.argmax(SECURE_MEAN))
-    assert sim.fetch_object(mean)[1:] == [None, None]
-    assert sim.fetch_object(best)[:2] == [None, None]
+    assert sim.held(mean)[1:] == [None, None]
+    assert sim.held(best)[:2] == [None, None]
 
 
 @pytest.fixture
@@ -455,10 +461,10 @@ def test_eager_mode_under_with_sim(sim_default_mode: mp.Simulator) -> None:
         moved = mp.put("P1", x)
     assert_close(mp.fetch(sim, w), A @ B.T)
     assert mp.get_dev_attr(w) == "P2"
-    per_party = sim.fetch_object(w)
+    per_party = sim.held(w)
     assert per_party[0] is None and per_party[1] is None
     assert_close(per_party[2], A @ B.T)
-    np.testing.assert_array_equal(sim.fetch_object(moved)[1], A)
+    np.testing.assert_array_equal(sim.held(moved)[1], A)
 
 
 def test_saved_programs_still_run(sim: mp.Simulator, mode: str, tmp_path: Any) -> None:

@@ -102,9 +102,9 @@ def test_protocol_matches_numpy(spu_world: mp.Simulator) -> None:
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=name)
     # revealed to P0 only
     for name in expected:
-        assert all(v is None for v in world.fetch_object(revealed[name])[1:]), name
+        assert all(v is None for v in world.held(revealed[name])[1:]), name
     # the secret output is shared among all members, under the configured protocol and field
-    shares = world.fetch_object(shared)
+    shares = world.held(shared)
     assert len(shares) == n and all(isinstance(s, SpuShare) for s in shares)
     meta = bytes(shares[0].to_libspu().meta).decode("latin-1")
     assert f"{protocol.lower()}." in meta
@@ -120,7 +120,7 @@ def test_four_party_semi2k_spans_all_parties(make_spec: Any) -> None:
             return mp.device("S")(lambda *xs: sum(xs[1:], xs[0]) / 10)(*parts)
 
         out = mp.evaluate(sim, prog)
-        assert all(isinstance(s, SpuShare) for s in sim.fetch_object(out))
+        assert all(isinstance(s, SpuShare) for s in sim.held(out))
         np.testing.assert_allclose(reveal(sim, out), X, rtol=1e-3, atol=1e-3)
     finally:
         sim.close()
@@ -131,7 +131,7 @@ def test_simple_cluster_protocols_reach_libspu(n: int, protocol: str) -> None:
     sim = mp.Simulator(n)
     try:
         out = mp.evaluate(sim, lambda: mp.put("SP0", K))
-        meta = bytes(sim.fetch_object(out)[0].to_libspu().meta).decode("latin-1")
+        meta = bytes(sim.held(out)[0].to_libspu().meta).decode("latin-1")
         assert f"{protocol}." in meta
         np.testing.assert_array_equal(reveal(sim, out), K)
     finally:
@@ -157,13 +157,13 @@ def test_four_party_simple_cluster_takes_an_outsiders_input(mode: str) -> None:
         program = mp.compile(prog, cluster=sim.cluster)
         shared, product, back = mp.evaluate(sim, program, mode=mode)
         for obj in (shared, product):
-            held = sim.fetch_object(obj)
+            held = sim.held(obj)
             assert all(isinstance(s, SpuShare) for s in held[:3]) and held[3] is None
             meta = bytes(held[0].to_libspu().meta).decode("latin-1")
             assert "aby3." in meta
         np.testing.assert_array_equal(reveal(sim, shared, "P3"), K)
         np.testing.assert_array_equal(reveal(sim, product, "P3"), K * (K + 1) - K)
-        assert sim.fetch_object(back)[:3] == [None, None, None]  # revealed to party 3 only
+        assert sim.held(back)[:3] == [None, None, None]  # revealed to party 3 only
         np.testing.assert_array_equal(mp.fetch(sim, back), K * (K + 1) - K)
     finally:
         sim.close()

@@ -74,7 +74,7 @@ def test_spu_value_is_held_only_as_shares(fresh: mp.Simulator, stored: Stored) -
     secret = SECRET_A + SECRET_B
     assert mp.get_dev_attr(total) == "SP0"
 
-    per_party = sim.fetch_object(total)
+    per_party = sim.held(total)
     assert len(per_party) == n
     assert all(isinstance(s, SpuShare) for s in per_party)
     for rank in range(n):
@@ -100,14 +100,14 @@ def test_spu_value_is_held_only_as_shares(fresh: mp.Simulator, stored: Stored) -
 
 def test_shares_differ_between_members(fresh: mp.Simulator) -> None:
     out = mp.evaluate(fresh, lambda: mp.put("SP0", SECRET_A))
-    shares = [share_bytes(s) for s in fresh.fetch_object(out)]
+    shares = [share_bytes(s) for s in fresh.held(out)]
     assert len(set(shares)) == len(shares)
 
 
 def test_sealing_twice_gives_fresh_shares(fresh: mp.Simulator) -> None:
     first = mp.evaluate(fresh, lambda: mp.put("SP0", SECRET_B))
     second = mp.evaluate(fresh, lambda: mp.put("SP0", SECRET_B))
-    assert share_bytes(fresh.fetch_object(first)[0]) != share_bytes(fresh.fetch_object(second)[0])
+    assert share_bytes(fresh.held(first)[0]) != share_bytes(fresh.held(second)[0])
     np.testing.assert_array_equal(reveal(fresh, first), reveal(fresh, second))
 
 
@@ -133,7 +133,7 @@ def test_ppu_value_lives_only_on_its_party(sim: mp.Simulator, stored: Stored) ->
     out = mp.evaluate(sim, lambda: mp.device("P1")(lambda: jnp.asarray(SECRET_A) * 3)())
     expected = SECRET_A * 3
     np.testing.assert_array_equal(mp.fetch(sim, out), expected)
-    per_party = sim.fetch_object(out)
+    per_party = sim.held(out)
     assert per_party[0] is None and per_party[2] is None
     assert holds_array_equal_to(stored(sim, 1), expected)
     for rank in (0, 2):
@@ -152,7 +152,7 @@ def test_reveal_to_p0_gives_others_nothing(sim: mp.Simulator, stored: Stored,
 
     out = mp.evaluate(sim, prog, mode=mode)
     secret = SECRET_A - SECRET_B
-    per_party = sim.fetch_object(out)
+    per_party = sim.held(out)
     np.testing.assert_array_equal(per_party[0], secret)
     assert per_party[1] is None and per_party[2] is None
     assert holds_array_equal_to(stored(sim, 0), secret)
@@ -187,7 +187,7 @@ def test_spu_over_a_subset_leaves_the_outsider_nothing(stored: Stored, mode: str
             return mp.device("S21")(lambda u, v: u - v)(a, b)
 
         out = mp.evaluate(sim, prog, mode=mode)
-        per_party = sim.fetch_object(out)
+        per_party = sim.held(out)
         assert per_party[0] is None
         assert isinstance(per_party[1], SpuShare) and isinstance(per_party[2], SpuShare)
         assert stored(sim, 0) == []  # nothing of the result, not even a share
@@ -206,7 +206,7 @@ def test_outsider_of_the_four_party_default_spu_sends_only_shares(stored: Stored
     try:
         out = mp.evaluate(sim, lambda: mp.device("SP0")(lambda u, v: u * v)(
             mp.put("P3", SECRET_A), mp.put("P0", SECRET_B)))
-        per_party = sim.fetch_object(out)
+        per_party = sim.held(out)
         assert all(isinstance(s, SpuShare) for s in per_party[:3]) and per_party[3] is None
         assert not any(isinstance(v, SpuShare) for v in stored(sim, 3))
         for rank in range(3):

@@ -208,3 +208,22 @@ def test_driver_constant_on_spu_reaches_each_member_as_its_share_only(
     np.testing.assert_array_equal(mp.fetch(driver, mp.evaluate(driver, prog)), value * 3 - 1)
     assert all(seen[r] for r in range(3))
     assert not any(value.tobytes() in body for r in range(3) for body in seen[r])
+
+
+def test_no_worker_hands_a_secret_share_to_a_driver(dev: support.DevCluster,
+                                                    driver: mp.Driver) -> None:
+    """A driver that skips `mp.fetch`'s refusal and asks each member for its share of an
+    SPU value directly gets 403 from every member: shares leave only inside the protocol."""
+    shared = mp.evaluate(driver, lambda: mp.put("SP0", mp.put("P0", SECRET0)))
+    uris = shared.var.uris
+    assert all(uri is not None for uri in uris)
+    for rank, uri in enumerate(uris):
+        with dev.client("driver", rank) as client:
+            answer = client.post("/fetch", content=support.frame({"uri": uri}))
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"] == (
+            f"party {rank}: object {uri} is a secret share, which leaves this party only "
+            "inside its protocol; reveal the value in the program instead, e.g. return "
+            "mp.put('P0', z)")
+    revealed = mp.fetch(driver, mp.evaluate(driver, lambda s: mp.put("P1", s), shared))
+    np.testing.assert_allclose(revealed, SECRET0, atol=1e-4)

@@ -26,22 +26,24 @@ def _example(name: str) -> ModuleType:
 
 
 @pytest.mark.parametrize("mode", ["launch", "standard"])
-def test_psi(mode: str) -> None:
+def test_psi(mode: str, tmp_path: Path) -> None:
     psi = _example("psi")
     ids0, ids1 = psi.make_ids(0)
+    psi.save_ids(tmp_path / "node_0", ids0)
+    psi.save_ids(tmp_path / "node_1", ids1)
     # SEMI2K (node_0 makes the Beaver triples), not the 2-party default CHEETAH: the
     # subject is the passes, and CHEETAH's setup costs seconds per run here
     spec = mp.ClusterSpec.simple(2).to_dict()
     spec["devices"]["SP0"]["config"] = {"protocol": "SEMI2K"}
-    sim = mp.Simulator(mp.ClusterSpec.from_dict(spec))
+    sim = mp.Simulator(mp.ClusterSpec.from_dict(spec),
+                       data_roots={n: tmp_path / n for n in ("node_0", "node_1")})
     try:
         with sim:
-            x, y = mp.put("P0", ids0), mp.put("P1", ids1)
-        program = mp.compile(psi.psi, x, y, cluster=sim.cluster)
+            program = mp.compile(psi.psi, cluster=sim.cluster)
         optimized = mp.optimize(program)
         optimized.graph.verify()
-        want = mp.fetch(sim, mp.evaluate(sim, program, x, y, mode=mode))
-        got = mp.fetch(sim, mp.evaluate(sim, optimized, x, y, mode=mode))
+        want = mp.fetch(sim, mp.evaluate(sim, program, mode=mode))
+        got = mp.fetch(sim, mp.evaluate(sim, optimized, mode=mode))
         assert sorted(got) == sorted(want)
         for key in want:
             np.testing.assert_array_equal(np.asarray(got[key]), np.asarray(want[key]))
@@ -50,18 +52,19 @@ def test_psi(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["launch", "standard"])
-def test_secure_mean_variance(mode: str) -> None:
+def test_secure_mean_variance(mode: str, tmp_path: Path) -> None:
     smv = _example("secure_mean_variance")
-    data = smv.make_data(0)
-    sim = mp.Simulator(smv.make_cluster())
+    roots = {f"node_{i}": tmp_path / f"node_{i}" for i in range(3)}
+    for root, values in zip(roots.values(), smv.make_data(0), strict=True):
+        smv.save_values(root, values)
+    sim = mp.Simulator(smv.make_cluster(), data_roots=roots)
     try:
         with sim:
-            inputs = [mp.put(f"P{i}", v) for i, v in enumerate(data)]
-        program = mp.compile(smv.joint_stats, *inputs, cluster=sim.cluster)
+            program = mp.compile(smv.joint_stats, cluster=sim.cluster)
         optimized = mp.optimize(program)
         optimized.graph.verify()
-        want = [float(mp.fetch(sim, o)) for o in mp.evaluate(sim, program, *inputs, mode=mode)]
-        got = [float(mp.fetch(sim, o)) for o in mp.evaluate(sim, optimized, *inputs, mode=mode)]
+        want = [float(mp.fetch(sim, o)) for o in mp.evaluate(sim, program, mode=mode)]
+        got = [float(mp.fetch(sim, o)) for o in mp.evaluate(sim, optimized, mode=mode)]
         np.testing.assert_allclose(got, want, rtol=1e-4)
     finally:
         sim.close()

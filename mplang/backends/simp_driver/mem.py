@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from mplang.backends.simp_driver.base import SimpDriver
+from mplang.backends.simp_driver.base import SimpDriver, to_host_value
 from mplang.backends.simp_worker.mem import LocalMesh
 from mplang.backends.simp_worker.network import NetworkModel
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
+from mplang.edsl.object import MPObject
 from mplang.edsl.typing import TensorType
 from mplang.frontend.errors import MPLangError
 from mplang.policy.enforce import install_guards
@@ -90,6 +91,15 @@ class SimpMemDriver(SimpDriver):
         except Exception as e:
             future.set_exception(e)
         return future
+
+    def held(self, obj: MPObject) -> list[Any]:
+        """What each party's store holds for ``obj`` (None where it holds nothing), secret
+        shares included, bypassing the parties' policies: a view for tests and debugging
+        that exists only because the simulator runs every party in this process. A
+        driver of real workers gets plaintext only, and only as each party allows."""
+        return [None if uri is None else to_host_value(worker.store.get(uri))
+                for worker, uri in zip(self.mesh.workers, self._own(obj).var.uris,
+                                       strict=True)]
 
     def delete(self, uris: Sequence[str | None]) -> None:
         for worker, uri in zip(self.mesh.workers, uris, strict=True):

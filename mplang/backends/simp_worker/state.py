@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mplang.backends.wire import privacy_kind
 from mplang.edsl.graph import Graph
 from mplang.frontend.errors import MPRefusedError
-from mplang.policy.check import Guard
+from mplang.policy.check import Guard, PolicyRefusedError
+from mplang.runtime.audit import PLAINTEXT
 from mplang.runtime.backend import Communicator, WorkerEnv, WorkerStates, worker_kernels
 from mplang.runtime.commitments import Openings, open_program, program_digest
 from mplang.runtime.data_root import default_root
@@ -93,10 +95,19 @@ class SimpWorker:
 
     def fetch(self, uri: str, owner: str = LOCAL_OWNER) -> Any:
         """Stored object ``uri`` of ``owner``, for the driver: refused (`PolicyRefusedError`)
-        if this party's policy does not let its data in it go to the driver."""
+        if it is a secret share or a ciphertext (those leave a party only inside their
+        protocol: the program reveals what the driver may see), or if this party's policy
+        does not let its data in it go to the driver."""
         if self.guard is not None:
             self.guard.check_fetch(uri)
-        return self.store.get(uri, owner)
+        value = self.store.get(uri, owner)
+        kind = privacy_kind(value)
+        if kind != PLAINTEXT:
+            raise PolicyRefusedError(
+                f"party {self.rank}: object {uri[:200]} is a {kind}, which leaves this party "
+                "only inside its protocol; reveal the value in the program instead, e.g. "
+                "return mp.put('P0', z)")
+        return value
 
     def recv(self, interp: Interpreter, src: int, key: str) -> Any:
         """The message of party ``src`` for op key ``key`` of ``interp``'s execution,
