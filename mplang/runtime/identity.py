@@ -10,6 +10,7 @@ one certificate the spec gives for the peer it expects.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import os
 import ssl
@@ -57,7 +58,7 @@ class Certificate:
     def verify(self, signature: bytes, data: bytes) -> bool:
         """Whether ``signature`` is this certificate's key's ECDSA (SHA-256) signature
         of ``data``."""
-        key = x509.load_pem_x509_certificate(self.pem.encode()).public_key()
+        key = _public_key(self.pem)
         if not isinstance(key, ec.EllipticCurvePublicKey):
             return False
         try:
@@ -65,6 +66,12 @@ class Certificate:
         except InvalidSignature:
             return False
         return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _public_key(pem: str) -> Any:
+    """The public key of certificate ``pem`` (parsed once per certificate)."""
+    return x509.load_pem_x509_certificate(pem.encode()).public_key()
 
 
 def fingerprint_der(der: bytes) -> str:
@@ -169,12 +176,13 @@ class LocalIdentity:
     be pickled, copied into a spec, or printed with its key.
     """
 
-    __slots__ = ("certificate", "key_path", "name")
+    __slots__ = ("_signing_key", "certificate", "key_path", "name")
 
     def __init__(self, name: str, key_path: Path, certificate: Certificate):
         self.name = name
         self.key_path = key_path
         self.certificate = certificate
+        self._signing_key: ec.EllipticCurvePrivateKey | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -187,11 +195,14 @@ class LocalIdentity:
         return f"LocalIdentity({self.name!r}, sha256 {self.certificate.short}...)"
 
     def sign(self, data: bytes) -> bytes:
-        """An ECDSA (SHA-256) signature of ``data`` by this identity's private key."""
-        key = serialization.load_pem_private_key(self.key_path.read_bytes(), password=None)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise IdentityError(f"{self.key_path} is not an elliptic-curve key")
-        return key.sign(data, ec.ECDSA(hashes.SHA256()))
+        """An ECDSA (SHA-256) signature of ``data`` by this identity's private key (read
+        once, kept in this process like its TLS contexts' copy)."""
+        if self._signing_key is None:
+            key = serialization.load_pem_private_key(self.key_path.read_bytes(), password=None)
+            if not isinstance(key, ec.EllipticCurvePrivateKey):
+                raise IdentityError(f"{self.key_path} is not an elliptic-curve key")
+            self._signing_key = key
+        return self._signing_key.sign(data, ec.ECDSA(hashes.SHA256()))
 
     def server_context(self, trusted: Iterable[Certificate]) -> ssl.SSLContext:
         """A TLS 1.3 server context presenting this identity and requiring a client
