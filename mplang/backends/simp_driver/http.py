@@ -27,7 +27,12 @@ from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.typing import TensorType
-from mplang.frontend.errors import MPCommunicationError, MPLangError, MPRuntimeError
+from mplang.frontend.errors import (
+    MPCommunicationError,
+    MPLangError,
+    MPRefusedError,
+    MPRuntimeError,
+)
 from mplang.runtime.commitments import commit, encode_openings
 from mplang.runtime.identity import LocalIdentity, load_identity
 from mplang.runtime.options import Mode, RunOptions
@@ -125,12 +130,21 @@ class SimpHttpDriver(SimpDriver):
             options.progress(f"party {rank}: finished {what}")
         return outputs
 
-    def _refused(self, rank: int, what: str, e: httpx.HTTPStatusError) -> MPRuntimeError:
+    def _refused(self, rank: int, what: str, e: httpx.HTTPStatusError) -> MPLangError:
+        """The error for party ``rank``'s 4xx answer. A 403 that is not about certificates
+        is the party's own decision (its policy): an `MPRefusedError` carrying the party's
+        whole message (which names the op, its source line and the rule to add)."""
         status = e.response.status_code
+        try:
+            error = str(e.response.json().get("error", ""))[:2000]
+        except (ValueError, AttributeError):
+            error = e.response.text[:500]
+        if status == 403 and "certificate" not in error:
+            return MPRefusedError(f"{self._where(rank)} refused {what}: {error}", status)
         hint = (" (is this driver's certificate listed in that party's spec, and do both "
                 "load the same spec?)" if status in (403, 409) else "")
         return MPRuntimeError(f"{self._where(rank)} refused to run {what}: {status} "
-                              f"{e.response.text[:300]}{hint}", party=rank)
+                              f"{error}{hint}", party=rank)
 
     def _prepare_one(self, rank: int, graph: Graph, input_uris: list[str | None],
                      exec_id: str, scope: str, parties: list[int],
