@@ -279,7 +279,7 @@ def test_put_constants(sim: mp.Simulator, mode: str) -> None:
     assert sim.held(on_p1)[0] is None and sim.held(on_p1)[2] is None
     np.testing.assert_array_equal(mp.fetch(sim, on_p1), A)
     assert isinstance(on_spu.mptype.base, SecretShareType)
-    with pytest.raises(PolicyRefusedError, match=r"party 0: object mem://\S+ is a secret "
+    with pytest.raises(PolicyRefusedError, match=r"party \d: object mem://\S+ is a secret "
                        "share, which leaves this party only inside its protocol"):
         sim.fetch_object(on_spu)  # no party hands a share to the driver
     assert all(isinstance(s, SpuShare) for s in sim.held(on_spu))

@@ -21,7 +21,7 @@ from mplang import simp, tensor
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.frontend.errors import MPRuntimeError
+from mplang.frontend.errors import MPRefusedError
 from mplang.runtime.commitments import commit, decode_vote, encode_openings, vote_message
 from tests.http import support
 
@@ -189,7 +189,7 @@ def test_a_party_refusing_in_prepare_means_nothing_runs_anywhere(
         monkeypatch.setattr(w.server, "execute", lambda p, d, _r=w.server.rank, _o=original:
                             (ran.append(_r), _o(p, d))[1])
     monkeypatch.setattr(workers[2].server.worker, "vet", lambda *a: "this driver may not")
-    with pytest.raises(MPRuntimeError, match="party 2 refuses the program: this driver "
+    with pytest.raises(MPRefusedError, match="party 2 refuses the program: this driver "
                                              "may not"):
         mp.evaluate(driver, secret_sum)
     assert ran == []
