@@ -27,9 +27,13 @@ and ``"node"`` (the node that wrote it). The events:
     that exchanged it, null if the key names no op of the program), ``key``
     (the op key of the message tag: the op's position in the program, its
     regions and loop iterations; ``.../link#...`` for secure-device protocol
-    messages), ``kind`` and ``bytes`` (the message body as sent over the
-    network, the same number on both sides). A send also has ``delivered``
-    (false when the peer refused it or could not be reached).
+    messages), ``kind``, ``bytes`` (the message body as sent over the
+    network, the same number on both sides) and ``messages`` (1). A send also
+    has ``delivered`` (false when the peer refused it or could not be reached).
+    A secure-device protocol's link traffic (many small messages per op) is
+    summed instead: one event per op, peer, direction and kind, written when the
+    run ends, with ``key`` ``<op key>/link``, the total ``bytes`` and the number
+    of ``messages``.
 ``fetch``
     A value left this node to a driver: ``driver``, ``uri``, ``kind``, ``bytes``.
 ``delete``
@@ -139,6 +143,10 @@ class AuditLog:
         self._graphs: OrderedDict[str, dict[str, Graph]] = OrderedDict()
         """exec id -> scope -> program of the runs accepted here."""
         self._aborted: OrderedDict[str, None] = OrderedDict()
+        self._links: OrderedDict[str, dict[tuple[str, int, str, str], list[int]]] = \
+            OrderedDict()
+        """exec id -> (direction, peer, op key, kind) -> [messages, bytes] of link traffic
+        not written yet."""
 
     def write(self, event: Event) -> None:
         """Append ``event`` (with ``time`` and ``node`` added) as one line."""
@@ -164,6 +172,7 @@ class AuditLog:
             refused: bool = False) -> None:
         """An accepted run finished (``error`` is None when it succeeded), or was
         ``refused`` before it started."""
+        self._write_links(exec_id)
         with self._lock:
             runs = self._graphs.get(exec_id, {})
             runs.pop(scope, None)
@@ -177,6 +186,7 @@ class AuditLog:
 
     def abort(self, exec_id: str, driver: tuple[str, str], reason: str) -> None:
         """A driver aborted ``exec_id``."""
+        self._write_links(exec_id)
         with self._lock:
             _remember(self._aborted, exec_id, None)
             self._graphs.pop(exec_id, None)
@@ -184,15 +194,40 @@ class AuditLog:
                     "reason": _short(reason)})
 
     def message(self, direction: str, exec_id: str, peer: int, key: str, kind: str,
-                nbytes: int, delivered: bool = True) -> None:
+                nbytes: int, delivered: bool = True, link: bool = False) -> None:
         """A message of ``exec_id`` sent to (``"send"``) or received from (``"recv"``) the
-        node of rank ``peer``."""
+        node of rank ``peer``. A delivered ``link`` message (a secure-device protocol's
+        traffic) is summed with the others of its op, peer and direction into one event
+        written when the run ends."""
+        if link and delivered:
+            op_key = key.split("/link#", 1)[0]
+            with self._lock:
+                table = self._links.get(exec_id)
+                if table is None:
+                    table = {}
+                    _remember(self._links, exec_id, table)
+                cell = table.setdefault((direction, peer, op_key, kind), [0, 0])
+                cell[0] += 1
+                cell[1] += nbytes
+            return
         event: Event = {"event": direction, "exec": exec_id, "peer": self.nodes[peer],
                         "op": self._opcode(exec_id, key), "key": key, "kind": kind,
-                        "bytes": nbytes}
+                        "bytes": nbytes, "messages": 1}
         if direction == "send":
             event["delivered"] = delivered
         self.write(event)
+
+    def _write_links(self, exec_id: str) -> None:
+        """One event per (direction, peer, op, kind) of ``exec_id``'s link messages so far."""
+        with self._lock:
+            table = self._links.pop(exec_id, None)
+        for (direction, peer, op_key, kind), (count, nbytes) in (table or {}).items():
+            event: Event = {"event": direction, "exec": exec_id, "peer": self.nodes[peer],
+                            "op": self._opcode(exec_id, op_key), "key": f"{op_key}/link",
+                            "kind": kind, "bytes": nbytes, "messages": count}
+            if direction == "send":
+                event["delivered"] = True
+            self.write(event)
 
     def fetch(self, driver: tuple[str, str], uri: str, kind: str, nbytes: int) -> None:
         """A stored value sent to a driver."""
@@ -313,7 +348,7 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
             side = messages[str(e["node"])]["sent" if name == "send" else "received"]
             cell = side.setdefault(str(e.get("peer")), {}).setdefault(
                 str(e.get("kind")), {"count": 0, "bytes": 0})
-            cell["count"] += 1
+            cell["count"] += int(e.get("messages") or 1)
             cell["bytes"] += int(e.get("bytes") or 0)
         elif name == "fetch":
             entry = fetches.setdefault(_driver_name(e), {"count": 0, "bytes": 0, "by_kind": {}})

@@ -90,7 +90,7 @@ def test_events_are_json_lines_with_time_node_and_their_fields(tmp_path: Path) -
     assert events[1] | {"time": 0} == {
         "event": "send", "time": 0, "node": "node_0", "exec": "e1", "peer": "node_1",
         "op": "simp.shuffle_static", "key": "/0/1/1", "kind": "plaintext", "bytes": 68,
-        "delivered": True}
+        "messages": 1, "delivered": True}
     assert (events[2]["peer"], events[2]["op"], events[2]["kind"]) == \
         ("node_2", "spu.run", "secret share")
     assert "delivered" not in events[2]
@@ -103,6 +103,28 @@ def test_events_are_json_lines_with_time_node_and_their_fields(tmp_path: Path) -
         ("v", 120, {"dtype": "int32", "shape": [3]})
     assert (events[9]["driver"]["name"], events[9]["name"], events[9]["type"]) == \
         ("driver", "x.npy", {"dtype": "float32", "shape": [2, 3]})
+
+
+def test_link_messages_are_summed_per_op_peer_and_direction_when_the_run_ends(
+        tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    log.execution("e1", "/0", "d" * 64, DRIVER, "accepted", graph=_program())
+    for size in (10, 20, 30):
+        log.message("send", "e1", 1, f"/0/4/link#exec/4:{size}", "secret share", size,
+                    link=True)
+    log.message("recv", "e1", 1, "/0/4/link#exec/4:9", "secret share", 7, link=True)
+    log.message("send", "e1", 2, "/0/4/link#exec/4:9", "secret share", 5, link=True)
+    assert read_events([log.path])[1:] == []  # nothing written before the run ends
+    log.end("e1", "/0")
+    log.close()
+    sums = [(e["event"], e["peer"], e["op"], e["key"], e["bytes"], e["messages"])
+            for e in read_events([log.path])[1:-1]]
+    assert sums == [("send", "node_1", "spu.run", "/0/4/link", 60, 3),
+                    ("recv", "node_1", "spu.run", "/0/4/link", 7, 1),
+                    ("send", "node_2", "spu.run", "/0/4/link", 5, 1)]
+    summary = summarize([log.path])["messages"]["node_0"]
+    assert summary["sent"]["node_1"]["secret share"] == {"count": 3, "bytes": 60}
+    assert summary["received"]["node_1"]["secret share"] == {"count": 1, "bytes": 7}
 
 
 def test_the_log_is_appended_to_across_restarts(tmp_path: Path) -> None:

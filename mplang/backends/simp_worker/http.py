@@ -140,7 +140,7 @@ class HttpCommunicator:
         finally:
             if self.audit is not None:
                 self.audit.message("send", exec_id, dst, key, privacy_kind(value), _size(parts),
-                                   delivered)
+                                   delivered, link)
 
     def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
         return self.mailbox.take(src, tag, self.timeout if timeout is None else timeout)
@@ -576,15 +576,15 @@ def create_app(server: WorkerServer) -> FastAPI:
         declared = request.headers.get("content-length", "")
         if not declared.isdigit():
             raise MPRefusedError("a message needs a content-length", 411)
+        link = request.headers.get(H_LINK) == "1"
         server.executions.admit(sender.rank, exec_id, key,
-                                request.headers.get(H_PROGRAM, ""), int(declared),
-                                request.headers.get(H_LINK) == "1")
+                                request.headers.get(H_PROGRAM, ""), int(declared), link)
         payload = await server.body(request, int(declared))
         value = decode_value(payload)
         server.mailbox.put(sender.rank, (exec_id, key), value, len(payload))
         if server.audit is not None:
             server.audit.message("recv", exec_id, sender.rank, key, privacy_kind(value),
-                                 len(payload))
+                                 len(payload), link=link)
         return JSONResponse({"ok": True})
 
     add_data_routes(app, server)
