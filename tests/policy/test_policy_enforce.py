@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -86,3 +87,20 @@ def test_init_writes_a_policy_per_node_that_workers_load(tmp_path: Path) -> None
         assert policy.protocols == ("CHEETAH", "ABY3")
         assert [(r.when, r.min_elements) for r in policy.declassify] == [
             ("compare", 1), ("aggregate", 10)]
+
+
+def test_labels_go_with_their_objects(sim: mp.Simulator) -> None:
+    """A derived object's label is kept while the object lives and dropped with it: a
+    worker that runs programs on its data for good does not grow a label per result."""
+    worker = sim.mesh.workers[0]
+    assert worker.guard is not None
+    before = len(worker.guard.labels._labels)
+    for _ in range(20):
+        out = mp.evaluate(sim, lambda: simp.pcall((0,), lambda a: a * 2, loaded(0)))
+        (uri, _) = out.var.uris
+        assert worker.guard.labels.of(uri) is not None
+        del out  # the driver's handle goes: the object and its label are deleted
+    deadline = time.monotonic() + 10
+    while len(worker.guard.labels._labels) > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(worker.guard.labels._labels) == before

@@ -104,7 +104,7 @@ class SimpMemDriver(SimpDriver):
     def delete(self, uris: Sequence[str | None]) -> None:
         for worker, uri in zip(self.mesh.workers, uris, strict=True):
             if uri is not None:
-                worker.store.delete(uri)
+                worker.delete(uri)
 
     def abort(self, exec_id: str, reason: str) -> None:
         with self._accepted_lock:

@@ -546,7 +546,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         driver = server.peer(request, "driver")
         header, _ = split_frame(await server.body(request, 1 << 20))
         uris = [u for u in _str_or_none_list(header.get("uris"), "uris") if u is not None]
-        deleted = sum(server.worker.store.delete(uri, driver.certificate.fingerprint)
+        deleted = sum(server.worker.delete(uri, driver.certificate.fingerprint)
                       for uri in uris)
         if server.audit is not None:
             server.audit.delete(_who(driver), uris, deleted)

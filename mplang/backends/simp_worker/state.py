@@ -109,6 +109,13 @@ class SimpWorker:
                 "return mp.put('P0', z)")
         return value
 
+    def delete(self, uri: str, owner: str = LOCAL_OWNER) -> bool:
+        """Drop stored object ``uri`` of ``owner`` and its label; whether it existed."""
+        deleted = self.store.delete(uri, owner)
+        if deleted and self.guard is not None:
+            self.guard.labels.forget(uri)
+        return deleted
+
     def recv(self, interp: Interpreter, src: int, key: str) -> Any:
         """The message of party ``src`` for op key ``key`` of ``interp``'s execution,
         waiting at most the execution's timeout (else the worker's)."""
