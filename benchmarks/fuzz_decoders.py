@@ -1,4 +1,5 @@
-"""Fuzz the decoders of untrusted bytes: programs (graph bundles) and values (wire frames).
+"""Fuzz the decoders of untrusted bytes: programs (graph bundles), values (wire frames) and
+the two-phase accept (committed programs with openings, votes).
 
 A worker decodes what other parties send: a program (`decode_graph_bundle`, then
 ``graph.verify()`` and ``check_types``), a ``/run`` body around it (`split_frame`),
@@ -18,6 +19,19 @@ rewriting the protobuf chunks; a few inputs are random bytes. Half of the inputs
 are drawn by hypothesis (``st.data()`` drives the same generators), half by plain
 ``random``.
 
+The ``consent`` decoder is a worker's side of the two-phase accept: a ``/prepare`` body
+(`split_program`: the committed program, then the receiving party's openings) is decoded,
+verified and type checked, its openings decoded and checked against the commitments
+(`open_program` for party R, the mode ``prepareR``), and the program digest taken; a
+``/run`` body's votes are checked as party R does (`check_votes`, mode ``runR``). Seeds
+commit real programs with private constants (`simp.constant`, `tensor.constant` in
+pcalls, driver shares in ``SP0``; nonces fresh each run) and carry each party's
+openings and valid votes; besides the byte and JSON edits of both parts, openings are
+swapped between parties and programs, merged, dropped or renamed, their nonces and
+values edited and their commitments' digests re-forged to match (so the type checks
+after the digest are reached), commitments' declared types and buffers edited, and
+votes swapped, retyped and re-encoded.
+
 Inputs run in batches in child processes, one JSON line of outcome each, so a crash
 (a death by signal) or a hang (no answer within ``--timeout``) is observed, counted
 and the batch resumes after it. Children run under an address-space limit, and an
@@ -26,13 +40,16 @@ input whose peak RSS (reset before each input) exceeds the RSS before it by more
 
     .venv/bin/python benchmarks/fuzz_decoders.py --count 10000 --seed 0 [--jobs 2]
     .venv/bin/python benchmarks/fuzz_decoders.py --replay input.bin --decoder value
+    .venv/bin/python benchmarks/fuzz_decoders.py --replay in.bin --decoder consent --mode prepare1
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import copy
+import hashlib
 import json
 import math
 import os
@@ -50,7 +67,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-DECODERS = ("program", "value")
+DECODERS = ("program", "value", "consent")
 OUTCOMES = ("ok", "mplang_error", "other", "memory", "crash", "timeout")
 """Decoded (and verified); refused with an MPLangError; another exception; peak RSS grew
 by more than the limit; the child died (signal or exit); no answer within the timeout."""
@@ -554,12 +571,441 @@ def generate_value(ch: Chooser, seeds: Sequence[bytes]) -> tuple[str, bytes]:
     return "msg", mutate_bytes(ch, body, seeds) if ch.int(0, 1) else body
 
 
+# ---------------------------------------------------------------- the two-phase accept
+
+
+EXEC, SCOPE = "e1", "s"
+VOTE_DIGEST = "ab" * 32
+"""The execution digest every seed vote signs (a worker checks votes against its own)."""
+
+
+def private_constants() -> Any:
+    """Private constants of every kind a driver commits: `simp.constant` on one, two and
+    all parties, `tensor.constant` inside pcalls (one inside a while_loop body) and a
+    driver constant secret-shared into ``SP0`` (`spu.shares`, one share per member)."""
+    import numpy as np
+
+    import mplang as mp
+    from mplang import simp, tensor
+
+    a = simp.constant((0,), np.arange(6, dtype=np.float32).reshape(2, 3))
+    b = simp.constant((1, 2), np.int64(-7))
+    c = simp.constant((0, 1, 2), np.array([True, False]))
+    d = simp.pcall((1,), lambda: tensor.constant(np.array([[3, 4]], dtype=np.int32)))
+    e = simp.pcall((0,), lambda x: x * tensor.constant(np.float32(2)), a)
+    f = simp.while_loop(lambda i: i < 3, lambda i: simp.pcall(
+        (0, 1, 2), lambda v: v + tensor.constant(np.int64(1)), i),
+        simp.constant((0, 1, 2), np.int64(0)))
+    s = mp.put("SP0", np.array([1234567, -7654321, 42], dtype=np.int32))
+    t = mp.put("P2", mp.device("SP0")(lambda u: u * 3 - 1)(s))
+    return a, b, c, d, e, f, t
+
+
+def secret_sum() -> Any:
+    """Party 0's constant moved to party 1, which adds a constant of its own."""
+    import numpy as np
+
+    from mplang import simp, tensor
+
+    x = simp.constant((0,), np.array([0.5, -1.5, 2.0], dtype=np.float32))
+    y = simp.shuffle_static(x, {1: 0})
+    z = simp.constant((2,), 5)
+    return simp.pcall((1,), lambda v: v + tensor.constant(np.ones(3, np.float32)), y), z
+
+
+def _party_key(party: int) -> Any:
+    """Party ``party``'s signing key: the same in every process (derived from the rank)."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return ec.derive_private_key(0x6D706C616E67 + party, ec.SECP256R1())
+
+
+class _Peers:
+    """The part of a `PeerDirectory` that `check_votes` reads: the spec digest and each
+    party's node certificate (self-signed over its `_party_key`)."""
+
+    digest = "cd" * 32
+
+    def __init__(self) -> None:
+        import datetime as dt
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.x509.oid import NameOID
+
+        from mplang.runtime.identity import parse_certificate
+
+        self.certificates = []
+        for party in range(WORLD):
+            key = _party_key(party)
+            name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"node_{party}")])
+            cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                    .public_key(key.public_key()).serial_number(party + 1)
+                    .not_valid_before(dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+                    .not_valid_after(dt.datetime(2120, 1, 1, tzinfo=dt.UTC))
+                    .sign(key, hashes.SHA256()))
+            self.certificates.append(parse_certificate(
+                cert.public_bytes(serialization.Encoding.PEM)))
+
+    def node_certificate(self, party: int) -> Any:
+        return self.certificates[party]
+
+
+_PEERS: list[_Peers] = []
+
+
+def _peers() -> _Peers:
+    if not _PEERS:
+        _PEERS.append(_Peers())
+    return _PEERS[0]
+
+
+def sign_votes(digest: str = VOTE_DIGEST, exec_id: str = EXEC) -> dict[str, str]:
+    """Every party's vote (base64 signature) for execution ``exec_id`` of ``digest``."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from mplang.runtime.commitments import encode_vote, vote_message
+
+    message = vote_message(exec_id, SCOPE, digest, _Peers.digest)
+    return {str(p): encode_vote(_party_key(p).sign(message, ec.ECDSA(hashes.SHA256())))
+            for p in range(WORLD)}
+
+
+def prepare_body(program: bytes, openings: bytes, rank: int,
+                 header: dict[str, Any] | None = None) -> bytes:
+    """A ``/prepare`` body for party ``rank`` (the harness's ``rank`` field says which party
+    the openings were made for; a worker ignores it)."""
+    from mplang.backends.simp_worker.consent import PROGRAM_BYTES
+
+    meta = header if header is not None else {"exec": EXEC, "scope": SCOPE,
+                                              "parties": list(range(WORLD)),
+                                              PROGRAM_BYTES: len(program), "rank": rank}
+    return _wrap(meta, program + openings)
+
+
+def run_body(votes: Any) -> bytes:
+    """A ``/run`` body of a prepared execution: the header with every party's vote."""
+    from mplang.backends.wire import pack_message
+
+    return b"".join(pack_message({"exec": EXEC, "scope": SCOPE, "votes": votes}, []))
+
+
+def seed_consent() -> dict[str, bytes]:
+    """``/prepare`` bodies (a committed program and one party's openings) of programs with
+    private constants (those of `private_constants`, `secret_sum` and the shared test
+    programs that have some), for each party, and ``/run`` bodies with valid and wrong votes."""
+    import mplang as mp
+    from mplang.edsl.serde import encode_graph_bundle
+    from mplang.runtime.commitments import commit, encode_openings
+    from tests.http.programs import CASES
+
+    makers = {"private": private_constants, "secret_sum": secret_sum} | \
+        {case.name: case.program for case in CASES}
+    cluster = mp.ClusterSpec.simple(WORLD)
+    out = {}
+    for name, fn in makers.items():
+        committed = commit(mp.compile(fn, cluster=cluster).graph, WORLD)
+        if not any(committed.openings):
+            continue  # a program without private constants: the program decoder's seed
+        program = encode_graph_bundle(committed.graph, {})
+        for rank in range(WORLD):
+            out[f"{name}@{rank}"] = prepare_body(
+                program, encode_openings(committed.openings[rank]), rank)
+    out["votes"] = run_body(sign_votes())
+    out["votes-other-digest"] = run_body(sign_votes("ef" * 32))
+    out["votes-other-exec"] = run_body(sign_votes(exec_id="e2"))
+    return out
+
+
+@dataclass
+class Prepare:
+    """A ``/prepare`` body cut into its parts: the committed program's bundle (magic,
+    JSON document, buffers) and the openings' (decoded)."""
+
+    doc: Any
+    tail: bytearray
+    openings: dict[str, Any]
+    rank: int
+
+    @staticmethod
+    def parse(body: bytes) -> Prepare | None:
+        from mplang.backends.simp_worker.consent import split_program
+        from mplang.backends.wire import split_frame
+        from mplang.frontend.errors import MPLangError
+
+        try:
+            header, payload = split_frame(body)
+            program, openings = split_program(header, payload)
+        except MPLangError:
+            return None
+        framed = Framed.parse(bytes(program))
+        if framed is None or not isinstance(header.get("rank"), int):
+            return None
+        return Prepare(framed.doc, bytearray(framed.tail), dict(openings), header["rank"])
+
+    def commitment(self, path: str) -> Any:
+        """The ``$commit`` body (``[buffer, type]``) of attribute ``path``, or None."""
+        where, _, name = path.partition(":")
+        node = self.doc.get("graph")
+        try:
+            for depth, index in enumerate(where.split("/")):
+                node = node["ops" if depth % 2 == 0 else "regions"][int(index)]
+            body = node["attrs"][name]["$commit"]
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+        return body if isinstance(body, list) and len(body) == 2 else None
+
+    def set_digest(self, body: Any, digest: bytes) -> None:
+        """Write ``digest`` over the buffer of commitment ``body``."""
+        offset, size = self.doc["buffers"][body[0]]
+        self.tail[offset:offset + size] = digest[:size].ljust(size, b"\x00")
+
+    def program(self) -> bytes:
+        text = json.dumps(self.doc, separators=(",", ":")).encode()
+        return PROGRAM_MAGIC + _U64.pack(len(text)) + text + bytes(self.tail)
+
+    def encoded_openings(self) -> bytes:
+        from mplang.runtime.commitments import encode_openings
+
+        return encode_openings(self.openings) if self.openings else b""
+
+
+TYPE_EDITS: tuple[Any, ...] = (
+    None, {"tensor": ["float32", [2, 3]]}, {"tensor": ["int32", []]},
+    {"tensor": ["int64", [2**62]]}, {"tensor": ["bool", [2]]}, {"tensor": ["uint8", [-1]]},
+    {"tensor": ["object", [1]]}, {"mp": [{"tensor": ["int32", []]}, 1]},
+    {"share": ["spu", {"tensor": ["int32", [3]]}]}, {"tensor": "int32"}, [], 7, "tensor")
+"""Declared types of a commitment: other tensor types, malformed ones, non-base types."""
+
+
+def _edit_value(ch: Chooser, value: Any, donors: Sequence[Any]) -> Any:
+    """Another value for an opening: retyped, reshaped, cut, or of another kind."""
+    import numpy as np
+
+    from mplang.edsl.private import Commitment
+
+    if isinstance(value, np.ndarray) and ch.int(0, 2):
+        name = pick(ch, sorted(_dtype_names()))
+        kind = pick(ch, ("astype", "flat", "cut", "bump", "scalar", "list", "wrap"))
+        with np.errstate(all="ignore"):
+            if kind == "astype":
+                return value.astype(_numpy_dtype(name))
+            if kind == "bump":
+                return np.asarray(value ^ True if value.dtype == np.bool_ else value + 1)
+        if kind == "flat":
+            return value.reshape(-1) if value.ndim != 1 else value.reshape(1, -1)
+        if kind == "cut":
+            return value.reshape(-1)[:0]
+        if kind == "scalar":
+            return np.zeros((), dtype=value.dtype)
+        return value.tolist() if kind == "list" else (value,)
+    if isinstance(value, tuple) and value and all(isinstance(p, bytes) for p in value) \
+            and ch.int(0, 2):
+        parts = list(value)
+        i = ch.int(0, len(parts) - 1)
+        kind = pick(ch, ("drop", "mutate", "protobuf", "swap", "extra"))
+        if kind == "drop":
+            del parts[i]
+        elif kind == "mutate":
+            parts[i] = mutate_bytes(ch, parts[i], parts)
+        elif kind == "protobuf":
+            parts[i] = random_protobuf(ch, parts[i])
+        elif kind == "swap":
+            parts[i], parts[-1] = parts[-1], parts[i]
+        else:
+            parts.append(parts[i])
+        return tuple(parts)
+    return pick(ch, (None, 0, -1, 2**64, 1.5, "x", b"", b"\x00" * 16, (), [value],
+                     Commitment(bytes(32), None), pick(ch, donors) if donors else value))
+
+
+def _edit_openings(ch: Chooser, prep: Prepare, donors: Sequence[Prepare]) -> None:
+    """Edit one opening of ``prep`` (its nonce, value or path), drop or add one; with the
+    commitment digest re-forged to match (or not), so the checks after it are reached."""
+    from mplang.frontend.errors import MPLangError
+    from mplang.runtime.commitments import canonical_bytes
+
+    others = [(path, o) for d in donors for path, o in d.openings.items()]
+    if not prep.openings:
+        if others:
+            path, opening = pick(ch, others)
+            prep.openings[path] = opening
+        return
+    path = pick(ch, sorted(prep.openings))
+    value, nonce = prep.openings[path]
+    kind = pick(ch, ("nonce", "value", "value", "path", "drop", "add", "copy"))
+    if kind == "nonce":
+        nonce = pick(ch, (nonce[:-1], nonce + b"\x00", b"", nonce[:15], nonce[::-1],
+                          bytes(16), nonce * 64, mutate_bytes(ch, nonce, [nonce])))
+    elif kind == "value":
+        value = _edit_value(ch, value, [v for _, (v, _) in others])
+    elif kind == "path":
+        del prep.openings[path]
+        where, _, name = path.partition(":")
+        path = pick(ch, (f"{where}:parties", f"{where}/0/0:{name}", f"9{path}", f"-{path}",
+                         f"0{path}", where, path + ":x", f"{where}:{name.upper()}", "",
+                         "x" * 1000, pick(ch, others)[0] if others else path))
+    elif kind == "drop":
+        del prep.openings[path]
+        return
+    elif kind == "add" and others:
+        path, (value, nonce) = pick(ch, others)
+    elif kind == "copy":
+        path = pick(ch, sorted(prep.openings))
+    prep.openings[path] = (value, nonce)
+    body = prep.commitment(path)
+    if body is not None and ch.int(0, 2):
+        # not re-forged: an unencodable value, or a buffer table edited before
+        with contextlib.suppress(MPLangError, LookupError, TypeError, ValueError):
+            prep.set_digest(body, hashlib.sha256(nonce + canonical_bytes(value)).digest())
+
+
+def _edit_commitment(ch: Chooser, prep: Prepare, donors: Sequence[Prepare]) -> None:
+    """Edit a ``$commit`` of the program: its digest, its declared type, its buffer index;
+    or open it in the program itself (the plain value of another party's opening)."""
+    import numpy as np
+
+    from mplang.edsl.serde import encode_type
+    from mplang.edsl.typing import TensorType
+
+    commits = [(c, k) for c, k in _nodes(prep.doc) if isinstance(c, dict | list)
+               and isinstance(c[k], dict) and "$commit" in c[k]]
+    if not commits:
+        return
+    container, key = pick(ch, commits)
+    body = container[key]["$commit"]
+    kind = pick(ch, ("digest", "type", "type", "index", "plain", "retype"))
+    if kind == "digest" and isinstance(body, list) and body:
+        digest = pick(ch, (bytes(32), b"\xff" * 32, ch.bytes(32)))
+        with contextlib.suppress(LookupError, TypeError, ValueError):
+            prep.set_digest(body, digest)
+    elif kind == "type" and isinstance(body, list) and len(body) == 2:
+        body[1] = copy.deepcopy(pick(ch, TYPE_EDITS))
+    elif kind == "index" and isinstance(body, list) and body:
+        body[0] = pick(ch, (0, -1, len(prep.doc.get("buffers", [])), 2**63, "0", None))
+    elif kind == "plain":
+        container[key] = {"$array": ["int32", [1], 0]}
+    elif kind == "retype":  # the type of another party's opened value, re-forged digest
+        arrays = [v for d in (prep, *donors) for v, _ in d.openings.values()
+                  if isinstance(v, np.ndarray)]
+        if arrays and isinstance(body, list) and len(body) == 2:
+            body[1] = encode_type(TensorType.of(pick(ch, arrays).dtype, pick(ch, arrays).shape))
+
+
+def generate_consent(ch: Chooser, seeds: Sequence[bytes]) -> tuple[str, bytes]:
+    """A consent input: ``("prepareR", a /prepare body)`` as party R receives it (its
+    committed program and openings) or ``("runR", a /run body)`` with the votes party R
+    checks."""
+    preps = [p for p in map(_parsed, seeds) if p is not None]
+    runs = [s for s in seeds if _parsed(s) is None]
+    if ch.int(0, 5) == 0:
+        return f"run{ch.int(0, WORLD - 1)}", _vote_mutant(ch, pick(ch, runs), runs)
+    prep = copy.deepcopy(pick(ch, preps))
+    rank = prep.rank if ch.int(0, 7) else ch.int(0, WORLD - 1)
+    donors = [pick(ch, preps) for _ in range(3)]
+    program, openings = prep.program(), prep.encoded_openings()
+    plan = weighted(ch, ((2, "seed"), (12, "program-bytes"), (16, "program-json"),
+                         (8, "openings-bytes"), (10, "openings-json"), (8, "swap-party"),
+                         (6, "swap-program"), (4, "merge"), (18, "edit-openings"),
+                         (12, "edit-commitment")))
+    if plan == "program-bytes":
+        program = mutate_bytes(ch, program, [d.program() for d in donors])
+    elif plan == "program-json":
+        program = mutate_structure(ch, program, [d.program() for d in donors])
+    elif plan == "openings-bytes":
+        openings = mutate_bytes(ch, openings, [d.encoded_openings() for d in donors])
+    elif plan == "openings-json":
+        openings = mutate_structure(ch, openings, [d.encoded_openings() for d in donors])
+    elif plan in ("swap-party", "swap-program", "merge"):
+        same = [p for p in preps if p.doc == prep.doc and p.rank != prep.rank]
+        other = pick(ch, same) if plan == "swap-party" and same else donors[0]
+        prep.openings = (prep.openings | other.openings) if plan == "merge" \
+            else dict(other.openings)
+        openings = prep.encoded_openings()
+    elif plan == "edit-openings":
+        for _ in range(ch.int(1, 2)):
+            _edit_openings(ch, prep, donors)
+        program, openings = prep.program(), prep.encoded_openings()
+    elif plan == "edit-commitment":
+        _edit_commitment(ch, prep, donors)
+        if ch.int(0, 1):
+            _edit_openings(ch, prep, donors)
+        program, openings = prep.program(), prep.encoded_openings()
+    header = None
+    if ch.int(0, 9) == 0:  # the split point, wrong or of the wrong type
+        from mplang.backends.simp_worker.consent import PROGRAM_BYTES
+
+        header = {"exec": EXEC, "scope": SCOPE, PROGRAM_BYTES: pick(
+            ch, (len(program) + ch.int(-3, 3), 0, -1, len(program) + len(openings) + 1,
+                 2**64, str(len(program)), float(len(program)), True, None, [len(program)]))}
+    body = prepare_body(program, openings, prep.rank, header)
+    if ch.int(0, 9) == 0:
+        body = mutate_bytes(ch, body, seeds)
+    return f"prepare{rank}", body
+
+
+def _parsed(body: bytes) -> Prepare | None:
+    """The parts of a seed ``/prepare`` body (None for a ``/run`` body), parsed once."""
+    if body not in _PARSED:
+        _PARSED[body] = Prepare.parse(body)
+    return _PARSED[body]
+
+
+_PARSED: dict[bytes, Prepare | None] = {}
+
+
+def _vote_mutant(ch: Chooser, body: bytes, donors: Sequence[bytes]) -> bytes:
+    """Edits of a ``/run`` body's votes: swapped, dropped, of other types, base64 edits."""
+    framed = Framed.parse(body)
+    if framed is None or not isinstance(framed.doc, dict) \
+            or not isinstance(framed.doc.get("votes"), dict) or not ch.int(0, 4):
+        return generate_value_mutant(ch, body, donors)
+    votes = framed.doc["votes"]
+    for _ in range(ch.int(1, 3)):
+        party = pick(ch, sorted(votes) or ["0"])
+        vote = votes.get(party, "")
+        kind = pick(ch, ("swap", "drop", "key", "type", "text", "text", "b64", "other"))
+        if kind == "swap" and len(votes) > 1:
+            a, b = pick(ch, sorted(votes)), pick(ch, sorted(votes))
+            votes[a], votes[b] = votes[b], votes[a]
+        elif kind == "drop":
+            votes.pop(party, None)
+        elif kind == "key":
+            votes[pick(ch, (f"0{party}", f" {party}", f"{party}.0", f"-{party}", "3",
+                            str(2**64)))] = votes.pop(party, vote)
+        elif kind == "type":
+            votes[party] = copy.deepcopy(pick(ch, SPECIAL_VALUES[:20]))
+        elif kind == "text" and isinstance(vote, str):
+            pos = ch.int(0, len(vote))
+            votes[party] = pick(ch, (vote[:pos] + vote[pos + 1:], vote[:pos] + "A" + vote[pos:],
+                                     vote.rstrip("="), vote + "=", vote + "\n",
+                                     vote.replace("+", "-").replace("/", "_"), vote * 8,
+                                     vote[:pos], " " + vote, vote.upper(), "", "====",
+                                     "\u00e9" * 8))
+        elif kind == "b64":
+            import base64
+
+            votes[party] = base64.b64encode(ch.bytes(pick(ch, (0, 1, 2, 64, 70, 72, 128,
+                                                                 383)))).decode()
+        else:
+            other = Framed.parse(pick(ch, donors))
+            if other is not None and isinstance(other.doc, dict) \
+                    and isinstance(other.doc.get("votes"), dict):
+                votes[party] = other.doc["votes"].get(party)
+    if ch.int(0, 5) == 0:
+        framed.doc["votes"] = pick(ch, (list(votes.values()), None, "votes", 0, [votes]))
+    return framed.pack(ch)
+
+
+
 GENERATORS: dict[str, Callable[[Chooser, Sequence[bytes]], tuple[str, bytes]]] = {
-    "program": generate_program, "value": generate_value}
+    "program": generate_program, "value": generate_value, "consent": generate_consent}
 
 
 def seeds_for(decoder: str) -> list[bytes]:
-    return list((seed_programs() if decoder == "program" else seed_values()).values())
+    makers = {"program": seed_programs, "value": seed_values, "consent": seed_consent}
+    return list(makers[decoder]().values())
 
 
 # ---------------------------------------------------------------- the decoders under test
@@ -613,6 +1059,42 @@ def decode_value_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
     return value
 
 
+def decode_consent_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
+    """What party R (``mode``'s last digit) does with a ``/prepare`` body: split it, decode,
+    verify and type check the committed program, decode the openings, check them against
+    the commitments and open (`open_program`), take the program digest; an accepted
+    program must re-encode opened. With a ``/run`` body: check the others' votes."""
+    from mplang.backends.simp_worker.consent import check_votes, split_program
+    from mplang.backends.wire import split_frame
+    from mplang.edsl.primitive import check_types
+    from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
+    from mplang.runtime.commitments import open_program, program_digest
+
+    kind, rank = mode[:-1], int(mode[-1])
+    stage("split_frame")
+    header, payload = split_frame(data)
+    if kind == "run":
+        stage("check_votes")
+        check_votes(header.get("votes"), _peers(), rank,  # type: ignore[arg-type]
+                    frozenset(range(WORLD)), EXEC, SCOPE, VOTE_DIGEST)
+        return header
+    stage("split_program")
+    program, openings = split_program(header, payload)
+    stage("decode_graph_bundle")
+    graph, _ = decode_graph_bundle(program)
+    stage("verify")
+    graph.verify()
+    stage("check_types")
+    check_types(graph, WORLD)
+    stage("open_program")
+    opened = open_program(graph, openings, rank, WORLD)
+    stage("program_digest")
+    program_digest(graph, WORLD)
+    stage("encode_graph_bundle")
+    encode_graph_bundle(opened, {})
+    return opened
+
+
 def classify(decoder: str, mode: str, data: bytes,
              stage: Stage = _ignore) -> tuple[str, str, str]:
     """``(outcome, error type, detail)`` of one input, run in this process."""
@@ -621,6 +1103,8 @@ def classify(decoder: str, mode: str, data: bytes,
     try:
         if decoder == "program":
             decode_program_input(mode, data, stage=stage)
+        elif decoder == "consent":
+            decode_consent_input(mode, data, stage=stage)
         else:
             decode_value_input(mode, data, stage=stage)
     except MPLangError as e:
@@ -948,7 +1432,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", help="directory for the failing inputs (one file each)")
     parser.add_argument("--json", help="write the summaries as JSON to this file")
     parser.add_argument("--replay", help="decode this file in this process and print the outcome")
-    parser.add_argument("--mode", help="with --replay: bundle, run, value or msg")
+    parser.add_argument("--mode", help="with --replay: bundle, run, value, msg, prepareR "
+                                       "or runR (R: the receiving party's rank)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -962,7 +1447,7 @@ def main(argv: list[str] | None = None) -> int:
         decoder = "program" if args.decoder == "all" else args.decoder
         with open(args.replay, "rb") as f:
             data = f.read()
-        mode = args.mode or ("bundle" if decoder == "program" else "value")
+        mode = args.mode or {"program": "bundle", "value": "value"}.get(decoder, "prepare0")
         outcome, error, detail = classify(decoder, mode, data)
         print(outcome, error, detail, sep="\n")
         return 0 if outcome in ("ok", "mplang_error") else 1

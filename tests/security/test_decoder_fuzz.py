@@ -1,17 +1,25 @@
-"""Untrusted bytes through the program and value decoders give a result or an MPLangError.
+"""Untrusted bytes through the program, value and consent decoders give a result or an
+MPLangError.
 
 A seeded, derandomized subset of the campaign of ``benchmarks/fuzz_decoders.py``
 (the same generators: byte edits, structured JSON edits, SPU share protobuf edits,
-splices, random bytes), run in this process over what a worker does with a received
-program (decode, ``verify``, ``check_types``, re-encode) or value (``split_frame``,
-``decode_value``, re-encode); then exact refusals of huge declared lengths, truncated
-frames, wrong magic, and regressions of the decoder bugs the campaign found.
+splices, random bytes; for the two-phase accept, swapped, edited and re-forged
+openings, edited commitments and votes), run in this process over what a worker does
+with a received program (decode, ``verify``, ``check_types``, re-encode), value
+(``split_frame``, ``decode_value``, re-encode) or ``/prepare`` and ``/run`` body
+(`split_program`, the program's checks, `decode_openings`, `open_program`,
+`program_digest`; `check_votes`); then exact refusals of huge declared lengths,
+truncated frames, wrong magic, tampered openings and votes, and regressions of the
+decoder bugs the campaign found.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import hashlib
 import json
+import re
 import struct
 from typing import Any
 
@@ -32,7 +40,8 @@ from mplang.backends.wire import (
 from mplang.edsl.primitive import check_types
 from mplang.edsl.serde import decode_graph_bundle, numpy_can_hold
 from mplang.edsl.typing import DTYPES, numpy_dtype
-from mplang.frontend.errors import MPLangError, MPSerializationError
+from mplang.frontend.errors import MPLangError, MPRefusedError, MPSerializationError
+from mplang.runtime.commitments import canonical_bytes
 
 FUZZ = settings(max_examples=400, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -48,6 +57,11 @@ def values() -> dict[str, bytes]:
     return fz.seed_values()
 
 
+@pytest.fixture(scope="module")
+def consent() -> dict[str, bytes]:
+    return fz.seed_consent()
+
+
 # ---------------------------------------------------------------- properties
 
 
@@ -58,7 +72,7 @@ def test_every_seed_decodes(programs: dict[str, bytes], values: dict[str, bytes]
         fz.decode_value_input("value", data)
 
 
-@pytest.mark.parametrize("decoder", fz.DECODERS)
+@pytest.mark.parametrize("decoder", ["program", "value"])
 @FUZZ
 @given(data=st.data())
 def test_decoders_raise_only_mplang_errors(programs: dict[str, bytes], values: dict[str, bytes],
@@ -72,6 +86,30 @@ def test_decoders_raise_only_mplang_errors(programs: dict[str, bytes], values: d
             fz.decode_program_input(mode, blob, load=False)
         else:
             fz.decode_value_input(mode, blob)
+
+
+def test_every_consent_seed_is_accepted(consent: dict[str, bytes]) -> None:
+    for name, body in consent.items():
+        prepared = fz._parsed(body)
+        if prepared is not None:
+            fz.decode_consent_input(f"prepare{prepared.rank}", body)
+        elif name == "votes":
+            for rank in range(fz.WORLD):
+                fz.decode_consent_input(f"run{rank}", body)
+        else:
+            with pytest.raises(MPRefusedError, match="is not a signature over this program"):
+                fz.decode_consent_input("run0", body)
+
+
+@FUZZ
+@given(data=st.data())
+def test_consent_decoder_raises_only_mplang_errors(consent: dict[str, bytes],
+                                                   data: st.DataObject) -> None:
+    """A ``/prepare`` body (committed program and openings) or a ``/run`` body (votes), as
+    a worker checks them, gives a result or an MPLangError."""
+    mode, blob = fz.generate_consent(fz.DrawChooser(data), list(consent.values()))
+    with contextlib.suppress(MPLangError):
+        fz.decode_consent_input(mode, blob)
 
 
 DIMS = st.sampled_from([0, 1, 2, 3, 2**20, 2**31, 2**32, 2**60, 2**61 - 1, 2**61, 2**62,
@@ -399,3 +437,91 @@ def test_a_received_share_must_have_the_declared_shape() -> None:
     with pytest.raises(RuntimeError, match="not a secret share"):
         spu_impl._received_share(np.zeros(6), op, 0, TensorType("int32", (6,)))
     assert spu_impl._received_share(received, op, 0, TensorType("int32", (2, 3))) is received
+
+
+# ---------------------------------------------------------------- the two-phase accept
+
+
+def received(consent: dict[str, bytes], name: str) -> fz.Prepare:
+    prepared = fz._parsed(consent[name])
+    assert prepared is not None
+    return copy.deepcopy(prepared)
+
+
+def prepare_refusal(prepared: fz.Prepare, rank: int | None = None) -> MPLangError:
+    body = fz.prepare_body(prepared.program(), prepared.encoded_openings(), prepared.rank)
+    with pytest.raises(MPLangError) as info:
+        fz.decode_consent_input(f"prepare{prepared.rank if rank is None else rank}", body)
+    return info.value
+
+
+def test_another_partys_openings_are_refused(consent: dict[str, bytes]) -> None:
+    mine, theirs = received(consent, "private@0"), received(consent, "private@1")
+    mine.openings = theirs.openings
+    error = prepare_refusal(mine)
+    assert type(error) is MPRefusedError and error.status == 400
+    assert re.fullmatch(r"party 0: op #0 simp.constant \(traced at .*\), attribute 'value': "
+                        "the driver sent no opening for this party's committed value",
+                        str(error))
+    mine = received(consent, "private@0")
+    mine.openings["1:value"] = theirs.openings["1:value"]  # party 1's constant, not 0's
+    assert str(prepare_refusal(mine)) == ("party 0: openings for attributes this party may "
+                                          "not see or that the program does not have: "
+                                          "['1:value']")
+
+
+def test_openings_of_another_program_do_not_match(consent: dict[str, bytes]) -> None:
+    mine, theirs = received(consent, "constant@0"), received(consent, "while_loop@0")
+    mine.openings = {"0:value": theirs.openings["0:value"], "1:value": mine.openings["1:value"]}
+    assert str(prepare_refusal(mine)).endswith("the opening does not match its commitment")
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda v: v.astype(np.float64), "the opened value is f64[2,3], its commitment "
+                                     "declares f32[2,3]"),
+    (lambda v: v.reshape(-1), "the opened value is f32[6], its commitment declares f32[2,3]"),
+    (lambda v: v.tolist(), "the opened value is None, its commitment declares f32[2,3]"),
+])
+def test_a_reforged_commitment_must_declare_the_opened_type(
+        consent: dict[str, bytes], edit: Any, message: str) -> None:
+    """The driver can re-forge a digest for any value; the opened value must still have
+    the type the committed program was type-checked with."""
+    prepared = received(consent, "private@0")
+    value, nonce = prepared.openings["0:value"]
+    value = edit(value)
+    prepared.openings["0:value"] = (value, nonce)
+    body = prepared.commitment("0:value")
+    prepared.set_digest(body, hashlib.sha256(nonce + canonical_bytes(value)).digest())
+    error = prepare_refusal(prepared)
+    assert type(error) is MPRefusedError and str(error).endswith(message)
+
+
+def test_a_short_nonce_is_refused_when_decoded(consent: dict[str, bytes]) -> None:
+    prepared = received(consent, "private@0")
+    value, nonce = prepared.openings["0:value"]
+    prepared.openings["0:value"] = (value, nonce[:15])
+    error = prepare_refusal(prepared)
+    assert type(error) is MPSerializationError
+    assert str(error) == ("malformed program: openings.0:value: expected (value, nonce of "
+                          "16+ bytes)")
+
+
+def test_a_commitment_must_declare_a_base_type(consent: dict[str, bytes]) -> None:
+    prepared = received(consent, "private@0")
+    prepared.commitment("1:value")[1] = {"mp": [{"tensor": ["int64", []]}, 6]}
+    error = prepare_refusal(prepared)
+    assert str(error) == "malformed program: graph.ops[1].attrs.value.$commit[1]: not a base type"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda v: {**v, "1": v["2"]}, "the vote of party 1 for execution e1 is not a signature"),
+    (lambda v: {**v, "1": v["1"] * 6}, "no vote of party 1"),
+    (lambda v: {**v, "2": v["2"].rstrip("=") + "!"}, "no vote of party 2"),
+    (lambda v: {"0": v["0"], "2": v["2"]}, "no vote of party 1"),
+    (lambda v: list(v.values()), "came without the other parties' votes"),
+])
+def test_tampered_votes_are_refused(edit: Any, message: str) -> None:
+    body = fz.run_body(edit(fz.sign_votes()))
+    with pytest.raises(MPRefusedError, match=re.escape(message)) as info:
+        fz.decode_consent_input("run0", body)
+    assert info.value.status == 409
