@@ -116,6 +116,27 @@ def test_a_tampered_commitment_is_refused() -> None:
         open_program(graph, committed.openings[0], 0, 3)
 
 
+@pytest.mark.parametrize(("name", "hidden"), [
+    ("fn", Commitment(bytes(32), None)),               # the body's name
+    ("parties", [Commitment(bytes(32), None)]),        # nested in a list
+])
+def test_a_commitment_outside_a_private_attribute_is_refused(name: str, hidden: Any) -> None:
+    """Only values an op declares private may be hidden: a commitment anywhere else (the
+    code a party runs, its parties, its device) is refused before anything is opened."""
+    committed = commit(compiled(), 3)
+    pcall = committed.graph.operations[1]
+    assert pcall.opcode == "simp.pcall"
+    graph = Graph(committed.graph.inputs,
+                  [committed.graph.operations[0],
+                   pcall.replace(attrs={**pcall.attrs, name: hidden}),
+                   *committed.graph.operations[2:]], committed.graph.outputs)
+    with pytest.raises(MPRefusedError, match=rf"party 1: op #1 simp.pcall \(traced at "
+                       rf"test_private_constants.py:\d+\), attribute '{name}': a commitment "
+                       r"in an attribute simp.pcall does not declare private") as refused:
+        open_program(graph, committed.openings[1], 1, 3)
+    assert refused.value.status == 400
+
+
 def test_an_opening_of_another_type_than_committed_is_refused() -> None:
     committed = commit(compiled(), 3)
     op = committed.graph.operations[0]

@@ -148,14 +148,42 @@ def _where(path: str, op: Operation, name: str, rank: int) -> str:
     return f"party {rank}: op #{path.partition(':')[0]} {op.opcode}{loc}, attribute {name!r}"
 
 
+def _holds_commitment(value: Any) -> bool:
+    if isinstance(value, Commitment):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_holds_commitment(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_commitment(v) for v in value.values())
+    return False
+
+
+def _refuse_stray_commitments(graph: Graph, rank: int, prefix: str = "") -> None:
+    """Refuse (`MPRefusedError`, 400) a commitment in any attribute its op does not
+    declare private: only private values may be hidden from a party."""
+    for index, op in enumerate(graph.operations):
+        path = f"{prefix}{index}"
+        prim = get_primitive(op.opcode)
+        private = {} if prim is None else prim.private_attrs(op)
+        for name, value in op.attrs.items():
+            if name not in private and _holds_commitment(value):
+                raise MPRefusedError(f"{_where(f'{path}:{name}', op, name, rank)}: a "
+                                     f"commitment in an attribute {op.opcode} does not "
+                                     "declare private", 400)
+        for i, region in enumerate(op.regions):
+            _refuse_stray_commitments(region, rank, f"{path}/{i}/")
+
+
 def open_program(graph: Graph, openings: Mapping[str, Opening], rank: int,
                  world_size: int) -> Graph:
     """The graph party ``rank`` runs: ``graph`` (as received, committed) with its openings
     checked against their commitments and substituted.
 
-    Refuses (`MPRefusedError`, 400) an opening that does not match, a missing opening
-    for an attribute this party may see, and an opening for any other attribute.
+    Refuses (`MPRefusedError`, 400) a commitment in an attribute its op does not declare
+    private, an opening that does not match, a missing opening for an attribute this
+    party may see, and an opening for any other attribute.
     """
+    _refuse_stray_commitments(graph, rank)
     unused = dict(openings)
 
     def reveal(path: str, op: Operation, name: str, value: Any, viewers: Mask) -> Any:
