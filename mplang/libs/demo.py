@@ -1,22 +1,40 @@
-"""A short multi-party demo on the in-memory simulator: each step prints its result."""
+"""A short multi-party demo on the in-memory simulator: each step prints its result.
+
+Each party reads its inputs from its own data root (``tensor.load``); the demo
+first writes them into temporary folders, one per party, standing in for each
+organisation's own disk.
+"""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 import mplang as mp
-from mplang import simp
+from mplang import simp, tensor
 from mplang.device.kinds import get_kind
+
+VECTOR, WEALTH = "vector.npy", "wealth.npy"
+"""The files each party keeps in its data root."""
+
+
+def write_inputs(roots: dict[str, Path]) -> None:
+    """What each party does on its own machine: party i keeps the vector [i+1, 2(i+1),
+    3(i+1)], and parties 0 and 1 their wealth."""
+    for i, root in enumerate(roots.values()):
+        root.mkdir(parents=True, exist_ok=True)
+        np.save(root / VECTOR, np.arange(1, 4, dtype=np.float32) * (i + 1))
+        np.save(root / WEALTH, np.int32((i + 1) * 1_000_000))
 
 
 def _private_inputs(world_size: int) -> Any:
-    """Party i holds the vector [i+1, 2(i+1), 3(i+1)], known to nobody else."""
-    held = [simp.constant((i,), jnp.arange(1, 4, dtype=jnp.float32) * (i + 1))
-            for i in range(world_size)]
+    """Each party's own vector, read on its own side and known to nobody else."""
+    held = [simp.pcall((i,), lambda: tensor.load(VECTOR)) for i in range(world_size)]
     return simp.converge(*held)
 
 
@@ -59,8 +77,8 @@ def _steps(world_size: int) -> list[tuple[str, Callable[[], Any]]]:
 
 def millionaire() -> Any:
     """Who is richer? Party 0 learns only the answer; nobody sees the other's wealth."""
-    alice = mp.device("P0")(lambda: jnp.int32(1_000_000))()
-    bob = mp.device("P1")(lambda: jnp.int32(2_000_000))()
+    alice = mp.device("P0")(lambda: tensor.load(WEALTH))()
+    bob = mp.device("P1")(lambda: tensor.load(WEALTH))()
     richer = mp.device("SP0")(lambda a, b: a < b)(alice, bob)
     return mp.put("P0", richer)
 
@@ -68,16 +86,20 @@ def millionaire() -> Any:
 def secure_mean(world_size: int) -> Any:
     """The mean of all parties' private vectors, computed on secret shares and revealed
     to party 0 only."""
-    vectors = [mp.put(f"P{i}", np.arange(1, 4, dtype=np.float32) * (i + 1))
-               for i in range(world_size)]
+    vectors = [mp.device(f"P{i}")(lambda: tensor.load(VECTOR))() for i in range(world_size)]
     return mp.put("P0", mp.device("SP0")(lambda *vs: jnp.mean(jnp.stack(vs)))(*vectors))
 
 
 def run_demo(world_size: int = 3, echo: Callable[[str], None] = print) -> list[Any]:
     """Run every demo step on a ``world_size``-party simulator; return the fetched results."""
     results = []
-    with mp.Simulator(world_size) as sim:
-        echo(f"MPLang demo on an in-memory simulator of {world_size} parties")
+    cluster = mp.ClusterSpec.simple(world_size)
+    folder = tempfile.TemporaryDirectory(prefix="mplang-demo-")
+    roots = {node.name: Path(folder.name) / node.name for node in cluster.nodes}
+    write_inputs(roots)
+    with folder, mp.Simulator(cluster, data_roots=roots) as sim:
+        echo(f"MPLang demo on an in-memory simulator of {world_size} parties "
+             "(each reads its inputs from its own data root)")
         for title, step in _steps(world_size):
             value = mp.fetch(sim, mp.evaluate(sim, mp.function(step)))
             results.append(value)
