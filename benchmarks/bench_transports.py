@@ -28,9 +28,10 @@ messages on another logical stream while a 256 MiB message is in flight (median;
 count says how many completed during the transfer), and CPU seconds (user + system,
 ``resource.getrusage``) per 64 MiB on each side.
 
-Packages beyond the project's (installed into the venv with pip, not in pyproject):
-h2 4.3.0 (hpack 4.2.0, hyperframe 6.1.0), hypercorn 0.17.3 (priority 2.0.0, wsproto 1.3.2),
-websockets 15.0.1. Already there: httpx 0.28.1, uvicorn 0.54.0, httptools 0.9.0, uvloop 0.23.0.
+Packages beyond the project's: the ``bench`` extra (``pip install -e '.[bench]'``) pins
+h2 4.3.0 (with hpack 4.2.0, hyperframe 6.1.0), hypercorn 0.17.3 (with priority 2.0.0,
+wsproto 1.3.2) and websockets 15.0.1. Already there: httpx 0.28.1, uvicorn 0.54.0,
+httptools 0.9.0, uvloop 0.23.0.
 
     .venv/bin/python benchmarks/bench_transports.py [--only tls-mux,http2] [--max-load 1.5]
 """
