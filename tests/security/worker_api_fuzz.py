@@ -401,8 +401,11 @@ class Campaign:
                        headers: dict[str, str]) -> bytes | None:
         """A body (and for /msg headers) built from what the worker answered before."""
         if path in ("/prepare", "/run") and (path == "/prepare" or not self.prepared
-                                            or rnd.random() < 0.5):
-            program = rnd.choice(self.programs)
+                                            or rnd.random() < 0.7):
+            # a /run carrying its program runs on this party alone (a multi-party run needs
+            # every party's vote, which a prepared run's /run below lacks: refused)
+            alone = [p for p in self.programs if p.parties == [TARGET]]
+            program = rnd.choice(self.programs if path == "/prepare" else alone)
             inputs: list[Any] = [rnd.choice([*self.uris, "mem://node_0/none"])
                                  for _ in range(program.inputs)]
             header: dict[str, Any] = {
@@ -470,7 +473,9 @@ class Campaign:
             headers[SPEC_HEADER] = self.digest
         elif spec_mode == "drawn" and sent_digest is not None:
             headers[SPEC_HEADER] = sent_digest
-        if method == "POST" and rnd.random() < 0.35:
+        # /run mostly stateful: a run needs a well-formed program (or a prepared run) to
+        # get past the refusals to the kernels
+        if method == "POST" and rnd.random() < (0.8 if path == "/run" else 0.35):
             stateful = self._stateful_body(rnd, path, headers)
             body = body if stateful is None else stateful
         chunked = method == "POST" and rnd.random() < 0.025
