@@ -113,35 +113,41 @@ def _header(f: IO[bytes], relpath: str) -> TensorType:
     return TensorType(_dtype_name(dtype, relpath), tuple(shape))
 
 
+def _inspect(real: Path, relpath: str, key: str | None, node: str
+             ) -> tuple[TensorType, str | None]:
+    """The type of the array at resolved path ``real`` (from its header only) and, for an
+    ``.npz``, the archive member that holds it."""
+    try:
+        if real.suffix == ".npy":
+            with open(real, "rb") as f:
+                return _header(f, relpath), None
+        with zipfile.ZipFile(real) as archive:
+            member = _member(archive, relpath, key)
+            with archive.open(member) as stream:
+                return _header(stream, relpath), member
+    except (zipfile.BadZipFile, OSError) as e:
+        raise _fail(f"{relpath!r} in the data root of {node} cannot be read: {e}") from None
+
+
 def describe(root: str | os.PathLike[str], relpath: str, key: str | None = None,
              node: str = "this node") -> TensorType:
     """The type (dtype, shape) of array ``relpath`` (member ``key`` of an ``.npz``) in the
     data root, read from the file's header only."""
     _check_key(relpath, key)
-    real = resolve(root, relpath, node)
-    try:
-        if real.suffix == ".npy":
-            with open(real, "rb") as f:
-                return _header(f, relpath)
-        with zipfile.ZipFile(real) as archive, \
-                archive.open(_member(archive, relpath, key)) as member:
-            return _header(member, relpath)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise _fail(f"{relpath!r} in the data root of {node} cannot be read: {e}") from None
+    return _inspect(resolve(root, relpath, node), relpath, key, node)[0]
 
 
 def read(root: str | os.PathLike[str], relpath: str, key: str | None = None,
          node: str = "this node") -> np.ndarray:
     """The array ``relpath`` (member ``key`` of an ``.npz``) in the data root, loaded
-    without pickle once its header passed `describe`."""
-    describe(root, relpath, key, node)
+    without pickle once its header passed the checks of `describe`."""
+    _check_key(relpath, key)
     real = resolve(root, relpath, node)
+    _, member = _inspect(real, relpath, key, node)
     try:
-        if real.suffix == ".npy":
+        if member is None:
             array = np.load(real, allow_pickle=False)
         else:
-            with zipfile.ZipFile(real) as archive:
-                member = _member(archive, relpath, key)
             with np.load(real, allow_pickle=False) as archive_arrays:
                 array = archive_arrays[member[:-4]]
     except (ValueError, zipfile.BadZipFile, OSError) as e:
