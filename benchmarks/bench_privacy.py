@@ -35,16 +35,6 @@ NBYTES = 64 << 20
 NEW = Path(__file__).resolve().parents[1]
 
 
-def _spec_dict(ports: list[int]) -> dict[str, Any]:
-    names = [f"node_{i}" for i in range(3)]
-    return {"nodes": [{"name": n, "endpoint": f"127.0.0.1:{p}"}
-                      for n, p in zip(names, ports, strict=True)],
-            "devices": {**{f"P{i}": {"kind": "PPU", "members": [n]}
-                           for i, n in enumerate(names)},
-                        "SP0": {"kind": "SPU", "members": names,
-                                "config": {"protocol": "ABY3", "field": "FM64"}}}}
-
-
 def _median_ms(fn: Callable[[], Any], runs: int, warmup: int) -> float:
     for _ in range(warmup):
         fn()
@@ -103,12 +93,12 @@ def _measure(drv: Any, runs: int, repeats: int) -> dict[str, Any]:
 
 
 def child(runs: int, repeats: int) -> None:
-    from bench_http import free_ports  # this script's folder (either tree's mplang)
+    from bench_http import cluster_spec  # this script's folder (either tree's mplang)
 
     import mplang as mp
     from mplang.runtime.local_cluster import LocalCluster
 
-    spec = mp.ClusterSpec.from_dict(_spec_dict(free_ports(3)))
+    spec = cluster_spec()  # 3 nodes on free ports, PPUs, ABY3 SP0 (FM64)
     with LocalCluster(spec) as cluster:  # started by entering
         drv = cluster.driver(timeout=30.0, run_timeout=120.0)
         try:
