@@ -150,7 +150,9 @@ class Guard:
         self.names = list(names)
         self.drivers = dict(drivers or {})
         self.labels = LabelTable()
-        self._digests: weakref.WeakKeyDictionary[Graph, str] = weakref.WeakKeyDictionary()
+        self._vetted: weakref.WeakKeyDictionary[Graph, tuple[str | None, Verdict]] = \
+            weakref.WeakKeyDictionary()
+        """graph -> (its digest, the verdict `vet` gave it)."""
 
     @property
     def node(self) -> str:
@@ -160,20 +162,23 @@ class Guard:
             uses: Callable[[str], int] | None = None) -> Verdict:
         """The verdict on running ``graph`` (``digest``) for the driver whose certificate
         fingerprint is ``driver`` (a driver the spec does not name is not checked)."""
-        if digest is not None:
-            self._digests[graph] = digest
-        return check(graph, len(self.names), self.rank, self.policy, names=self.names,
-                     driver=self.drivers.get(driver), digest=digest,
-                     outputs_fetchable=False, uses=uses)
+        verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
+                        driver=self.drivers.get(driver), digest=digest,
+                        outputs_fetchable=False, uses=uses)
+        self._vetted[graph] = (digest, verdict)
+        return verdict
 
     def admit(self, graph: Graph, input_uris: Sequence[str | None]) -> Verdict:
         """The verdict on running ``graph`` on stored objects ``input_uris`` (whose labels
-        it takes); raises `PolicyRefusedError` if refused."""
+        it takes); raises `PolicyRefusedError` if refused. A graph `vet` accepted whose
+        inputs carry no label of this party's data has that verdict already."""
         inputs = [None if (lab := self.labels.of(uri)) is None else {self.rank: lab}
                   for uri in input_uris]
+        digest, vetted = self._vetted.get(graph, (None, None))
+        if vetted is not None and vetted.accepted and not any(inputs):
+            return vetted
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
-                        digest=self._digests.get(graph), input_labels=inputs,
-                        outputs_fetchable=False)
+                        digest=digest, input_labels=inputs, outputs_fetchable=False)
         if not verdict.accepted:
             raise PolicyRefusedError(verdict.message(self.node))
         return verdict
