@@ -21,6 +21,17 @@ SPEC_HEADER = "x-mplang-spec"
 CHUNK = 1 << 20
 
 
+def error_message(response: httpx.Response, limit: int = 2000) -> str | None:
+    """The ``error`` a worker's JSON answer gives (at most ``limit`` characters), or None
+    if the answer is not such a JSON object."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error[:limit] if isinstance(error, str) else None
+
+
 class PinnedClients:
     """One HTTP/1.1 connection pool per worker of ``spec``, pinned to its certificate."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from mplang.backends.http_client import PinnedClients
+from mplang.backends.http_client import PinnedClients, error_message
 from mplang.backends.wire import pack_message
 from mplang.edsl.typing import DTYPES, TensorType
 from mplang.frontend.errors import MPRuntimeError
@@ -27,13 +27,7 @@ def _answer_type(answer: Any, where: str) -> TensorType:
 
 
 def _error_text(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return body["error"][:1000]
-    return f"{response.status_code} {response.text[:300]}"
+    return error_message(response, 1000) or f"{response.status_code} {response.text[:300]}"
 
 
 def describe_remote(clients: PinnedClients, rank: int, where: str,

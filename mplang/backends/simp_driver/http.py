@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from mplang.backends.http_client import PinnedClients
+from mplang.backends.http_client import PinnedClients, error_message
 from mplang.backends.simp_driver.base import SimpDriver
 from mplang.backends.simp_driver.describe import describe_remote
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
@@ -135,10 +135,7 @@ class SimpHttpDriver(SimpDriver):
         is the party's own decision (its policy): an `MPRefusedError` carrying the party's
         whole message (which names the op, its source line and the rule to add)."""
         status = e.response.status_code
-        try:
-            error = str(e.response.json().get("error", ""))[:2000]
-        except (ValueError, AttributeError):
-            error = e.response.text[:500]
+        error = error_message(e.response) or e.response.text[:500]
         if status == 403 and "certificate" not in error:
             return MPRefusedError(f"{self._where(rank)} refused {what}: {error}", status)
         hint = (" (is this driver's certificate listed in that party's spec, and do both "
