@@ -25,25 +25,14 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from timing import run_in_tree
+from timing import median_ms, run_in_tree
 
 NBYTES = 64 << 20
 NEW = Path(__file__).resolve().parents[1]
 
-
-def _median_ms(fn: Callable[[], Any], runs: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def _measure(drv: Any, runs: int, repeats: int) -> dict[str, Any]:
@@ -75,9 +64,9 @@ def _measure(drv: Any, runs: int, repeats: int) -> dict[str, Any]:
         got = mp.fetch(drv, mp.evaluate(drv, multiply, a, b))
         assert abs(float(got[-1]) - (n - 1) * 0.5) < 1e-2
 
-    out = {"one_party_ms": _median_ms(one_party, runs, 20),
-           "two_parties_ms": _median_ms(two_parties, runs, 20),
-           "spu_multiply_ms": _median_ms(spu, max(5, runs // 10), 3)}
+    out = {"one_party_ms": median_ms(one_party, runs, 20),
+           "two_parties_ms": median_ms(two_parties, runs, 20),
+           "spu_multiply_ms": median_ms(spu, max(5, runs // 10), 3)}
     size = NBYTES // 4
     big = mp.evaluate(drv, lambda: simp.pcall((0,), lambda: jnp.arange(size, dtype=jnp.float32)))
     move = mp.compile(lambda v: simp.shuffle_static(v, {1: 0}), big, world_size=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -21,6 +22,18 @@ def best_of(repeats: int, fn: Callable[[], Any]) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def median_ms(fn: Callable[[], Any], runs: int, warmup: int = 3) -> float:
+    """Median milliseconds of ``runs`` calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
 
 
 def run_in_tree(script: str, tree: str, path: Path, args: list[str],

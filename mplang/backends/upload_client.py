@@ -7,10 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
-from mplang.backends.http_client import PinnedClients
+from mplang.backends.mux_client import MuxClients, StatusError, TransportError
 from mplang.backends.wire import encode_value, pack_message
 from mplang.device.cluster import ClusterSpec
 from mplang.frontend.errors import MPLangError
@@ -37,14 +36,14 @@ def put(spec_path: str | os.PathLike[str], node: str, name: str, value: Any, *,
     cluster = ClusterSpec.from_yaml(spec_path)
     rank = cluster.rank_of(node)
     key_path = key or Path(spec_path).resolve().parent / "keys" / f"{node}.key"
-    clients = PinnedClients(cluster, load_identity(key_path), timeout)
+    clients = MuxClients(cluster, load_identity(key_path), timeout)
     try:
         response = clients.post(rank, "/upload",
                                 pack_message({"name": name}, encode_value(np.asarray(value))))
-    except httpx.HTTPStatusError as e:
+    except StatusError as e:
         raise MPLangError(f"{node} refused the upload: {e.response.status_code} "
                           f"{e.response.text[:500]}") from None
-    except httpx.HTTPError as e:
+    except TransportError as e:
         raise MPLangError(f"{node} could not be reached: {type(e).__name__}: {e}") from None
     finally:
         clients.close()

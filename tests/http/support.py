@@ -26,7 +26,7 @@ import yaml
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.http_client import SPEC_HEADER
+from mplang.backends.mux_client import SPEC_HEADER
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.simp_worker.http import WorkerServer, uvicorn_server
 from mplang.backends.wire import encode_value_bytes, pack_message

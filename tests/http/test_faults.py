@@ -126,7 +126,7 @@ def test_worker_killed_during_an_spu_op(local_cluster: LocalCluster,
                                         http_driver: mp.Driver) -> None:
     """Killing an SPU member mid-protocol (its peers block in libspu's receives) fails
     the run fast; after a restart the SPU works again."""
-    data = np.random.default_rng(3).standard_normal(5000).astype(np.float32)
+    data = np.random.default_rng(3).standard_normal(40000).astype(np.float32)
 
     def heavy() -> Any:  # a few seconds of ABY3 traffic between the three workers
         x = mp.put("P0", data)

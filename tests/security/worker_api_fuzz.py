@@ -66,7 +66,7 @@ from schemathesis.core.result import Err, Ok
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.http_client import SPEC_HEADER
+from mplang.backends.mux_client import SPEC_HEADER
 from mplang.backends.simp_worker.openapi import worker_api
 from mplang.backends.wire import encode_value_bytes, split_frame
 from mplang.edsl.graph import Graph, communicates

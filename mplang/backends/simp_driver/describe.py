@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
-from mplang.backends.http_client import PinnedClients, error_message
+from mplang.backends.mux_client import MuxClients, Reply, StatusError, TransportError, error_message
 from mplang.backends.wire import pack_message
 from mplang.edsl.typing import DTYPES, TensorType
 from mplang.frontend.errors import MPRuntimeError
@@ -26,22 +24,22 @@ def _answer_type(answer: Any, where: str) -> TensorType:
     return TensorType(dtype, tuple(shape))
 
 
-def _error_text(response: httpx.Response) -> str:
+def _error_text(response: Reply) -> str:
     return error_message(response, 1000) or f"{response.status_code} {response.text[:300]}"
 
 
-def describe_remote(clients: PinnedClients, rank: int, where: str,
+def describe_remote(clients: MuxClients, rank: int, where: str,
                     fields: dict[str, Any]) -> TensorType:
     """Ask worker ``rank`` (described as ``where`` in errors) for the type ``fields``
     name: ``{"what": "file", "path": ..., "key": ...}`` or ``{"what": "object",
     "name": ...}``."""
     try:
         response = clients.post(rank, "/describe", pack_message(fields, []))
-    except httpx.HTTPStatusError as e:
+    except StatusError as e:
         status = e.response.status_code
         hint = (f" ({where} did not accept this driver)" if status in (403, 409) else "")
         raise MPRuntimeError(f"{_error_text(e.response)}{hint}", party=rank) from None
-    except httpx.HTTPError as e:
+    except TransportError as e:
         raise MPRuntimeError(f"{where} could not be asked for the type of a private input "
                              f"({type(e).__name__}: {e})", party=rank) from e
     if response.status_code != 200:

@@ -7,6 +7,7 @@ certificate the spec gives for it.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import threading
@@ -16,9 +17,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from mplang.backends.http_client import PinnedClients, error_message
+from mplang.backends.mux_client import MuxClients, StatusError, TransportError, error_message
 from mplang.backends.simp_driver.base import SimpDriver
 from mplang.backends.simp_driver.describe import describe_remote
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
@@ -66,16 +65,19 @@ class SimpHttpDriver(SimpDriver):
     """A driver for workers started with ``mplang worker`` / ``mplang up``.
 
     ``run_timeout`` bounds one party's run of one graph; ``timeout`` every other request.
+    A party answers a run with the outputs this driver may fetch, up to ``inline_bytes``
+    in all (0: none), so fetching them right away costs no second round trip.
     """
 
     def __init__(self, cluster: ClusterSpec, *, key: str | os.PathLike[str] | LocalIdentity |
                  None = None, timeout: float = 30.0, run_timeout: float = 600.0,
-                 default_mode: Mode = "launch", spec_dir: Path | None = None):
+                 default_mode: Mode = "launch", spec_dir: Path | None = None,
+                 inline_bytes: int = 64 << 10):
         super().__init__(cluster, default_mode=default_mode,
                          pool_size=max(32, 8 * cluster.world_size), pool_name="mplang-driver")
         cluster.require_certificates()
         self.identity = driver_identity(cluster, key, spec_dir)
-        self._clients = PinnedClients(cluster, self.identity, timeout)
+        self._clients = MuxClients(cluster, self.identity, timeout)
         self._urls = cluster.base_urls()
         self._timeout = timeout
         self._run_timeout = run_timeout
@@ -83,6 +85,9 @@ class SimpHttpDriver(SimpDriver):
         self._prepared: dict[tuple[str, str, int], dict[str, str]] = {}
         """Runs every party accepted, by (execution, scope, rank): the parties' votes."""
         self._prepared_lock = threading.Lock()
+        self._inline_bytes = inline_bytes
+        self._inline: dict[str, Any] = {}
+        """Outputs the parties sent with their run's answer, by URI, until deleted."""
 
     def _program(self, graph: Graph, rank: int) -> tuple[dict[str, Any], list[bytes]]:
         """What party ``rank`` receives of ``graph``: the committed program (the same for
@@ -104,17 +109,19 @@ class SimpHttpDriver(SimpDriver):
         with self._prepared_lock:
             votes = self._prepared.pop((exec_id, scope, rank), None)
         if votes is not None:
-            parts = pack_message({"exec": exec_id, "scope": scope, "votes": votes}, [])
+            parts = pack_message({"exec": exec_id, "scope": scope, "votes": votes,
+                                  "inline": self._inline_bytes}, [])
         else:
             split, body = self._program(graph, rank)
             parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris),
-                                  **split, **options.wire_fields()}, body)
+                                  "inline": self._inline_bytes, **split,
+                                  **options.wire_fields()}, body)
         what = _what(graph)
         try:
             response = self._clients.post(rank, "/run", parts, timeout=self._run_timeout)
-        except httpx.HTTPStatusError as e:
+        except StatusError as e:
             raise self._refused(rank, what, e) from e
-        except httpx.HTTPError as e:
+        except TransportError as e:
             raise MPRuntimeError(f"{self._where(rank)} failed while running {what}: the "
                                  f"connection was lost or refused ({type(e).__name__}: {e})",
                                  party=rank, op=graph.operations[0].opcode
@@ -126,11 +133,16 @@ class SimpHttpDriver(SimpDriver):
             raise cls(body.get("error", response.text), party=rank, op=body.get("op"),
                       key=body.get("key"), loc=body.get("loc"))
         outputs: list[str | None] = body["outputs"]
+        inline = body.get("inline") or {}
+        for uri in outputs:
+            if uri is not None and isinstance(inline.get(uri), str):
+                with contextlib.suppress(ValueError, MPLangError):  # else fetched as usual
+                    self._inline[uri] = decode_value(base64.b64decode(inline[uri]))
         if options.progress is not None:
             options.progress(f"party {rank}: finished {what}")
         return outputs
 
-    def _refused(self, rank: int, what: str, e: httpx.HTTPStatusError) -> MPLangError:
+    def _refused(self, rank: int, what: str, e: StatusError) -> MPLangError:
         """The error for party ``rank``'s 4xx answer. A 403 that is not about certificates
         is the party's own decision (its policy): an `MPRefusedError` carrying the party's
         whole message (which names the op, its source line and the rule to add)."""
@@ -152,9 +164,9 @@ class SimpHttpDriver(SimpDriver):
                               "parties": parties, **split, **options.wire_fields()}, body)
         try:
             response = self._clients.post(rank, "/prepare", parts)
-        except httpx.HTTPStatusError as e:
+        except StatusError as e:
             raise self._refused(rank, _what(graph), e) from e
-        except httpx.HTTPError as e:
+        except TransportError as e:
             raise MPRuntimeError(f"{self._where(rank)} could not be reached to prepare "
                                  f"{_what(graph)} ({type(e).__name__}: {e})", party=rank) from e
         verdict = response.json()
@@ -201,22 +213,28 @@ class SimpHttpDriver(SimpDriver):
     def _fetch(self, rank: int, uri: str) -> Any:
         try:
             response = self._clients.post(rank, "/fetch", pack_message({"uri": uri}, []))
-        except httpx.HTTPError as e:
+        except (StatusError, TransportError) as e:
             raise MPRuntimeError(f"fetching {uri} from {self._where(rank)} failed: {e}",
                                  party=rank) from e
         return decode_value(response.content)
 
     def fetch(self, rank: int, uri: str) -> Future[Any]:
         self._check_open()
+        if uri in self._inline:
+            done: Future[Any] = Future()
+            done.set_result(self._inline[uri])
+            return done
         return self._pool.submit(self._fetch, rank, uri)
 
     def _best_effort(self, rank: int, path: str, fields: dict[str, Any]) -> None:
         # a party that cannot be reached took its objects and messages with it
-        with contextlib.suppress(httpx.HTTPError):
+        with contextlib.suppress(TransportError, StatusError):
             self._clients.post(rank, path, pack_message(fields, []),
                                timeout=min(self._timeout, 5.0))
 
     def delete(self, uris: Sequence[str | None]) -> None:
+        for uri in uris:
+            self._inline.pop(uri or "", None)
         for rank, uri in enumerate(uris):
             if uri is not None and not self._closed:
                 try:

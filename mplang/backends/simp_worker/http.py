@@ -11,6 +11,10 @@ party's own cluster spec lists; the certificate decides who is asking
   (`mplang.backends.simp_worker.data_routes`);
 - anyone listed: ``GET /health``.
 
+The same port speaks ``mplang/1`` (`mplang.backends.simp_worker.mux_server`) to
+clients that offer it by ALPN: persistent connections that carry the same
+requests, and the workers' messages to each other, on multiplexed streams.
+
 Bodies are a framed JSON header plus raw bytes; programs are decoded by the
 schema-checked graph decoder and values by the value codec: nothing received
 is unpickled or evaluated, and only ops with a kernel here can run. A peer
@@ -21,6 +25,7 @@ message is admitted from its headers before its body is read
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import logging
@@ -34,26 +39,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from mplang.backends.http_client import SPEC_HEADER, PinnedClients
+from mplang.backends.mux import ALPN
+from mplang.backends.mux_client import SPEC_HEADER, MuxClients, host_port
 from mplang.backends.simp_worker.consent import check_votes, sign_vote, split_program
 from mplang.backends.simp_worker.data_routes import add_data_routes
 from mplang.backends.simp_worker.executions import Executions, Run, WorkerLimits
 from mplang.backends.simp_worker.mailbox import Mailbox
+from mplang.backends.simp_worker.mux_server import mux_protocol
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.backends.simp_worker.tls import peer_of, tls_config
-from mplang.backends.wire import Buffer, decode_value, encode_value, privacy_kind, split_frame
+from mplang.backends.wire import (
+    Buffer,
+    decode_value,
+    encode_value,
+    payload_bytes,
+    privacy_kind,
+    split_frame,
+)
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.dialects.common import LRUCache
 from mplang.edsl.graph import Graph
 from mplang.edsl.primitive import check_types
 from mplang.edsl.serde import decode_graph_bundle
 from mplang.frontend.errors import (
-    MPCommunicationError,
     MPLangError,
     MPRefusedError,
     MPSerializationError,
@@ -75,6 +87,8 @@ H_EXEC, H_KEY, H_PROGRAM, H_LINK = "x-mplang-exec", "x-mplang-key", "x-mplang-pr
 carries link (secure-device protocol) bytes."""
 _ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _KEY_LIMIT = 1024
+MAX_INLINE = 1 << 20
+"""The most bytes of outputs a ``/run`` answer carries."""
 
 
 def _program_digest(payload: memoryview | bytes) -> str:
@@ -99,18 +113,12 @@ def _who(peer: Peer) -> tuple[str, str]:
     return peer.name, peer.certificate.fingerprint
 
 
-class WorkerClients(PinnedClients):
-    """`PinnedClients` plus the peer-message request (metadata in headers)."""
+class PeerCommunicator:
+    """Sends are messages to the peer's ``/msg`` over this party's persistent connection
+    to it, without waiting: a peer answers only to refuse one, and the refusal abandons
+    that execution here. Receives wait on this party's mailbox."""
 
-    def post_message(self, rank: int, meta: dict[str, str], parts: list[Any]) -> None:
-        self.post(rank, "/msg", parts, headers=meta)
-
-
-class HttpCommunicator:
-    """Sends are POSTs to the peer's ``/msg`` over its pinned connection pool; receives
-    wait on this party's mailbox."""
-
-    def __init__(self, rank: int, clients: Callable[[], WorkerClients], mailbox: Mailbox,
+    def __init__(self, rank: int, clients: Callable[[], MuxClients], mailbox: Mailbox,
                  timeout: float, program_of: Callable[[str, str], str],
                  audit: AuditLog | None = None):
         self.rank = rank
@@ -126,21 +134,21 @@ class HttpCommunicator:
         parts = encode_value(value)
         headers = {H_EXEC: exec_id, H_KEY: key, H_PROGRAM: self._program_of(exec_id, key),
                    H_LINK: "1" if link else "0"}
-        delivered = False
-        try:
-            self._clients().post_message(dst, headers, parts)
-            delivered = True
-        except httpx.HTTPStatusError as e:
-            raise MPCommunicationError(
-                f"party {self.rank}: party {dst} refused {key} of execution {exec_id}: "
-                f"{e.response.status_code} {e.response.text[:300]}", party=self.rank) from e
-        except httpx.HTTPError as e:
-            raise MPCommunicationError(f"party {self.rank}: sending {key} to party {dst} "
-                                       f"failed: {type(e).__name__}: {e}", party=self.rank) from e
-        finally:
-            if self.audit is not None:
-                self.audit.message("send", exec_id, dst, key, privacy_kind(value), _size(parts),
-                                   delivered, link)
+        self._clients().send(dst, "/msg", parts, headers)
+        if self.audit is not None:
+            self.audit.message("send", exec_id, dst, key, privacy_kind(value), _size(parts),
+                               True, link)
+
+    def refused(self, rank: int, answer: dict[str, Any], body: memoryview) -> None:
+        """Party ``rank`` refused a message (or it could not be sent): abandon its
+        execution here, so no wait of it outlives the refusal."""
+        exec_id, key = answer.get("exec"), answer.get("key")
+        if not isinstance(exec_id, str):
+            return
+        reason = (f"party {rank} refused {str(key)[:200]}: {answer.get('status')} "
+                  f"{str(answer.get('error'))[:500]}")
+        log.warning("execution %s: %s", exec_id, reason)
+        self.mailbox.abort(exec_id, reason)
 
     def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
         return self.mailbox.take(src, tag, self.timeout if timeout is None else timeout)
@@ -171,6 +179,13 @@ def _exec_id(value: Any) -> str:
     return value
 
 
+def _inline_limit(header: dict[str, Any]) -> int:
+    limit = header.get("inline", 0)
+    if type(limit) is not int or not 0 <= limit <= MAX_INLINE:
+        raise MPSerializationError(f"field 'inline' must be a byte count from 0 to {MAX_INLINE}")
+    return limit
+
+
 def _run_options(header: dict[str, Any], exec_id: str) -> RunOptions:
     """The execution's options from a ``/run`` header (progress goes to the worker log)."""
     timeout = header.get("timeout")
@@ -193,6 +208,8 @@ class Prepared:
     inputs: list[str | None]
     options: RunOptions
     expires: float
+    inline: int = 0
+    """Up to how many bytes of outputs the driver wants in the ``/run`` answer."""
 
 
 class WorkerServer:
@@ -216,12 +233,14 @@ class WorkerServer:
         self.ssl_context = identity.server_context(self.peers.certificates())
         self.mailbox = Mailbox(self.rank, self.limits.mailbox_bytes)
         self.executions = Executions(self.rank, self.limits)
-        self._clients = WorkerClients(cluster, identity, timeout, max_connections=256)
+        self.ssl_context.set_alpn_protocols([ALPN, "http/1.1"])
         self.audit = AuditLog(audit_log, node, [n.name for n in cluster.nodes]) \
             if audit_log is not None else None
         """This node's audit log (none when ``audit_log`` is not given)."""
-        communicator = HttpCommunicator(self.rank, lambda: self._clients, self.mailbox, timeout,
-                                        self.executions.program_of, self.audit)
+        self.communicator = PeerCommunicator(self.rank, lambda: self._clients, self.mailbox,
+                                             timeout, self.executions.program_of, self.audit)
+        self._clients = MuxClients(cluster, identity, timeout, self.communicator.refused)
+        communicator = self.communicator
         self.worker = SimpWorker(self.rank, cluster.world_size, communicator, ObjectStore(node),
                                  timeout=timeout, in_process=False, node=node,
                                  data_root=data_root)
@@ -238,24 +257,50 @@ class WorkerServer:
     # -- who is asking
     def peer(self, request: Request, role: Role) -> Peer:
         """The party whose certificate opened this connection, if it may act as ``role``."""
-        fingerprint = peer_of(request.scope)
+        return self.peer_for(peer_of(request.scope), request.headers.get(SPEC_HEADER), role,
+                             request.url.path)
+
+    def peer_for(self, fingerprint: str | None, digest: str | None, role: Role,
+                 path: str) -> Peer:
+        """The party with certificate ``fingerprint`` and spec ``digest``, if it may use
+        ``path`` as ``role``."""
         peer = self.peers.lookup(fingerprint)
         if peer is None:
             shown = (fingerprint or "none")[:16]
             raise MPRefusedError(f"certificate {shown}... is not in {self.node}'s cluster spec "
                                  "(or has expired, or was revoked)", 403)
-        digest = request.headers.get(SPEC_HEADER)
         if digest != self.peers.digest:
             raise MPRefusedError(f"cluster spec mismatch: {self.node} has spec "
                                  f"{self.peers.digest[:16]}..., {peer} sent "
                                  f"{(digest or 'none')[:16]}...: both must load the same spec",
                                  409)
         if peer.role != role:
-            raise MPRefusedError(f"{peer} may not use {request.url.path} (only a {role} may)",
-                                 403)
+            raise MPRefusedError(f"{peer} may not use {path} (only a {role} may)", 403)
         return peer
 
-    async def body(self, request: Request, limit: int | None = None) -> bytes:
+    def admit_message(self, sender: Peer, headers: Any, size: int) -> tuple[Peer, str, str, bool]:
+        """Admit a peer's message of ``size`` bytes from its headers, before its body is
+        read; returns what `deliver_message` needs."""
+        assert sender.rank is not None
+        exec_id = _exec_id(headers.get(H_EXEC))
+        key = headers.get(H_KEY) or ""
+        if not key.startswith("/") or len(key) > _KEY_LIMIT:
+            raise MPSerializationError(f"header {H_KEY} must be an op key")
+        link = headers.get(H_LINK) == "1"
+        self.executions.admit(sender.rank, exec_id, key, headers.get(H_PROGRAM, ""), size, link)
+        return sender, exec_id, key, link
+
+    def deliver_message(self, sender: Peer, exec_id: str, key: str, link: bool,
+                        payload: memoryview | bytes) -> None:
+        """Decode an admitted message and put it in the mailbox."""
+        assert sender.rank is not None
+        value = decode_value(payload)
+        self.mailbox.put(sender.rank, (exec_id, key), value, len(payload))
+        if self.audit is not None:
+            self.audit.message("recv", exec_id, sender.rank, key, privacy_kind(value),
+                               len(payload), link=link)
+
+    async def body(self, request: Request, limit: int | None = None) -> bytes | memoryview:
         """The request body; refuses (413) one over ``limit`` before reading it."""
         limit = self.limits.max_body_bytes if limit is None else limit
         declared = request.headers.get("content-length")
@@ -269,7 +314,7 @@ class WorkerServer:
             if size > limit:
                 raise MPRefusedError(f"body exceeds the limit of {limit} bytes", 413)
             chunks.append(chunk)
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one chunk: not copied
 
     # -- programs
     def program(self, payload: memoryview) -> tuple[Graph, str]:
@@ -314,7 +359,8 @@ class WorkerServer:
         graph = self.worker.accept(graph, openings, driver.certificate.fingerprint)
         run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint, digest,
                                     graph, frozenset(parties), options.timeout)
-        return Prepared(run, graph, inputs, options, time.monotonic() + self.timeout)
+        return Prepared(run, graph, inputs, options, time.monotonic() + self.timeout,
+                        _inline_limit(header))
 
     def prepare_audited(self, header: dict[str, Any], payload: memoryview,
                         driver: Peer) -> Prepared:
@@ -371,6 +417,35 @@ class WorkerServer:
             if self.audit is not None:
                 self.audit.end(run.exec_id, run.scope, str(e), refused=True)
             raise
+
+    def fetch(self, uri: str, driver: Peer, limit: int | None = None) -> list[Buffer] | None:
+        """Stored object ``uri``, encoded for ``driver`` if this party lets it have it
+        (`SimpWorker.fetch`), or None if larger than ``limit`` bytes; the fetch is audited."""
+        value = self.worker.fetch(uri, driver.certificate.fingerprint)
+        if limit is not None and payload_bytes(value) > limit:
+            return None
+        parts = encode_value(value)
+        if self.audit is not None:
+            self.audit.fetch(_who(driver), uri, privacy_kind(value), _size(parts))
+        return parts
+
+    def inline(self, uris: list[str | None], driver: Peer, limit: int) -> dict[str, str]:
+        """The outputs ``driver`` may fetch, up to ``limit`` bytes in all, for the ``/run``
+        answer (base64 of the encoded value, by URI): a driver that fetches its results
+        right away needs no second round trip."""
+        inline: dict[str, str] = {}
+        for uri in uris:
+            if uri is None or limit <= 0:
+                continue
+            try:
+                parts = self.fetch(uri, driver, limit)
+            except MPLangError:  # not for the driver: it stays here
+                continue
+            if parts is not None:
+                data = b"".join(parts)
+                limit -= len(data)
+                inline[uri] = base64.b64encode(data).decode()
+        return inline
 
     def drop_prepared(self, exec_id: str) -> None:
         """Forget the prepared, unstarted runs of an aborted execution."""
@@ -430,8 +505,8 @@ class WorkerServer:
             log.error("not reloading %s: %s", self.spec_path, e)
             return False
         trust(self.ssl_context, peers.certificates())
-        old_clients, self._clients = self._clients, WorkerClients(
-            spec, self.identity, self.timeout, max_connections=256)
+        old_clients, self._clients = self._clients, MuxClients(
+            spec, self.identity, self.timeout, self.communicator.refused)
         self.peers = peers
         old_clients.close()
         log.warning("reloaded %s (spec %s...)", self.spec_path, peers.digest[:16])
@@ -492,7 +567,8 @@ def create_app(server: WorkerServer) -> FastAPI:
             log.exception("execution %s crashed", exec_id)
             return _error(500, f"party {server.rank}: {type(e).__name__}: {e}",
                           kind="MPRuntimeError", party=server.rank, op=None)
-        return JSONResponse({"outputs": outputs})
+        inline = server.inline(outputs, driver, prepared.inline) if prepared.inline else {}
+        return JSONResponse({"outputs": outputs, "inline": inline})
 
     async def checked(header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
         """`WorkerServer.prepare` off the event loop: decoding and vetting a new program
@@ -523,6 +599,7 @@ def create_app(server: WorkerServer) -> FastAPI:
             prepared = server.take_prepared(_exec_id(header.get("exec")),
                                             _require_str(header, "scope", _KEY_LIMIT), driver)
             server.check_votes(prepared, header.get("votes"))
+            prepared.inline = _inline_limit(header)
         return await run_prepared(prepared, driver)
 
     @app.post("/fetch")
@@ -531,14 +608,12 @@ def create_app(server: WorkerServer) -> FastAPI:
         header, _ = split_frame(await server.body(request, 1 << 16))
         uri = _require_str(header, "uri", 256)
         try:
-            value = server.worker.fetch(uri, driver.certificate.fingerprint)
+            parts = server.fetch(uri, driver)
         except PolicyRefusedError as e:
             return _error(403, str(e))
         except MPLangError as e:
             return _error(404, str(e))
-        parts = encode_value(value)
-        if server.audit is not None:
-            server.audit.fetch(_who(driver), uri, privacy_kind(value), _size(parts))
+        assert parts is not None
         return StreamingResponse(iter(parts), media_type="application/octet-stream")
 
     @app.post("/delete")
@@ -568,35 +643,15 @@ def create_app(server: WorkerServer) -> FastAPI:
     @app.post("/msg")
     async def message(request: Request) -> Response:
         sender = server.peer(request, "node")
-        assert sender.rank is not None
-        exec_id = _exec_id(request.headers.get(H_EXEC))
-        key = request.headers.get(H_KEY) or ""
-        if not key.startswith("/") or len(key) > _KEY_LIMIT:
-            raise MPSerializationError(f"header {H_KEY} must be an op key")
         declared = request.headers.get("content-length", "")
         if not declared.isdigit():
             raise MPRefusedError("a message needs a content-length", 411)
-        link = request.headers.get(H_LINK) == "1"
-        server.executions.admit(sender.rank, exec_id, key,
-                                request.headers.get(H_PROGRAM, ""), int(declared), link)
-        payload = await server.body(request, int(declared))
-        value = decode_value(payload)
-        server.mailbox.put(sender.rank, (exec_id, key), value, len(payload))
-        if server.audit is not None:
-            server.audit.message("recv", exec_id, sender.rank, key, privacy_kind(value),
-                                 len(payload), link=link)
+        admitted = server.admit_message(sender, request.headers, int(declared))
+        server.deliver_message(*admitted, await server.body(request, int(declared)))
         return JSONResponse({"ok": True})
 
     add_data_routes(app, server)
     return app
-
-
-def _host_port(endpoint: str) -> tuple[str, int]:
-    address = endpoint.split("://", 1)[-1].rstrip("/")
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise MPLangError(f"endpoint {endpoint!r} must be host:port")
-    return host.strip("[]"), int(port)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -613,8 +668,10 @@ def check_port_free(host: str, port: int) -> None:
 
 def uvicorn_server(server: WorkerServer) -> uvicorn.Server:
     """The uvicorn server of ``server``'s app on the endpoint its spec gives it."""
-    host, port = _host_port(server.cluster.nodes[server.rank].endpoint)
-    return uvicorn.Server(tls_config(create_app(server), host, port, server.ssl_context,
+    host, port = host_port(server.cluster.nodes[server.rank].endpoint)
+    app = create_app(server)
+    return uvicorn.Server(tls_config(app, host, port, server.ssl_context,
+                                     mux_protocol(server, app),
                                      timeout_keep_alive=30, timeout_graceful_shutdown=1))
 
 
@@ -625,7 +682,7 @@ def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: 
           policy: str | Path | None = None) -> None:
     """Run ``node``'s worker on the endpoint the spec gives it, until interrupted; the
     spec file is reloaded when it changes; events go to the audit log ``audit_log``."""
-    host, port = _host_port(cluster.nodes[cluster.rank_of(node)].endpoint)
+    host, port = host_port(cluster.nodes[cluster.rank_of(node)].endpoint)
     check_port_free(host, port)
     server = WorkerServer(cluster, node, identity, timeout=timeout, limits=limits,
                           spec_path=spec_path, audit_log=audit_log, data_root=data_root,

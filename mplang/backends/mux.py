@@ -1,0 +1,245 @@
+"""``mplang/1``: many messages over one mutual-TLS connection, each on its own stream.
+
+A message is a HEAD frame (a JSON object and the size of the body that follows)
+and as many DATA frames as its body needs, at most `FRAME` bytes each. Frames of
+different streams interleave: a small message waits for at most one frame of a
+large one, so a slow or large transfer never holds up another execution. The
+receiver reads each DATA frame straight into the buffer the handler gave for
+that stream (no copy besides TLS's own), and the sender writes array buffers as
+they are.
+
+The protocol runs on an asyncio event loop (`MuxProtocol`); both ends use it, the
+connecting side (`mplang.backends.mux_client`) and the worker
+(`mplang.backends.simp_worker.mux_server`). TLS gives integrity and the peer's
+identity (its certificate, pinned per party): frames carry no signature of their own.
+
+Frame: ``kind`` (1 byte: HEAD or DATA), ``stream`` (4 bytes), ``length`` (4 bytes),
+big-endian, then ``length`` bytes. A HEAD's bytes are the body size (8 bytes) and
+the JSON object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+ALPN = "mplang/1"
+"""The ALPN name a client offers to speak this protocol on a worker's port."""
+FRAME = 256 << 10
+"""The largest DATA frame: how long a small message may wait behind a large one."""
+MAX_HEAD = 64 << 10
+"""The largest HEAD (its JSON object); a larger one closes the connection."""
+
+HEAD, DATA = 1, 2
+_FRAME = struct.Struct("!BII")
+_SIZE = struct.Struct("!Q")
+_INLINE = 4096  # bodies up to this size go out in one write with their frame header
+
+
+class MuxProtocolError(Exception):
+    """The peer broke the framing; the connection is closed."""
+
+
+class MuxHandler(Protocol):
+    """What a connection does with the messages it receives."""
+
+    def on_head(self, stream: int, head: dict[str, Any], size: int) -> memoryview | None:
+        """A message begins: where its ``size``-byte body goes (None: read and drop it)."""
+
+    def on_body(self, stream: int, head: dict[str, Any], body: memoryview | None) -> None:
+        """A message's body is complete (None if `on_head` chose to drop it)."""
+
+    def on_lost(self, error: BaseException | None) -> None:
+        """The connection closed (``error`` if it broke)."""
+
+
+@dataclass
+class _Incoming:
+    head: dict[str, Any]
+    sink: memoryview | None
+    size: int
+    got: int = 0
+
+
+class _Outgoing:
+    __slots__ = ("head", "offset", "part", "sent", "size", "stream", "views")
+
+    def __init__(self, stream: int, head: bytes, parts: Sequence[Any]):
+        self.stream = stream
+        self.head = head
+        self.views = [v for v in (memoryview(p).cast("B") for p in parts) if len(v)]
+        self.size = sum(len(v) for v in self.views)
+        self.sent = -1  # -1: the HEAD frame is not out yet
+        self.part = 0
+        self.offset = 0
+
+    def take(self, n: int) -> list[memoryview]:
+        """The next ``n`` body bytes, as slices of the parts (no copy)."""
+        out = []
+        while n:
+            view = self.views[self.part]
+            k = min(n, len(view) - self.offset)
+            out.append(view[self.offset:self.offset + k])
+            self.offset += k
+            n -= k
+            if self.offset == len(view):
+                self.part, self.offset = self.part + 1, 0
+        return out
+
+
+def encode_head(head: dict[str, Any]) -> bytes:
+    return json.dumps(head, separators=(",", ":")).encode()
+
+
+class MuxProtocol(asyncio.BufferedProtocol):
+    """One end of an ``mplang/1`` connection. `send` is called on the loop's thread."""
+
+    def __init__(self, handler: MuxHandler):
+        self.handler = handler
+        self.transport: Any = None  # an asyncio or uvloop TLS transport
+        self._frame = memoryview(bytearray(_FRAME.size))
+        self._filled = 0
+        self._kind = 0
+        self._stream = 0
+        self._left = 0  # bytes of the current frame's payload still to come
+        self._head = memoryview(bytearray(0))
+        self._incoming: dict[int, _Incoming] = {}
+        self._scratch = memoryview(bytearray(FRAME))
+        self._small: deque[_Outgoing] = deque()
+        self._bulk: deque[_Outgoing] = deque()
+        self._paused = False
+        self.closed = False
+
+    # -- connection
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._small.clear()
+        self._bulk.clear()
+        self.handler.on_lost(exc)
+
+    def close(self, error: str | None = None) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+            self.handler.on_lost(MuxProtocolError(error) if error else None)
+
+    # -- sending
+    def send(self, stream: int, head: dict[str, Any], parts: Sequence[Any] = ()) -> None:
+        """Queue a message: small ones go before the next frame of a large one."""
+        if self.closed:
+            raise ConnectionError("the connection is closed")
+        out = _Outgoing(stream, encode_head(head), parts)
+        (self._small if out.size <= FRAME else self._bulk).append(out)
+        self._pump()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._pump()
+
+    def _pump(self) -> None:
+        transport = self.transport
+        while not self._paused and not self.closed and (self._small or self._bulk):
+            if self._small:
+                out = self._small.popleft()
+                head = _FRAME.pack(HEAD, out.stream, _SIZE.size + len(out.head)) + \
+                    _SIZE.pack(out.size) + out.head
+                if out.size == 0:
+                    transport.write(head)
+                elif out.size <= _INLINE:
+                    transport.write(head + _FRAME.pack(DATA, out.stream, out.size)
+                                    + b"".join(out.take(out.size)))
+                else:
+                    transport.write(head)
+                    transport.write(_FRAME.pack(DATA, out.stream, out.size))
+                    for view in out.take(out.size):
+                        transport.write(view)
+                continue
+            out = self._bulk[0]
+            if out.sent < 0:
+                transport.write(_FRAME.pack(HEAD, out.stream, _SIZE.size + len(out.head))
+                                + _SIZE.pack(out.size) + out.head)
+                out.sent = 0
+            n = min(FRAME, out.size - out.sent)
+            transport.write(_FRAME.pack(DATA, out.stream, n))
+            for view in out.take(n):
+                transport.write(view)
+            out.sent += n
+            if out.sent == out.size:
+                self._bulk.popleft()
+            else:
+                self._bulk.rotate(-1)  # large messages share the connection in turn
+
+    # -- receiving
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._filled < _FRAME.size:
+            return self._frame[self._filled:]
+        if self._kind == HEAD:
+            return self._head[len(self._head) - self._left:]
+        incoming = self._incoming[self._stream]
+        if incoming.sink is None:
+            return self._scratch[:self._left]
+        return incoming.sink[incoming.got:incoming.got + self._left]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            self._advance(nbytes)
+        except MuxProtocolError as e:
+            self.close(str(e))
+
+    def _advance(self, nbytes: int) -> None:
+        if self._filled < _FRAME.size:
+            self._filled += nbytes
+            if self._filled < _FRAME.size:
+                return
+            self._kind, self._stream, self._left = _FRAME.unpack(self._frame)
+            if self._kind == HEAD:
+                if not _SIZE.size < self._left <= _SIZE.size + MAX_HEAD \
+                        or self._stream in self._incoming:
+                    raise MuxProtocolError("malformed HEAD frame")
+                self._head = memoryview(bytearray(self._left))
+                return
+            incoming = self._incoming.get(self._stream)
+            if self._kind != DATA or incoming is None or \
+                    not 0 < self._left <= min(FRAME, incoming.size - incoming.got):
+                raise MuxProtocolError("malformed DATA frame")
+            return
+        self._left -= nbytes
+        if self._kind == DATA:
+            incoming = self._incoming[self._stream]
+            incoming.got += nbytes
+            if self._left == 0:
+                self._filled = 0
+                if incoming.got == incoming.size:
+                    del self._incoming[self._stream]
+                    self.handler.on_body(self._stream, incoming.head, incoming.sink)
+            return
+        if self._left == 0:
+            self._filled = 0
+            self._begin(self._stream, self._head)
+
+    def _begin(self, stream: int, data: memoryview) -> None:
+        (size,) = _SIZE.unpack_from(data)
+        try:
+            head = json.loads(bytes(data[_SIZE.size:]))
+        except (ValueError, RecursionError):
+            raise MuxProtocolError("a HEAD is not JSON") from None
+        if not isinstance(head, dict):
+            raise MuxProtocolError("a HEAD is not a JSON object")
+        sink = self.handler.on_head(stream, head, size)
+        if sink is not None and len(sink) != size:
+            raise MuxProtocolError("the handler's buffer does not fit the body")
+        if size == 0:
+            self.handler.on_body(stream, head, sink)
+        else:
+            self._incoming[stream] = _Incoming(head, sink, size)

@@ -1,0 +1,253 @@
+"""Requests to workers over persistent ``mplang/1`` connections, for the driver, the
+workers' messages to each other and ``mplang put``.
+
+There is one mutual-TLS connection per worker, opened on first use and reopened
+if it breaks. Its TLS context accepts exactly the certificate the spec gives for
+that worker and presents this party's own. Requests from many threads share it,
+each on its own stream (`mplang.backends.mux`); the connections run on one event
+loop thread per process. Only the client side lives here, so the driver never
+imports the worker server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvloop
+
+from mplang.backends.mux import ALPN, MuxProtocol
+from mplang.device.cluster import ClusterSpec
+from mplang.frontend.errors import MPLangError
+from mplang.runtime.identity import LocalIdentity
+
+SPEC_HEADER = "x-mplang-spec"
+"""The sender's spec digest: a worker refuses requests from a party whose spec differs."""
+CONNECT_TIMEOUT = 5.0
+UNSOLICITED_LIMIT = 64 << 10
+"""The largest answer to a message sent without waiting (a refusal) that is read."""
+
+
+class TransportError(Exception):
+    """The worker could not be reached, or the connection broke or timed out."""
+
+
+class Reply:
+    """A worker's answer: its status and body (a view of the received bytes)."""
+
+    def __init__(self, status_code: int, content: memoryview):
+        self.status_code = status_code
+        self.content = content
+
+    @property
+    def text(self) -> str:
+        return bytes(self.content).decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        """The body as JSON; raises ValueError if it is not."""
+        return json.loads(bytes(self.content))
+
+
+class StatusError(Exception):
+    """A worker answered with a 4xx status."""
+
+    def __init__(self, message: str, response: Reply):
+        super().__init__(message)
+        self.response = response
+
+
+def error_message(response: Reply, limit: int = 2000) -> str | None:
+    """The ``error`` a worker's JSON answer gives (at most ``limit`` characters), or None
+    if the answer is not such a JSON object."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error[:limit] if isinstance(error, str) else None
+
+
+class _IoLoop:
+    """The event loop thread that runs this process's outgoing connections."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def get(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None:
+                loop = uvloop.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="mplang-io",
+                                 daemon=True).start()
+                cls._loop = loop
+            return cls._loop
+
+
+Unsolicited = Callable[[int, dict[str, Any], memoryview], None]
+"""Called with (rank, head, body) for an answer to a message sent without waiting:
+the worker refused it."""
+
+
+@dataclass
+class _Connection:
+    """The connection to one worker; all its state is touched on the loop thread."""
+
+    rank: int
+    host: str
+    port: int
+    context: Any
+    unsolicited: Unsolicited | None
+    protocol: MuxProtocol | None = None
+    connecting: list[tuple[int, dict[str, Any], Sequence[Any]]] | None = None
+    pending: dict[int, Future[Reply]] = field(default_factory=dict)
+
+    # MuxHandler
+    def on_head(self, stream: int, head: dict[str, Any], size: int) -> memoryview | None:
+        if stream not in self.pending and size > UNSOLICITED_LIMIT:
+            return None  # a refusal is small: this is not one
+        return memoryview(bytearray(size))
+
+    def on_body(self, stream: int, head: dict[str, Any], body: memoryview | None) -> None:
+        status = head.get("status")
+        body = body if body is not None else memoryview(b"")
+        future = self.pending.pop(stream, None)
+        if future is None:
+            if self.unsolicited is not None:
+                self.unsolicited(self.rank, head, body)
+        elif type(status) is not int:
+            future.set_exception(TransportError("a malformed answer (no status)"))
+        else:
+            future.set_result(Reply(status, body))
+
+    def on_lost(self, error: BaseException | None) -> None:
+        self.protocol = None
+        pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(TransportError(
+                    f"the connection closed ({type(error).__name__}: {error})" if error
+                    else "the connection closed"))
+
+    # sending (loop thread)
+    def send(self, stream: int, head: dict[str, Any], parts: Sequence[Any]) -> None:
+        if self.protocol is not None and not self.protocol.closed:
+            try:
+                self.protocol.send(stream, head, parts)
+            except ConnectionError as e:
+                self._fail(stream, head, e)
+            return
+        if self.connecting is None:
+            self.connecting = []
+            asyncio.get_running_loop().create_task(self._connect())
+        self.connecting.append((stream, head, parts))
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        waiting = self.connecting or []
+        try:
+            _, protocol = await asyncio.wait_for(loop.create_connection(
+                lambda: MuxProtocol(self), self.host, self.port, ssl=self.context,
+                server_hostname=None if self.context is None else self.host),
+                CONNECT_TIMEOUT)
+        except (TimeoutError, OSError) as e:
+            self.connecting = None
+            for stream, head, _ in waiting:
+                self._fail(stream, head, e)
+            return
+        self.protocol = protocol
+        self.connecting = None
+        for stream, head, parts in waiting:
+            self.send(stream, head, parts)
+
+    def _fail(self, stream: int, head: dict[str, Any], error: BaseException) -> None:
+        future = self.pending.pop(stream, None)
+        reason = f"{type(error).__name__}: {error}"
+        if future is not None:
+            if not future.done():
+                future.set_exception(TransportError(reason))
+        elif self.unsolicited is not None:
+            self.unsolicited(self.rank, {**head, "status": 503, "error": reason}, memoryview(b""))
+
+    def request(self, stream: int, head: dict[str, Any], parts: Sequence[Any],
+                future: Future[Reply]) -> None:
+        self.pending[stream] = future
+        self.send(stream, head, parts)
+
+    def cancel(self, stream: int) -> None:
+        self.pending.pop(stream, None)
+
+    def close(self) -> None:
+        if self.protocol is not None:
+            self.protocol.close()
+
+
+class MuxClients:
+    """One persistent ``mplang/1`` connection per worker of ``spec``, pinned to its
+    certificate. ``unsolicited`` receives the refusals of messages sent with `send`."""
+
+    def __init__(self, spec: ClusterSpec, identity: LocalIdentity, timeout: float,
+                 unsolicited: Unsolicited | None = None):
+        spec.require_certificates()
+        self.spec = spec
+        self.digest = spec.digest()
+        self.timeout = timeout
+        self._loop = _IoLoop.get()
+        self._streams = itertools.count(1)
+        self._connections = []
+        for rank, node in enumerate(spec.nodes):
+            assert node.certificate is not None
+            context = identity.client_context(node.certificate)
+            context.set_alpn_protocols([ALPN])
+            host, port = host_port(node.endpoint)
+            self._connections.append(_Connection(rank, host, port, context, unsolicited))
+
+    def _head(self, path: str, headers: dict[str, str] | None) -> dict[str, Any]:
+        return {"path": path, "headers": {**(headers or {}), SPEC_HEADER: self.digest}}
+
+    def post(self, rank: int, path: str, parts: Sequence[Any], timeout: float | None = None,
+             headers: dict[str, str] | None = None) -> Reply:
+        """Send ``parts`` (back to back, not copied) to ``path`` of worker ``rank`` and
+        wait for the answer; raises `StatusError` on a 4xx answer and `TransportError`
+        if the worker cannot be reached or does not answer within ``timeout``."""
+        connection = self._connections[rank]
+        stream = next(self._streams)
+        future: Future[Reply] = Future()
+        self._loop.call_soon_threadsafe(connection.request, stream,
+                                        self._head(path, headers), parts, future)
+        wait = self.timeout if timeout is None else timeout
+        try:
+            reply = future.result(wait)
+        except FutureTimeout:
+            self._loop.call_soon_threadsafe(connection.cancel, stream)
+            raise TransportError(f"{path}: no answer within {wait:g} s") from None
+        if 400 <= reply.status_code < 500:
+            raise StatusError(f"{path}: {reply.status_code} {reply.text[:500]}", reply)
+        return reply
+
+    def send(self, rank: int, path: str, parts: Sequence[Any],
+             headers: dict[str, str] | None = None) -> None:
+        """Send without waiting for an answer: a worker answers such a message only to
+        refuse it, and the refusal goes to ``unsolicited``."""
+        self._loop.call_soon_threadsafe(self._connections[rank].send, next(self._streams),
+                                        self._head(path, headers), parts)
+
+    def close(self) -> None:
+        for connection in self._connections:
+            self._loop.call_soon_threadsafe(connection.close)
+
+
+def host_port(endpoint: str) -> tuple[str, int]:
+    """The host and port of a worker's endpoint (``[scheme://]host:port``)."""
+    address = endpoint.split("://", 1)[-1].rstrip("/")
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise MPLangError(f"endpoint {endpoint!r} must be host:port")
+    return host.strip("[]"), int(port)

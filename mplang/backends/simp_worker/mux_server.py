@@ -1,0 +1,168 @@
+"""The worker's side of ``mplang/1`` connections (`mplang.backends.mux`).
+
+A client that offers ``mplang/1`` by ALPN on the worker's port gets this
+protocol instead of HTTP/1.1, on the same mutual-TLS connection; the peer is
+the certificate of that connection. A message's HEAD names the path and the
+headers of the same request over HTTP:
+
+- ``/msg`` (a peer's message of a running execution) is admitted from its HEAD
+  before its body is read, received straight into its own buffer and put in the
+  mailbox. It is answered only if refused, with the refusal's status, execution
+  and key, so the sender can abandon that execution.
+- every other path runs the worker's ASGI app, as uvicorn would run it for an
+  HTTP request, and is answered with the app's status and body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mplang.backends.mux import MuxProtocol
+from mplang.backends.mux_client import SPEC_HEADER
+from mplang.frontend.errors import MPRefusedError, MPSerializationError
+
+if TYPE_CHECKING:
+    from mplang.backends.simp_worker.http import WorkerServer
+    from mplang.runtime.peers import Peer
+
+log = logging.getLogger("mplang.worker")
+
+_PATH_LIMIT = 256
+_HEADER_LIMIT = 4096
+ASGIApp = Callable[..., Any]
+
+
+def _headers(head: dict[str, Any]) -> dict[str, str] | None:
+    headers = head.get("headers")
+    if not isinstance(headers, dict) or len(headers) > 32 or not all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= _HEADER_LIMIT
+            and k.isascii() and v.isascii() for k, v in headers.items()):
+        return None
+    return {k.lower(): v for k, v in headers.items()}
+
+
+class WorkerMuxHandler:
+    """Serves the requests and messages of one ``mplang/1`` connection."""
+
+    def __init__(self, server: WorkerServer, app: ASGIApp, fingerprint: str | None):
+        self.server = server
+        self.app = app
+        self.fingerprint = fingerprint
+        self.protocol = MuxProtocol(self)
+        self._refused: dict[int, tuple[int, str]] = {}
+        self._messages: dict[int, tuple[Peer, str, str, bool]] = {}
+        self._receiving: dict[int, int] = {}
+        """Bytes announced by the bodies being received, by stream."""
+
+    def on_head(self, stream: int, head: dict[str, Any], size: int) -> memoryview | None:
+        path, headers = head.get("path"), _headers(head)
+        if not isinstance(path, str) or not path.startswith("/") or len(path) > _PATH_LIMIT \
+                or headers is None:
+            self._refused[stream] = (400, "a request's HEAD needs a path and string headers")
+            return None
+        try:
+            in_flight = sum(self._receiving.values()) + size
+            if in_flight > self.server.limits.max_body_bytes:
+                raise MPRefusedError(f"{in_flight} bytes would be in flight on one connection, "
+                                     f"over the limit of {self.server.limits.max_body_bytes}",
+                                     429)
+            if path == "/msg":
+                sender = self.server.peer_for(self.fingerprint, headers.get(SPEC_HEADER),
+                                              "node", path)
+                self._messages[stream] = self.server.admit_message(sender, headers, size)
+            elif size > self.server.limits.max_body_bytes:
+                raise MPRefusedError(f"body of {size} bytes exceeds the limit of "
+                                     f"{self.server.limits.max_body_bytes}", 413)
+        except MPRefusedError as e:
+            self._refused[stream] = (e.status, str(e))
+            return None
+        except MPSerializationError as e:
+            self._refused[stream] = (400, str(e))
+            return None
+        self._receiving[stream] = size
+        return memoryview(bytearray(size))
+
+    def on_body(self, stream: int, head: dict[str, Any], body: memoryview | None) -> None:
+        refused = self._refused.pop(stream, None)
+        message = self._messages.pop(stream, None)
+        self._receiving.pop(stream, None)
+        if refused is not None:
+            self._refuse(stream, head, *refused)
+        elif message is not None:
+            assert body is not None
+            try:
+                self.server.deliver_message(*message, body)
+            except MPRefusedError as e:
+                self._refuse(stream, head, e.status, str(e))
+            except MPSerializationError as e:
+                self._refuse(stream, head, 400, str(e))
+        else:
+            assert body is not None
+            asyncio.get_running_loop().create_task(self._serve(stream, head, body))
+
+    def on_lost(self, error: BaseException | None) -> None:
+        if error is not None:
+            log.warning("an mplang/1 connection closed: %s", error)
+
+    def _refuse(self, stream: int, head: dict[str, Any], status: int, error: str) -> None:
+        if head.get("path") != "/msg":
+            log.warning("refused %s over mplang/1: %s", str(head.get("path"))[:64], error)
+        headers = _headers(head) or {}
+        answer = {"status": status, "error": error[:2000],
+                  "exec": headers.get("x-mplang-exec"), "key": headers.get("x-mplang-key")}
+        if not self.protocol.closed:
+            self.protocol.send(stream, answer, [json.dumps({"error": answer["error"]}).encode()])
+
+    async def _serve(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
+        """Run the worker's ASGI app on one request and send its answer on ``stream``."""
+        path: str = head["path"]
+        headers = _headers(head) or {}
+        headers["content-length"] = str(len(body))
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": "POST", "scheme": "https", "path": path,
+            "raw_path": path.encode(), "query_string": b"", "root_path": "",
+            "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+            "client": None, "server": None, "state": {},
+            "extensions": {"tls": {"peer_fingerprint": self.fingerprint}},
+        }
+        finished = asyncio.Event()
+        delivered = False
+        status, chunks = 500, []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await finished.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and message.get("body"):
+                chunks.append(message["body"])
+
+        try:
+            await self.app(scope, receive, send)
+        except Exception:  # the app answers errors itself; this is a bug in it
+            log.exception("%s over mplang/1 crashed", path)
+            status, chunks = 500, [b'{"error":"internal error"}']
+        finally:
+            finished.set()
+        if not self.protocol.closed:
+            self.protocol.send(stream, {"status": status}, chunks)
+
+
+def mux_protocol(server: WorkerServer, app: ASGIApp) -> Callable[[str | None], MuxProtocol]:
+    """For `mplang.backends.simp_worker.tls`: the protocol of a new ``mplang/1``
+    connection from the peer with certificate fingerprint ``fingerprint``."""
+    def make(fingerprint: str | None) -> MuxProtocol:
+        return WorkerMuxHandler(server, app, fingerprint).protocol
+    return make
