@@ -113,6 +113,7 @@ class MuxProtocol(asyncio.BufferedProtocol):
         self._small: deque[_Outgoing] = deque()
         self._bulk: deque[_Outgoing] = deque()
         self._paused = False
+        self._pump_scheduled = False
         self.closed = False
 
     # -- connection
@@ -148,6 +149,10 @@ class MuxProtocol(asyncio.BufferedProtocol):
         self._pump()
 
     def _pump(self) -> None:
+        """Write queued messages: all small ones, then one frame of a large one; the next
+        frame waits for the loop's next turn, so requests arriving meanwhile are read and
+        their (small) answers go out first."""
+        self._pump_scheduled = False
         transport = self.transport
         while not self._paused and not self.closed and (self._small or self._bulk):
             if self._small:
@@ -179,9 +184,15 @@ class MuxProtocol(asyncio.BufferedProtocol):
                 self._bulk.popleft()
             else:
                 self._bulk.rotate(-1)  # large messages share the connection in turn
+            if self._bulk and not self._pump_scheduled:
+                self._pump_scheduled = True
+                asyncio.get_running_loop().call_soon(self._pump)
+            return
 
     # -- receiving
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self.closed:  # bytes that were in flight when the framing broke
+            return self._scratch
         if self._filled < _FRAME.size:
             return self._frame[self._filled:]
         if self._kind == HEAD:
@@ -192,6 +203,8 @@ class MuxProtocol(asyncio.BufferedProtocol):
         return incoming.sink[incoming.got:incoming.got + self._left]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self.closed:
+            return
         try:
             self._advance(nbytes)
         except MuxProtocolError as e:

@@ -53,7 +53,8 @@ class WorkerMuxHandler:
         self.app = app
         self.fingerprint = fingerprint
         self.protocol = MuxProtocol(self)
-        self._refused: dict[int, tuple[int, str]] = {}
+        self._refused: set[int] = set()
+        """Streams refused from their HEAD: their bodies are read and dropped."""
         self._messages: dict[int, tuple[Peer, str, str, bool]] = {}
         self._receiving: dict[int, int] = {}
         """Bytes announced by the bodies being received, by stream."""
@@ -62,36 +63,34 @@ class WorkerMuxHandler:
         path, headers = head.get("path"), _headers(head)
         if not isinstance(path, str) or not path.startswith("/") or len(path) > _PATH_LIMIT \
                 or headers is None:
-            self._refused[stream] = (400, "a request's HEAD needs a path and string headers")
-            return None
+            return self._refuse_head(stream, head, 400,
+                                     "a request's HEAD needs a path and string headers")
+        limit = self.server.limits.max_body_bytes
         try:
-            in_flight = sum(self._receiving.values()) + size
-            if in_flight > self.server.limits.max_body_bytes:
-                raise MPRefusedError(f"{in_flight} bytes would be in flight on one connection, "
-                                     f"over the limit of {self.server.limits.max_body_bytes}",
-                                     429)
             if path == "/msg":
                 sender = self.server.peer_for(self.fingerprint, headers.get(SPEC_HEADER),
                                               "node", path)
-                self._messages[stream] = self.server.admit_message(sender, headers, size)
-            elif size > self.server.limits.max_body_bytes:
-                raise MPRefusedError(f"body of {size} bytes exceeds the limit of "
-                                     f"{self.server.limits.max_body_bytes}", 413)
+                admitted = self.server.admit_message(sender, headers, size)
+            elif size > limit:
+                raise MPRefusedError(f"body of {size} bytes exceeds the limit of {limit}", 413)
+            in_flight = sum(self._receiving.values()) + size
+            if in_flight > limit:
+                raise MPRefusedError(f"{in_flight} bytes would be in flight on one connection, "
+                                     f"over the limit of {limit}", 429)
         except MPRefusedError as e:
-            self._refused[stream] = (e.status, str(e))
-            return None
+            return self._refuse_head(stream, head, e.status, str(e))
         except MPSerializationError as e:
-            self._refused[stream] = (400, str(e))
-            return None
+            return self._refuse_head(stream, head, 400, str(e))
+        if path == "/msg":
+            self._messages[stream] = admitted
         self._receiving[stream] = size
         return memoryview(bytearray(size))
 
     def on_body(self, stream: int, head: dict[str, Any], body: memoryview | None) -> None:
-        refused = self._refused.pop(stream, None)
         message = self._messages.pop(stream, None)
         self._receiving.pop(stream, None)
-        if refused is not None:
-            self._refuse(stream, head, *refused)
+        if stream in self._refused:
+            self._refused.discard(stream)
         elif message is not None:
             assert body is not None
             try:
@@ -107,6 +106,13 @@ class WorkerMuxHandler:
     def on_lost(self, error: BaseException | None) -> None:
         if error is not None:
             log.warning("an mplang/1 connection closed: %s", error)
+
+    def _refuse_head(self, stream: int, head: dict[str, Any], status: int,
+                     error: str) -> memoryview | None:
+        """Refuse a message from its HEAD: answer now; its body is read and dropped."""
+        self._refused.add(stream)
+        self._refuse(stream, head, status, error)
+        return None
 
     def _refuse(self, stream: int, head: dict[str, Any], status: int, error: str) -> None:
         if head.get("path") != "/msg":
