@@ -88,8 +88,9 @@ class MPLangCase:
             self.x = mp.put("P0", x)
             self.y = mp.put("P1", y)
         fn = OPS[op]
-        self.program = mp.compile(lambda a, b: mp.device("SP0")(fn)(a, b), self.x, self.y,
-                                  cluster=self.sim.cluster)
+        # revealed to P0 and fetched: the raw side reconstructs for its caller too
+        self.program = mp.compile(lambda a, b: mp.put("P0", mp.device("SP0")(fn)(a, b)),
+                                  self.x, self.y, cluster=self.sim.cluster)
 
     def __call__(self) -> np.ndarray:
         return mp.fetch(self.sim, mp.evaluate(self.sim, self.program, self.x, self.y))
