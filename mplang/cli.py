@@ -97,6 +97,7 @@ def _up(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)  # also when started where SIGINT is ignored (`&`)
     try:
         local.start()
         for node, url in zip(local.cluster.nodes, local.cluster.base_urls(), strict=True):
