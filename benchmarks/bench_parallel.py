@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -96,12 +97,14 @@ def semi2k_pair() -> mp.ClusterSpec:
 
 def bench_logistic_regression(iterations: int = 3) -> None:
     example = _example("logistic_regression")
-    sim = mp.Simulator(semi2k_pair(), latency_ms=20)
-    with sim:
-        inputs = {name: mp.put("P0" if name.startswith("x0") else "P1", value)
-                  for name, value in example.load_data().items()}
-    program = mp.compile(lambda d: example.vertical_logistic_regression(
-        **d, iterations=iterations), inputs, cluster=sim.cluster)
+    cluster = semi2k_pair()
+    folder = tempfile.TemporaryDirectory(prefix="bench-parallel-")
+    roots = {node.name: Path(folder.name) / node.name for node in cluster.nodes}
+    example.save_party_data(roots, example.load_data())  # each party's own files
+    sim = mp.Simulator(cluster, latency_ms=20, data_roots=roots)
+    with sim:  # the parties tell the driver their files' types
+        program = mp.compile(lambda: example.vertical_logistic_regression(iterations),
+                             cluster=cluster)
     optimized = mp.optimize(program)
     cost = CostModel(latency_s=0.020)
     before, after = mp.analyze(program, cost_model=cost), mp.analyze(optimized, cost_model=cost)
@@ -112,12 +115,13 @@ def bench_logistic_regression(iterations: int = 3) -> None:
                                   ("scheduler, no passes", program, True),
                                   ("scheduler + passes", optimized, True)):
         start = time.perf_counter()
-        results[label] = mp.fetch(sim, mp.evaluate(sim, prog, inputs, parallel=parallel))
+        results[label] = mp.fetch(sim, mp.evaluate(sim, prog, parallel=parallel))
         print(f"  {label}: {time.perf_counter() - start:.2f} s, "
               f"accuracy {float(results[label]['accuracy']):.4f}")
     print(f"  ops {before.num_ops} -> {after.num_ops}, rounds {before.rounds} -> {after.rounds}, "
           f"critical-path estimate {before.critical_path:.2f} s -> {after.critical_path:.2f} s")
     sim.close()
+    folder.cleanup()
 
 
 def main() -> None:
