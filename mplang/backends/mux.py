@@ -249,7 +249,10 @@ class MuxProtocol(asyncio.BufferedProtocol):
             raise MuxProtocolError("a HEAD is not JSON") from None
         if not isinstance(head, dict):
             raise MuxProtocolError("a HEAD is not a JSON object")
-        sink = self.handler.on_head(stream, head, size)
+        try:
+            sink = self.handler.on_head(stream, head, size)
+        except (MemoryError, OverflowError):
+            raise MuxProtocolError(f"no memory for a body of {size} bytes") from None
         if sink is not None and len(sink) != size:
             raise MuxProtocolError("the handler's buffer does not fit the body")
         if size == 0:

@@ -167,3 +167,13 @@ def test_broken_framing_closes_the_connection(garbage: bytes, why: str) -> None:
     assert transport.closed
     assert [str(e) for e in recorder.lost] == [why]
     assert recorder.messages == []
+
+
+def test_a_body_too_large_to_hold_closes_the_connection() -> None:
+    recorder = Recorder()  # allocates whatever the HEAD announces
+    receiver = MuxProtocol(recorder)
+    transport = Transport()
+    receiver.connection_made(transport)  # type: ignore[arg-type]
+    feed(receiver, _head(1, 1 << 62, {}), random.Random(4))
+    assert transport.closed
+    assert [str(e) for e in recorder.lost] == [f"no memory for a body of {1 << 62} bytes"]
