@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+import uvloop
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -701,6 +702,6 @@ def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: 
         await task
 
     try:
-        asyncio.run(main())
+        uvloop.run(main())  # the loop uvicorn itself would pick
     finally:
         stop.set()
