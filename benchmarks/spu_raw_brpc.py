@@ -30,14 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from contextlib import ExitStack, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,17 +58,6 @@ LAUNCH_ATTEMPTS = 3
 """Attempts with fresh ports when a party cannot listen on its port (taken meanwhile)."""
 _BIND_ERRORS = ("Fail to listen", "brpc server failed start", "Address already in use")
 """What a party whose brpc server could not listen on its port logs."""
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports free right now (all held open while choosing)."""
-    with ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-        return ports
 
 
 def _write_party_inputs(folder: Path, rank: int, shares: list[Any]) -> list[dict[str, Any]]:
@@ -153,6 +141,8 @@ def raw_brpc_seconds(executable: bytes, config: mplang.dialects.spu.SpuConfig,
     ``executable`` is a serialized ``libspu.Executable`` whose inputs are named
     ``input_name(i)`` and outputs ``output_name(i)`` (what ``spu.run`` compiles).
     """
+    from bench_http import free_ports  # this folder (the script's, or the caller's)
+
     from mplang.dialects.spu import input_name, io_for, output_name, runtime_config_for
 
     if runs < 1 or warmup < 0:
@@ -189,7 +179,7 @@ def raw_brpc_seconds(executable: bytes, config: mplang.dialects.spu.SpuConfig,
         del shares
         for attempt in range(LAUNCH_ATTEMPTS):
             try:
-                per_party = _launch(folder, world, _free_ports(world), attempt)
+                per_party = _launch(folder, world, free_ports(world), attempt)
                 break
             except _LaunchError as e:
                 if not e.bind_failure or attempt == LAUNCH_ATTEMPTS - 1:

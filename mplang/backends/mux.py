@@ -67,20 +67,25 @@ class _Incoming:
 
 
 class _Outgoing:
-    __slots__ = ("head", "offset", "part", "sent", "size", "stream", "views")
+    __slots__ = ("head", "head_sent", "offset", "part", "size", "stream", "taken", "views")
 
-    def __init__(self, stream: int, head: bytes, parts: Sequence[Any]):
+    def __init__(self, stream: int, head: dict[str, Any], parts: Sequence[Any]):
         self.stream = stream
-        self.head = head
         self.views = [v for v in (memoryview(p).cast("B") for p in parts) if len(v)]
         self.size = sum(len(v) for v in self.views)
-        self.sent = -1  # -1: the HEAD frame is not out yet
+        text = json.dumps(head, separators=(",", ":")).encode()
+        self.head = _FRAME.pack(HEAD, stream, _SIZE.size + len(text)) + _SIZE.pack(self.size) \
+            + text
+        """The whole HEAD frame."""
+        self.head_sent = False
+        self.taken = 0
         self.part = 0
         self.offset = 0
 
     def take(self, n: int) -> list[memoryview]:
         """The next ``n`` body bytes, as slices of the parts (no copy)."""
         out = []
+        self.taken += n
         while n:
             view = self.views[self.part]
             k = min(n, len(view) - self.offset)
@@ -90,10 +95,6 @@ class _Outgoing:
             if self.offset == len(view):
                 self.part, self.offset = self.part + 1, 0
         return out
-
-
-def encode_head(head: dict[str, Any]) -> bytes:
-    return json.dumps(head, separators=(",", ":")).encode()
 
 
 class MuxProtocol(asyncio.BufferedProtocol):
@@ -137,7 +138,7 @@ class MuxProtocol(asyncio.BufferedProtocol):
         """Queue a message: small ones go before the next frame of a large one."""
         if self.closed:
             raise ConnectionError("the connection is closed")
-        out = _Outgoing(stream, encode_head(head), parts)
+        out = _Outgoing(stream, head, parts)
         (self._small if out.size <= FRAME else self._bulk).append(out)
         self._pump()
 
@@ -157,30 +158,20 @@ class MuxProtocol(asyncio.BufferedProtocol):
         while not self._paused and not self.closed and (self._small or self._bulk):
             if self._small:
                 out = self._small.popleft()
-                head = _FRAME.pack(HEAD, out.stream, _SIZE.size + len(out.head)) + \
-                    _SIZE.pack(out.size) + out.head
-                if out.size == 0:
-                    transport.write(head)
-                elif out.size <= _INLINE:
-                    transport.write(head + _FRAME.pack(DATA, out.stream, out.size)
+                if 0 < out.size <= _INLINE:  # one write: HEAD, DATA and the body
+                    transport.write(out.head + _FRAME.pack(DATA, out.stream, out.size)
                                     + b"".join(out.take(out.size)))
                 else:
-                    transport.write(head)
-                    transport.write(_FRAME.pack(DATA, out.stream, out.size))
-                    for view in out.take(out.size):
-                        transport.write(view)
+                    transport.write(out.head)
+                    if out.size:
+                        self._write_data(out, out.size)
                 continue
             out = self._bulk[0]
-            if out.sent < 0:
-                transport.write(_FRAME.pack(HEAD, out.stream, _SIZE.size + len(out.head))
-                                + _SIZE.pack(out.size) + out.head)
-                out.sent = 0
-            n = min(FRAME, out.size - out.sent)
-            transport.write(_FRAME.pack(DATA, out.stream, n))
-            for view in out.take(n):
-                transport.write(view)
-            out.sent += n
-            if out.sent == out.size:
+            if not out.head_sent:
+                transport.write(out.head)
+                out.head_sent = True
+            self._write_data(out, min(FRAME, out.size - out.taken))
+            if out.taken == out.size:
                 self._bulk.popleft()
             else:
                 self._bulk.rotate(-1)  # large messages share the connection in turn
@@ -188,6 +179,12 @@ class MuxProtocol(asyncio.BufferedProtocol):
                 self._pump_scheduled = True
                 asyncio.get_running_loop().call_soon(self._pump)
             return
+
+    def _write_data(self, out: _Outgoing, n: int) -> None:
+        """One DATA frame of the next ``n`` bytes of ``out``'s body."""
+        self.transport.write(_FRAME.pack(DATA, out.stream, n))
+        for view in out.take(n):
+            self.transport.write(view)
 
     # -- receiving
     def get_buffer(self, sizehint: int) -> memoryview:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import ssl
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -103,7 +104,7 @@ class _Connection:
     rank: int
     host: str
     port: int
-    context: Any
+    context: ssl.SSLContext
     unsolicited: Unsolicited | None
     protocol: MuxProtocol | None = None
     connecting: list[tuple[int, dict[str, Any], Sequence[Any]]] | None = None
@@ -139,10 +140,7 @@ class _Connection:
     # sending (loop thread)
     def send(self, stream: int, head: dict[str, Any], parts: Sequence[Any]) -> None:
         if self.protocol is not None and not self.protocol.closed:
-            try:
-                self.protocol.send(stream, head, parts)
-            except ConnectionError as e:
-                self._fail(stream, head, e)
+            self.protocol.send(stream, head, parts)
             return
         if self.connecting is None:
             self.connecting = []
@@ -155,7 +153,7 @@ class _Connection:
         try:
             _, protocol = await asyncio.wait_for(loop.create_connection(
                 lambda: MuxProtocol(self), self.host, self.port, ssl=self.context,
-                server_hostname=None if self.context is None else self.host),
+                server_hostname=self.host),
                 CONNECT_TIMEOUT)
         except (TimeoutError, OSError) as e:
             self.connecting = None
@@ -196,7 +194,6 @@ class MuxClients:
     def __init__(self, spec: ClusterSpec, identity: LocalIdentity, timeout: float,
                  unsolicited: Unsolicited | None = None):
         spec.require_certificates()
-        self.spec = spec
         self.digest = spec.digest()
         self.timeout = timeout
         self._loop = _IoLoop.get()

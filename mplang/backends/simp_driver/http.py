@@ -234,7 +234,8 @@ class SimpHttpDriver(SimpDriver):
 
     def delete(self, uris: Sequence[str | None]) -> None:
         for uri in uris:
-            self._inline.pop(uri or "", None)
+            if uri is not None:
+                self._inline.pop(uri, None)
         for rank, uri in enumerate(uris):
             if uri is not None and not self._closed:
                 try:

@@ -241,8 +241,8 @@ class WorkerServer:
         self.communicator = PeerCommunicator(self.rank, lambda: self._clients, self.mailbox,
                                              timeout, self.executions.program_of, self.audit)
         self._clients = MuxClients(cluster, identity, timeout, self.communicator.refused)
-        communicator = self.communicator
-        self.worker = SimpWorker(self.rank, cluster.world_size, communicator, ObjectStore(node),
+        self.worker = SimpWorker(self.rank, cluster.world_size, self.communicator,
+                                 ObjectStore(node),
                                  timeout=timeout, in_process=False, node=node,
                                  data_root=data_root)
         self.worker.guard = worker_policy(cluster, node, policy, spec_path)

@@ -56,15 +56,16 @@ class WorkerMuxHandler:
         self._refused: set[int] = set()
         """Streams refused from their HEAD: their bodies are read and dropped."""
         self._messages: dict[int, tuple[Peer, str, str, bool]] = {}
-        self._receiving: dict[int, int] = {}
-        """Bytes announced by the bodies being received, by stream."""
+        self._in_flight = 0
+        """Bytes announced by the bodies being received."""
 
     def on_head(self, stream: int, head: dict[str, Any], size: int) -> memoryview | None:
         path, headers = head.get("path"), _headers(head)
         if not isinstance(path, str) or not path.startswith("/") or len(path) > _PATH_LIMIT \
                 or headers is None:
-            return self._refuse_head(stream, head, 400,
+            return self._refuse_head(stream, head, {}, 400,
                                      "a request's HEAD needs a path and string headers")
+        head["headers"] = headers  # checked and lower-cased, for on_body
         limit = self.server.limits.max_body_bytes
         try:
             if path == "/msg":
@@ -73,51 +74,52 @@ class WorkerMuxHandler:
                 admitted = self.server.admit_message(sender, headers, size)
             elif size > limit:
                 raise MPRefusedError(f"body of {size} bytes exceeds the limit of {limit}", 413)
-            in_flight = sum(self._receiving.values()) + size
-            if in_flight > limit:
-                raise MPRefusedError(f"{in_flight} bytes would be in flight on one connection, "
-                                     f"over the limit of {limit}", 429)
+            if self._in_flight + size > limit:
+                raise MPRefusedError(f"{self._in_flight + size} bytes would be in flight on one "
+                                     f"connection, over the limit of {limit}", 429)
         except MPRefusedError as e:
-            return self._refuse_head(stream, head, e.status, str(e))
+            return self._refuse_head(stream, head, headers, e.status, str(e))
         except MPSerializationError as e:
-            return self._refuse_head(stream, head, 400, str(e))
+            return self._refuse_head(stream, head, headers, 400, str(e))
         if path == "/msg":
             self._messages[stream] = admitted
-        self._receiving[stream] = size
+        self._in_flight += size
         return memoryview(bytearray(size))
 
     def on_body(self, stream: int, head: dict[str, Any], body: memoryview | None) -> None:
-        message = self._messages.pop(stream, None)
-        self._receiving.pop(stream, None)
         if stream in self._refused:
             self._refused.discard(stream)
-        elif message is not None:
-            assert body is not None
-            try:
-                self.server.deliver_message(*message, body)
-            except MPRefusedError as e:
-                self._refuse(stream, head, e.status, str(e))
-            except MPSerializationError as e:
-                self._refuse(stream, head, 400, str(e))
-        else:
-            assert body is not None
+            return
+        assert body is not None
+        self._in_flight -= len(body)
+        message = self._messages.pop(stream, None)
+        if message is None:
             asyncio.get_running_loop().create_task(self._serve(stream, head, body))
+            return
+        try:
+            self.server.deliver_message(*message, body)
+        except MPRefusedError as e:
+            self._refuse(stream, head, head["headers"], e.status, str(e))
+        except MPSerializationError as e:
+            self._refuse(stream, head, head["headers"], 400, str(e))
 
     def on_lost(self, error: BaseException | None) -> None:
         if error is not None:
             log.warning("an mplang/1 connection closed: %s", error)
 
-    def _refuse_head(self, stream: int, head: dict[str, Any], status: int,
-                     error: str) -> memoryview | None:
+    def _refuse_head(self, stream: int, head: dict[str, Any], headers: dict[str, str],
+                     status: int, error: str) -> memoryview | None:
         """Refuse a message from its HEAD: answer now; its body is read and dropped."""
         self._refused.add(stream)
-        self._refuse(stream, head, status, error)
+        self._refuse(stream, head, headers, status, error)
         return None
 
-    def _refuse(self, stream: int, head: dict[str, Any], status: int, error: str) -> None:
+    def _refuse(self, stream: int, head: dict[str, Any], headers: dict[str, str], status: int,
+                error: str) -> None:
+        """Answer ``stream`` with a refusal; one of a peer message names its execution and
+        key (from its checked ``headers``)."""
         if head.get("path") != "/msg":
             log.warning("refused %s over mplang/1: %s", str(head.get("path"))[:64], error)
-        headers = _headers(head) or {}
         answer = {"status": status, "error": error[:2000],
                   "exec": headers.get("x-mplang-exec"), "key": headers.get("x-mplang-key")}
         if not self.protocol.closed:
@@ -126,8 +128,7 @@ class WorkerMuxHandler:
     async def _serve(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
         """Run the worker's ASGI app on one request and send its answer on ``stream``."""
         path: str = head["path"]
-        headers = _headers(head) or {}
-        headers["content-length"] = str(len(body))
+        headers: dict[str, str] = {**head["headers"], "content-length": str(len(body))}
         scope = {
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
             "method": "POST", "scheme": "https", "path": path,
