@@ -13,7 +13,7 @@ from mplang.edsl.function import run_function
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program, trace_program
 from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
-from mplang.frontend.errors import MPLangError
+from mplang.frontend.errors import MPLangError, MPTypeError
 from mplang.runtime.options import Mode, make_options
 
 
@@ -85,6 +85,9 @@ def fetch(ctx: ExecutionContext, obj: Any) -> Any:
     def one(x: Any) -> Any:
         if not isinstance(x, MPObject):
             return x
+        if x.base_type.confined:
+            raise MPTypeError(f"fetch: {x.mptype} is key material, which never leaves the "
+                              "party holding it; fetch what it protects or produces instead")
         return ctx.fetch_object(x) if x.device is None else fetch_device_object(ctx, x)
 
     return tree_map(one, obj)

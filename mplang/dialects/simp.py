@@ -103,6 +103,13 @@ def _mp(op: str, t: ValueType, what: str) -> MPType:
     return t
 
 
+def _check_movable(op: str, t: MPType, what: str) -> None:
+    if t.base.confined:
+        raise MPTypeError(f"{op}: {what} is {t}, key material that never leaves the party "
+                          f"holding it ({t.pmask if t.pmask is not None else 'its owner'}); "
+                          "move what it protects instead (a public key, a ciphertext)")
+
+
 def _check_parties(op: str, parties: Mask, world_size: int) -> None:
     if not parties.issubset(Mask.all(world_size)):
         raise MPTypeError(f"{op}: parties {parties} are outside the world of {world_size} parties")
@@ -221,6 +228,8 @@ def _pcall_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seque
             for i, a in enumerate(args):
                 assert a.pmask is not None
                 if not parties.issubset(a.pmask):
+                    if a.base.confined:
+                        _check_movable(f"{op} on parties {parties}", a, f"input {i}")
                     raise MPTypeError(
                         f"{op} on parties {parties}: input {i} ({a}) is held only by "
                         f"{a.pmask}; parties {Mask(parties.bits & ~a.pmask.bits)} do not hold it"
@@ -349,6 +358,8 @@ def _shuffle_static_rule(in_types: list[ValueType], attrs: dict[str, Any],
         raise MPTypeError(f"{op}: needs at least one value to move")
     many = len(in_types) > 1
     srcs = [_mp(op, x, f"value {i}" if many else "the value") for i, x in enumerate(in_types)]
+    for i, src_t in enumerate(srcs):
+        _check_movable(op, src_t, f"value {i}" if many else "the value")
     routes: dict[int, int] = attrs["routes"]
     if not routes:
         raise MPTypeError(f"{op}: routes {{dst: src}} must not be empty")
@@ -382,6 +393,7 @@ def _shuffle_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seq
                   world_size: int) -> list[ValueType]:
     op = "simp.shuffle"
     x, index = _mp(op, in_types[0], "the value"), _mp(op, in_types[1], "the index")
+    _check_movable(op, x, "the value")
     if not (isinstance(index.base, TensorType) and index.base.is_scalar
             and np.issubdtype(np.dtype(index.base.dtype), np.integer)):
         raise MPTypeError(f"{op}: the index must be an integer scalar, got {index}")
@@ -405,6 +417,8 @@ def _converge_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Se
     xs = [_mp(op, t, f"input {i}") for i, t in enumerate(in_types)]
     if not xs:
         raise MPTypeError(f"{op}: needs at least one input")
+    for i, x in enumerate(xs):
+        _check_movable(op, x, f"input {i}")
     for i, x in enumerate(xs[1:], 1):
         if x.base != xs[0].base:
             raise MPTypeError(f"{op}: inputs must share one type; input 0 is {xs[0].base}, "

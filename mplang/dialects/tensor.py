@@ -28,7 +28,7 @@ from jax._src.config import traceback_in_locations_limit
 from mplang.dialects.common import LRUCache, as_array, canonical_type
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
-from mplang.edsl.object import MPObject
+from mplang.edsl.object import MPObject, type_operator
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.private import value_tensor_type
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
@@ -444,32 +444,35 @@ def load(path: str, key: str | None = None, *, dtype: Any = None, shape: Any = N
     return load_p.bind([], {"path": path, "key": key, "type": vtype})[0]
 
 
-def _operator(jfn: Callable[..., Any]) -> Callable[..., Any]:
+def _operator(name: str, jfn: Callable[..., Any]) -> Callable[..., Any]:
     def apply(*operands: Any) -> Any:
-        return run_jax(jfn, *operands)
+        typed = type_operator(name, operands)
+        return typed(*operands) if typed is not None else run_jax(jfn, *operands)
 
     apply.__name__ = getattr(jfn, "__name__", "operator")
     return apply
 
 
-LOCAL_OPERATORS: dict[str, Callable[..., Any]] = {
-    "add": _operator(jnp.add),
-    "subtract": _operator(jnp.subtract),
-    "multiply": _operator(jnp.multiply),
-    "divide": _operator(jnp.true_divide),
-    "floor_divide": _operator(jnp.floor_divide),
-    "remainder": _operator(jnp.remainder),
-    "power": _operator(jnp.power),
-    "matmul": _operator(jnp.matmul),
-    "less": _operator(jnp.less),
-    "less_equal": _operator(jnp.less_equal),
-    "greater": _operator(jnp.greater),
-    "greater_equal": _operator(jnp.greater_equal),
-    "equal": _operator(jnp.equal),
-    "not_equal": _operator(jnp.not_equal),
-    "negative": _operator(jnp.negative),
-    "getitem": _operator(operator.getitem),
+_JAX_OPERATORS: dict[str, Callable[..., Any]] = {
+    "add": jnp.add,
+    "subtract": jnp.subtract,
+    "multiply": jnp.multiply,
+    "divide": jnp.true_divide,
+    "floor_divide": jnp.floor_divide,
+    "remainder": jnp.remainder,
+    "power": jnp.power,
+    "matmul": jnp.matmul,
+    "less": jnp.less,
+    "less_equal": jnp.less_equal,
+    "greater": jnp.greater,
+    "greater_equal": jnp.greater_equal,
+    "equal": jnp.equal,
+    "not_equal": jnp.not_equal,
+    "negative": jnp.negative,
+    "getitem": operator.getitem,
 }
+LOCAL_OPERATORS: dict[str, Callable[..., Any]] = {
+    name: _operator(name, jfn) for name, jfn in _JAX_OPERATORS.items()}
 """Python operators on party-local values; the simp dialect lifts them to the simp level."""
 
 __all__ = ["constant", "load", "pyfunc", "run_jax"]

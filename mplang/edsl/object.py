@@ -17,6 +17,32 @@ from mplang.frontend.errors import MPTraceError
 OperatorImpl = Callable[..., Any]
 OPERATORS: dict[str, OperatorImpl] = {}
 """Operator name (``add``, ``getitem`` …) to implementation; filled by the tensor dialect."""
+_TYPE_OPERATORS: dict[tuple[str, type[BaseType]], OperatorImpl] = {}
+
+
+def register_type_operator(name: str, base: type[BaseType]) -> Callable[[OperatorImpl],
+                                                                         OperatorImpl]:
+    """Register the party-local implementation of operator ``name`` (``add``,
+    ``multiply`` …) when an operand's base type is ``base`` (a ciphertext, say): a
+    dialect's own meaning of ``a + b`` for its values."""
+    def deco(impl: OperatorImpl) -> OperatorImpl:
+        if (name, base) in _TYPE_OPERATORS:
+            raise ValueError(f"operator {name!r} on {base.__name__} is already registered")
+        _TYPE_OPERATORS[(name, base)] = impl
+        return impl
+
+    return deco
+
+
+def type_operator(name: str, operands: tuple[Any, ...]) -> OperatorImpl | None:
+    """The implementation registered for operator ``name`` on the first operand whose
+    base type has one (None: the tensor meaning applies)."""
+    for x in operands:
+        if isinstance(x, MPObject):
+            impl = _TYPE_OPERATORS.get((name, type(x.base_type)))
+            if impl is not None:
+                return impl
+    return None
 
 
 def _apply(name: str, *operands: Any) -> Any:

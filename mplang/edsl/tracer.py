@@ -87,6 +87,7 @@ class Tracer(Context):
         self.parent = parent
         self.local = local
         self._names: _Counter = parent._names if parent is not None else _Counter()
+        self._ids: _Counter = parent._ids if parent is not None else _Counter()
         self.inputs: list[Value] = []
         self.operations: list[Operation] = []
         self.captured: list[MPObject] = []
@@ -95,6 +96,11 @@ class Tracer(Context):
     def child(self, *, local: bool, parties: Mask | None = None) -> Tracer:
         """A tracer for a region; ``parties`` run it (a pcall body's parties)."""
         return Tracer(self.world_size, parent=self, local=local or self.local, parties=parties)
+
+    def fresh_id(self, prefix: str) -> str:
+        """An identifier unique within this trace (all its regions) and the same each time
+        the program is traced: ``prefix`` and a counter, e.g. a key pair's ``k0``."""
+        return prefix + self._ids.take()
 
     def new_value(self, vtype: ValueType) -> Value:
         if self.local and isinstance(vtype, MPType):

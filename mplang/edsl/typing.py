@@ -119,6 +119,11 @@ class BaseType:
     __slots__ = ()
     type_tag: ClassVar[str]
     expansion: ClassVar[float | None] = 1.0
+    confined: ClassVar[bool] = False
+    """Key material (a private or symmetric key): a value of this type never leaves the
+    party that made it. The simp type rules refuse to move it (``shuffle_static``,
+    ``shuffle``, ``converge``), a ``pcall`` runs on it only at its holder, and no party
+    fetches it."""
 
     def plaintext(self) -> TensorType | None:
         """The tensor this value holds or hides (None: no tensor, e.g. a key)."""
