@@ -1,0 +1,524 @@
+"""The ``phe`` dialect: partially homomorphic encryption (Paillier, OU) of tensors.
+
+Inside ``pcall`` bodies::
+
+    pk, sk = phe.keygen(scheme="paillier", key_bits=2048)   # on one party
+    c = phe.encrypt(x, pk)             # any party holding pk
+    d = phe.add(c, c) ; e = c * 3 + 1  # ciphertext + ciphertext or plaintext; * plaintext
+    s = phe.sum(c, axis=0) ; v = phe.dot(c, w)
+    y = phe.decrypt(d, sk)             # the key owner only
+
+Types: `PublicKey` and `PrivateKey` name their key pair (``key``, unique in the
+program), and `Ciphertext` ``[dtype, shape, key, scale]`` names the key it is
+under, so mixing keys is a type error. A private key is key material: it never
+leaves the party that made it (`BaseType.confined`).
+
+Fixed-point encoding: a value ``v`` is encrypted as the integer ``round(v * scale)``.
+Integer tensors use ``scale`` 1; float tensors `FLOAT_SCALE` (2**24) unless
+``encrypt`` is given another. ``add`` needs equal keys and scales (a plaintext is
+encoded at the ciphertext's scale); ``mul_plain`` and ``dot`` multiply scales (a
+float plaintext is encoded at `FLOAT_SCALE`, an integer one at 1). ``decrypt``
+divides by the scale and checks every value fits its dtype: an overflow is an
+error naming the op, never a silently wrapped number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mplang.dialects.tensor import constant
+from mplang.edsl.function import function
+from mplang.edsl.graph import Graph
+from mplang.edsl.location import mark_library
+from mplang.edsl.object import MPObject, register_type_operator
+from mplang.edsl.primitive import Primitive
+from mplang.edsl.tracer import current_tracer
+from mplang.edsl.typing import (
+    BaseType,
+    TensorType,
+    TypeDecoder,
+    TypeEncoder,
+    ValueType,
+    register_type,
+)
+from mplang.frontend.errors import MPTypeError
+from mplang.frontend.feop import feop
+from mplang.frontend.registry import LOCAL_PURE, OpTraits
+
+mark_library(__file__)
+
+SCHEMES = ("paillier", "ou")
+"""``paillier``: sf-heu's ZPaillier (additive, plaintexts up to about n/2); ``ou``:
+Okamoto-Uchiyama (faster, plaintexts of about a third of the key's bits)."""
+MIN_KEY_BITS, MAX_KEY_BITS = 1024, 8192
+FLOAT_SCALE = 1 << 24
+"""The default fixed-point scale of float tensors: about 7 decimal digits after the
+point; a float encrypts as ``round(v * 2**24)``, which must fit a signed 64-bit integer."""
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
+FLOAT_DTYPES = ("float32", "float64")
+DTYPES = INT_DTYPES + FLOAT_DTYPES
+"""The dtypes a ciphertext may hold."""
+MAX_SCALE_BITS = 512
+"""Scales multiply with every plaintext multiplication; past 2**512 a result cannot be
+decrypted reliably at any supported key size, so the type rules stop there."""
+_LOCAL_RANDOM = OpTraits(pure=False, communicates=False)
+
+
+def _check_scheme(scheme: Any, key_bits: Any) -> None:
+    if scheme not in SCHEMES:
+        raise MPTypeError(f"unknown PHE scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
+    if type(key_bits) is not int or not MIN_KEY_BITS <= key_bits <= MAX_KEY_BITS:
+        raise MPTypeError(f"key_bits must be an int in [{MIN_KEY_BITS}, {MAX_KEY_BITS}], "
+                          f"got {key_bits!r}")
+
+
+def _check_key_id(key: Any) -> None:
+    if not isinstance(key, str) or not key or len(key) > 64:
+        raise MPTypeError(f"a key pair id must be a non-empty string, got {key!r}")
+
+
+@register_type("phe.public_key")
+@dataclass(frozen=True)
+class PublicKey(BaseType):
+    """The public half of key pair ``key``: encrypts; moves freely between parties."""
+
+    scheme: str
+    key_bits: int
+    key: str
+
+    def __post_init__(self) -> None:
+        _check_scheme(self.scheme, self.key_bits)
+        _check_key_id(self.key)
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return [self.scheme, self.key_bits, self.key]
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> PublicKey:
+        if not isinstance(body, list) or len(body) != 3:
+            raise ValueError("expected [scheme, key_bits, key]")
+        return cls(*body)
+
+    def __str__(self) -> str:
+        return f"phe.pk<{self.scheme}{self.key_bits},{self.key}>"
+
+
+@register_type("phe.private_key")
+@dataclass(frozen=True)
+class PrivateKey(BaseType):
+    """The private half of key pair ``key``: decrypts; never leaves the party that made it."""
+
+    confined = True
+    scheme: str
+    key_bits: int
+    key: str
+
+    def __post_init__(self) -> None:
+        _check_scheme(self.scheme, self.key_bits)
+        _check_key_id(self.key)
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return [self.scheme, self.key_bits, self.key]
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> PrivateKey:
+        if not isinstance(body, list) or len(body) != 3:
+            raise ValueError("expected [scheme, key_bits, key]")
+        return cls(*body)
+
+    def __str__(self) -> str:
+        return f"phe.sk<{self.scheme}{self.key_bits},{self.key}>"
+
+
+@register_type("phe.ciphertext")
+@dataclass(frozen=True)
+class Ciphertext(BaseType):
+    """A ``dtype`` tensor of ``shape`` encrypted elementwise under key pair ``key``, each
+    element the integer ``round(v * scale)``."""
+
+    expansion = None
+    dtype: str
+    shape: tuple[int, ...]
+    key: str
+    scale: int
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise MPTypeError(f"a ciphertext holds one of {', '.join(DTYPES)}, "
+                              f"not {self.dtype!r}")
+        shape = self.shape
+        if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
+            raise MPTypeError(f"a ciphertext's shape must be a tuple of sizes, got {shape!r}")
+        _check_key_id(self.key)
+        if type(self.scale) is not int or not 1 <= self.scale < (1 << MAX_SCALE_BITS):
+            raise MPTypeError(f"a ciphertext's scale must be an int in [1, 2**{MAX_SCALE_BITS}),"
+                              f" got {self.scale!r}")
+        if self.dtype in INT_DTYPES and self.scale != 1:
+            raise MPTypeError(f"an integer ciphertext has scale 1, got {self.scale}")
+
+    def plaintext(self) -> TensorType:
+        return TensorType(self.dtype, self.shape)
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return [self.dtype, list(self.shape), self.key, str(self.scale)]
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> Ciphertext:
+        if not isinstance(body, list) or len(body) != 4 or not isinstance(body[1], list) \
+                or not isinstance(body[3], str) or not body[3].isdigit() or len(body[3]) > 160:
+            raise ValueError("expected [dtype, shape, key, scale (decimal string)]")
+        return cls(body[0], tuple(body[1]), body[2], int(body[3]))
+
+    def __str__(self) -> str:
+        dims = ",".join(map(str, self.shape))
+        scale = "" if self.scale == 1 else f",scale=2^{self.scale.bit_length() - 1}" \
+            if self.scale & (self.scale - 1) == 0 else f",scale={self.scale}"
+        return f"phe.ct<{self.dtype}[{dims}],{self.key}{scale}>"
+
+
+# ---------------------------------------------------------------- primitives
+
+keygen_p = Primitive("phe.keygen", kind="source", execution_model="single_rank",
+                     traits=_LOCAL_RANDOM, doc="Generate a PHE key pair on one party.")
+encrypt_p = Primitive("phe.encrypt", kind="compute", execution_model="single_rank",
+                      traits=_LOCAL_RANDOM, doc="Encrypt a tensor under a public key.")
+decrypt_p = Primitive("phe.decrypt", kind="compute", execution_model="single_rank",
+                      traits=LOCAL_PURE,
+                      doc="Decrypt a ciphertext with its private key, range-checked.")
+add_p = Primitive("phe.add", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+                  doc="Add ciphertexts, or a ciphertext and a plaintext.")
+sub_p = Primitive("phe.sub", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+                  doc="Subtract a ciphertext or a plaintext from a ciphertext.")
+mul_plain_p = Primitive("phe.mul_plain", kind="compute", execution_model="single_rank",
+                        traits=LOCAL_PURE, doc="Multiply a ciphertext by a plaintext.")
+sum_p = Primitive("phe.sum", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+                  doc="Sum a ciphertext's elements, all or along an axis.")
+dot_p = Primitive("phe.dot", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+                  doc="A ciphertext vector or matrix times a plaintext vector or matrix.")
+
+
+def _ct(op: str, t: ValueType, what: str) -> Ciphertext:
+    if not isinstance(t, Ciphertext):
+        raise MPTypeError(f"{op}: {what} must be a ciphertext, got {t}")
+    return t
+
+
+def _plain(op: str, t: ValueType, what: str) -> TensorType:
+    if not isinstance(t, TensorType) or t.dtype not in (*DTYPES, "bool"):
+        raise MPTypeError(f"{op}: {what} must be a plaintext tensor of {', '.join(DTYPES)}, "
+                          f"got {t}")
+    return t
+
+
+def plain_scale(t: TensorType, scale: int | None = None) -> int:
+    """The scale a plaintext multiplier of type ``t`` is encoded at: ``scale`` if given,
+    else `FLOAT_SCALE` for floats and 1 for integers."""
+    if scale is not None:
+        return scale
+    return FLOAT_SCALE if t.dtype in FLOAT_DTYPES else 1
+
+
+def _check_plain_scale(op: str, scale: Any) -> None:
+    if scale is not None and (type(scale) is not int or not 1 <= scale < (1 << MAX_SCALE_BITS)):
+        raise MPTypeError(f"{op}: the plaintext's scale must be an int in [1, "
+                          f"2**{MAX_SCALE_BITS}), got {scale!r}")
+
+
+def _scaled(op: str, scale: int) -> int:
+    if scale >= 1 << MAX_SCALE_BITS:
+        raise MPTypeError(f"{op}: the result's fixed-point scale would reach 2^"
+                          f"{scale.bit_length() - 1}, past 2^{MAX_SCALE_BITS}; decrypt and "
+                          "re-encrypt (or multiply by integers) before multiplying further")
+    return scale
+
+
+@keygen_p.def_type_rule
+def _keygen_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                 world_size: int) -> list[ValueType]:
+    if in_types or regions:
+        raise MPTypeError("phe.keygen: takes no inputs")
+    try:
+        return [PublicKey(attrs["scheme"], attrs["key_bits"], attrs["key"]),
+                PrivateKey(attrs["scheme"], attrs["key_bits"], attrs["key"])]
+    except MPTypeError as e:
+        raise MPTypeError(f"phe.keygen: {e}") from None
+
+
+@encrypt_p.def_type_rule
+def _encrypt_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                  world_size: int) -> list[ValueType]:
+    op = "phe.encrypt"
+    if len(in_types) != 2:
+        raise MPTypeError(f"{op}: takes a tensor and a public key")
+    x, pk = in_types
+    x = _plain(op, x, "the value")
+    if not isinstance(pk, PublicKey):
+        raise MPTypeError(f"{op}: the key must be a PHE public key, got {pk}")
+    if x.dtype == "bool":
+        raise MPTypeError(f"{op}: cast booleans to an integer dtype before encrypting")
+    scale = attrs["scale"]
+    if x.dtype in INT_DTYPES and scale != 1:
+        raise MPTypeError(f"{op}: integer tensors are encrypted at scale 1, got scale={scale}")
+    try:
+        return [Ciphertext(x.dtype, x.shape, pk.key, scale)]
+    except MPTypeError as e:
+        raise MPTypeError(f"{op}: {e}") from None
+
+
+@decrypt_p.def_type_rule
+def _decrypt_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                  world_size: int) -> list[ValueType]:
+    op = "phe.decrypt"
+    if len(in_types) != 2:
+        raise MPTypeError(f"{op}: takes a ciphertext and a private key")
+    c = _ct(op, in_types[0], "the value")
+    sk = in_types[1]
+    if not isinstance(sk, PrivateKey):
+        raise MPTypeError(f"{op}: the key must be a PHE private key, got {sk}")
+    if sk.key != c.key:
+        raise MPTypeError(f"{op}: {c} is under key pair {c.key}, but the private key is of "
+                          f"key pair {sk.key}; only the owner of {c.key}'s private key can "
+                          "decrypt it")
+    return [TensorType(c.dtype, c.shape)]
+
+
+def _broadcast(op: str, c: Ciphertext, x: TensorType) -> None:
+    if x.shape != c.shape and x.shape != ():
+        raise MPTypeError(f"{op}: the plaintext's shape {list(x.shape)} must equal the "
+                          f"ciphertext's {list(c.shape)} or be a scalar")
+
+
+def _additive_rule(op: str) -> Any:
+    def rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+             world_size: int) -> list[ValueType]:
+        if len(in_types) != 2:
+            raise MPTypeError(f"{op}: takes two operands")
+        a = _ct(op, in_types[0], "the first operand")
+        b = in_types[1]
+        if isinstance(b, Ciphertext):
+            if b.key != a.key:
+                raise MPTypeError(f"{op}: the operands are under different key pairs ({a} and "
+                                  f"{b}); both must be encrypted under one public key")
+            if b.scale != a.scale:
+                raise MPTypeError(f"{op}: the operands have different fixed-point scales ({a} "
+                                  f"and {b}); multiply the one of lower scale by an integer "
+                                  "to match, or decrypt and re-encrypt")
+            if b.dtype != a.dtype or b.shape != a.shape:
+                raise MPTypeError(f"{op}: the operands must have one dtype and shape, got {a} "
+                                  f"and {b}")
+            return [a]
+        p = _plain(op, b, "the second operand")
+        _broadcast(op, a, p)
+        if a.dtype in INT_DTYPES and p.dtype in FLOAT_DTYPES:
+            raise MPTypeError(f"{op}: cannot add float {p} to integer ciphertext {a}; encrypt "
+                              "a float tensor instead")
+        return [a]
+
+    return rule
+
+
+add_p.def_type_rule(_additive_rule("phe.add"))
+sub_p.def_type_rule(_additive_rule("phe.sub"))
+
+
+@mul_plain_p.def_type_rule
+def _mul_plain_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                    world_size: int) -> list[ValueType]:
+    op = "phe.mul_plain"
+    if len(in_types) != 2:
+        raise MPTypeError(f"{op}: takes a ciphertext and a plaintext")
+    c = _ct(op, in_types[0], "the first operand")
+    if isinstance(in_types[1], Ciphertext):
+        raise MPTypeError(f"{op}: cannot multiply two ciphertexts (additive homomorphic "
+                          "encryption multiplies by plaintexts only); use an SPU for that")
+    x = _plain(op, in_types[1], "the plaintext")
+    _broadcast(op, c, x)
+    return [_product(op, c, x, c.shape, attrs["scale"])]
+
+
+def _product(op: str, c: Ciphertext, x: TensorType, shape: tuple[int, ...],
+             scale: int | None) -> Ciphertext:
+    _check_plain_scale(op, scale)
+    factor = plain_scale(x, scale)
+    dtype = c.dtype if c.dtype in FLOAT_DTYPES or factor == 1 else "float64"
+    try:
+        return Ciphertext(dtype, shape, c.key, _scaled(op, c.scale * factor))
+    except MPTypeError as e:
+        raise MPTypeError(f"{op}: {e}") from None
+
+
+@sum_p.def_type_rule
+def _sum_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+              world_size: int) -> list[ValueType]:
+    op = "phe.sum"
+    if len(in_types) != 1:
+        raise MPTypeError(f"{op}: takes one ciphertext")
+    c = _ct(op, in_types[0], "the value")
+    axis = attrs["axis"]
+    if axis is None:
+        return [Ciphertext(c.dtype, (), c.key, c.scale)]
+    if len(c.shape) > 2:
+        raise MPTypeError(f"{op}: sums along an axis take ciphertexts of at most 2 dimensions "
+                          f"(got {c}); sum(c) adds every element")
+    if type(axis) is not int or not -len(c.shape) <= axis < len(c.shape):
+        raise MPTypeError(f"{op}: axis {axis!r} is out of range for {c}")
+    axis %= len(c.shape)
+    shape = tuple(d for i, d in enumerate(c.shape) if i != axis)
+    return [Ciphertext(c.dtype, shape, c.key, c.scale)]
+
+
+@dot_p.def_type_rule
+def _dot_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+              world_size: int) -> list[ValueType]:
+    op = "phe.dot"
+    if len(in_types) != 2:
+        raise MPTypeError(f"{op}: takes a ciphertext and a plaintext")
+    c = _ct(op, in_types[0], "the first operand")
+    x = _plain(op, in_types[1], "the second operand")
+    if len(c.shape) not in (1, 2) or len(x.shape) not in (1, 2):
+        raise MPTypeError(f"{op}: takes a ciphertext vector or matrix and a plaintext vector "
+                          f"or matrix, got {c} and {x}")
+    if c.shape[-1] != x.shape[0]:
+        raise MPTypeError(f"{op}: inner dimensions differ: {c} and {x}")
+    shape = c.shape[:-1] + x.shape[1:]
+    return [_product(op, c, x, shape, attrs["scale"])]
+
+
+# ---------------------------------------------------------------- the frontend
+
+
+def _operand(x: Any) -> MPObject:
+    return x if isinstance(x, MPObject) else constant(np.asarray(x))
+
+
+@feop(name="phe.keygen", family="phe", execution_model="single_rank", dialects=["phe"],
+      primitives=["phe.keygen"], side_effects=True, targets=["PPU"],
+      example='pk, sk = phe.keygen(scheme="paillier", key_bits=2048)')
+@function
+def keygen(*, scheme: str = "paillier", key_bits: int = 2048) -> tuple[MPObject, MPObject]:
+    """A new key pair ``(public_key, private_key)`` of ``scheme`` with a ``key_bits``-bit
+    modulus, made by the one party running this body."""
+    tracer = current_tracer("phe.keygen")
+    if not tracer.local:
+        raise MPTypeError("phe.keygen is a party-local op; run it inside "
+                          "simp.pcall((owner,), lambda: phe.keygen())")
+    if tracer.parties is not None and len(tracer.parties) != 1:
+        raise MPTypeError(f"phe.keygen: a key pair belongs to one party, but this body runs "
+                          f"on parties {tracer.parties}; run it in a pcall on one party")
+    attrs = {"scheme": scheme, "key_bits": key_bits, "key": tracer.fresh_id("k")}
+    pk, sk = keygen_p.bind([], attrs)
+    return pk, sk
+
+
+@feop(name="phe.encrypt", family="phe", execution_model="single_rank", dialects=["phe"],
+      primitives=["phe.encrypt"], side_effects=True, targets=["PPU"],
+      example="c = phe.encrypt(x, pk)")
+@function
+def encrypt(x: Any, pk: MPObject, *, scale: int | None = None) -> MPObject:
+    """``x`` encrypted elementwise under ``pk``; floats at fixed-point ``scale``
+    (default `FLOAT_SCALE`), integers at scale 1."""
+    x = _operand(x)
+    if scale is None:
+        scale = FLOAT_SCALE if isinstance(x.base_type, TensorType) and \
+            x.base_type.dtype in FLOAT_DTYPES else 1
+    return encrypt_p.bind([x, pk], {"scale": scale})[0]
+
+
+@feop(name="phe.decrypt", family="phe", execution_model="single_rank", dialects=["phe"],
+      primitives=["phe.decrypt"], targets=["PPU"], example="y = phe.decrypt(c, sk)")
+@function
+def decrypt(c: MPObject, sk: MPObject) -> MPObject:
+    """The plaintext of ``c`` (its dtype and shape); every value is checked to fit the
+    dtype, and one that does not (an overflow) is an error naming this op."""
+    return decrypt_p.bind([c, sk])[0]
+
+
+@feop(name="phe.add", family="phe", execution_model="single_rank", dialects=["phe"],
+      primitives=["phe.add"], targets=["PPU"], example="d = phe.add(a, b)")
+@function
+def add(a: Any, b: Any) -> MPObject:
+    """``a + b``: two ciphertexts under one key and scale, or a ciphertext and a plaintext
+    (of its shape or a scalar), in either order."""
+    if not isinstance(a, MPObject) or not isinstance(a.base_type, Ciphertext):
+        a, b = b, a
+    a, b = _aligned(a, _operand(b))
+    return add_p.bind([a, b])[0]
+
+
+@function
+def sub(a: Any, b: Any) -> MPObject:
+    """``a - b`` for a ciphertext ``a`` and a ciphertext or plaintext ``b``; a plaintext
+    minus a ciphertext is ``mul_plain(b, -1) + a``."""
+    if not isinstance(a, MPObject) or not isinstance(a.base_type, Ciphertext):
+        return add(mul_plain(b, np.int64(-1)), a)  # a plaintext minus a ciphertext
+    a, b = _aligned(a, _operand(b))
+    return sub_p.bind([a, b])[0]
+
+
+def _aligned(a: MPObject, b: MPObject) -> tuple[MPObject, MPObject]:
+    """``a`` and ``b`` at one scale when both are ciphertexts and the larger scale is a
+    multiple of the smaller: the other is multiplied by 1.0 encoded at their ratio."""
+    ta, tb = a.base_type, b.base_type
+    if not (isinstance(ta, Ciphertext) and isinstance(tb, Ciphertext)) or ta.scale == tb.scale:
+        return a, b
+    low, high = (a, b) if ta.scale < tb.scale else (b, a)
+    ratio, rest = divmod(max(ta.scale, tb.scale), min(ta.scale, tb.scale))
+    if rest:
+        return a, b
+    low = mul_plain(low, np.float64(1.0), scale=ratio)
+    return (low, high) if ta.scale < tb.scale else (high, low)
+
+
+@feop(name="phe.mul_plain", family="phe", execution_model="single_rank", dialects=["phe"],
+      primitives=["phe.mul_plain"], targets=["PPU"], example="d = phe.mul_plain(c, x)")
+@function
+def mul_plain(c: Any, x: Any, *, scale: int | None = None) -> MPObject:
+    """``c * x`` elementwise for ciphertext ``c`` and plaintext ``x`` (its shape or a
+    scalar). ``x`` is encoded at ``scale`` (default: `FLOAT_SCALE` for floats, 1 for
+    integers), and the result's scale is ``c``'s times that."""
+    if not isinstance(c, MPObject) or not isinstance(c.base_type, Ciphertext):
+        c, x = x, c
+    return mul_plain_p.bind([_operand(c), _operand(x)], {"scale": scale})[0]
+
+
+@feop(name="phe.sum", family="phe", execution_model="single_rank", dialects=["phe"],
+      primitives=["phe.sum"], targets=["PPU"], example="s = phe.sum(c, axis=0)")
+@function
+def sum(c: MPObject, axis: int | None = None) -> MPObject:
+    """The sum of ``c``'s elements (``axis=None``), or along ``axis`` of a vector or
+    matrix."""
+    return sum_p.bind([c], {"axis": axis})[0]
+
+
+@feop(name="phe.dot", family="phe", execution_model="single_rank", dialects=["phe"],
+      primitives=["phe.dot"], targets=["PPU"], example="g = phe.dot(c, x)")
+@function
+def dot(c: MPObject, x: Any, *, scale: int | None = None) -> MPObject:
+    """Ciphertext vector or matrix ``c`` times plaintext vector or matrix ``x``
+    (``c @ x``); ``x`` is encoded at ``scale`` as in `mul_plain`."""
+    return dot_p.bind([c, _operand(x)], {"scale": scale})[0]
+
+
+register_type_operator("add", Ciphertext)(add)
+register_type_operator("subtract", Ciphertext)(sub)
+register_type_operator("multiply", Ciphertext)(mul_plain)
+
+__all__ = [
+    "FLOAT_SCALE",
+    "SCHEMES",
+    "Ciphertext",
+    "PrivateKey",
+    "PublicKey",
+    "add",
+    "decrypt",
+    "dot",
+    "encrypt",
+    "keygen",
+    "mul_plain",
+    "sub",
+    "sum",
+]
