@@ -126,9 +126,6 @@ class PHE(DeviceKind):
     def validate(self, device: Device, config: Mapping[str, Any]) -> None:
         if not device.members:
             raise ClusterSpecError(f"PHE {device.name!r} needs a key owner as first member")
-        if len(set(device.members)) != len(device.members):
-            raise ClusterSpecError(f"PHE {device.name!r}: members repeat: "
-                                   f"{list(device.members)}")
         try:
             PHE_CONFIG.validate(f"PHE {device.name!r}", config)
         except FeConfigError as e:
