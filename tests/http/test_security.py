@@ -503,6 +503,12 @@ MALFORMED_VALUES = {
                                          b"1234"),
     "array_bad_dtype": support.frame({"kind": "array", "dtype": "object", "shape": [1]},
                                      b"12345678"),
+    "phe_key_garbage": support.frame({"kind": "phe.public_key", "sizes": [24, 9]},
+                                     b"PHEP" + bytes(16) + (2048).to_bytes(4, "little")
+                                     + b"\x93garbage"),
+    "phe_ciphertext_garbage": support.frame({"kind": "phe.ciphertext", "sizes": [3, 4]},
+                                            b"abcdefg"),
+    "phe_private_key": support.frame({"kind": "phe.private_key", "sizes": [4]}, b"sk!!"),
 }
 
 
