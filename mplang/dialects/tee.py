@@ -1,0 +1,109 @@
+"""The ``tee`` dialect: mock attestation of a trusted execution environment.
+
+Real hardware quotes are out of reach here, so attestation is SIMULATED: a mock
+attestation service signs each quote with an Ed25519 key that is published in
+this code (`mplang.backends.tee_impl.MOCK_VENDOR_PUBLIC_KEY`), so anyone can make
+a valid mock quote. A mock quote shows the protocol's flow and catches honest
+mistakes (another measurement, another vendor key); it proves nothing about the
+hardware or the code the TEE node really runs.
+
+- ``tee.mock_quote(tee_pk_bytes, computation=...)`` (on the TEE's party): a quote
+  binding the TEE's X25519 public key to its measurement,
+  ``SHA-256("mplang-tee-measurement/1" ‖ code digest ‖ computation digest)``,
+  where the code digest is the TEE node's own MPLang code (self-reported: mock)
+  and the computation digest is the program's TEE function.
+- ``tee.verify_quote(quote, computation=..., code=..., vendor_key=...)`` (on a
+  data owner's party): the TEE's X25519 public key if the quote is signed by
+  the expected vendor key and reports the expected measurement; otherwise the op
+  fails, so nothing that depends on the key (the owner's sealed data) is sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mplang.dialects.crypto import PublicKey
+from mplang.edsl.function import function
+from mplang.edsl.graph import Graph
+from mplang.edsl.location import mark_library
+from mplang.edsl.object import MPObject
+from mplang.edsl.primitive import Primitive
+from mplang.edsl.typing import TensorType, ValueType
+from mplang.frontend.errors import MPTypeError
+from mplang.frontend.feop import feop
+from mplang.frontend.registry import OpTraits
+
+mark_library(__file__)
+
+QUOTE_MAGIC = b"MPLANG-MOCK-QUOTE/1\0"
+"""The first bytes of every quote: it is a mock."""
+DIGEST_BYTES = 32
+QUOTE_BYTES = len(QUOTE_MAGIC) + 2 * DIGEST_BYTES + 64
+"""magic ‖ measurement (32) ‖ TEE X25519 public key (32) ‖ Ed25519 signature (64)."""
+_CHECK = OpTraits(pure=False, communicates=False)
+
+mock_quote_p = Primitive("tee.mock_quote", kind="compute", execution_model="single_rank",
+                         traits=_CHECK, doc="A MOCK attestation quote of this TEE party.")
+verify_quote_p = Primitive("tee.verify_quote", kind="compute", execution_model="single_rank",
+                           traits=_CHECK, doc="Check a MOCK quote; give the TEE's X25519 key.")
+
+
+def _hex(op: str, name: str, value: Any, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if not (isinstance(value, str) and len(value) == 2 * DIGEST_BYTES
+            and all(c in "0123456789abcdef" for c in value)):
+        raise MPTypeError(f"{op}: '{name}' must be {2 * DIGEST_BYTES} lowercase hex digits, "
+                          f"got {value!r}")
+
+
+@mock_quote_p.def_type_rule
+def _quote_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                world_size: int) -> list[ValueType]:
+    op = "tee.mock_quote"
+    if len(in_types) != 1 or in_types[0] != TensorType("uint8", (DIGEST_BYTES,)):
+        raise MPTypeError(f"{op}: takes the TEE's X25519 public key as u8[32], got "
+                          f"{', '.join(map(str, in_types))}")
+    _hex(op, "computation", attrs["computation"])
+    return [TensorType("uint8", (QUOTE_BYTES,))]
+
+
+@verify_quote_p.def_type_rule
+def _verify_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                 world_size: int) -> list[ValueType]:
+    op = "tee.verify_quote"
+    if len(in_types) != 1 or in_types[0] != TensorType("uint8", (QUOTE_BYTES,)):
+        raise MPTypeError(f"{op}: takes a quote u8[{QUOTE_BYTES}], got "
+                          f"{', '.join(map(str, in_types))}")
+    _hex(op, "computation", attrs["computation"])
+    _hex(op, "code", attrs["code"], optional=True)
+    _hex(op, "vendor_key", attrs["vendor_key"], optional=True)
+    return [PublicKey("x25519")]
+
+
+@feop(name="tee.mock_quote", family="tee", execution_model="single_rank", dialects=["tee"],
+      primitives=["tee.mock_quote"], side_effects=True, targets=["TEE"],
+      example="q = tee.mock_quote(crypto.public_bytes(pk), computation=digest)")
+@function
+def mock_quote(tee_public_key: MPObject, *, computation: str) -> MPObject:
+    """A MOCK quote binding ``tee_public_key`` (u8[32]) to this node's measurement for
+    ``computation`` (hex SHA-256 of the TEE function)."""
+    return mock_quote_p.bind([tee_public_key], {"computation": computation})[0]
+
+
+@feop(name="tee.verify_quote", family="tee", execution_model="single_rank", dialects=["tee"],
+      primitives=["tee.verify_quote"], side_effects=True, targets=["PPU"],
+      example="tee_pk = tee.verify_quote(q, computation=digest)")
+@function
+def verify_quote(quote: MPObject, *, computation: str, code: str | None = None,
+                 vendor_key: str | None = None) -> MPObject:
+    """The TEE's X25519 public key from MOCK ``quote``, checked against the measurement of
+    ``computation`` on ``code`` (hex code digest; None: this party's own MPLang code) and
+    signed by ``vendor_key`` (hex Ed25519 key; None: the built-in mock vendor). A failed
+    check fails the op."""
+    return verify_quote_p.bind([quote], {"computation": computation, "code": code,
+                                         "vendor_key": vendor_key})[0]
+
+
+__all__ = ["QUOTE_BYTES", "QUOTE_MAGIC", "mock_quote", "verify_quote"]
