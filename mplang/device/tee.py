@@ -26,7 +26,6 @@ needs it (step 2 needs the function's digest).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,10 +33,9 @@ from typing import Any
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
 from mplang.device.ppu import rank_of
-from mplang.dialects import crypto, simp, tensor, tee
+from mplang.dialects import crypto, simp, tee, tensor
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.object import MPObject
-from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.tracer import Tracer, current_tracer, trace_function
 from mplang.edsl.typing import Mask, MPType, TensorType
@@ -221,9 +219,8 @@ def _leave(cluster: ClusterSpec, obj: MPObject, src: Device, dst: Device,
     assert isinstance(t, MPType)
     if not isinstance(t.base, TensorType):
         raise MPTypeError(f"{what}: {describe(obj)} is not a tensor")
-    with contextlib.suppress(MPTypeError):
-        if t.pmask == Mask.of([to]):  # never entered the TEE: it is the receiver's own
-            return place(obj, dst.name)
+    if t.pmask == Mask.of([to]):  # never entered the TEE: it is the receiver's own
+        return place(obj, dst.name)
     if t.pmask is None or tee_rank not in t.pmask:
         identity = _body(lambda v: v, {})
         digest = computation_digest(current_tracer(what).world_size, tee_rank, identity, [obj])
