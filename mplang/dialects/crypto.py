@@ -1,0 +1,433 @@
+"""The `crypto` dialect: party-local keys, authenticated encryption, hashing and signatures.
+
+Every op runs inside a party-local region (a ``simp.pcall`` body):
+
+- ``aes_keygen`` / ``aes_encrypt`` / ``aes_decrypt``: AES-256-GCM; a ciphertext is a
+  uint8 tensor ``nonce (12) ‖ ciphertext ‖ tag (16)`` that may travel like any tensor;
+- ``x25519_keygen`` / ``x25519_shared`` / ``hkdf``: X25519 key agreement and
+  HKDF-SHA256 key derivation (RFC 7748, RFC 5869);
+- ``ed25519_keygen`` / ``sign`` / ``verify``: Ed25519 signatures (RFC 8032);
+- ``sha256``; ``public_bytes`` / ``public_key``: a public key as a uint8[32] tensor
+  and back.
+
+Tensors enter the primitives as their raw little-endian, C-order bytes. Private keys,
+symmetric keys and shared secrets are *confined* types (`BaseType.confined`): the simp
+type rules refuse to move them, to run a pcall on them at another party or to fetch
+them, so key material stays at the party that made it. Public keys move freely.
+Keygens and ``aes_encrypt`` draw randomness, so they are not pure (never merged or
+removed by passes). The kernels are in `mplang.backends.crypto_impl`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mplang.dialects import tensor
+from mplang.dialects.common import canonical_type
+from mplang.edsl.object import MPObject
+from mplang.edsl.typing import (
+    BaseType,
+    TensorType,
+    TypeDecoder,
+    TypeEncoder,
+    ValueType,
+    numpy_dtype,
+    register_type,
+)
+from mplang.frontend.errors import MPTypeError
+from mplang.frontend.module import FeModule
+from mplang.frontend.registry import OpTraits
+
+__all__ = [
+    "ALGORITHMS",
+    "PrivateKey",
+    "PublicKey",
+    "SharedSecret",
+    "SymmetricKey",
+    "aes_decrypt",
+    "aes_encrypt",
+    "aes_keygen",
+    "ed25519_keygen",
+    "hkdf",
+    "public_bytes",
+    "public_key",
+    "sha256",
+    "sign",
+    "verify",
+    "x25519_keygen",
+    "x25519_shared",
+]
+
+ALGORITHMS = ("x25519", "ed25519")
+"""The asymmetric algorithms: X25519 key agreement and Ed25519 signatures."""
+AES_KEY_BYTES = 32
+NONCE_BYTES = 12
+TAG_BYTES = 16
+OVERHEAD = NONCE_BYTES + TAG_BYTES
+"""Bytes an AES-GCM ciphertext adds to its plaintext: the nonce and the tag."""
+PUBLIC_KEY_BYTES = 32
+SIGNATURE_BYTES = 64
+DIGEST_BYTES = 32
+MIN_KEY_BYTES = 16
+MAX_KEY_BYTES = 255 * 32
+"""The longest HKDF-SHA256 output (RFC 5869: 255 hash lengths)."""
+
+RANDOM = OpTraits(pure=False, communicates=False)
+"""Traits of a local op that draws randomness: passes keep every call (no CSE, no DCE)."""
+
+
+def _check_algorithm(algorithm: Any) -> None:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"expected an algorithm in {list(ALGORITHMS)}, got {algorithm!r}")
+
+
+# ---------------------------------------------------------------- the types
+
+
+@register_type("crypto.public_key")
+@dataclass(frozen=True)
+class PublicKey(BaseType):
+    """A public key of ``algorithm`` (32 raw bytes at run time); free to move and fetch."""
+
+    algorithm: str
+
+    def __post_init__(self) -> None:
+        try:
+            _check_algorithm(self.algorithm)
+        except ValueError as e:
+            raise MPTypeError(f"public key: {e}") from None
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return self.algorithm
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> PublicKey:
+        _check_algorithm(body)
+        return PublicKey(body)
+
+    def __str__(self) -> str:
+        return f"{self.algorithm}.pk"
+
+
+@register_type("crypto.private_key")
+@dataclass(frozen=True)
+class PrivateKey(BaseType):
+    """A private key of ``algorithm``: key material confined to the party that made it."""
+
+    algorithm: str
+    confined = True
+
+    def __post_init__(self) -> None:
+        try:
+            _check_algorithm(self.algorithm)
+        except ValueError as e:
+            raise MPTypeError(f"private key: {e}") from None
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return self.algorithm
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> PrivateKey:
+        _check_algorithm(body)
+        return PrivateKey(body)
+
+    def __str__(self) -> str:
+        return f"{self.algorithm}.sk"
+
+
+@register_type("crypto.symmetric_key")
+@dataclass(frozen=True)
+class SymmetricKey(BaseType):
+    """A secret key of ``length`` bytes (AES-256-GCM takes 32): confined key material."""
+
+    length: int = AES_KEY_BYTES
+    confined = True
+
+    def __post_init__(self) -> None:
+        if type(self.length) is not int or not MIN_KEY_BYTES <= self.length <= MAX_KEY_BYTES:
+            raise MPTypeError(f"a symmetric key has {MIN_KEY_BYTES} to {MAX_KEY_BYTES} bytes, "
+                              f"got {self.length!r}")
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return self.length
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> SymmetricKey:
+        if type(body) is not int or not MIN_KEY_BYTES <= body <= MAX_KEY_BYTES:
+            raise ValueError(f"expected a key length in [{MIN_KEY_BYTES}, {MAX_KEY_BYTES}], "
+                             f"got {body!r}")
+        return SymmetricKey(body)
+
+    def __str__(self) -> str:
+        return f"symkey[{self.length}]"
+
+
+@register_type("crypto.shared_secret")
+@dataclass(frozen=True)
+class SharedSecret(BaseType):
+    """The 32-byte output of an X25519 agreement: confined key material, input of ``hkdf``."""
+
+    confined = True
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return []
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> SharedSecret:
+        if body != []:
+            raise ValueError(f"expected [], got {body!r}")
+        return SharedSecret()
+
+    def __str__(self) -> str:
+        return "x25519.shared"
+
+
+# ---------------------------------------------------------------- type-rule helpers
+
+
+def nbytes(t: TensorType) -> int:
+    """The raw bytes of a tensor of type ``t``."""
+    return numpy_dtype(t.dtype).itemsize * math.prod(t.shape)
+
+
+def _tensor(op: str, what: str, t: ValueType) -> TensorType:
+    if not isinstance(t, TensorType):
+        raise MPTypeError(f"{op}: {what} must be a tensor, got {t}")
+    return t
+
+
+def _bytes_tensor(op: str, what: str, t: ValueType, size: int) -> TensorType:
+    if t != TensorType("uint8", (size,)):
+        raise MPTypeError(f"{op}: {what} must be u8[{size}], got {t}")
+    assert isinstance(t, TensorType)
+    return t
+
+
+def _aes_key(op: str, t: ValueType) -> SymmetricKey:
+    if not (isinstance(t, SymmetricKey) and t.length == AES_KEY_BYTES):
+        raise MPTypeError(f"{op}: the key must be a {AES_KEY_BYTES}-byte symmetric key, got {t}")
+    return t
+
+
+def _private_key(op: str, t: ValueType, algorithm: str) -> PrivateKey:
+    if not (isinstance(t, PrivateKey) and t.algorithm == algorithm):
+        raise MPTypeError(f"{op}: the key must be an {algorithm} private key, got {t}")
+    return t
+
+
+def _public_key(op: str, t: ValueType, algorithm: str) -> PublicKey:
+    if not (isinstance(t, PublicKey) and t.algorithm == algorithm):
+        raise MPTypeError(f"{op}: the peer key must be an {algorithm} public key, got {t}")
+    return t
+
+
+def _bytes_attr(op: str, name: str, value: Any) -> bytes:
+    if isinstance(value, bytearray | memoryview):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        raise MPTypeError(f"{op}: {name} must be bytes, got {type(value).__name__}")
+    return value
+
+
+# ---------------------------------------------------------------- the ops
+
+dialect = FeModule("crypto")
+
+
+def _local(value: Any) -> Any:
+    """A tensor argument: a numpy array becomes a local constant; the rest is left to the
+    op (which refuses anything but MPLang values)."""
+    return tensor.constant(value) if isinstance(value, np.ndarray | np.generic) else value
+
+
+@dialect.simple_op(traits=RANDOM, example="k = crypto.aes_keygen()")
+def aes_keygen() -> SymmetricKey:
+    """A fresh random AES-256-GCM key (32 bytes from the OS CSPRNG)."""
+    return SymmetricKey(AES_KEY_BYTES)
+
+
+@dialect.simple_op("aes_encrypt", traits=RANDOM,
+                   example='c = crypto.aes_encrypt(x, k, aad=b"header")')
+def _aes_encrypt(x: ValueType, key: ValueType, *, aad: bytes) -> TensorType:
+    """Encrypt tensor ``x`` with AES-256-GCM under a fresh random nonce, authenticating
+    ``aad``: a uint8 tensor ``nonce ‖ ciphertext ‖ tag`` of ``28 + x.nbytes`` bytes."""
+    op = "crypto.aes_encrypt"
+    plain = _tensor(op, "the plaintext", x)
+    _aes_key(op, key)
+    _bytes_attr(op, "aad", aad)
+    return TensorType("uint8", (OVERHEAD + nbytes(plain),))
+
+
+def aes_encrypt(x: Any, key: MPObject, *, aad: bytes = b"") -> MPObject:
+    """Encrypt tensor ``x`` with AES-256-GCM key ``key`` under a fresh random nonce,
+    authenticating ``aad``: a uint8 tensor ``nonce (12) ‖ ciphertext ‖ tag (16)``."""
+    return _aes_encrypt(_local(x), key, aad=_bytes_attr("crypto.aes_encrypt", "aad", aad))
+
+
+@dialect.simple_op("aes_decrypt", example='y = crypto.aes_decrypt(c, k, like=x, aad=b"header")')
+def _aes_decrypt(c: ValueType, key: ValueType, *, like: TensorType, aad: bytes) -> TensorType:
+    """Decrypt and authenticate an ``aes_encrypt`` ciphertext into a tensor of type ``like``;
+    fails at run time if the ciphertext, ``aad`` or the key is not the one encrypted with."""
+    op = "crypto.aes_decrypt"
+    _aes_key(op, key)
+    _bytes_attr(op, "aad", aad)
+    if not isinstance(like, TensorType):
+        raise MPTypeError(f"{op}: 'like' must be a tensor type, got {like!r}")
+    size = OVERHEAD + nbytes(like)
+    sealed = _tensor(op, "the ciphertext", c)
+    if sealed.dtype != "uint8" or len(sealed.shape) != 1 or sealed.shape[0] != size:
+        raise MPTypeError(f"{op}: the ciphertext must be u8[{size}] (nonce, tag and the "
+                          f"{nbytes(like)} bytes of {like}), got {sealed}")
+    return like
+
+
+def like_type(like: Any) -> TensorType:
+    """The tensor type ``like`` stands for: a traced value's type, a numpy array's (with the
+    dtype the array gets as a constant in a program), a `TensorType`, or ``(dtype, shape)``."""
+    op = "crypto.aes_decrypt"
+    if isinstance(like, MPObject):
+        base = like.base_type
+        if not isinstance(base, TensorType):
+            raise MPTypeError(f"{op}: 'like' must be a tensor, got {base}")
+        return base
+    if isinstance(like, TensorType):
+        return like
+    if isinstance(like, tuple) and len(like) == 2:
+        dtype, shape = like
+        try:
+            return TensorType.of(dtype, shape)
+        except (TypeError, ValueError) as e:
+            raise MPTypeError(f"{op}: 'like' {like!r} is not (dtype, shape): {e}") from None
+    if isinstance(like, np.ndarray | np.generic):
+        return canonical_type(TensorType.of(like.dtype, like.shape))
+    raise MPTypeError(f"{op}: 'like' must be a traced tensor, a numpy array, a TensorType or "
+                      f"(dtype, shape), got {type(like).__name__}")
+
+
+def aes_decrypt(c: Any, key: MPObject, *, like: Any, aad: bytes = b"") -> MPObject:
+    """Decrypt and authenticate ciphertext ``c`` (from ``aes_encrypt``) with ``key`` and
+    ``aad`` into a tensor of ``like``'s dtype and shape (``like``: a traced tensor, a numpy
+    array, a `TensorType` or ``(dtype, shape)``). A tampered ciphertext, other ``aad`` or
+    another key fails at run time ("authentication failed")."""
+    return _aes_decrypt(_local(c), key, like=like_type(like),
+                        aad=_bytes_attr("crypto.aes_decrypt", "aad", aad))
+
+
+@dialect.simple_op("sha256", example="h = crypto.sha256(x)")
+def _sha256(x: ValueType) -> TensorType:
+    """The SHA-256 digest (u8[32]) of a tensor's raw little-endian C-order bytes."""
+    _tensor("crypto.sha256", "the input", x)
+    return TensorType("uint8", (DIGEST_BYTES,))
+
+
+def sha256(x: Any) -> MPObject:
+    """The SHA-256 digest (u8[32]) of tensor ``x``'s raw little-endian C-order bytes."""
+    return _sha256(_local(x))
+
+
+@dialect.simple_op(traits=RANDOM, example="pk, sk = crypto.x25519_keygen()")
+def x25519_keygen() -> tuple[PublicKey, PrivateKey]:
+    """A fresh X25519 key pair: (public key, private key)."""
+    return PublicKey("x25519"), PrivateKey("x25519")
+
+
+@dialect.simple_op(example="s = crypto.x25519_shared(sk, peer_pk)")
+def x25519_shared(sk: ValueType, pk: ValueType) -> SharedSecret:
+    """The X25519 shared secret of private key ``sk`` and a peer's public key ``pk``
+    (the same at both ends); refuses a low-order peer key at run time."""
+    _private_key("crypto.x25519_shared", sk, "x25519")
+    _public_key("crypto.x25519_shared", pk, "x25519")
+    return SharedSecret()
+
+
+@dialect.simple_op("hkdf", example='k = crypto.hkdf(s, info=b"session", length=32)')
+def _hkdf(ikm: ValueType, *, info: bytes, length: int, salt: bytes | None) -> SymmetricKey:
+    """Derive a ``length``-byte symmetric key from a shared secret or symmetric key with
+    HKDF-SHA256 (RFC 5869)."""
+    op = "crypto.hkdf"
+    if not isinstance(ikm, SharedSecret | SymmetricKey):
+        raise MPTypeError(f"{op}: the input key material must be a shared secret or a "
+                          f"symmetric key, got {ikm}")
+    _bytes_attr(op, "info", info)
+    if salt is not None:
+        _bytes_attr(op, "salt", salt)
+    if type(length) is not int or not MIN_KEY_BYTES <= length <= MAX_KEY_BYTES:
+        raise MPTypeError(f"{op}: length must be an int in [{MIN_KEY_BYTES}, {MAX_KEY_BYTES}], "
+                          f"got {length!r}")
+    return SymmetricKey(length)
+
+
+def hkdf(ikm: MPObject, *, info: bytes = b"", length: int = AES_KEY_BYTES,
+         salt: bytes | None = None) -> MPObject:
+    """Derive a ``length``-byte symmetric key from ``ikm`` (a shared secret or a symmetric
+    key) with HKDF-SHA256 (RFC 5869), binding ``info``; ``salt`` None is no salt. A 32-byte
+    result is an ``aes_encrypt`` key."""
+    op = "crypto.hkdf"
+    return _hkdf(ikm, info=_bytes_attr(op, "info", info), length=length,
+                 salt=None if salt is None else _bytes_attr(op, "salt", salt))
+
+
+@dialect.simple_op(traits=RANDOM, example="spk, ssk = crypto.ed25519_keygen()")
+def ed25519_keygen() -> tuple[PublicKey, PrivateKey]:
+    """A fresh Ed25519 signing key pair: (public key, private key)."""
+    return PublicKey("ed25519"), PrivateKey("ed25519")
+
+
+@dialect.simple_op("sign", example="sig = crypto.sign(m, ssk)")
+def _sign(m: ValueType, sk: ValueType) -> TensorType:
+    """The Ed25519 signature (u8[64]) of a tensor's raw bytes under an Ed25519 private key."""
+    _tensor("crypto.sign", "the message", m)
+    _private_key("crypto.sign", sk, "ed25519")
+    return TensorType("uint8", (SIGNATURE_BYTES,))
+
+
+def sign(m: Any, sk: MPObject) -> MPObject:
+    """The Ed25519 signature (u8[64]) of tensor ``m``'s raw bytes under private key ``sk``."""
+    return _sign(_local(m), sk)
+
+
+@dialect.simple_op("verify", example="ok = crypto.verify(m, sig, spk)")
+def _verify(m: ValueType, sig: ValueType, pk: ValueType) -> TensorType:
+    """Whether a signature of a tensor's raw bytes is valid under an Ed25519 public key: a
+    bool scalar, False (never an error) for a bad signature."""
+    op = "crypto.verify"
+    _tensor(op, "the message", m)
+    _bytes_tensor(op, "the signature", sig, SIGNATURE_BYTES)
+    if not (isinstance(pk, PublicKey) and pk.algorithm == "ed25519"):
+        raise MPTypeError(f"{op}: the key must be an ed25519 public key, got {pk}")
+    return TensorType("bool", ())
+
+
+def verify(m: Any, sig: Any, pk: MPObject) -> MPObject:
+    """Whether ``sig`` (u8[64]) is a valid Ed25519 signature of tensor ``m``'s raw bytes
+    under public key ``pk``: a bool scalar, False (never an error) for a bad signature."""
+    return _verify(_local(m), _local(sig), pk)
+
+
+@dialect.simple_op(example="b = crypto.public_bytes(pk)")
+def public_bytes(pk: ValueType) -> TensorType:
+    """The raw 32 bytes (u8[32]) of public key ``pk``, to hash or send as a tensor."""
+    if not isinstance(pk, PublicKey):
+        raise MPTypeError(f"crypto.public_bytes: expected a public key, got {pk}")
+    return TensorType("uint8", (PUBLIC_KEY_BYTES,))
+
+
+@dialect.simple_op("public_key", example='pk = crypto.public_key(b, algorithm="x25519")')
+def _public_key_rule(b: ValueType, *, algorithm: str) -> PublicKey:
+    """The public key of an algorithm whose raw bytes are a u8[32] tensor (the inverse of
+    ``public_bytes``)."""
+    op = "crypto.public_key"
+    if algorithm not in ALGORITHMS:
+        raise MPTypeError(f"{op}: algorithm must be one of {list(ALGORITHMS)}, got {algorithm!r}")
+    _bytes_tensor(op, "the raw key", b, PUBLIC_KEY_BYTES)
+    return PublicKey(algorithm)
+
+
+def public_key(b: Any, *, algorithm: str) -> MPObject:
+    """The ``algorithm`` public key whose raw bytes are the u8[32] tensor ``b`` (the inverse
+    of ``public_bytes``; the kernel checks the length again)."""
+    return _public_key_rule(_local(b), algorithm=algorithm)
