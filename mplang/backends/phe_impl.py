@@ -361,34 +361,34 @@ def _encode_public(pk: PhePublicKey) -> list[bytes]:
 
 def _decode_public(head: memoryview, raw: memoryview) -> PhePublicKey:
     if head.nbytes != _KEY_HEAD.size:
-        raise MPSerializationError(f"phe public key: header of {head.nbytes} bytes, expected "
+        raise ValueError(f"phe public key: header of {head.nbytes} bytes, expected "
                                    f"{_KEY_HEAD.size}")
     code, fingerprint, key_bits = _KEY_HEAD.unpack(head)
     scheme = _CODE_SCHEMES.get(code)
     if scheme is None:
-        raise MPSerializationError(f"phe public key: unknown scheme code {code!r}")
+        raise ValueError(f"phe public key: unknown scheme code {code!r}")
     if not 0 < raw.nbytes <= _MAX_RAW_KEY or key_bits > MAX_KEY_BITS:
-        raise MPSerializationError(f"phe public key: {raw.nbytes} bytes for a {key_bits}-bit "
+        raise ValueError(f"phe public key: {raw.nbytes} bytes for a {key_bits}-bit "
                                    "key is out of range")
     pk = PhePublicKey(scheme, key_bits, bytes(raw))
     if pk.fingerprint != fingerprint:
-        raise MPSerializationError("phe public key: the fingerprint does not match the key")
+        raise ValueError("phe public key: the fingerprint does not match the key")
     try:
         kit = pk.kit
         bound = int(str(kit.public_key().plaintext_bound()))
     except MPRuntimeError:
         raise
-    except Exception as e:
-        raise MPSerializationError(f"phe public key: sf-heu cannot read it: {e}") from None
+    except Exception as e:  # sf-heu's parser raises its own errors on malformed bytes
+        raise ValueError(f"phe public key: sf-heu cannot read it: {e}") from None
     if bound.bit_length() > key_bits:
-        raise MPSerializationError(f"phe public key: a {bound.bit_length()}-bit plaintext "
+        raise ValueError(f"phe public key: a {bound.bit_length()}-bit plaintext "
                                    f"space does not belong to a {key_bits}-bit key")
     return pk
 
 
 def _decode_public_chunks(chunks: list[memoryview]) -> PhePublicKey:
     if len(chunks) != 2:
-        raise MPSerializationError(f"phe public key: expected 2 chunks, got {len(chunks)}")
+        raise ValueError(f"phe public key: expected 2 chunks, got {len(chunks)}")
     return _decode_public(*chunks)
 
 
@@ -401,28 +401,28 @@ def _encode_ciphertext(c: PheCiphertext) -> list[bytes]:
 
 def _decode_ciphertext(chunks: list[memoryview]) -> PheCiphertext:
     """A ciphertext from a peer: its public key is validated, its shape checked against
-    the header; sf-heu parses the array (no pickle)."""
+    the header; sf-heu parses the array (no pickle). Raises ValueError if malformed."""
     if len(chunks) != 4:
-        raise MPSerializationError(f"phe ciphertext: expected 4 chunks, got {len(chunks)}")
+        raise ValueError(f"phe ciphertext: expected 4 chunks, got {len(chunks)}")
     public = _decode_public(chunks[0], chunks[1])
     head, body = chunks[2], chunks[3]
     if head.nbytes != _CT_HEAD.size:
-        raise MPSerializationError("phe ciphertext: bad array header")
+        raise ValueError("phe ciphertext: bad array header")
     magic, rows, cols = _CT_HEAD.unpack(head)
     if magic != b"PHEC":
-        raise MPSerializationError(f"phe ciphertext: bad magic {magic!r}")
+        raise ValueError(f"phe ciphertext: bad magic {magic!r}")
     per_element = 2 * public.key_bits // 8
     if rows * cols * per_element > 4 * body.nbytes + 64:
-        raise MPSerializationError(f"phe ciphertext: {body.nbytes} bytes cannot hold "
+        raise ValueError(f"phe ciphertext: {body.nbytes} bytes cannot hold "
                                    f"{rows}x{cols} ciphertexts")
     _, hnp = heu()
     try:
         array = hnp.CiphertextArray.load_from(bytes(body), hnp.MatrixSerializeFormat.Best)
     except Exception as e:
-        raise MPSerializationError(f"phe ciphertext: sf-heu cannot read the array: {e}") \
+        raise ValueError(f"phe ciphertext: sf-heu cannot read the array: {e}") \
             from None
     if tuple(array.shape) != (rows, cols):
-        raise MPSerializationError(f"phe ciphertext: the array is {list(array.shape)}, the "
+        raise ValueError(f"phe ciphertext: the array is {list(array.shape)}, the "
                                    f"header says [{rows}, {cols}]")
     return PheCiphertext(array, public)
 
@@ -433,15 +433,13 @@ def _refuse_private(value: PhePrivateKey) -> list[bytes]:
 
 
 def _refuse_private_decode(chunks: list[memoryview]) -> PhePrivateKey:
-    raise MPSerializationError("a PHE private key never crosses the wire")
+    raise ValueError("a PHE private key never crosses the wire")
 
 
 register_value_codec(ValueCodec("phe.public_key", PhePublicKey, _encode_public,
                                 _decode_public_chunks,
                                 nbytes=lambda pk: _KEY_HEAD.size + len(pk.raw)))
 register_value_codec(ValueCodec("phe.ciphertext", PheCiphertext, _encode_ciphertext,
-                                _decode_ciphertext, privacy="ciphertext",
-                                nbytes=lambda c: 2 * c.public.key_bits // 8 * c.shape[0]
-                                * c.shape[1] + len(c.public.raw)))
+                                _decode_ciphertext, privacy="ciphertext"))
 register_value_codec(ValueCodec("phe.private_key", PhePrivateKey, _refuse_private,
                                 _refuse_private_decode, privacy="key material"))

@@ -334,7 +334,8 @@ def _mul_plain_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: S
     c = _ct(op, in_types[0], "the first operand")
     if isinstance(in_types[1], Ciphertext):
         raise MPTypeError(f"{op}: cannot multiply two ciphertexts (additive homomorphic "
-                          "encryption multiplies by plaintexts only); use an SPU for that")
+                          "encryption multiplies by plaintexts only); multiply on a secret-sharing "
+                          "device instead")
     x = _plain(op, in_types[1], "the plaintext")
     _broadcast(op, c, x)
     return [_product(op, c, x, c.shape, attrs["scale"])]
@@ -449,6 +450,9 @@ def add(a: Any, b: Any) -> MPObject:
     return add_p.bind([a, b])[0]
 
 
+@feop(name="phe.sub", family="phe", execution_model="single_rank", dialects=["phe"],
+      primitives=["phe.sub", "phe.add", "phe.mul_plain"], targets=["PPU"],
+      example="d = phe.sub(a, b)")
 @function
 def sub(a: Any, b: Any) -> MPObject:
     """``a - b`` for a ciphertext ``a`` and a ciphertext or plaintext ``b``; a plaintext

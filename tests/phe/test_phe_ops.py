@@ -15,7 +15,7 @@ RNG = np.random.default_rng(7)
 F = RNG.normal(size=(3, 4)).round(3)
 W = RNG.normal(size=(4,)).round(3)
 M = RNG.normal(size=(4, 2)).round(3)
-I = RNG.integers(-1000, 1000, size=(3, 4)).astype(np.int64)
+INTS = RNG.integers(-1000, 1000, size=(3, 4)).astype(np.int64)
 
 
 def run_he(sim: mp.Simulator, body: Any, x: np.ndarray, scheme: str = "paillier") -> list[Any]:
@@ -63,8 +63,8 @@ def test_vector_dot_and_scalar_results(sim2: mp.Simulator) -> None:
 def test_integer_arithmetic_is_exact(sim2: mp.Simulator) -> None:
     weights = np.arange(12, dtype=np.int64).reshape(3, 4) - 5
     got = run_he(sim2, lambda c: (c + c, c * weights, phe.sum(c, axis=0), c * 7 - 3,
-                                  phe.dot(c, np.arange(4, dtype=np.int64))), I)
-    want = [I + I, I * weights, I.sum(0), I * 7 - 3, I @ np.arange(4)]
+                                  phe.dot(c, np.arange(4, dtype=np.int64))), INTS)
+    want = [INTS + INTS, INTS * weights, INTS.sum(0), INTS * 7 - 3, INTS @ np.arange(4)]
     for g, w in zip(got, want, strict=True):
         assert g.dtype == np.int32  # an int64 constant is int32 in the program
         np.testing.assert_array_equal(g, w)
@@ -78,9 +78,9 @@ def test_higher_rank_elementwise_and_total_sum(sim2: mp.Simulator) -> None:
 
 
 def test_ou_scheme(sim2: mp.Simulator) -> None:
-    got = run_he(sim2, lambda c: (c + c, phe.sum(c)), I, scheme="ou")
-    np.testing.assert_array_equal(got[0], 2 * I)
-    assert got[1] == I.sum()
+    got = run_he(sim2, lambda c: (c + c, phe.sum(c)), INTS, scheme="ou")
+    np.testing.assert_array_equal(got[0], 2 * INTS)
+    assert got[1] == INTS.sum()
 
 
 def test_scales_are_tracked_in_the_type() -> None:

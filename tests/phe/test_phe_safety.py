@@ -64,7 +64,7 @@ def test_a_pcall_on_another_party_cannot_take_a_private_key() -> None:
 
 def test_fetching_a_private_key_is_refused(sim2: mp.Simulator) -> None:
     _, sk = mp.evaluate(sim2, lambda: keys())
-    with pytest.raises(MPTypeError, match="fetch: .* is key material"):
+    with pytest.raises(MPTypeError, match=r"fetch: .* is key material"):
         mp.fetch(sim2, sk)
 
 
