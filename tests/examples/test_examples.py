@@ -20,7 +20,9 @@ import pytest
 import mplang as mp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-EXAMPLE_FILES = ("millionaire", "secure_mean_variance", "logistic_regression", "psi")
+EXAMPLE_FILES = ("millionaire", "secure_mean_variance", "logistic_regression", "psi",
+                 "phe_secure_aggregation", "phe_vertical_lr", "tee_two_party",
+                 "secure_mean_devices")
 
 
 def load(name: str) -> ModuleType:
@@ -171,6 +173,44 @@ def test_psi(seed: int, sizes: tuple[int, int], common: int) -> None:
     np.testing.assert_array_equal(result["mask_at_p0"], np.isin(ids0, ids1))
     assert result["intersection"].tolist() == sorted(expected)
     assert result["devices"] == {"size_at_p0": "P0", "size_at_p1": "P1", "mask_at_p0": "P0"}
+
+
+# ---------------------------------------------------------------- PHE and TEE
+
+
+def test_phe_secure_aggregation() -> None:
+    pytest.importorskip("heu")
+    result = load("phe_secure_aggregation").main(key_bits=1024, size=50)
+    np.testing.assert_allclose(result["sum"], np.sum(result["vectors"], axis=0), atol=1e-5)
+
+
+def test_phe_vertical_lr_gradient_matches_numpy() -> None:
+    pytest.importorskip("heu")
+    result = load("phe_vertical_lr").main(key_bits=1024)
+    g0, g1 = result["reference"]
+    np.testing.assert_allclose(result["g0"], g0, atol=1e-5)
+    np.testing.assert_allclose(result["g1"], g1, atol=1e-4)  # float32 around the ±100 mask
+
+
+def test_tee_two_party() -> None:
+    result = load("tee_two_party").main()
+    total = float(result["alice"].sum() + result["bob"].sum())
+    assert result["total"] == (total, total)
+    np.testing.assert_array_equal(result["more"], result["alice"] > result["bob"])
+
+
+def test_secure_mean_on_three_devices() -> None:
+    pytest.importorskip("heu")
+    rows = load("secure_mean_devices").main(n=200, key_bits=1024)
+    rng = np.random.default_rng(11)
+    want = float(np.concatenate([rng.normal(loc=i, size=200).astype(np.float32)
+                                 for i in range(3)]).mean())
+    assert [(r["device"], r["kind"]) for r in rows] == [("SP0", "SPU"), ("HE0", "PHE"),
+                                                        ("T0", "TEE")]
+    for row in rows:
+        assert row["mean"] == pytest.approx(want, abs=2e-3 if row["kind"] == "SPU" else 1e-5)
+        assert row["seconds"] > 0 and row["model"]
+    assert "MOCK" in rows[2]["model"] and "must not collude" in rows[1]["model"]
 
 
 # ---------------------------------------------------------------- as scripts
