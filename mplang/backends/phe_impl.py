@@ -24,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from mplang.backends.wire import ValueCodec, register_value_codec
-from mplang.dialects.phe import FLOAT_DTYPES, MAX_KEY_BITS, Ciphertext, PublicKey, plain_scale
+from mplang.dialects.phe import (
+    FLOAT_DTYPES,
+    MAX_KEY_BITS,
+    WIRE_KEY_BYTES,
+    Ciphertext,
+    PublicKey,
+    plain_scale,
+)
 from mplang.edsl.graph import Operation
 from mplang.frontend.errors import MPRuntimeError, MPSerializationError
 from mplang.runtime.backend import register_backend
@@ -350,7 +357,7 @@ def _dot(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
 
 _KEY_HEAD = struct.Struct("<4s16sI")
 _CT_HEAD = struct.Struct("<4sII")
-_MAX_RAW_KEY = 64 * 1024
+_MAX_RAW_KEY = WIRE_KEY_BYTES
 _SCHEME_CODES = {"paillier": b"PHEP", "ou": b"PHEO"}
 _CODE_SCHEMES = {v: k for k, v in _SCHEME_CODES.items()}
 

@@ -62,6 +62,10 @@ INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
 FLOAT_DTYPES = ("float32", "float64")
 DTYPES = INT_DTYPES + FLOAT_DTYPES
 """The dtypes a ciphertext may hold."""
+WIRE_KEY_BYTES = 64 * 1024
+"""The most bytes a serialized public key may take on the wire."""
+WIRE_BYTES_PER_ELEMENT = 2 * MAX_KEY_BITS // 8 + 64
+"""A bound of one serialized ciphertext element (at most ``2 * key_bits`` bits, framed)."""
 MAX_SCALE_BITS = 512
 """Scales multiply with every plaintext multiplication; past 2**512 a result cannot be
 decrypted reliably at any supported key size, so the type rules stop there."""
@@ -102,6 +106,9 @@ class PublicKey(BaseType):
         if not isinstance(body, list) or len(body) != 3:
             raise ValueError("expected [scheme, key_bits, key]")
         return cls(*body)
+
+    def wire_bytes(self) -> int:
+        return WIRE_KEY_BYTES + 256
 
     def __str__(self) -> str:
         return f"phe.pk<{self.scheme}{self.key_bits},{self.key}>"
@@ -162,6 +169,13 @@ class Ciphertext(BaseType):
 
     def plaintext(self) -> TensorType:
         return TensorType(self.dtype, self.shape)
+
+    def wire_bytes(self) -> int:
+        """Its elements at the largest key size, with the public key it carries."""
+        elements = 1
+        for d in self.shape:
+            elements *= d
+        return max(elements, 1) * WIRE_BYTES_PER_ELEMENT + WIRE_KEY_BYTES + 256
 
     def to_json(self, encode: TypeEncoder) -> Any:
         return [self.dtype, list(self.shape), self.key, str(self.scale)]

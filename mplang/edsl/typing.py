@@ -129,6 +129,12 @@ class BaseType:
         """The tensor this value holds or hides (None: no tensor, e.g. a key)."""
         return None
 
+    def wire_bytes(self) -> int | None:
+        """An upper bound of the bytes a value of this type takes on the wire, for types
+        whose size ``expansion`` cannot say (a ciphertext's depends on its key); None:
+        derive it from ``plaintext`` and ``expansion``."""
+        return None
+
     def to_json(self, encode: TypeEncoder) -> Any:
         """The JSON body of this type (``encode`` serializes nested types)."""
         raise NotImplementedError

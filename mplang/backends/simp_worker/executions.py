@@ -63,6 +63,9 @@ class WorkerLimits:
 def declared_bytes(vtype: object) -> int:
     """The largest number of bytes a value of ``vtype`` may take (0 when it holds no tensor)."""
     base = vtype.base if isinstance(vtype, MPType) else vtype
+    bound = getattr(base, "wire_bytes", lambda: None)()
+    if bound is not None:
+        return int(bound)
     plain = getattr(base, "plaintext", lambda: None)()
     if plain is None:
         return 0
