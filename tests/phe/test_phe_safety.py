@@ -274,3 +274,16 @@ def test_malformed_payloads_are_refused(ciphertext: Any) -> None:
         with pytest.raises(MPSerializationError, match=message):
             decode_value(data)
         assert name
+
+
+def test_without_sf_heu_the_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "heu", None)  # `import heu` now raises ImportError
+    sim = mp.Simulator(1)
+    try:
+        with pytest.raises(MPRuntimeError, match=r"PHE needs the sf-heu package: pip install "
+                           r"'mplang\[phe\]'"):
+            mp.evaluate(sim, lambda: keys())
+    finally:
+        sim.close()
