@@ -21,17 +21,16 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from bench_http import free_ports
 
 import mplang as mp
-from bench_http import free_ports
 from mplang.runtime.audit import read_events
 from mplang.runtime.local_cluster import LocalCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import secure_mean_devices as example  # noqa: E402
+import secure_mean_devices as example
 
 
 def spec(ports: list[int]) -> mp.ClusterSpec:
