@@ -11,7 +11,7 @@ from mplang.backends.simp_driver.mem import Simulator
 from mplang.device.api import device, get_dev_attr, put
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device, Node
 from mplang.device.kinds import InsecureDeviceWarning
-from mplang.dialects import crypto, func, phe, spu, tensor
+from mplang.dialects import crypto, func, phe, spu, table, tensor
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program, load
@@ -69,5 +69,6 @@ __all__ = [
     "put",
     "simp",
     "spu",
+    "table",
     "tensor",
 ]

@@ -23,7 +23,7 @@ import pytest
 import mplang as mp
 from mplang import builtin, crypto, func, phe, simp, tensor
 from mplang.backends import wire
-from mplang.dialects import tee
+from mplang.dialects import table, tee
 from mplang.dialects.spu import SecretShareType, SpuConfig, reconstruct
 from mplang.edsl.graph import Graph
 from mplang.edsl.primitive import get_primitive
@@ -162,6 +162,29 @@ def tee_corpus() -> Any:
     return simp.pcall((0,), crypto.public_bytes, key)
 
 
+def table_corpus() -> Any:
+    """Every table primitive: a constant, a file read (schema declared), SQL, both tensor
+    bridges and a write, on party 0."""
+    def body() -> Any:
+        c = table.constant({"k": np.array([1, 2, 3], np.int64), "v": [0.5, 1.5, 2.5]})
+        t = table.read_csv("t.csv", schema={"k": "int64", "w": "float64"})
+        r = table.sql("SELECT c.k, c.v * t.w AS p FROM c JOIN t USING (k) ORDER BY c.k",
+                      c=c, t=t)
+        table.write_csv(r, "out/r.csv")
+        x = table.to_tensor(r, rows=3)
+        return x, table.from_tensor(x, ["a", "b"])
+    return simp.pcall((0,), body)
+
+
+TABLE_EXPECTED = [[1.0, 5.0], [2.0, 30.0], [3.0, 125.0]]
+
+
+def _check_table(result: Any) -> None:
+    x, t = result
+    assert np.asarray(x[0]).tolist() == TABLE_EXPECTED and x[1] is None
+    assert t[0].to_pandas().to_numpy().tolist() == TABLE_EXPECTED
+
+
 def _check_simp(result: Any) -> None:
     assert [[int(v) for v in part] for part in result] == [list(e) for e in SIMP_EXPECTED]
 
@@ -205,6 +228,7 @@ CORPUS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
     "tensor": (tensor_corpus, _check_tensor),
     "spu": (spu_corpus, _check_spu),
     "data": (data_corpus, _check_data),
+    "table": (table_corpus, _check_table),
 }
 
 
@@ -212,6 +236,7 @@ CORPUS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mp.Simulator]:
     root = tmp_path_factory.mktemp("data")
     np.save(root / "x.npy", np.arange(3, dtype=np.int32))
+    (root / "t.csv").write_text("k,w\n1,10\n2,20\n3,50\n")
     simulator = mp.Simulator(CLUSTER, data_roots={n.name: root for n in CLUSTER.nodes})
     simulator.upload("node_2", "v", np.array([7, 8, 9], dtype=np.int32))
     try:
@@ -445,18 +470,31 @@ def phe_values(sim: mp.Simulator, which: int) -> tuple[list[Any], Callable[[list
     return [value], check
 
 
+def table_value(sim: mp.Simulator) -> tuple[list[Any], Callable[[list[Any]], None]]:
+    """A table made by SQL on party 0."""
+    out = mp.evaluate(sim, lambda: simp.pcall((0,), lambda: table.sql(
+        "SELECT k, upper(s) AS s FROM c", c=table.constant({"k": [1, 2], "s": ["a", None]}))))
+    values = [sim.held(out)[0]]
+
+    def check(decoded: list[Any]) -> None:
+        assert [d.to_pylist() for d in decoded] == [[{"k": 1, "s": "A"}, {"k": 2, "s": None}]]
+
+    return values, check
+
+
 VALUE_PRODUCERS: dict[str, Callable[[mp.Simulator],
                                     tuple[list[Any], Callable[[list[Any]], None]]]] = {
     "spu.share": spu_value,
     "crypto.public_key": crypto_public_key_value,
     "phe.public_key": lambda sim: phe_values(sim, 0),
     "phe.ciphertext": lambda sim: phe_values(sim, 2),
+    "table.arrow": table_value,
 }
 """Codec kind -> a program run giving values of that kind, and a check of decoded values."""
 
 
 def _builtin_codecs() -> list[wire.ValueCodec]:
-    return [c for c in wire.value_codecs() if _builtin(c.cls.__module__)]
+    return [c for c in wire.value_codecs() if _builtin(c.cls.__module__) or c.kind == "table.arrow"]
 
 
 def test_every_builtin_value_codec_has_a_producer() -> None:

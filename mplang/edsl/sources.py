@@ -2,19 +2,20 @@
 
 A party's data (files in its data root, objects its owner uploaded) never passes
 through the driver; only its type does. The execution context a program is
-traced for (a simulator or a driver) answers `DataSource` questions, each asked
-of the party that holds the data.
+traced for (a simulator or a driver) answers `DataSource` questions (arrays and
+uploaded objects) and `InputDescriber` questions (any other registered kind of
+input, e.g. a table file), each asked of the party that holds the data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from mplang.edsl.context import execution_context
 from mplang.edsl.location import locate_error
 from mplang.edsl.tracer import Tracer
-from mplang.edsl.typing import TensorType
+from mplang.edsl.typing import BaseType, TensorType
 from mplang.frontend.errors import MPLangError, MPTypeError
 
 
@@ -32,6 +33,20 @@ class DataSource(Protocol):
         ...
 
 
+@runtime_checkable
+class InputDescriber(Protocol):
+    """An execution context that can tell the type of any kind of private input a party's
+    data root holds (a table file, ...)."""
+
+    def describe_input(self, rank: int, fields: Mapping[str, Any]) -> BaseType:
+        """The type of the input ``fields`` name on party ``rank``: ``fields["what"]`` is
+        the kind (e.g. ``"table"``), the other fields say which (e.g. ``path``)."""
+        ...
+
+
+B = TypeVar("B", bound=BaseType)
+
+
 def declared_type(op: str, dtype: Any, shape: Any) -> TensorType | None:
     """The type given by ``dtype=``/``shape=`` (None when neither is given)."""
     if dtype is None and shape is None:
@@ -47,17 +62,19 @@ def declared_type(op: str, dtype: Any, shape: Any) -> TensorType | None:
 
 
 def looked_up_type(op: str, what: str, tracer: Tracer, parties: Iterable[int] | None,
-                   ask: Callable[[DataSource, int], TensorType]) -> TensorType:
+                   ask: Callable[[Any, int], B], *, source: type = DataSource,
+                   declare: str = "pass dtype= and shape=") -> B:
     """The type of ``what`` on each of ``parties``, asked of the context ``tracer`` traces
-    for; every party must report the same type."""
+    for (which must implement the protocol ``source``); every party must report the same
+    type. ``declare`` tells the user how to give the type instead."""
     ctx = tracer.executor or execution_context()
-    if not isinstance(ctx, DataSource):
+    if not isinstance(ctx, source):
         raise MPTypeError(f"{op}: the type of {what} cannot be looked up while compiling "
-                          "without a simulator or driver to ask; pass dtype= and shape=")
+                          f"without a simulator or driver to ask; {declare}")
     if parties is None:
         raise MPTypeError(f"{op}: the parties that read {what} are decided at run time, so "
-                          "its type cannot be looked up; pass dtype= and shape=")
-    found: dict[int, TensorType] = {}
+                          f"its type cannot be looked up; {declare}")
+    found: dict[int, B] = {}
     for rank in parties:
         try:
             found[rank] = ask(ctx, rank)

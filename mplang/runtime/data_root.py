@@ -1,22 +1,27 @@
-"""A party's data root: the folder its private inputs (``tensor.load``) come from.
+"""A party's data root: the folder its private inputs (``tensor.load``,
+``table.read_csv``) come from and its table outputs (``table.write_csv``) go to.
 
 A program names files by paths relative to the root. Nothing outside the root
-can be read: absolute paths, ``..`` components and symbolic links that resolve
-outside the root's real path are refused, and only regular ``.npy`` files and
-``.npz`` archives of numeric (or bool) arrays are read, never with pickle.
+can be read or written: absolute paths, ``..`` components and symbolic links that
+resolve outside the root's real path are refused. Arrays are read from regular
+``.npy`` files and ``.npz`` archives of numeric (or bool) arrays, never with
+pickle; other kinds of input register a describer (`register_describer`) that
+tells their type from the file, for the driver to trace a program reading them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 import numpy as np
 
-from mplang.edsl.typing import DTYPES, TensorType
-from mplang.frontend.errors import MPRuntimeError
+from mplang.edsl.typing import DTYPES, BaseType, TensorType
+from mplang.frontend.errors import MPRuntimeError, MPSerializationError
 
 OP = "tensor.load"
 EXTENSIONS = (".npy", ".npz")
@@ -34,46 +39,87 @@ class MissingData(MPRuntimeError):
     such array in an archive, or no uploaded object of that name."""
 
 
-def _fail(message: str) -> MPRuntimeError:
-    return MPRuntimeError(f"{OP}: {message}")
+def _fail(message: str, op: str = OP) -> MPRuntimeError:
+    return MPRuntimeError(f"{op}: {message}")
 
 
-def check_relpath(relpath: Any, node: str) -> PurePosixPath:
-    """``relpath`` as a relative path inside a data root, checked without touching the disk."""
+def check_relpath(relpath: Any, node: str, *, op: str = OP,
+                  extensions: tuple[str, ...] = EXTENSIONS) -> PurePosixPath:
+    """``relpath`` as a relative path inside a data root naming a file with one of
+    ``extensions``, checked without touching the disk (errors name ``op``)."""
     if not isinstance(relpath, str):
-        raise _fail(f"the path must be a string, got {type(relpath).__name__}")
+        raise _fail(f"the path must be a string, got {type(relpath).__name__}", op)
     if not relpath:
-        raise _fail(f"the path is empty; name a file in the data root of {node}")
+        raise _fail(f"the path is empty; name a file in the data root of {node}", op)
     if len(relpath) > MAX_PATH or "\x00" in relpath:
-        raise _fail(f"path {relpath[:64]!r}... is not a valid file name")
+        raise _fail(f"path {relpath[:64]!r}... is not a valid file name", op)
     path = PurePosixPath(relpath.replace("\\", "/"))
     if path.is_absolute() or relpath.startswith(("/", "\\")):
         raise _fail(f"path {relpath!r} is absolute; give a path relative to the data root "
-                    f"of {node}")
+                    f"of {node}", op)
     if ".." in path.parts:
-        raise _fail(f"path {relpath!r} escapes the data root of {node}")
-    if path.suffix not in EXTENSIONS:
-        raise _fail(f"path {relpath!r} must name a .npy or .npz file")
+        raise _fail(f"path {relpath!r} escapes the data root of {node}", op)
+    if path.suffix not in extensions:
+        raise _fail(f"path {relpath!r} must name a {' or '.join(extensions)} file", op)
     return path
 
 
-def resolve(root: str | os.PathLike[str], relpath: str, node: str = "this node") -> Path:
+def resolve(root: str | os.PathLike[str], relpath: str, node: str = "this node", *,
+            op: str = OP, extensions: tuple[str, ...] = EXTENSIONS) -> Path:
     """The real path of regular file ``relpath`` inside the data root ``root`` of ``node``.
 
-    Raises `MPRuntimeError` naming the path and the node if the path is absolute,
-    empty, has a ``..`` component, resolves (through symbolic links) outside the
-    root, is missing, or is not a regular file.
+    Raises `MPRuntimeError` naming ``op``, the path and the node if the path is
+    absolute, empty, has a ``..`` component or another extension than
+    ``extensions``, resolves (through symbolic links) outside the root, is missing,
+    or is not a regular file.
     """
-    path = check_relpath(relpath, node)
+    path = check_relpath(relpath, node, op=op, extensions=extensions)
     base = Path(root).resolve()
     real = (base / path).resolve()
     if not real.is_relative_to(base):
-        raise _fail(f"path {relpath!r} escapes the data root of {node}")
+        raise _fail(f"path {relpath!r} escapes the data root of {node}", op)
     if not real.exists():
-        raise MissingData(f"{OP}: {node} has no file {relpath!r} in its data root")
+        raise MissingData(f"{op}: {node} has no file {relpath!r} in its data root")
     if not real.is_file():
-        raise _fail(f"path {relpath!r} in the data root of {node} is not a regular file")
+        raise _fail(f"path {relpath!r} in the data root of {node} is not a regular file", op)
     return real
+
+
+def resolve_for_write(root: str | os.PathLike[str], relpath: str, node: str = "this node",
+                      *, op: str, extensions: tuple[str, ...]) -> Path:
+    """The path inside data root ``root`` that a program may write ``relpath`` to.
+
+    Missing parent folders are made inside the root, one at a time, each checked to
+    stay inside it. Refused (`MPRuntimeError` naming ``op``, the path and the node):
+    what `check_relpath` refuses, a root that does not exist, a parent that resolves
+    outside the root or is not a folder, and a target that is a symbolic link
+    leading out of the root or exists as something other than a regular file. The
+    caller replaces the target (a link inside the root is replaced, not followed).
+    """
+    path = check_relpath(relpath, node, op=op, extensions=extensions)
+    base = Path(root).resolve()
+    if not base.is_dir():
+        raise _fail(f"the data root of {node} ({root}) does not exist; make it before "
+                    "writing to it", op)
+    folder = base
+    for part in path.parts[:-1]:
+        step = folder / part
+        if not step.exists() and not step.is_symlink():
+            with contextlib.suppress(FileExistsError):  # a concurrent writer's: checked below
+                step.mkdir()
+        real = step.resolve()
+        if not real.is_relative_to(base):
+            raise _fail(f"path {relpath!r} escapes the data root of {node}", op)
+        if not real.is_dir():
+            raise _fail(f"path {relpath!r}: {part!r} in the data root of {node} is not a "
+                        "folder", op)
+        folder = real
+    target = folder / path.name
+    if target.is_symlink() and not target.resolve().is_relative_to(base):
+        raise _fail(f"path {relpath!r} escapes the data root of {node}", op)
+    if target.exists() and not target.is_symlink() and not target.is_file():
+        raise _fail(f"path {relpath!r} in the data root of {node} is not a regular file", op)
+    return target
 
 
 def _dtype_name(dtype: np.dtype[Any], relpath: str) -> str:
@@ -154,3 +200,37 @@ def read(root: str | os.PathLike[str], relpath: str, key: str | None = None,
         raise _fail(f"{relpath!r} in the data root of {node} cannot be read: {e}") from None
     _dtype_name(array.dtype, relpath)
     return np.asarray(array)
+
+
+Describer = Callable[[Path, Mapping[str, Any], str], BaseType]
+"""``describe(root, fields, node)``: the type of the input ``fields`` name in data root
+``root`` of ``node``, from the file (never its data sent anywhere). Raises
+`MPSerializationError` for malformed ``fields``, `MissingData` or `MPRuntimeError`."""
+
+_DESCRIBERS: dict[str, Describer] = {}
+
+
+def register_describer(what: str, describer: Describer) -> Describer:
+    """Let drivers ask for the type of inputs of kind ``what`` (``{"what": what, ...}``);
+    one describer per kind, and ``file`` and ``object`` are the built-in ones."""
+    if what in ("file", "object") or what in _DESCRIBERS:
+        raise ValueError(f"a describer of {what!r} inputs is already registered")
+    _DESCRIBERS[what] = describer
+    return describer
+
+
+def describer_kinds() -> list[str]:
+    """The registered kinds of input (besides ``file`` and ``object``)."""
+    return sorted(_DESCRIBERS)
+
+
+def describe_input(root: str | os.PathLike[str], fields: Mapping[str, Any],
+                   node: str = "this node") -> BaseType:
+    """The type of the input ``fields`` name (``fields["what"]``: a registered kind) in
+    data root ``root`` of ``node``."""
+    what = fields.get("what")
+    describer = _DESCRIBERS.get(what) if isinstance(what, str) else None
+    if describer is None:
+        kinds = ", ".join(repr(k) for k in ["file", "object", *describer_kinds()])
+        raise MPSerializationError(f"field 'what' must be one of {kinds}, got {what!r}")
+    return describer(Path(root), fields, node)

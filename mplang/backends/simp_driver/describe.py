@@ -1,6 +1,11 @@
 """The driver's questions about the parties' private inputs: a worker's ``/describe``
 answers with the type of a file in its data root or of an uploaded object (never
-the data), which the driver needs to trace a program that loads it."""
+the data), which the driver needs to trace a program that loads it.
+
+Arrays and uploaded objects are answered as ``{"dtype", "shape"}``; other kinds of
+input (``{"what": "table", ...}``, any kind a worker registered with
+`mplang.runtime.data_root.register_describer`) as ``{"type": T}``, a type in its
+serialized form (`mplang.edsl.serde.encode_type`), decoded and checked here."""
 
 from __future__ import annotations
 
@@ -8,8 +13,9 @@ from typing import Any
 
 from mplang.backends.mux_client import MuxClients, Reply, StatusError, TransportError, error_message
 from mplang.backends.wire import pack_message
-from mplang.edsl.typing import DTYPES, TensorType
-from mplang.frontend.errors import MPRuntimeError
+from mplang.edsl.serde import decode_type
+from mplang.edsl.typing import DTYPES, BaseType, TensorType
+from mplang.frontend.errors import MPRuntimeError, MPSerializationError
 
 MAX_RANK = 64
 
@@ -24,15 +30,25 @@ def _answer_type(answer: Any, where: str) -> TensorType:
     return TensorType(dtype, tuple(shape))
 
 
+def _answer_base_type(answer: Any, where: str) -> BaseType:
+    body = answer.get("type") if isinstance(answer, dict) else None
+    try:
+        vtype = decode_type(body, "type")
+    except (MPSerializationError, RecursionError) as e:
+        raise MPRuntimeError(f"{where} answered /describe with a malformed type: "
+                             f"{str(e)[:300]}") from None
+    if not isinstance(vtype, BaseType):
+        raise MPRuntimeError(f"{where} answered /describe with {vtype}, not a party-local "
+                             "type")
+    return vtype
+
+
 def _error_text(response: Reply) -> str:
     return error_message(response, 1000) or f"{response.status_code} {response.text[:300]}"
 
 
-def describe_remote(clients: MuxClients, rank: int, where: str,
-                    fields: dict[str, Any]) -> TensorType:
-    """Ask worker ``rank`` (described as ``where`` in errors) for the type ``fields``
-    name: ``{"what": "file", "path": ..., "key": ...}`` or ``{"what": "object",
-    "name": ...}``."""
+def _ask(clients: MuxClients, rank: int, where: str, fields: dict[str, Any]) -> Any:
+    """The JSON answer of worker ``rank`` to ``/describe`` of ``fields``."""
     try:
         response = clients.post(rank, "/describe", pack_message(fields, []))
     except StatusError as e:
@@ -45,7 +61,22 @@ def describe_remote(clients: MuxClients, rank: int, where: str,
     if response.status_code != 200:
         raise MPRuntimeError(f"{where}: {_error_text(response)}", party=rank)
     try:
-        answer = response.json()
+        return response.json()
     except ValueError:
-        answer = None
-    return _answer_type(answer, where)
+        return None
+
+
+def describe_remote(clients: MuxClients, rank: int, where: str,
+                    fields: dict[str, Any]) -> TensorType:
+    """Ask worker ``rank`` (described as ``where`` in errors) for the type ``fields``
+    name: ``{"what": "file", "path": ..., "key": ...}`` or ``{"what": "object",
+    "name": ...}``."""
+    return _answer_type(_ask(clients, rank, where, fields), where)
+
+
+def describe_remote_input(clients: MuxClients, rank: int, where: str,
+                          fields: dict[str, Any]) -> BaseType:
+    """Ask worker ``rank`` for the type of an input of a registered kind, e.g.
+    ``{"what": "table", "path": "a.csv", "format": "csv"}``; the answer is decoded and
+    checked like any received type."""
+    return _answer_base_type(_ask(clients, rank, where, fields), where)

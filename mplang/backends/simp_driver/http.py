@@ -12,20 +12,20 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from mplang.backends.mux_client import MuxClients, StatusError, TransportError, error_message
 from mplang.backends.simp_driver.base import SimpDriver
-from mplang.backends.simp_driver.describe import describe_remote
+from mplang.backends.simp_driver.describe import describe_remote, describe_remote_input
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
 from mplang.backends.wire import decode_value, pack_message
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.edsl.typing import TensorType
+from mplang.edsl.typing import BaseType, TensorType
 from mplang.frontend.errors import (
     MPCommunicationError,
     MPLangError,
@@ -260,6 +260,11 @@ class SimpHttpDriver(SimpDriver):
         """The type of the object uploaded to party ``rank`` as ``name``."""
         return describe_remote(self._clients, rank, self._where(rank),
                                {"what": "object", "name": name})
+
+    def describe_input(self, rank: int, fields: Mapping[str, Any]) -> BaseType:
+        """The type of the input ``fields`` name (e.g. ``{"what": "table", "path": "a.csv",
+        "format": "csv"}``) on party ``rank``, as its worker reports it."""
+        return describe_remote_input(self._clients, rank, self._where(rank), dict(fields))
 
     def _close_transport(self) -> None:
         self._clients.close()  # the workers keep running

@@ -14,7 +14,7 @@ from mplang.backends.simp_worker.network import NetworkModel
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
-from mplang.edsl.typing import TensorType
+from mplang.edsl.typing import BaseType, TensorType
 from mplang.frontend.errors import MPLangError
 from mplang.policy.enforce import install_guards
 from mplang.runtime import data_root
@@ -50,6 +50,12 @@ class SimpMemDriver(SimpDriver):
     def describe_object(self, rank: int, name: str) -> TensorType:
         """The type of the object uploaded to party ``rank`` as ``name``."""
         return self.mesh.workers[rank].named.describe(name)
+
+    def describe_input(self, rank: int, fields: Mapping[str, Any]) -> BaseType:
+        """The type of the input ``fields`` name (e.g. ``{"what": "table", "path": "a.csv",
+        "format": "csv"}``) in party ``rank``'s data root."""
+        worker = self.mesh.workers[rank]
+        return data_root.describe_input(worker.data_root, fields, worker.node)
 
     def upload(self, node: str, name: str, value: Any) -> TensorType:
         """Store tensor ``value`` on ``node`` as ``name``, as its owner's ``mplang put``

@@ -132,6 +132,10 @@ def graph_parties(graph: Graph, world_size: int) -> list[int] | None:
 
 def _holders(graph: Graph) -> Mask | None:
     mask = Mask(0)
+    for op in graph.walk():  # a pcall with effects but no inputs or outputs (a write)
+        parties = op.attrs.get("parties")
+        if isinstance(parties, Mask):
+            mask = mask | parties
     values = [*graph.inputs, *(v for op in graph.walk() for v in (*op.inputs, *op.outputs))]
     for v in values:
         if not isinstance(v.type, MPType):

@@ -5,7 +5,10 @@
   programs read with ``simp.load``. Everyone else is refused (403).
 - ``POST /describe``: a driver this node's policy accepts asks for the type (dtype and shape) of a
   file in this node's data root or of an uploaded object, to trace a program that
-  loads it. The data itself never leaves the worker.
+  loads it; or (``what``: a kind registered with
+  `mplang.runtime.data_root.register_describer`, e.g. ``table``) for the type of
+  another kind of input, answered as ``{"type": T}`` in its serialized form. The data
+  itself never leaves the worker.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from mplang.backends.wire import decode_value, split_frame
-from mplang.edsl.typing import TensorType
+from mplang.edsl.serde import encode_type
+from mplang.edsl.typing import BaseType, TensorType
 from mplang.frontend.errors import MPRefusedError, MPRuntimeError, MPSerializationError
 from mplang.runtime import data_root
 from mplang.runtime.data_root import MissingData
@@ -31,8 +35,10 @@ if TYPE_CHECKING:
 _HEADER_LIMIT = 1 << 16
 
 
-def _type_json(vtype: TensorType) -> dict[str, Any]:
-    return {"dtype": vtype.dtype, "shape": list(vtype.shape)}
+def _type_json(vtype: BaseType) -> dict[str, Any]:
+    if isinstance(vtype, TensorType):
+        return {"dtype": vtype.dtype, "shape": list(vtype.shape)}
+    return {"type": encode_type(vtype)}
 
 
 def _str_field(header: dict[str, Any], field: str, *, optional: bool = False) -> str | None:
@@ -45,7 +51,7 @@ def _str_field(header: dict[str, Any], field: str, *, optional: bool = False) ->
     return value
 
 
-def _describe(server: WorkerServer, header: dict[str, Any]) -> TensorType:
+def _describe(server: WorkerServer, header: dict[str, Any]) -> BaseType:
     worker = server.worker
     what = header.get("what")
     if what == "file":
@@ -56,7 +62,7 @@ def _describe(server: WorkerServer, header: dict[str, Any]) -> TensorType:
                                   worker.node)
     if what == "object":
         return worker.named.describe(check_name(_str_field(header, "name")))
-    raise MPSerializationError("field 'what' must be 'file' or 'object'")
+    return data_root.describe_input(worker.data_root, header, worker.node)
 
 
 def _check_driver(server: WorkerServer, driver: Peer) -> None:

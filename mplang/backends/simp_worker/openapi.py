@@ -64,6 +64,15 @@ _TYPED: dict[str, Any] = {
 }
 
 
+_SERIALIZED_TYPE: dict[str, Any] = {
+    "type": "object", "required": ["type"],
+    "properties": {"type": {"type": "object", "minProperties": 1, "maxProperties": 1,
+                            "description": "a type as mplang.edsl.serde.encode_type gives it, "
+                                           "e.g. {\"table.table\": [[[\"id\", \"int64\"]], "
+                                           "null]}"}},
+}
+
+
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
@@ -171,8 +180,10 @@ WORKER_API: dict[str, Any] = {
             (400, 403, 409, 411, 413)),
         "/describe": _post(
             "The type of a private input, never its data (driver the node's policy accepts). "
-            "Header: what ('file': path, key; or 'object': name).",
-            _json(_TYPED | {"required": ["dtype", "shape"]}, "its dtype and shape"),
+            "Header: what ('file': path, key; 'object': name; or a registered kind, e.g. "
+            "'table': path, format).",
+            _json({"anyOf": [_TYPED | {"required": ["dtype", "shape"]}, _SERIALIZED_TYPE]},
+                  "an array's or object's dtype and shape, or another input's type"),
             (*_DRIVER, 404)),
         "/msg": _post(
             "A message of a running execution from another node; the body is one encoded "

@@ -1,0 +1,800 @@
+"""The ``table`` dialect: party-local tables (Arrow), SQL on them (DuckDB), and the
+bridge to tensors.
+
+Inside ``pcall`` bodies::
+
+    t = table.read_csv("a.csv")                 # from the party's data root
+    r = table.sql("SELECT a, SUM(b) AS s FROM t GROUP BY a", t=t)
+    x = table.to_tensor(r, ["a", "s"], rows=3)  # a 2-D tensor [rows, columns]
+    u = table.from_tensor(x, ["a", "s"])
+    table.write_parquet(u, "out/u.parquet")     # into the party's data root
+    c = table.constant(pandas_df)               # small inline tables
+
+`TableType` names its columns and their dtypes, and its row count when it is known
+while tracing (constants, `from_tensor`); tables read from files or made by SQL
+have a row count known at run time only. A table's value is a ``pyarrow.Table``
+whose schema is exactly its type's. ``table.sql`` computes its result's type
+while tracing, with DuckDB binding the query against empty tables of the input
+types in a locked-down in-memory database (`sql_connection`); the parties run the
+query in the same kind of database, which sees only the tables passed in. The
+type map and what the lockdown refuses: ``docs/tables.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mplang.dialects.common import LRUCache, canonical_type
+from mplang.edsl.function import function
+from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.object import MPObject
+from mplang.edsl.primitive import Primitive
+from mplang.edsl.private import Commitment
+from mplang.edsl.sources import InputDescriber, looked_up_type
+from mplang.edsl.tracer import current_tracer
+from mplang.edsl.typing import (
+    BaseType,
+    Mask,
+    TensorType,
+    TypeDecoder,
+    TypeEncoder,
+    ValueType,
+    register_type,
+)
+from mplang.frontend.errors import MPTypeError
+from mplang.frontend.feop import feop
+from mplang.frontend.registry import LOCAL_PURE, OpTraits
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+_SHORT = {"bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+          "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+          "float32": "f32", "float64": "f64", "string": "str"}
+TABLE_DTYPES = tuple(_SHORT)
+"""The dtypes a column may have: numpy names of the numeric and bool dtypes Arrow and
+DuckDB share (no float16, bfloat16 or complex), and ``"string"`` (UTF-8 text)."""
+NUMERIC_DTYPES = TABLE_DTYPES[:-1]
+"""The column dtypes `to_tensor` takes (bool counts as numeric)."""
+FORMATS = {"csv": ".csv", "parquet": ".parquet"}
+"""File formats of `read_csv` / `read_parquet` / `write_*`, and their extensions."""
+MAX_COLUMNS = 4096
+MAX_NAME = 256
+"""The longest column name (characters)."""
+MAX_ROWS = (1 << 40) - 1
+MAX_QUERY = 1 << 20
+"""The longest SQL query (characters)."""
+MAX_TABLE_BYTES = 2 << 30
+"""The most bytes a table may take on the wire (the default largest request body): the
+bound of a table whose size the type cannot tell (unknown rows, string columns)."""
+_IPC_BYTES_PER_COLUMN = 512
+_IPC_BYTES = 4096
+_SQL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+# ---------------------------------------------------------------- the type
+
+
+def _check_names(names: Sequence[Any], what: str = "column name", op: str = ""
+                 ) -> tuple[str, ...]:
+    """``names`` checked: non-empty strings of at most `MAX_NAME` characters, unique."""
+    where = f"{op}: " if op else ""
+    seen: set[str] = set()
+    for name in names:
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME or "\x00" in name:
+            raise MPTypeError(f"{where}a {what} must be a non-empty string of at most "
+                              f"{MAX_NAME} characters, got {str(name)[:80]!r}")
+        if name in seen:
+            raise MPTypeError(f"{where}{what}s must be unique, but {name!r} occurs twice")
+        seen.add(name)
+    return tuple(names)
+
+
+def _label(name: str) -> str:
+    return name if name.isidentifier() else repr(name)
+
+
+@register_type("table.table")
+@dataclass(frozen=True)
+class TableType(BaseType):
+    """A table: named columns ``(name, dtype)`` in order, each dtype one of
+    `TABLE_DTYPES`, and ``rows`` when known while tracing (None: known at run time)."""
+
+    columns: tuple[tuple[str, str], ...]
+    rows: int | None = None
+
+    def __post_init__(self) -> None:
+        cols = self.columns
+        if not isinstance(cols, tuple) or not all(
+                isinstance(c, tuple) and len(c) == 2 for c in cols):
+            raise MPTypeError(f"table columns must be a tuple of (name, dtype) pairs, got "
+                              f"{str(cols)[:200]}")
+        if not 1 <= len(cols) <= MAX_COLUMNS:
+            raise MPTypeError(f"a table has 1 to {MAX_COLUMNS} columns, got {len(cols)}")
+        _check_names([name for name, _ in cols])
+        for name, dtype in cols:
+            if dtype not in TABLE_DTYPES:
+                raise MPTypeError(f"column {name!r} has dtype {dtype!r}; table columns have "
+                                  f"one of {', '.join(TABLE_DTYPES)}")
+        rows = self.rows
+        if rows is not None and (type(rows) is not int or not 0 <= rows <= MAX_ROWS):
+            raise MPTypeError(f"a table's row count must be None or an int in [0, "
+                              f"{MAX_ROWS}], got {rows!r}")
+
+    @staticmethod
+    def of(columns: Mapping[str, Any] | Iterable[tuple[str, Any]],
+           rows: int | None = None) -> TableType:
+        """A table type from ``{name: dtype}`` or ``[(name, dtype), ...]``; dtypes may be
+        any numpy dtype spelling (``"i8"``, ``np.int64``) or ``"string"``/``str``."""
+        pairs = columns.items() if isinstance(columns, Mapping) else columns
+        try:
+            cols = tuple((name, _dtype_name(dtype)) for name, dtype in pairs)
+        except (TypeError, ValueError) as e:
+            raise MPTypeError(f"a table schema is {{name: dtype}} or [(name, dtype), ...]: "
+                              f"{e}") from None
+        return TableType(cols, rows)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.columns)
+
+    def dtype(self, name: str) -> str:
+        """The dtype of column ``name`` (KeyError if there is none)."""
+        for col, dtype in self.columns:
+            if col == name:
+                return dtype
+        raise KeyError(name)
+
+    def without_rows(self) -> TableType:
+        return TableType(self.columns)
+
+    def wire_bytes(self) -> int:
+        """Numeric columns of a known row count: their bytes, validity bits and IPC
+        framing; otherwise `MAX_TABLE_BYTES`."""
+        if self.rows is None or any(d == "string" for _, d in self.columns):
+            return MAX_TABLE_BYTES
+        width = sum(1 if d == "bool" else np.dtype(d).itemsize for _, d in self.columns)
+        return (self.rows * width + len(self.columns) * (self.rows // 8 + 64
+                                                         + _IPC_BYTES_PER_COLUMN)
+                + _IPC_BYTES)
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return [[[name, dtype] for name, dtype in self.columns], self.rows]
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> TableType:
+        if not isinstance(body, list) or len(body) != 2 or not isinstance(body[0], list):
+            raise ValueError("expected [[[name, dtype], ...], rows]")
+        cols, rows = body
+        if len(cols) > MAX_COLUMNS or not all(
+                isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)
+                for c in cols):
+            raise ValueError(f"expected at most {MAX_COLUMNS} [name, dtype] string pairs")
+        return cls(tuple((name, dtype) for name, dtype in cols), rows)
+
+    def __str__(self) -> str:
+        cols = ",".join(f"{_label(n)}:{_SHORT[d]}" for n, d in self.columns)
+        return f"table<{cols}>" + ("" if self.rows is None else f"[{self.rows}]")
+
+
+def _dtype_name(dtype: Any) -> str:
+    if dtype is str or (isinstance(dtype, str) and dtype in ("string", "str")):
+        return "string"
+    name = np.dtype(dtype).name
+    if name not in NUMERIC_DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(TABLE_DTYPES)}")
+    return name
+
+
+def table_type(op: str, t: ValueType, what: str = "the input") -> TableType:
+    """``t`` as a `TableType`, or an `MPTypeError` naming ``op`` and ``what``."""
+    if not isinstance(t, TableType):
+        raise MPTypeError(f"{op}: {what} must be a table, got {t}")
+    return t
+
+
+# ---------------------------------------------------------------- Arrow
+
+
+def arrow_type(dtype: str) -> pa.DataType:
+    """The Arrow type of column dtype ``dtype``."""
+    import pyarrow as pa
+
+    return pa.string() if dtype == "string" else pa.from_numpy_dtype(np.dtype(dtype))
+
+
+def arrow_schema(t: TableType) -> pa.Schema:
+    """The exact Arrow schema of a table of type ``t``."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(name, arrow_type(dtype)) for name, dtype in t.columns])
+
+
+def column_dtype(t: pa.DataType) -> str | None:
+    """The column dtype of Arrow type ``t`` (string-like types are ``"string"``); None
+    when a table column cannot have it."""
+    import pyarrow as pa
+
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t) or pa.types.is_float32(t) or pa.types.is_float64(t):
+        return str(np.dtype(t.to_pandas_dtype()).name)
+    return None
+
+
+def normalized(table: pa.Table) -> pa.Table:
+    """``table`` with string-like columns as ``pa.string()`` and no schema metadata."""
+    import pyarrow as pa
+
+    schema = pa.schema([pa.field(f.name, pa.string() if column_dtype(f.type) == "string"
+                                 else f.type) for f in table.schema])
+    if table.schema.equals(schema, check_metadata=True):
+        return table
+    return table.cast(schema)
+
+
+def type_of_table(op: str, table: pa.Table) -> TableType:
+    """The type of Arrow table ``table`` (its row count known); `MPTypeError` naming the
+    first column of a type a table cannot have."""
+    cols = []
+    for f in table.schema:
+        dtype = column_dtype(f.type)
+        if dtype is None:
+            raise MPTypeError(f"{op}: column {f.name!r} has Arrow type {f.type}, which a table "
+                              f"cannot hold; use one of {', '.join(TABLE_DTYPES)}")
+        cols.append((f.name, dtype))
+    try:
+        return TableType(tuple(cols), table.num_rows)
+    except MPTypeError as e:
+        raise MPTypeError(f"{op}: {e}") from None
+
+
+def ipc_bytes(table: pa.Table) -> bytes:
+    """``table`` in the Arrow IPC stream format (uncompressed)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+# ---------------------------------------------------------------- DuckDB
+
+SQL_CONFIG: dict[str, Any] = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+    "allow_persistent_secrets": False,
+    "python_enable_replacements": False,
+    "enable_external_file_cache": False,
+    "temp_directory": "",
+    "memory_limit": "4GB",
+    "lock_configuration": True,
+}
+"""The configuration of every DuckDB database of this dialect: no files, network,
+extensions, secrets or temporary files; no Python variables as tables (replacement
+scans); a memory limit; and the configuration locked (``SET`` is refused)."""
+
+DUCKDB_DTYPES = {
+    "BOOLEAN": "bool", "TINYINT": "int8", "SMALLINT": "int16", "INTEGER": "int32",
+    "BIGINT": "int64", "UTINYINT": "uint8", "USMALLINT": "uint16", "UINTEGER": "uint32",
+    "UBIGINT": "uint64", "FLOAT": "float32", "DOUBLE": "float64", "VARCHAR": "string",
+}
+"""DuckDB result types -> column dtypes (``REAL`` is DuckDB's ``FLOAT``); any other type
+of a result column is refused while tracing, with the CAST that fixes it."""
+
+_CAST_HINTS = {
+    "hugeint": ("SUM of integers", "CAST(SUM(...) AS BIGINT)"),
+    "uhugeint": ("SUM of unsigned integers", "CAST(SUM(...) AS UBIGINT)"),
+    "decimal": ("a decimal literal such as 1.5, or SUM/AVG of decimals",
+                "CAST(... AS DOUBLE)"),
+    "date": ("a date", "CAST(... AS VARCHAR)"),
+    "time": ("a time of day", "CAST(... AS VARCHAR)"),
+    "timestamp": ("a timestamp", "CAST(... AS VARCHAR)"),
+    "timestamp with time zone": ("a timestamp", "CAST(... AS VARCHAR)"),
+    "interval": ("an interval", "CAST(... AS VARCHAR)"),
+    "null": ("an untyped NULL", "CAST(NULL AS BIGINT)"),
+}
+"""DuckDB type id -> (what usually makes it, the CAST that fixes it)."""
+
+
+def sql_connection() -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB database, locked down by `SQL_CONFIG`."""
+    import duckdb
+
+    return duckdb.connect(":memory:", config=SQL_CONFIG)
+
+
+def query_problem(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
+    """Why ``query`` may not run (None: it is one SELECT statement)."""
+    import duckdb
+
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as e:
+        return first_line(e)
+    if len(statements) != 1:
+        return f"expected one SELECT statement, got {len(statements)} statements"
+    kind = statements[0].type.name
+    if kind != "SELECT":
+        return f"only SELECT statements run, not {kind}"
+    return None
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (DuckDB adds the query and a caret below)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def short_query(query: str) -> str:
+    return repr(query if len(query) <= 200 else query[:200] + "...")
+
+
+def _result_dtype(query: str, name: str, duck_type: Any) -> str:
+    dtype = DUCKDB_DTYPES.get(str(duck_type))
+    if dtype is not None:
+        return dtype
+    hint = _CAST_HINTS.get(str(getattr(duck_type, "id", "")))
+    fix = f" ({hint[0]}); {hint[1]} AS {name}" if hint is not None else \
+        f", which no table column holds; CAST it to one of {', '.join(DUCKDB_DTYPES)}"
+    raise MPTypeError(f"table.sql: column {name!r} is {duck_type}{fix} (query "
+                      f"{short_query(query)})")
+
+
+_SQL_TYPES = LRUCache(1024)
+"""(query, input names and types) -> the result's `TableType`."""
+
+
+def sql_result_type(query: str, inputs: Mapping[str, TableType]) -> TableType:
+    """The type of ``query``'s result on tables of types ``inputs`` (by name), as DuckDB
+    binds it in a locked-down database of empty tables; `MPTypeError` naming the query
+    if it does not bind or a result column has no table dtype (`DUCKDB_DTYPES`)."""
+    import duckdb
+    import pyarrow as pa
+
+    key = (query, tuple((name, t.columns) for name, t in inputs.items()))
+    found: TableType | None = _SQL_TYPES.lookup(key)
+    if found is not None:
+        return found
+    con = sql_connection()
+    try:
+        problem = query_problem(con, query)
+        if problem is not None:
+            raise MPTypeError(f"table.sql: {problem} (query {short_query(query)})")
+        for name, t in inputs.items():
+            con.register(name, pa.Table.from_batches([], schema=arrow_schema(t)))
+        try:
+            rel = con.sql(query)
+            columns, types = rel.columns, rel.types
+        except duckdb.Error as e:
+            raise MPTypeError(f"table.sql: {first_line(e)} (query {short_query(query)})"
+                              ) from None
+    finally:
+        con.close()
+    if len(set(columns)) != len(columns):
+        dup = next(c for c in columns if columns.count(c) > 1)
+        raise MPTypeError(f"table.sql: the result has two columns named {dup!r}; name them "
+                          f"apart with AS (query {short_query(query)})")
+    result = TableType(tuple((name, _result_dtype(query, name, t))
+                             for name, t in zip(columns, types, strict=True)))
+    _SQL_TYPES.store(key, result)
+    return result
+
+
+# ---------------------------------------------------------------- primitives
+
+_LOCAL_IO = OpTraits(pure=False, communicates=False)
+
+constant_p = Primitive("table.constant", kind="source", execution_model="single_rank",
+                       traits=LOCAL_PURE, doc="A small table given while tracing.")
+read_p = Primitive("table.read", kind="source", execution_model="single_rank",
+                   traits=_LOCAL_IO,
+                   doc="Read a table (CSV or Parquet) from the party's own data root.")
+write_p = Primitive("table.write", kind="compute", execution_model="single_rank",
+                    traits=_LOCAL_IO,
+                    doc="Write a table (CSV or Parquet) into the party's own data root.")
+sql_p = Primitive("table.sql", kind="compute", execution_model="single_rank",
+                  traits=LOCAL_PURE, doc="Run one SQL SELECT on local tables (DuckDB).")
+to_tensor_p = Primitive("table.to_tensor", kind="compute", execution_model="single_rank",
+                        traits=LOCAL_PURE, doc="Numeric columns of a table as a 2-D tensor.")
+from_tensor_p = Primitive("table.from_tensor", kind="compute", execution_model="single_rank",
+                          traits=LOCAL_PURE, doc="A tensor's columns as a table.")
+
+
+def _no_regions(op: str, regions: Sequence[Graph]) -> None:
+    if regions:
+        raise MPTypeError(f"{op}: takes no regions")
+
+
+def _attr_type(op: str, attrs: dict[str, Any]) -> TableType:
+    t = attrs["type"]
+    if not isinstance(t, TableType):
+        raise MPTypeError(f"{op}: attribute 'type' must be a table type, got {t!r}")
+    return t
+
+
+def _check_path(op: str, path: Any, fmt: Any) -> None:
+    if fmt not in FORMATS:
+        raise MPTypeError(f"{op}: format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if not isinstance(path, str) or not path or len(path) > 4096:
+        raise MPTypeError(f"{op}: the path must be a non-empty string, got {path!r}")
+    if not path.endswith(FORMATS[fmt]):
+        raise MPTypeError(f"{op}: path {path!r} must name a {FORMATS[fmt]} file")
+
+
+@constant_p.def_type_rule
+def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                   world_size: int) -> list[ValueType]:
+    op = "table.constant"
+    _no_regions(op, regions)
+    if in_types:
+        raise MPTypeError(f"{op}: takes no inputs")
+    if not isinstance(attrs["data"], bytes | Commitment):
+        raise MPTypeError(f"{op}: attribute 'data' must be Arrow IPC bytes")
+    t = _attr_type(op, attrs)
+    if t.rows is None:
+        raise MPTypeError(f"{op}: a constant's row count is known: {t} has none")
+    return [t]
+
+
+@constant_p.def_private
+def _constant_private(op: Operation) -> dict[str, Mask | None]:
+    """The rows are seen by the parties that run the body (the type is public)."""
+    return {"data": None}
+
+
+@read_p.def_type_rule
+def _read_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+               world_size: int) -> list[ValueType]:
+    op = f"table.read_{attrs['format']}" if attrs["format"] in FORMATS else "table.read"
+    _no_regions(op, regions)
+    if in_types:
+        raise MPTypeError(f"{op}: takes no inputs")
+    _check_path(op, attrs["path"], attrs["format"])
+    return [_attr_type(op, attrs)]
+
+
+@write_p.def_type_rule
+def _write_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                world_size: int) -> list[ValueType]:
+    op = f"table.write_{attrs['format']}" if attrs["format"] in FORMATS else "table.write"
+    _no_regions(op, regions)
+    if len(in_types) != 1:
+        raise MPTypeError(f"{op}: takes one table, got {len(in_types)} inputs")
+    table_type(op, in_types[0], "the value to write")
+    _check_path(op, attrs["path"], attrs["format"])
+    return []
+
+
+@sql_p.def_type_rule
+def _sql_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+              world_size: int) -> list[ValueType]:
+    op = "table.sql"
+    _no_regions(op, regions)
+    query, names = attrs["query"], attrs["names"]
+    if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY:
+        raise MPTypeError(f"{op}: the query must be a non-empty string of at most "
+                          f"{MAX_QUERY} characters")
+    if not isinstance(names, tuple) or len(names) != len(in_types):
+        raise MPTypeError(f"{op}: expected one name per input table ({len(in_types)}), got "
+                          f"{names!r}")
+    for name in names:
+        _check_sql_name(op, name)
+    _check_names(names, "table name", op)
+    for name, t in zip(names, in_types, strict=True):
+        table_type(op, t, f"table {name!r}")
+    return [_attr_type(op, attrs)]
+
+
+def _check_sql_name(op: str, name: Any) -> str:
+    if not isinstance(name, str) or not _SQL_NAME.fullmatch(name):
+        raise MPTypeError(f"{op}: table name {name!r} must be an identifier of at most 64 "
+                          "letters, digits and underscores")
+    return name
+
+
+def to_tensor_type(op: str, t: TableType, columns: tuple[str, ...], rows: int) -> TensorType:
+    """The tensor ``table.to_tensor`` makes of ``columns`` of ``t``: ``[rows,
+    len(columns)]`` of the columns' common dtype (numpy promotion), canonical for JAX."""
+    if not columns:
+        raise MPTypeError(f"{op}: name at least one column")
+    dtypes = []
+    for name in columns:
+        try:
+            dtype = t.dtype(name)
+        except KeyError:
+            raise MPTypeError(f"{op}: {t} has no column {name!r} (it has "
+                              f"{', '.join(map(repr, t.names))})") from None
+        if dtype not in NUMERIC_DTYPES:
+            raise MPTypeError(f"{op}: column {name!r} of {t} is {dtype}; only numeric and "
+                              "bool columns become tensors (encode strings in SQL first)")
+        dtypes.append(np.dtype(dtype))
+    if type(rows) is not int or not 0 <= rows <= MAX_ROWS:
+        raise MPTypeError(f"{op}: rows must be an int in [0, {MAX_ROWS}], got {rows!r}")
+    if t.rows is not None and t.rows != rows:
+        raise MPTypeError(f"{op}: {t} has {t.rows} rows, not rows={rows}")
+    common = np.result_type(*dtypes)
+    return canonical_type(TensorType(common.name, (rows, len(columns))))
+
+
+@to_tensor_p.def_type_rule
+def _to_tensor_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
+                    world_size: int) -> list[ValueType]:
+    op = "table.to_tensor"
+    _no_regions(op, regions)
+    if len(in_types) != 1:
+        raise MPTypeError(f"{op}: takes one table, got {len(in_types)} inputs")
+    columns = attrs["columns"]
+    if not isinstance(columns, tuple):
+        raise MPTypeError(f"{op}: columns must be a tuple of names, got {columns!r}")
+    _check_names(columns, op=op)
+    return [to_tensor_type(op, table_type(op, in_types[0]), columns, attrs["rows"])]
+
+
+def from_tensor_type(op: str, x: ValueType, columns: tuple[str, ...]) -> TableType:
+    """The table ``table.from_tensor`` makes of tensor ``x``: column ``i`` of a 2-D
+    ``x``, or a 1-D ``x`` as the one column."""
+    if not isinstance(x, TensorType):
+        raise MPTypeError(f"{op}: the input must be a tensor, got {x}")
+    if x.dtype not in NUMERIC_DTYPES:
+        raise MPTypeError(f"{op}: {x} has dtype {x.dtype}; table columns take "
+                          f"{', '.join(NUMERIC_DTYPES)}")
+    names = _check_names(columns, op=op)
+    if not names:
+        raise MPTypeError(f"{op}: name at least one column")
+    one_column = len(x.shape) == 1 and len(names) == 1
+    if not one_column and (len(x.shape) != 2 or x.shape[1] != len(names)):
+        raise MPTypeError(f"{op}: {x} does not have {len(names)} columns "
+                          f"({', '.join(map(repr, names))}); pass a 2-D tensor [rows, "
+                          f"{len(names)}]" + (" or a 1-D tensor" if len(names) == 1 else ""))
+    return TableType(tuple((n, x.dtype) for n in names), x.shape[0])
+
+
+@from_tensor_p.def_type_rule
+def _from_tensor_rule(in_types: list[ValueType], attrs: dict[str, Any],
+                      regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+    op = "table.from_tensor"
+    _no_regions(op, regions)
+    if len(in_types) != 1:
+        raise MPTypeError(f"{op}: takes one tensor, got {len(in_types)} inputs")
+    columns = attrs["columns"]
+    if not isinstance(columns, tuple):
+        raise MPTypeError(f"{op}: columns must be a tuple of names, got {columns!r}")
+    return [from_tensor_type(op, in_types[0], columns)]
+
+
+# ---------------------------------------------------------------- the frontend
+
+
+def _local(op: str) -> None:
+    if not current_tracer(op).local:
+        raise MPTypeError(f"{op} is a party-local op; at the simp level run it inside "
+                          "simp.pcall(parties, fn, ...)")
+
+
+def _columns(op: str, columns: Any) -> tuple[str, ...]:
+    if isinstance(columns, str):
+        columns = [columns]
+    if not isinstance(columns, list | tuple):
+        raise MPTypeError(f"{op}: columns must be a list of names, got {columns!r}")
+    return tuple(columns)
+
+
+def _as_arrow(op: str, value: Any) -> pa.Table:
+    import pyarrow as pa
+
+    if isinstance(value, pa.Table):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return pa.table(dict(value))
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise MPTypeError(f"{op}: cannot make a table of the columns given: {e}") from None
+    if type(value).__module__.startswith("pandas") and hasattr(value, "columns"):
+        try:
+            return pa.Table.from_pandas(value, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise MPTypeError(f"{op}: cannot convert the DataFrame: {e}") from None
+    raise MPTypeError(f"{op}: expected a pandas DataFrame, a pyarrow Table or a dict of "
+                      f"columns, got {type(value).__name__}")
+
+
+@feop(name="table.constant", family="table", execution_model="single_rank",
+      dialects=["table"], primitives=["table.constant"], targets=["PPU"],
+      example='c = table.constant(pd.DataFrame({"id": [1, 2], "name": ["a", "b"]}))')
+@function
+def constant(value: Any) -> MPObject:
+    """A small table given while tracing (a pandas DataFrame, a pyarrow Table or a dict of
+    columns); its rows travel in the program to the parties that run the body only."""
+    op = "table.constant"
+    _local(op)
+    table = normalized(_as_arrow(op, value))
+    t = type_of_table(op, table)
+    return constant_p.bind([], {"data": ipc_bytes(table.cast(arrow_schema(t))),
+                                "type": t})[0]
+
+
+def _schema_type(op: str, schema: Any) -> TableType:
+    if not isinstance(schema, Mapping | list | tuple):
+        raise MPTypeError(f"{op}: schema must be {{name: dtype}} or [(name, dtype), ...], "
+                          f"got {type(schema).__name__}")
+    try:
+        return TableType.of(schema)
+    except MPTypeError as e:
+        raise MPTypeError(f"{op}: schema: {e}") from None
+
+
+def _read(fmt: str, path: str, schema: Any) -> MPObject:
+    op = f"table.read_{fmt}"
+    _local(op)
+    _check_path(op, path, fmt)
+    tracer = current_tracer(op)
+    if schema is not None:
+        t = _schema_type(op, schema)
+    else:
+        # one party: its file's row count is part of the type (to_tensor needs no rows=);
+        # several: each reads its own file, and only the columns must agree
+        single = tracer.parties is not None and len(tracer.parties) == 1
+
+        def describe(ctx: Any, rank: int) -> Any:
+            found = ctx.describe_input(rank, {"what": "table", "path": path, "format": fmt})
+            return found if single or not isinstance(found, TableType) else found.without_rows()
+
+        found = looked_up_type(op, repr(path), tracer, tracer.parties, describe,
+                               source=InputDescriber, declare="pass schema={name: dtype, ...}")
+        t = table_type(op, found, f"the type of {path!r} a party reported")
+    return read_p.bind([], {"path": path, "format": fmt, "type": t})[0]
+
+
+@feop(name="table.read_csv", family="table", execution_model="single_rank",
+      dialects=["table"], primitives=["table.read"], side_effects=True, targets=["PPU"],
+      example='t = simp.pcall((0,), lambda: table.read_csv("a.csv"))')
+@function
+def read_csv(path: str, schema: Any = None) -> MPObject:
+    """A private input: a CSV file (a header line of column names, then rows) in the data
+    root of the party running this body.
+
+    ``schema`` (``{name: dtype}`` or ``[(name, dtype), ...]``) gives the columns to read
+    and their dtypes; without it, the simulator or driver asks each party for the
+    file's columns as pyarrow infers them (dates and times as strings), and all must
+    agree. The row count is known at run time only.
+    """
+    return _read("csv", path, schema)
+
+
+@feop(name="table.read_parquet", family="table", execution_model="single_rank",
+      dialects=["table"], primitives=["table.read"], side_effects=True, targets=["PPU"],
+      example='t = simp.pcall((0,), lambda: table.read_parquet("a.parquet"))')
+@function
+def read_parquet(path: str, schema: Any = None) -> MPObject:
+    """A private input: a Parquet file in the data root of the party running this body
+    (``schema`` as in `read_csv`; without it, the file's own schema)."""
+    return _read("parquet", path, schema)
+
+
+def _write(fmt: str, t: MPObject, path: str) -> None:
+    op = f"table.write_{fmt}"
+    _local(op)
+    _check_path(op, path, fmt)
+    write_p.bind([t], {"path": path, "format": fmt})
+
+
+@feop(name="table.write_csv", family="table", execution_model="single_rank",
+      dialects=["table"], primitives=["table.write"], side_effects=True, targets=["PPU"],
+      example='simp.pcall((0,), lambda t: table.write_csv(t, "out/r.csv"), t)')
+@function
+def write_csv(t: MPObject, path: str) -> None:
+    """Write table ``t`` as CSV (a header line, then rows) to ``path`` in the data root of
+    the party running this body; missing folders inside the root are made, and a file
+    already there is replaced."""
+    _write("csv", t, path)
+
+
+@feop(name="table.write_parquet", family="table", execution_model="single_rank",
+      dialects=["table"], primitives=["table.write"], side_effects=True, targets=["PPU"],
+      example='simp.pcall((0,), lambda t: table.write_parquet(t, "r.parquet"), t)')
+@function
+def write_parquet(t: MPObject, path: str) -> None:
+    """Write table ``t`` as Parquet to ``path`` in the party's data root (as `write_csv`)."""
+    _write("parquet", t, path)
+
+
+@feop(name="table.sql", family="table", execution_model="single_rank", dialects=["table"],
+      primitives=["table.sql"], targets=["PPU"],
+      example='r = table.sql("SELECT a, SUM(b) AS s FROM t GROUP BY a", t=t)')
+@function
+def sql(query: str, **tables: MPObject) -> MPObject:
+    """The result of SQL ``query`` (one SELECT, DuckDB's dialect) over the tables passed
+    by keyword, each visible to the query under its keyword.
+
+    The result's columns and dtypes are computed while tracing; a query that does
+    not bind (a missing column, a refused statement or function) or whose result has
+    a column no table can hold (HUGEINT, DECIMAL, DATE, ...: CAST it) is an
+    `MPTypeError` naming the query. Its row count is known at run time only.
+    """
+    op = "table.sql"
+    _local(op)
+    if not isinstance(query, str) or not query.strip():
+        raise MPTypeError(f"{op}: the query must be a non-empty string, got {query!r}")
+    tracer = current_tracer(op)
+    inputs: dict[str, TableType] = {}
+    for name, value in tables.items():
+        _check_sql_name(op, name)
+        if not isinstance(value, MPObject):
+            raise MPTypeError(f"{op}: table {name!r} must be an MPLang table, got "
+                              f"{type(value).__name__} (make one with table.constant)")
+        inputs[name] = table_type(op, tracer.lift(value).type, f"table {name!r}")
+    result = sql_result_type(query, inputs)
+    return sql_p.bind(list(tables.values()), {"query": query, "names": tuple(tables),
+                                              "type": result})[0]
+
+
+@feop(name="table.to_tensor", family="table", execution_model="single_rank",
+      dialects=["table"], primitives=["table.to_tensor"], targets=["PPU"],
+      example='x = table.to_tensor(t, ["a", "b"])')
+@function
+def to_tensor(t: MPObject, columns: Sequence[str] | None = None, *,
+              rows: int | None = None) -> MPObject:
+    """Numeric (or bool) ``columns`` of ``t`` (default: all) as a 2-D tensor ``[rows,
+    len(columns)]`` of their common dtype (numpy promotion, then JAX's canonical dtype:
+    32-bit unless x64 is enabled); a one-column call still gives ``[rows, 1]``.
+
+    A tensor's shape is static, so ``rows`` must be known: ``t``'s own row count (a
+    constant, a file read on one party), or ``rows=N`` for a table whose row count is
+    known at run time only (files read by several parties, a SQL result), checked when
+    it runs. Null values are a run-time error.
+    """
+    op = "table.to_tensor"
+    _local(op)
+    if not isinstance(t, MPObject):
+        raise MPTypeError(f"{op}: expected a table, got {type(t).__name__}")
+    tt = table_type(op, current_tracer(op).lift(t).type)
+    names = tt.names if columns is None else _columns(op, columns)
+    if rows is None:
+        if tt.rows is None:
+            raise MPTypeError(f"{op}: the row count of {tt} is known at run time only (a "
+                              "table read from a file or made by table.sql); pass rows=N, "
+                              "the number of rows it will have")
+        rows = tt.rows
+    return to_tensor_p.bind([t], {"columns": names, "rows": rows})[0]
+
+
+@feop(name="table.from_tensor", family="table", execution_model="single_rank",
+      dialects=["table"], primitives=["table.from_tensor"], targets=["PPU"],
+      example='t = table.from_tensor(x, ["a", "b"])')
+@function
+def from_tensor(x: MPObject, columns: Sequence[str]) -> MPObject:
+    """A table whose column ``columns[i]`` is column ``i`` of 2-D tensor ``x`` ``[rows,
+    k]`` (a 1-D ``x`` for one column); the columns keep ``x``'s dtype."""
+    op = "table.from_tensor"
+    _local(op)
+    if not isinstance(x, MPObject):
+        raise MPTypeError(f"{op}: expected an MPLang tensor, got {type(x).__name__}")
+    return from_tensor_p.bind([x], {"columns": _columns(op, columns)})[0]
+
+
+__all__ = [
+    "DUCKDB_DTYPES",
+    "SQL_CONFIG",
+    "TABLE_DTYPES",
+    "TableType",
+    "constant",
+    "from_tensor",
+    "read_csv",
+    "read_parquet",
+    "sql",
+    "to_tensor",
+    "write_csv",
+    "write_parquet",
+]
