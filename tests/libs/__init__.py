@@ -1,0 +1,1 @@
+"""Tests of the secure analytics in `mplang.libs`, against numpy and scikit-learn."""
