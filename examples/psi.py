@@ -1,33 +1,27 @@
-"""Private set intersection (PSI) of two parties' ID sets on secret shares.
+"""Private set intersection (PSI): two parties join their customer tables on an ID.
 
-Party 0 (device ``P0``) and party 1 (device ``P1``) each hold a set of
-customer IDs (distinct int32 values). They want to know how many customers
-they have in common, and party 0 also wants to know which of its own IDs are
-shared, without either learning anything else about the other's set.
+Party 0 (a shop, device ``P0``) holds ``customers.csv`` (``id``, ``age``) and party 1
+(a bank, device ``P1``) holds ``accounts.csv`` (``id``, ``balance``). They want to
+study their common customers without showing each other anyone else:
 
-On the SPU ``SP0`` (CHEETAH between the two parties, ``ClusterSpec.simple(2)``)
-both ID vectors are secret-shared and compared all against all:
-``eq[i, j] = (a[i] == b[j])``.
-Then
+* ``psi.intersection_size`` tells both how many customers they share, and nothing
+  else (ECDH PSI-cardinality over X25519);
+* ``psi.join`` (libpsi's RR22 by default; KKRT and ECDH too) gives each party its
+  own rows of the shared customers, in the same order on both sides, so row ``i``
+  of the shop's result and row ``i`` of the bank's are the same customer. Neither
+  sees the other's columns.
 
-* the intersection size ``sum(eq)`` is revealed to both parties;
-* the membership mask ``any(eq, axis=1)`` (which of P0's IDs are in P1's
-  set) is revealed to P0 only, who reads the intersection off its own IDs.
+Each party reads its table from its own data root (``table.read_csv``): no row passes
+through the driver. In this demo one process plays both parties, so it writes both
+files into temporary data roots first; on real workers each organisation keeps its
+file on its own machine (``mplang worker --data-root DIR``). To show the result, the
+demo then fetches both parties' joined rows, which only works because the simulator
+runs without policies; in a deployment each party reads its own result.
 
-Each party reads its IDs from its own data root (``tensor.load``): no ID passes
-through the driver. In this demo one process plays both parties, so it writes
-both files into temporary data roots first; on real workers each organisation
-keeps its file on its own machine (``mplang worker --data-root DIR``).
-
-The equality matrix costs ``len(a) * len(b)`` secure comparisons, which is fine
-for sets of a few hundred IDs (CHEETAH spends a few seconds here on the default
-200 x 150, mostly fixed setup of its oblivious transfers); hashing-based PSI
-protocols scale further. Only the set sizes are public (they are part of the
-program's types).
-
-Security: CHEETAH protects against a semi-honest peer (one that follows the
-protocol but may try to learn from what it sees), not against one that deviates
-from it; no third party or dealer is involved.
+Security: the protocols are secure against semi-honest parties (each follows the
+protocol but may try to learn from what it sees). What each party learns besides
+its own result: the other's number of rows (or of distinct IDs, for the count), and
+from the join which of its IDs the other holds (see ``mplang.libs.psi``).
 
 Run: ``python examples/psi.py``
 """
@@ -38,76 +32,75 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
 
 import mplang as mp
-from mplang import tensor
+from mplang.dialects import table
+from mplang.libs import psi
 
 SIZES = (200, 150)
-"""Number of IDs held by P0 and P1."""
+"""Number of customers of P0 and accounts of P1."""
 COMMON = 37
-"""How many IDs the generated sets share."""
+"""How many IDs the generated tables share."""
+FILES = {"node_0": "customers.csv", "node_1": "accounts.csv"}
+"""The file each party keeps its table in, in its own data root."""
+SCHEMAS = {"node_0": {"id": "int64", "age": "int32"},
+           "node_1": {"id": "int64", "balance": "float64"}}
 
 
-def make_ids(seed: int = 0, sizes: tuple[int, int] = SIZES,
-             common: int = COMMON) -> tuple[np.ndarray, np.ndarray]:
-    """Two sets of distinct int32 IDs with exactly ``common`` IDs in both, shuffled."""
+def make_tables(seed: int = 0, sizes: tuple[int, int] = SIZES,
+                common: int = COMMON) -> tuple[pa.Table, pa.Table]:
+    """Two tables of distinct IDs with exactly ``common`` IDs in both, shuffled."""
     rng = np.random.default_rng(seed)
     pool = rng.choice(1_000_000, size=sizes[0] + sizes[1] - common, replace=False)
-    a = pool[: sizes[0]]
-    b = np.concatenate([pool[: common], pool[sizes[0]:]])
-    return rng.permutation(a).astype(np.int32), rng.permutation(b).astype(np.int32)
-
-
-def intersect(a: jnp.ndarray, b: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Intersection size and, for each element of ``a``, whether it is in ``b``
-    (both vectors hold distinct values)."""
-    eq = a[:, None] == b[None, :]
-    return jnp.sum(eq, dtype=jnp.int32), jnp.any(eq, axis=1)
-
-
-IDS_FILE = "ids.npy"
-"""The file each party keeps its IDs in, in its own data root."""
+    ids0 = rng.permutation(pool[: sizes[0]])
+    ids1 = rng.permutation(np.concatenate([pool[: common], pool[sizes[0]:]]))
+    customers = pa.table({"id": pa.array(ids0, pa.int64()),
+                          "age": pa.array(rng.integers(18, 90, sizes[0]), pa.int32())})
+    accounts = pa.table({"id": pa.array(ids1, pa.int64()),
+                         "balance": pa.array(np.round(rng.gamma(2.0, 500.0, sizes[1]), 2))})
+    return customers, accounts
 
 
 @mp.function
-def psi() -> dict[str, Any]:
-    """P0 and P1 each load their own IDs; sizes go to both, the mask to P0 only."""
-    ids0 = mp.device("P0")(lambda: tensor.load(IDS_FILE))()
-    ids1 = mp.device("P1")(lambda: tensor.load(IDS_FILE))()
-    size, in_ids1 = mp.device("SP0")(intersect)(ids0, ids1)
-    return {"size_at_p0": mp.put("P0", size), "size_at_p1": mp.put("P1", size),
-            "mask_at_p0": mp.put("P0", in_ids1)}
+def psi_program(protocol: str = "rr22") -> dict[str, Any]:
+    """P0 and P1 read their own tables; both learn the count and their own joined rows."""
+    customers = mp.device("P0")(lambda: table.read_csv(FILES["node_0"], SCHEMAS["node_0"]))()
+    accounts = mp.device("P1")(lambda: table.read_csv(FILES["node_1"], SCHEMAS["node_1"]))()
+    size = psi.intersection_size(customers, accounts, "id")
+    mine, theirs = psi.join(customers, accounts, "id", how="inner", protocol=protocol)
+    return {"size": size, "customers": mine, "accounts": theirs}
 
 
-def save_ids(data_root: Path, ids: np.ndarray) -> None:
-    """What a party does on its own machine: keep its IDs in its data root."""
+def save_table(data_root: Path, name: str, t: pa.Table) -> None:
+    """What a party does on its own machine: keep its table in its data root."""
     data_root.mkdir(parents=True, exist_ok=True)
-    np.save(data_root / IDS_FILE, ids)
+    pcsv.write_csv(t, data_root / name)
 
 
 def main(seed: int = 0, sizes: tuple[int, int] = SIZES, common: int = COMMON,
-         cluster: mp.ClusterSpec | None = None) -> dict[str, Any]:
-    """Run the PSI on a simulator of ``cluster`` (default: ``ClusterSpec.simple(2)``, P0,
-    P1 and the CHEETAH SPU "SP0"); returns the inputs and what each party learns."""
-    ids0, ids1 = make_ids(seed, sizes, common)
+         cluster: mp.ClusterSpec | None = None, protocol: str = "rr22") -> dict[str, Any]:
+    """Run the PSI on a simulator of ``cluster`` (default: ``ClusterSpec.simple(2)``);
+    returns the inputs and what each party learns."""
+    customers, accounts = make_tables(seed, sizes, common)
     cluster = cluster or mp.ClusterSpec.simple(2)
     with tempfile.TemporaryDirectory(prefix="psi-") as folder:
         roots = {node.name: Path(folder) / node.name for node in cluster.nodes}
-        save_ids(roots["node_0"], ids0)  # on P0's machine
-        save_ids(roots["node_1"], ids1)  # on P1's machine
+        save_table(roots["node_0"], FILES["node_0"], customers)  # on P0's machine
+        save_table(roots["node_1"], FILES["node_1"], accounts)  # on P1's machine
         sim = mp.Simulator(cluster, data_roots=roots)
         try:
-            out = mp.evaluate(sim, psi)
-            mask = np.asarray(mp.fetch(sim, out["mask_at_p0"]))
+            out = mp.evaluate(sim, psi_program, protocol)
+            sizes_seen = mp.fetch(sim, out["size"])
             return {
-                "ids0": ids0,
-                "ids1": ids1,
-                "size_at_p0": int(mp.fetch(sim, out["size_at_p0"])),
-                "size_at_p1": int(mp.fetch(sim, out["size_at_p1"])),
-                "mask_at_p0": mask,
-                "intersection": np.sort(ids0[mask]),  # P0 reads its own IDs under the mask
+                "customers": customers,
+                "accounts": accounts,
+                "size_at_p0": int(sizes_seen[0]),
+                "size_at_p1": int(sizes_seen[1]),
+                "joined_at_p0": mp.fetch(sim, out["customers"]),
+                "joined_at_p1": mp.fetch(sim, out["accounts"]),
                 "devices": {k: mp.get_dev_attr(v) for k, v in out.items()},
             }
         finally:
@@ -116,8 +109,14 @@ def main(seed: int = 0, sizes: tuple[int, int] = SIZES, common: int = COMMON,
 
 if __name__ == "__main__":
     result = main()
-    print(f"P0 holds {len(result['ids0'])} IDs, P1 holds {len(result['ids1'])} IDs")
+    print(f"P0 holds {result['customers'].num_rows} customers, P1 holds "
+          f"{result['accounts'].num_rows} accounts")
     print(f"intersection size (learned by P0 and P1): {result['size_at_p0']}")
-    print(f"shared IDs (learned by P0 only): {result['intersection'].tolist()}")
-    expected = sorted(set(result["ids0"].tolist()) & set(result["ids1"].tolist()))
-    print(f"matches Python's set intersection: {result['intersection'].tolist() == expected}")
+    shop, bank = result["joined_at_p0"], result["joined_at_p1"]
+    print("the first shared customers, P0's row beside P1's row:")
+    for i in range(min(5, shop.num_rows)):
+        print(f"  id {shop['id'][i]}: age {shop['age'][i]} (P0) | "
+              f"balance {bank['balance'][i]} (P1)")
+    expected = sorted(set(result["customers"]["id"].to_pylist())
+                      & set(result["accounts"]["id"].to_pylist()))
+    print(f"matches Python's set intersection: {shop['id'].to_pylist() == expected}")

@@ -31,6 +31,7 @@ from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import BaseType, MPType, TensorType, registered_types
 from mplang.frontend import list_ops
 from mplang.frontend.registry import OpInfo, OpTraits, list_primitives
+from mplang.libs import psi as psi_lib
 from mplang.runtime.backend import missing_kernels
 from mplang.runtime.commitments import program_digest
 
@@ -185,6 +186,14 @@ def _check_table(result: Any) -> None:
     assert t[0].to_pandas().to_numpy().tolist() == TABLE_EXPECTED
 
 
+
+def psi_corpus() -> Any:
+    """psi.join (full) and psi.intersection_size between parties 0 and 1."""
+    a = simp.pcall((0,), lambda: table.constant({"id": np.array([1, 2, 3], np.int64)}))
+    b = simp.pcall((1,), lambda: table.constant({"id": np.array([3, 2, 9], np.int64)}))
+    ja, jb = psi_lib.join(a, b, "id", how="full")
+    return ja, jb, psi_lib.intersection_size(a, b, "id", reveal_to=(0, 1, 2))
+
 def _check_simp(result: Any) -> None:
     assert [[int(v) for v in part] for part in result] == [list(e) for e in SIMP_EXPECTED]
 
@@ -220,7 +229,15 @@ def _check_tee(result: Any) -> None:
     assert result[0].shape == (32,) and result[1] is None and result[2] is None
 
 
+def _check_psi(result: Any) -> None:
+    ja, jb, count = result
+    assert ja[0].column("id").to_pylist() == [2, 3, 1, None]
+    assert jb[1].column("id").to_pylist() == [2, 3, None, 9]
+    assert [int(c) for c in count] == [2, 2, 2]
+
+
 CORPUS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
+    "psi": (psi_corpus, _check_psi),
     "crypto": (crypto_corpus, _check_crypto),
     "phe": (phe_corpus, _check_phe),
     "tee": (tee_corpus, _check_tee),

@@ -1,5 +1,6 @@
-"""libspu links for SPU runs: in-memory links within one process, and links over a
-worker's own communicator (`libspu.link.IChannel`) between processes.
+"""libspu links for SPU runs (and libpsi's, which take the same link context): in-memory
+links within one process, and links over a worker's own communicator
+(`libspu.link.IChannel`) between processes.
 
 Over the communicator, SPU protocol messages travel like every other message
 between parties: authenticated, tagged with the execution id (so aborting an
@@ -8,6 +9,7 @@ execution also releases libspu's waits), and without extra ports.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import spu.libspu as libspu
@@ -30,17 +32,21 @@ class MemLinkFactory:
         self.recv_timeout_ms = int(recv_timeout_s * 1000)
 
     def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
-        desc = link_desc(config, exec_id, key, self.recv_timeout_ms, "mem")
+        return self.link(config.members, exec_id, key, member_index)
+
+    def link(self, members: Sequence[int], exec_id: str, key: str, member_index: int) -> Any:
+        """The link of ``members[member_index]`` among the parties ``members`` (ranks)."""
+        desc = link_desc(members, exec_id, key, self.recv_timeout_ms, "mem")
         return libspu.link.create_mem(desc, member_index)
 
 
-def link_desc(config: SpuConfig, exec_id: str, key: str, recv_timeout_ms: int,
+def link_desc(members: Sequence[int], exec_id: str, key: str, recv_timeout_ms: int,
               transport: str) -> Any:
-    """The libspu link description of one run of an SPU op among ``config``'s members."""
+    """The libspu link description of one run of an op among the parties ``members``."""
     desc = libspu.link.Desc()
     desc.id = f"{exec_id}{key}"
     desc.recv_timeout_ms = recv_timeout_ms
-    for rank in config.members:
+    for rank in members:
         desc.add_party(f"party{rank}", f"{transport}:{rank}")
     return desc
 
@@ -98,8 +104,12 @@ class ChannelLinkFactory:
         self.recv_timeout_ms = int(recv_timeout_s * 1000)
 
     def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
-        desc = link_desc(config, exec_id, key, self.recv_timeout_ms, "channel")
+        return self.link(config.members, exec_id, key, member_index)
+
+    def link(self, members: Sequence[int], exec_id: str, key: str, member_index: int) -> Any:
+        """The link of ``members[member_index]`` among the parties ``members`` (ranks)."""
+        desc = link_desc(members, exec_id, key, self.recv_timeout_ms, "channel")
         channels = [None if i == member_index else
                     _CommChannel(self.communicator, rank, exec_id, f"{key}/link")
-                    for i, rank in enumerate(config.members)]
+                    for i, rank in enumerate(members)]
         return libspu.link.create_with_channels(desc, member_index, channels)

@@ -17,12 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import mplang as mp
-
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLE_FILES = ("millionaire", "secure_mean_variance", "logistic_regression", "psi",
                  "phe_secure_aggregation", "phe_vertical_lr", "tee_two_party",
-                 "secure_mean_devices")
+                 "secure_mean_devices", "joint_customers")
 
 
 def load(name: str) -> ModuleType:
@@ -151,28 +149,22 @@ def test_logistic_regression_spu_close_to_plaintext(logreg: dict[str, Any]) -> N
 # ---------------------------------------------------------------- PSI
 
 
-def semi2k_pair() -> mp.ClusterSpec:
-    """P0, P1 and a SEMI2K SPU "SP0" (node_0 makes the Beaver triples, so it must be
-    trusted): these tests are about the PSI logic, which SEMI2K runs in a fraction of a
-    second where CHEETAH's fixed setup costs seconds per run here. The example's default
-    cluster (CHEETAH) runs in `test_example_runs_as_script`."""
-    spec = mp.ClusterSpec.simple(2).to_dict()
-    spec["devices"]["SP0"]["config"] = {"protocol": "SEMI2K", "beaver": "TrustedFirstParty"}
-    return mp.ClusterSpec.from_dict(spec)
-
-
-@pytest.mark.parametrize(("seed", "sizes", "common"),
-                         [(0, (200, 150), 37), (1, (30, 80), 0), (2, (40, 40), 40)])
-def test_psi(seed: int, sizes: tuple[int, int], common: int) -> None:
-    result = load("psi").main(seed, sizes, common, cluster=semi2k_pair())
-    ids0, ids1 = result["ids0"], result["ids1"]
-    assert (len(ids0), len(ids1)) == sizes
-    expected = set(ids0.tolist()) & set(ids1.tolist())
+@pytest.mark.parametrize(("seed", "sizes", "common", "protocol"),
+                         [(0, (200, 150), 37, "rr22"), (1, (30, 80), 0, "kkrt"),
+                          (2, (40, 40), 40, "ecdh")])
+def test_psi(seed: int, sizes: tuple[int, int], common: int, protocol: str) -> None:
+    result = load("psi").main(seed, sizes, common, protocol=protocol)
+    customers, accounts = result["customers"], result["accounts"]
+    assert (customers.num_rows, accounts.num_rows) == sizes
+    expected = customers.to_pandas().merge(accounts.to_pandas(), on="id").sort_values("id")
     assert len(expected) == common
-    assert result["size_at_p0"] == result["size_at_p1"] == len(expected)
-    np.testing.assert_array_equal(result["mask_at_p0"], np.isin(ids0, ids1))
-    assert result["intersection"].tolist() == sorted(expected)
-    assert result["devices"] == {"size_at_p0": "P0", "size_at_p1": "P1", "mask_at_p0": "P0"}
+    assert result["size_at_p0"] == result["size_at_p1"] == common
+    assert result["devices"] == {"size": None, "customers": "P0", "accounts": "P1"}
+    shop, bank = result["joined_at_p0"], result["joined_at_p1"]
+    assert shop.schema == customers.schema and bank.schema == accounts.schema
+    assert shop["id"].to_pylist() == bank["id"].to_pylist() == expected["id"].tolist()
+    assert shop["age"].to_pylist() == expected["age"].tolist()
+    assert bank["balance"].to_pylist() == expected["balance"].tolist()
 
 
 # ---------------------------------------------------------------- PHE and TEE
@@ -213,6 +205,27 @@ def test_secure_mean_on_three_devices() -> None:
     assert "MOCK" in rows[2]["model"] and "must not collude" in rows[1]["model"]
 
 
+# ---------------------------------------------------------------- the users' flow
+
+
+def test_joint_customers_matches_pandas_and_sklearn() -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    result = load("joint_customers").main(n=300, shared=200)
+    merged = result["bank"].merge(result["shop"], on="id")
+    assert result["rows"] == len(merged) == 200
+    want = merged.groupby("defaulted")["spend"].mean()
+    np.testing.assert_allclose(result["means"], [want[0], want[1]], atol=2e-3)
+    shop = merged[["spend", "visits"]].to_numpy()
+    x = np.hstack([merged[["income", "debt"]].to_numpy(),
+                   (shop - shop.mean(0)) / (shop.std(0) + 1e-6)])
+    y = merged["defaulted"].to_numpy()
+    reference = LogisticRegression().fit(x, y).score(x, y)
+    assert result["accuracy"] >= reference - 0.05, (result["accuracy"], reference)
+    w0, w1 = result["weights"]
+    assert w0.shape == (3,) and w1.shape == (2,)  # the bank's part carries the intercept
+
+
 # ---------------------------------------------------------------- as scripts
 
 
@@ -221,5 +234,6 @@ def test_example_runs_as_script(name: str, capsys: pytest.CaptureFixture[str]) -
     runpy.run_path(str(EXAMPLES / f"{name}.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert out.strip()
-    if name == "psi":  # on the example's default cluster: CHEETAH
+    if name == "psi":
+        assert "intersection size (learned by P0 and P1): 37" in out
         assert "matches Python's set intersection: True" in out

@@ -14,11 +14,12 @@ import pytest
 import mplang as mp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def _example(name: str) -> ModuleType:
+def _example(name: str, folder: Path = EXAMPLES) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"_mplang_pass_example_{name}",
-                                                  EXAMPLES / f"{name}.py")
+                                                  folder / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -27,7 +28,7 @@ def _example(name: str) -> ModuleType:
 
 @pytest.mark.parametrize("mode", ["launch", "standard"])
 def test_psi(mode: str, tmp_path: Path) -> None:
-    psi = _example("psi")
+    psi = _example("psi_all_pairs", BENCHMARKS)  # the all-pairs program, a big SPU graph
     ids0, ids1 = psi.make_ids(0)
     psi.save_ids(tmp_path / "node_0", ids0)
     psi.save_ids(tmp_path / "node_1", ids1)
