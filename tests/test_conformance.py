@@ -147,7 +147,8 @@ def phe_corpus() -> Any:
     def work(k: Any) -> Any:
         c = phe.encrypt(tensor.constant(x), k)
         d = phe.sub(phe.add(c, c), phe.mul_plain(c, np.int32(2)))  # 0
-        return phe.add(d, c), phe.sum(c, axis=1), phe.dot(c, np.ones(3, np.int32))
+        return (phe.add(d, c), phe.sum(c, axis=1), phe.dot(c, np.ones(3, np.int32)),
+                phe.bucket_sum(c, np.array([[1], [0]], np.int8), n_bins=2))
 
     outs = simp.pcall((1,), work, pk1)
     return [simp.pcall((0,), phe.decrypt, simp.shuffle_static(o, {0: 1}), sk) for o in outs]
@@ -221,7 +222,8 @@ def _check_crypto(result: Any) -> None:
 
 def _check_phe(result: Any) -> None:
     x = np.arange(6).reshape(2, 3)
-    for got, want in zip([r[0] for r in result], [x, x.sum(1), x @ np.ones(3)], strict=True):
+    wants = [x, x.sum(1), x @ np.ones(3), x[::-1].reshape(1, 1, 2, 3)]
+    for got, want in zip([r[0] for r in result], wants, strict=True):
         np.testing.assert_array_equal(got, want)
 
 

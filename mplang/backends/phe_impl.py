@@ -353,6 +353,51 @@ def _dot(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     return [PheCiphertext(product, c.public)]
 
 
+def _index_array(interp: Interpreter, op: Operation, value: Any, what: str, low: int,
+                 high: int) -> np.ndarray:
+    """``value`` as an array, after checking every entry lies in ``[low, high)``."""
+    arr = np.asarray(value)
+    if arr.size and (int(arr.min()) < low or int(arr.max()) >= high):
+        bad = arr[(arr < low) | (arr >= high)].reshape(-1)[0]
+        raise _fail(interp, op, f"{what} must lie in [{low}, {high}), found {int(bad)}")
+    return arr
+
+
+@backend.kernel("phe.bucket_sum")
+def _bucket_sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    c = _ciphertext(interp, op, args[0], "the value")
+    t, out_t = _in_type(op, 0), op.outputs[0].type
+    assert isinstance(t, Ciphertext) and isinstance(out_t, Ciphertext)
+    n_groups, n_bins = op.attrs["n_groups"], op.attrs["n_bins"]
+    bins = _index_array(interp, op, args[1], "every bin index", 0, n_bins)
+    n, features = bins.shape
+    groups = np.zeros(n, np.int64) if len(args) < 3 else \
+        _index_array(interp, op, args[2], "every group id", -1, n_groups)
+    kit = c.public.kit
+    rows, cols = storage_shape(out_t.shape)
+    if n == 0:  # no rows: every bucket is an encryption of 0
+        zero = encode(kit, "phe.bucket_sum", 0, (rows, cols), out_t.scale)
+        return [PheCiphertext(kit.encryptor().encrypt(zero), c.public)]
+    x = c.array if len(t.shape) == 2 else c.array.transpose()  # (n, k): one row per element
+    masks = [np.ascontiguousarray((groups == g).astype(np.int8).reshape(1, n))
+             for g in range(n_groups)]
+    order = np.ascontiguousarray(bins, dtype=np.int8)
+    parts = kit.evaluator().batch_feature_wise_bucket_sum(x, masks, order, n_bins, False)
+    block = features * n_bins  # each part: (features * n_bins, k), feature-major
+    if len(t.shape) == 2:
+        if n_groups == 1:
+            return [PheCiphertext(parts[0], c.public)]
+        out = parts[0][[0] * rows, :]
+        for g, part in enumerate(parts):
+            out[g * block:(g + 1) * block, :] = part
+        return [PheCiphertext(out, c.public)]
+    out = parts[0][[0] * rows, [0] * cols]  # a vector's histograms: (groups * features, bins)
+    for g, part in enumerate(parts):
+        for f in range(features):
+            out[g * features + f, :] = part[list(range(f * n_bins, (f + 1) * n_bins)), 0]
+    return [PheCiphertext(out, c.public)]
+
+
 # ---------------------------------------------------------------- wire codecs
 
 _KEY_HEAD = struct.Struct("<4s16sI")

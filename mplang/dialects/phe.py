@@ -6,6 +6,7 @@ Inside ``pcall`` bodies::
     c = phe.encrypt(x, pk)             # any party holding pk
     d = phe.add(c, c) ; e = c * 3 + 1  # ciphertext + ciphertext or plaintext; * plaintext
     s = phe.sum(c, axis=0) ; v = phe.dot(c, w)
+    b = phe.bucket_sum(c, bins, groups, n_groups=4, n_bins=32)  # histograms of c's rows
     y = phe.decrypt(d, sk)             # the key owner only
 
 Types: `PublicKey` and `PrivateKey` name their key pair (``key``, unique in the
@@ -213,6 +214,14 @@ sum_p = Primitive("phe.sum", kind="compute", execution_model="single_rank", trai
                   doc="Sum a ciphertext's elements, all or along an axis.")
 dot_p = Primitive("phe.dot", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
                   doc="A ciphertext vector or matrix times a plaintext vector or matrix.")
+bucket_sum_p = Primitive("phe.bucket_sum", kind="compute", execution_model="single_rank",
+                         traits=LOCAL_PURE,
+                         doc="Sum a ciphertext's rows per (group, feature, bin): histograms.")
+MAX_BUCKET_BINS = 127
+"""The most bins `bucket_sum` takes per feature (sf-heu indexes bins with int8)."""
+MAX_BUCKET_GROUPS = 1 << 16
+"""The most groups `bucket_sum` takes."""
+_INDEX_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 def _ct(op: str, t: ValueType, what: str) -> Ciphertext:
@@ -403,6 +412,41 @@ def _dot_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequenc
     return [_product(op, c, x, shape, attrs["scale"])]
 
 
+@bucket_sum_p.def_type_rule
+def _bucket_sum_rule(in_types: list[ValueType], attrs: dict[str, Any],
+                     regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+    op = "phe.bucket_sum"
+    if len(in_types) not in (2, 3):
+        raise MPTypeError(f"{op}: takes a ciphertext, a bin-index matrix and optionally "
+                          "group ids")
+    c = _ct(op, in_types[0], "the value")
+    if len(c.shape) not in (1, 2):
+        raise MPTypeError(f"{op}: sums the rows of a ciphertext vector (n) or matrix (n, k), "
+                          f"got {c}")
+    n = c.shape[0]
+    bins = in_types[1]
+    if not isinstance(bins, TensorType) or bins.dtype not in _INDEX_DTYPES \
+            or len(bins.shape) != 2 or bins.shape[0] != n or bins.shape[1] < 1:
+        raise MPTypeError(f"{op}: the bins must be an integer matrix of shape [{n}, features] "
+                          f"(row i: the bin of each feature of row i of the ciphertext), got "
+                          f"{bins}")
+    if len(in_types) == 3:
+        groups = in_types[2]
+        if not isinstance(groups, TensorType) or groups.dtype not in _INDEX_DTYPES \
+                or groups.shape != (n,):
+            raise MPTypeError(f"{op}: the group ids must be an integer vector of shape [{n}] "
+                              f"(-1: in no group), got {groups}")
+    n_bins, n_groups = attrs["n_bins"], attrs["n_groups"]
+    if type(n_bins) is not int or not 1 <= n_bins <= MAX_BUCKET_BINS:
+        raise MPTypeError(f"{op}: n_bins must be an int in [1, {MAX_BUCKET_BINS}], "
+                          f"got {n_bins!r}")
+    if type(n_groups) is not int or not 1 <= n_groups <= MAX_BUCKET_GROUPS:
+        raise MPTypeError(f"{op}: n_groups must be an int in [1, {MAX_BUCKET_GROUPS}], "
+                          f"got {n_groups!r}")
+    shape = (n_groups, bins.shape[1], n_bins, *c.shape[1:])
+    return [Ciphertext(c.dtype, shape, c.key, c.scale)]
+
+
 # ---------------------------------------------------------------- the frontend
 
 
@@ -521,6 +565,29 @@ def dot(c: MPObject, x: Any, *, scale: int | None = None) -> MPObject:
     return dot_p.bind([c, _operand(x)], {"scale": scale})[0]
 
 
+@feop(name="phe.bucket_sum", family="phe", execution_model="single_rank", dialects=["phe"],
+      primitives=["phe.bucket_sum"], targets=["PPU"],
+      example="h = phe.bucket_sum(c, bins, groups, n_groups=4, n_bins=32)")
+@function
+def bucket_sum(c: MPObject, bins: Any, groups: Any = None, *, n_groups: int = 1,
+               n_bins: int) -> MPObject:
+    """Histograms of ciphertext ``c``'s rows: ``out[g, f, b] = sum of c[i] over the rows i
+    with groups[i] == g and bins[i, f] == b``.
+
+    ``c`` is a vector (n) or a matrix (n, k) (one column per summed quantity);
+    ``bins`` an integer matrix (n, features) of bin indices in ``[0, n_bins)``;
+    ``groups`` an integer vector (n) of group ids in ``[-1, n_groups)`` (-1: the row
+    is in no group; None: every row is in group 0). The result has shape
+    ``(n_groups, features, n_bins)`` plus ``c``'s columns, with ``c``'s dtype, key and
+    scale. Each row is added once per feature; an empty bucket decrypts to 0. The sums
+    are products of ``c``'s ciphertexts, not re-randomized: add a fresh encryption of 0
+    before sending them to the key owner if it must not relate them to its own
+    encryptions.
+    """
+    inputs = [_operand(c), _operand(bins)] + ([] if groups is None else [_operand(groups)])
+    return bucket_sum_p.bind(inputs, {"n_groups": n_groups, "n_bins": n_bins})[0]
+
+
 register_type_operator("add", Ciphertext)(add)
 register_type_operator("subtract", Ciphertext)(sub)
 register_type_operator("multiply", Ciphertext)(mul_plain)
@@ -532,6 +599,7 @@ __all__ = [
     "PrivateKey",
     "PublicKey",
     "add",
+    "bucket_sum",
     "decrypt",
     "dot",
     "encrypt",
