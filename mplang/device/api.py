@@ -16,7 +16,7 @@ from mplang.device.kinds import get_kind, get_move, place, warn_if_trusted
 from mplang.dialects.common import as_array
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
-from mplang.edsl.pytree import tree_flatten, tree_unflatten
+from mplang.edsl.pytree import leaf_paths, tree_flatten, tree_unflatten
 from mplang.edsl.tracer import Tracer, current_tracer
 from mplang.edsl.typing import MPType
 from mplang.frontend.errors import MPTypeError
@@ -123,12 +123,23 @@ def device(name: str | None = None) -> Callable[[Callable[..., Any]], Callable[.
 
 @function
 def put(device_name: str, obj: Any) -> Any:
-    """Move ``obj`` (an MPLang value or a constant) onto device ``device_name``."""
+    """Move ``obj`` onto device ``device_name``: an MPLang value, a constant, or a pytree
+    (tuples, lists, dicts, dataclasses) of them, moved leaf by leaf; an error names the
+    leaf's path (``put('P0'): leaf [1]['w']: ...``)."""
     tracer = current_tracer(f"put({device_name!r})")
     cluster = _cluster(tracer, f"put({device_name!r})")
     dev = cluster.device(device_name)
     what = f"put({device_name!r})"
     warn_if_trusted(dev)
+    leaves, tree = tree_flatten(obj)
+    if tree.kind == "leaf":
+        return _put_leaf(cluster, dev, obj, what)
+    moved = [_put_leaf(cluster, dev, leaf, f"{what}: leaf {path}")
+             for leaf, path in zip(leaves, leaf_paths(tree), strict=True)]
+    return tree_unflatten(tree, moved)
+
+
+def _put_leaf(cluster: ClusterSpec, dev: Device, obj: Any, what: str) -> Any:
     if isinstance(obj, MPObject):
         return _move(cluster, obj, dev, what)
     return get_kind(dev.kind).constant(cluster, dev, as_array(what, obj), what)

@@ -91,6 +91,29 @@ def _flatten(tree: Any, leaves: list[Any]) -> TreeDef:
     return LEAF
 
 
+def leaf_paths(treedef: TreeDef) -> list[str]:
+    """Each leaf's path in ``treedef``'s order, written as Python would index it:
+    ``[1]['w']`` (sequence index, then dict key), ``.field`` for a dataclass field,
+    ``""`` for a tree that is one leaf."""
+    paths: list[str] = []
+
+    def walk(node: TreeDef, prefix: str) -> None:
+        if node.kind == "leaf":
+            paths.append(prefix)
+        elif node.kind in ("tuple", "list"):
+            for i, child in enumerate(node.children):
+                walk(child, f"{prefix}[{i}]")
+        elif node.kind == "dict":
+            for key, child in zip(node.meta, node.children, strict=True):
+                walk(child, f"{prefix}[{key!r}]")
+        elif node.kind == "dataclass":
+            for name, child in zip(node.meta[2], node.children, strict=True):
+                walk(child, f"{prefix}.{name}")
+
+    walk(treedef, "")
+    return paths
+
+
 def tree_unflatten(treedef: TreeDef, leaves: list[Any]) -> Any:
     """Rebuild a tree of ``treedef``'s shape from ``leaves``."""
     it = iter(leaves)
