@@ -41,7 +41,14 @@ import numpy as np
 
 from mplang.backends.wire import ValueCodec, register_value_codec
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
-from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
+from mplang.device.kinds import (
+    DeviceKind,
+    adopt_move,
+    describe,
+    place,
+    register_kind,
+    register_move,
+)
 from mplang.device.ppu import rank_of
 from mplang.dialects import simp, tensor
 from mplang.edsl.context import ExecutionContext
@@ -513,12 +520,7 @@ class CMS(DeviceKind):
 CMS_KIND = register_kind(CMS())
 
 
-@register_move("PPU", "CMS")
-def _sketch_and_send(cluster: ClusterSpec, obj: MPObject, src: Device, dst: Device,
-                     what: str) -> MPObject:
-    t = obj.mptype
-    assert isinstance(t, MPType)
-    return CMS_KIND.adopt(cluster, obj, t, dst, what)
+register_move("PPU", "CMS")(adopt_move(CMS_KIND))  # sketched by the holder, then sent
 
 
 @register_move("CMS", "PPU")

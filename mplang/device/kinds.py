@@ -110,6 +110,18 @@ def register_move(src: str, dst: str) -> Callable[[Move], Move]:
     return deco
 
 
+def adopt_move(kind: DeviceKind) -> Move:
+    """The move onto a ``kind`` device that hands the value to ``kind.adopt`` (a kind whose
+    devices take a PPU's value as they take a value on no device)."""
+    def move(cluster: ClusterSpec, obj: MPObject, src: Device, dst: Device,
+             what: str) -> MPObject:
+        t = obj.mptype
+        assert isinstance(t, MPType)
+        return kind.adopt(cluster, obj, t, dst, what)
+
+    return move
+
+
 _WARNED: set[tuple[str, str]] = set()
 _WARNED_LOCK = threading.Lock()
 

@@ -19,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
-from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
+from mplang.device.kinds import (
+    DeviceKind,
+    adopt_move,
+    describe,
+    place,
+    register_kind,
+    register_move,
+)
 from mplang.device.ppu import rank_of
 from mplang.dialects import phe, simp, tensor
 from mplang.edsl.context import ExecutionContext
@@ -200,12 +207,7 @@ class PHE(DeviceKind):
 PHE_KIND = register_kind(PHE())
 
 
-@register_move("PPU", "PHE")
-def _encrypt(cluster: ClusterSpec, obj: MPObject, src: Device, dst: Device,
-             what: str) -> MPObject:
-    t = obj.mptype
-    assert isinstance(t, MPType)
-    return PHE_KIND.adopt(cluster, obj, t, dst, what)
+register_move("PPU", "PHE")(adopt_move(PHE_KIND))  # encrypted by the value's holder
 
 
 @register_move("PHE", "PPU")

@@ -31,7 +31,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
-from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
+from mplang.device.kinds import (
+    DeviceKind,
+    adopt_move,
+    describe,
+    place,
+    register_kind,
+    register_move,
+)
 from mplang.device.ppu import rank_of
 from mplang.dialects import crypto, simp, tee, tensor
 from mplang.edsl.context import ExecutionContext
@@ -202,12 +209,7 @@ class TEE(DeviceKind):
 TEE_KIND = register_kind(TEE())
 
 
-@register_move("PPU", "TEE")
-def _enter(cluster: ClusterSpec, obj: MPObject, src: Device, dst: Device,
-           what: str) -> MPObject:
-    t = obj.mptype
-    assert isinstance(t, MPType)
-    return TEE_KIND.adopt(cluster, obj, t, dst, what)
+register_move("PPU", "TEE")(adopt_move(TEE_KIND))  # sealed when a function needs it
 
 
 @register_move("TEE", "PPU")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -88,55 +88,49 @@ def _check_algorithm(algorithm: Any) -> None:
 # ---------------------------------------------------------------- the types
 
 
-@register_type("crypto.public_key")
 @dataclass(frozen=True)
-class PublicKey(BaseType):
-    """A public key of ``algorithm`` (32 raw bytes at run time); free to move and fetch."""
+class _AsymmetricKey(BaseType):
+    """One half of an ``algorithm`` key pair (the subclass says which)."""
 
+    _role: ClassVar[str] = ""
+    _suffix: ClassVar[str] = ""
     algorithm: str
 
     def __post_init__(self) -> None:
         try:
             _check_algorithm(self.algorithm)
         except ValueError as e:
-            raise MPTypeError(f"public key: {e}") from None
+            raise MPTypeError(f"{self._role}: {e}") from None
 
     def to_json(self, encode: TypeEncoder) -> Any:
         return self.algorithm
 
     @classmethod
-    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> PublicKey:
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> _AsymmetricKey:
         _check_algorithm(body)
-        return PublicKey(body)
+        return cls(body)
 
     def __str__(self) -> str:
-        return f"{self.algorithm}.pk"
+        return f"{self.algorithm}.{self._suffix}"
+
+
+@register_type("crypto.public_key")
+@dataclass(frozen=True)
+class PublicKey(_AsymmetricKey):
+    """A public key of ``algorithm`` (32 raw bytes at run time); free to move and fetch."""
+
+    _role = "public key"
+    _suffix = "pk"
 
 
 @register_type("crypto.private_key")
 @dataclass(frozen=True)
-class PrivateKey(BaseType):
+class PrivateKey(_AsymmetricKey):
     """A private key of ``algorithm``: key material confined to the party that made it."""
 
-    algorithm: str
+    _role = "private key"
+    _suffix = "sk"
     confined = True
-
-    def __post_init__(self) -> None:
-        try:
-            _check_algorithm(self.algorithm)
-        except ValueError as e:
-            raise MPTypeError(f"private key: {e}") from None
-
-    def to_json(self, encode: TypeEncoder) -> Any:
-        return self.algorithm
-
-    @classmethod
-    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> PrivateKey:
-        _check_algorithm(body)
-        return PrivateKey(body)
-
-    def __str__(self) -> str:
-        return f"{self.algorithm}.sk"
 
 
 @register_type("crypto.symmetric_key")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -86,11 +86,11 @@ def _check_key_id(key: Any) -> None:
         raise MPTypeError(f"a key pair id must be a non-empty string, got {key!r}")
 
 
-@register_type("phe.public_key")
 @dataclass(frozen=True)
-class PublicKey(BaseType):
-    """The public half of key pair ``key``: encrypts; moves freely between parties."""
+class _KeyHalf(BaseType):
+    """One half of PHE key pair ``key`` (the subclass says which: ``_label``)."""
 
+    _label: ClassVar[str] = ""
     scheme: str
     key_bits: int
     key: str
@@ -103,43 +103,33 @@ class PublicKey(BaseType):
         return [self.scheme, self.key_bits, self.key]
 
     @classmethod
-    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> PublicKey:
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> _KeyHalf:
         if not isinstance(body, list) or len(body) != 3:
             raise ValueError("expected [scheme, key_bits, key]")
         return cls(*body)
+
+    def __str__(self) -> str:
+        return f"phe.{self._label}<{self.scheme}{self.key_bits},{self.key}>"
+
+
+@register_type("phe.public_key")
+@dataclass(frozen=True)
+class PublicKey(_KeyHalf):
+    """The public half of key pair ``key``: encrypts; moves freely between parties."""
+
+    _label = "pk"
 
     def wire_bytes(self) -> int:
         return WIRE_KEY_BYTES + 256
 
-    def __str__(self) -> str:
-        return f"phe.pk<{self.scheme}{self.key_bits},{self.key}>"
-
 
 @register_type("phe.private_key")
 @dataclass(frozen=True)
-class PrivateKey(BaseType):
+class PrivateKey(_KeyHalf):
     """The private half of key pair ``key``: decrypts; never leaves the party that made it."""
 
+    _label = "sk"
     confined = True
-    scheme: str
-    key_bits: int
-    key: str
-
-    def __post_init__(self) -> None:
-        _check_scheme(self.scheme, self.key_bits)
-        _check_key_id(self.key)
-
-    def to_json(self, encode: TypeEncoder) -> Any:
-        return [self.scheme, self.key_bits, self.key]
-
-    @classmethod
-    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> PrivateKey:
-        if not isinstance(body, list) or len(body) != 3:
-            raise ValueError("expected [scheme, key_bits, key]")
-        return cls(*body)
-
-    def __str__(self) -> str:
-        return f"phe.sk<{self.scheme}{self.key_bits},{self.key}>"
 
 
 @register_type("phe.ciphertext")
