@@ -12,6 +12,7 @@ from mplang.device.api import device, get_dev_attr, put
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device, Node
 from mplang.device.kinds import InsecureDeviceWarning
 from mplang.dialects import crypto, func, phe, spu, table, tensor
+from mplang.edsl.context import active_execution_context as current_context
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program, load
@@ -55,6 +56,7 @@ __all__ = [
     "analyze",
     "compile",
     "crypto",
+    "current_context",
     "describe",
     "device",
     "evaluate",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -10,11 +12,16 @@ from mplang.device.cluster import ClusterSpec
 from mplang.device.fetch import fetch_device_object
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.function import run_function
+from mplang.edsl.location import locate_error
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program, trace_program
 from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
-from mplang.frontend.errors import MPLangError, MPTypeError
-from mplang.runtime.options import Mode, make_options
+from mplang.edsl.tracer import TraceObject
+from mplang.frontend.errors import MPLangError, MPTraceError, MPTypeError
+from mplang.runtime.options import Mode, RunOptions, make_options
+from mplang.runtime.progress import ProgressDisplay, is_terminal
+from mplang.runtime.timeline import RunMonitor
+from mplang.runtime.trace_file import check_trace_path, write_trace
 
 
 def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,
@@ -28,7 +35,12 @@ def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,
     """
     if cluster is None:
         if world_size is None:
-            raise MPLangError("compile needs world_size=N or cluster=ClusterSpec")
+            error = MPLangError(
+                "mp.compile needs the parties to compile for: pass world_size=N for a "
+                "simp-level program (e.g. mp.compile(fn, *args, world_size=3)) or "
+                "cluster=mp.ClusterSpec.simple(N) for one that uses devices")
+            locate_error(error)
+            raise error
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise MPLangError(f"world_size must be a positive int, got {world_size!r}")
         cluster = ClusterSpec.simple(world_size)
@@ -40,25 +52,53 @@ def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,
 
 
 def evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program, *args: Any,
-             mode: Mode | None = None, progress: bool | Callable[[str], None] = False,
-             parallel: bool = True, timeout: float | None = None, **kwargs: Any) -> Any:
+             mode: Mode | None = None, progress: bool | Callable[[str], None] | None = None,
+             parallel: bool = True, timeout: float | None = None,
+             trace: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any:
     """Run a function (traced on ``args`` first) or a compiled program in ``ctx``.
 
     A program takes only its runtime inputs (MPLang objects). ``mode`` is
     ``"launch"`` (default: every party runs the whole graph) or ``"standard"``
-    (the driver interprets and dispatches op by op). ``progress=True`` prints a
-    line per completed op (or pass a callable taking the message).
-    ``parallel=False`` runs one op at a time, in standard mode unless ``mode``
-    says otherwise; results are identical either way. ``timeout`` bounds every
-    wait for a message (seconds; default: the context's). The keywords become
+    (the driver interprets and dispatches op by op).
+
+    ``progress``: None (default) shows a live display (ops done of those expected,
+    each party's current op, bytes moved) on standard error when it is a terminal
+    and the run takes over a second; True shows it too, or prints a line per
+    completed op when standard error is not a terminal; False shows nothing; a
+    callable receives a line per completed op.
+
+    ``trace="run.json"`` writes the run's timeline as a Chrome / Perfetto trace: a
+    track per party, a slice per op with its source line and the messages and bytes
+    it sent and received (written even when the run fails; see `mplang trace
+    summarize`). ``parallel=False`` runs one op at a time, in standard mode unless
+    ``mode`` says otherwise; results are identical either way. ``timeout`` bounds
+    every wait for a message (seconds; default: the context's). The keywords become
     one `RunOptions` that every interpreter of the run receives.
     """
     if not isinstance(ctx, ExecutionContext):
         raise MPLangError(f"evaluate needs an execution context (e.g. mp.Simulator), got {ctx!r}")
     name = fn_or_program.name if isinstance(fn_or_program, Program) \
         else getattr(fn_or_program, "__name__", "main")
+    trace_path = None if trace is None else check_trace_path(trace)
+    display = progress is None or progress is True
+    display = display and is_terminal()
+    monitor = RunMonitor(name, record=True) if trace_path is not None else None
+    if display and monitor is None:
+        monitor = RunMonitor(name)
     options = make_options(name, mode=mode, parallel=parallel, timeout=timeout,
-                           progress=progress)
+                           progress=None if display else progress, monitor=monitor)
+    if monitor is None:
+        return _evaluate(ctx, fn_or_program, args, kwargs, options)
+    try:
+        with ProgressDisplay(monitor) if display else contextlib.nullcontext():
+            return _evaluate(ctx, fn_or_program, args, kwargs, options)
+    finally:
+        if trace_path is not None:
+            write_trace(monitor, trace_path)
+
+
+def _evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program,
+              args: tuple[Any, ...], kwargs: dict[str, Any], options: RunOptions) -> Any:
     if isinstance(fn_or_program, Program):
         if kwargs:
             raise MPLangError("a compiled program takes positional runtime inputs only")
@@ -85,9 +125,22 @@ def fetch(ctx: ExecutionContext, obj: Any) -> Any:
     def one(x: Any) -> Any:
         if not isinstance(x, MPObject):
             return x
+        if isinstance(x, TraceObject):
+            error = MPTraceError(
+                f"mp.fetch got {x!r}, a traced value of a program being traced, which has no "
+                "data until the program runs; return it from the function and fetch the "
+                "result: mp.fetch(sim, mp.evaluate(sim, fn))")
+            locate_error(error)
+            raise error
         if x.base_type.confined:
             raise MPTypeError(f"fetch: {x.mptype} is key material, which never leaves the "
                               "party holding it; fetch what it protects or produces instead")
-        return ctx.fetch_object(x) if x.device is None else fetch_device_object(ctx, x)
+        if x.device is None:
+            return ctx.fetch_object(x)
+        try:
+            return fetch_device_object(ctx, x)
+        except MPLangError as e:
+            locate_error(e)
+            raise
 
     return tree_map(one, obj)

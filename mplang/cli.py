@@ -1,5 +1,5 @@
 """The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``keygen``, ``init``, ``worker``,
-``up``, ``ops`` and ``audit``."""
+``up``, ``ops``, ``audit``, ``run`` (`mplang.cli_run`) and ``trace`` (`mplang.cli_trace`)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,20 @@ import ast
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import mplang as mp
+from mplang.cli_run import add_run_parser, run_script
+from mplang.cli_trace import add_trace_parser, run_trace
+from mplang.edsl.dot import html_page
 from mplang.frontend.pyfuncs import import_pyfunc
 
 
@@ -44,6 +49,50 @@ def _literal(text: str) -> Any:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         raise SystemExit(f"mplang ir: --arg takes Python literals, got {text!r}") from None
+
+
+def _trace_error(error: Exception, target: str) -> str:
+    """``Type: message``, plus the innermost line of the target file on the error's
+    traceback when the message names no ``(at file.py:LINE)`` itself."""
+    text = f"{type(error).__name__}: {error}"
+    if " (at " in text:
+        return text
+    path = os.path.abspath(target.rpartition(":")[0])
+    lines = [f for f in traceback.extract_tb(error.__traceback__)
+             if os.path.abspath(f.filename) == path]
+    return f"{text} (at {os.path.basename(path)}:{lines[-1].lineno})" if lines else text
+
+
+def _ir(args: argparse.Namespace) -> int:
+    """``mplang ir``: the function's IR as text, DOT, SVG or an HTML page."""
+    fn = _load_function(args.target)
+    try:
+        program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)
+    except Exception as e:  # the user's code may raise anything while it is traced
+        print(f"mplang ir: {args.target} failed to trace: {_trace_error(e, args.target)}",
+              file=sys.stderr)
+        return 1
+    output, fmt = args.output, args.format
+    has_dot = shutil.which("dot") is not None
+    if fmt == "svg" and not has_dot:
+        fmt, output = "dot", output and str(Path(output).with_suffix(".dot"))
+        print(f"mplang ir: SVG needs graphviz's `dot` program, which is not installed (apt "
+              f"install graphviz); wrote the DOT source to {output or 'stdout'} instead",
+              file=sys.stderr)
+    try:
+        if fmt == "html":
+            text = html_page(program.name, str(program), program.to_svg() if has_dot else None)
+        else:
+            text = program.to_svg() if fmt == "svg" else (
+                program.to_dot() if fmt == "dot" else f"{program}\n")
+    except mp.MPLangError as e:  # dot is installed but failed
+        print(f"mplang ir: {e}", file=sys.stderr)
+        return 1
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _exit_with_parent() -> None:
@@ -88,6 +137,7 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     from mplang.runtime.local_cluster import LocalCluster
+    from mplang.runtime.progress import is_terminal, startup_progress
 
     local = LocalCluster(args.cluster, keys=args.keys, register=args.register,
                          plugins=args.plugin, audit_dir=args.audit_dir or "audit",
@@ -99,7 +149,9 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)  # also when started where SIGINT is ignored (`&`)
     try:
-        local.start()
+        names = [node.name for node in local.cluster.nodes]
+        with startup_progress(names, enabled=is_terminal()) as ready:
+            local.start(on_ready=ready)
         for node, url in zip(local.cluster.nodes, local.cluster.base_urls(), strict=True):
             print(f"{node.name}: {url}", flush=True)
         print("all workers are ready; Ctrl-C stops them", flush=True)
@@ -234,6 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ir.add_argument("--world-size", type=int, default=3)
     ir.add_argument("--arg", action="append", default=[],
                     help="a compile-time argument as a Python literal (repeatable)")
+    ir.add_argument("--format", choices=("text", "dot", "svg", "html"), default="text",
+                    help="text IR (default), graphviz DOT, SVG (needs graphviz's dot program) "
+                         "or an HTML page")
+    ir.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
     keygen = commands.add_parser("keygen", help="make a key pair and certificate for a party")
     keygen.add_argument("--name", required=True, help="the node or driver name")
     keygen.add_argument("--out", required=True, help="folder for NAME.key and NAME.crt")
@@ -304,6 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ops.add_argument("--json", action="store_true", help="print a JSON list")
     ops.add_argument("--plugin", action="append", default=[], metavar="NAME",
                      help="load only these plugins (repeatable; default: every installed one)")
+    add_run_parser(commands)
+    add_trace_parser(commands)
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -325,14 +383,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _put(args)
     if args.command == "check":
         return _check(args)
-    fn = _load_function(args.target)
-    try:
-        program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)
-    except mp.MPLangError as e:
-        print(f"mplang ir: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    print(program)
-    return 0
+    if args.command == "run":
+        return run_script(args)
+    if args.command == "trace":
+        return run_trace(args)
+    return _ir(args)
 
 
 if __name__ == "__main__":

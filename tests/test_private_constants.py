@@ -4,6 +4,7 @@ and the refusal to fetch an unrevealed secure value (in-process)."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 from typing import Any
 
@@ -236,5 +237,6 @@ def test_fetch_of_an_unrevealed_spu_value_is_an_error(sim: mp.Simulator) -> None
     z = mp.evaluate(sim, prog)
     with pytest.raises(MPRuntimeError) as e:
         mp.fetch(sim, z)
-    assert str(e.value) == ("SP0 holds a secret-shared value; reveal it in the program "
-                            "first, e.g. return mp.put('P0', z)")
+    assert re.fullmatch(re.escape("SP0 holds a secret-shared value; reveal it in the program "
+                                  "first, e.g. return mp.put('P0', z)")
+                        + r" \(at test_private_constants\.py:\d+\)", str(e.value))

@@ -68,6 +68,7 @@ class AnalysisReport:
 
     @property
     def graph(self) -> Graph:
+        """The analyzed top-level graph."""
         return self.schedule.graph
 
     @property

@@ -40,6 +40,18 @@ class TransportError(Exception):
     """The worker could not be reached, or the connection broke or timed out."""
 
 
+class UnreachableError(TransportError):
+    """No connection to the worker could be made: nothing listens at its endpoint, the
+    connection was refused, or the connection attempt timed out."""
+
+
+def start_worker_hint(node: str) -> str:
+    """What to tell a user whose request found no worker for node ``node``."""
+    return (f"is its worker running? Start the cluster's workers with `mplang up --cluster "
+            f"cluster.yaml`, or this node's with `mplang worker --cluster cluster.yaml --node "
+            f"{node} --key keys/{node}.key`")
+
+
 class Reply:
     """A worker's answer: its status and body (a view of the received bytes)."""
 
@@ -158,19 +170,21 @@ class _Connection:
         except (TimeoutError, OSError) as e:
             self.connecting = None
             for stream, head, _ in waiting:
-                self._fail(stream, head, e)
+                self._fail(stream, head, e, unreachable=True)
             return
         self.protocol = protocol
         self.connecting = None
         for stream, head, parts in waiting:
             self.send(stream, head, parts)
 
-    def _fail(self, stream: int, head: dict[str, Any], error: BaseException) -> None:
+    def _fail(self, stream: int, head: dict[str, Any], error: BaseException, *,
+              unreachable: bool = False) -> None:
         future = self.pending.pop(stream, None)
         reason = f"{type(error).__name__}: {error}"
         if future is not None:
             if not future.done():
-                future.set_exception(TransportError(reason))
+                future.set_exception(UnreachableError(reason) if unreachable
+                                     else TransportError(reason))
         elif self.unsolicited is not None:
             self.unsolicited(self.rank, {**head, "status": 503, "error": reason}, memoryview(b""))
 
@@ -196,6 +210,8 @@ class MuxClients:
         spec.require_certificates()
         self.digest = spec.digest()
         self.timeout = timeout
+        self.nodes = tuple(node.name for node in spec.nodes)
+        """Each rank's node name."""
         self._loop = _IoLoop.get()
         self._streams = itertools.count(1)
         self._connections = []

@@ -189,19 +189,32 @@ register_value_codec(ValueCodec("spu.share", SpuShare, _encode_share, _decode_sh
 
 
 class SpuState:
-    """The ``spu`` dialect state of one worker: how its SPU links are made."""
+    """The ``spu`` dialect state of one worker: how its SPU links are made.
 
-    def __init__(self, link_factory: SpuLinkFactory):
+    ``counted_links`` carry every protocol message through the worker's communicator,
+    where a run's monitor counts them; a traced run uses them even when ``link_factory``
+    (the default) is in-memory.
+    """
+
+    def __init__(self, link_factory: SpuLinkFactory, counted_links: SpuLinkFactory):
         self.link_factory = link_factory
+        self.counted_links = counted_links
+
+    def links(self, interp: Interpreter) -> SpuLinkFactory:
+        """The link factory for a run of ``interp``'s execution."""
+        monitor = interp.options.monitor
+        return self.counted_links if monitor is not None and monitor.record \
+            else self.link_factory
 
 
 @BACKEND.state
 def _state(env: WorkerEnv) -> SpuState:
     """In-memory libspu links when all parties share this process; otherwise links over
     the worker's own communicator (authenticated, tagged by execution, abortable)."""
+    channel = ChannelLinkFactory(env.communicator, env.timeout)
     if env.in_process:
-        return SpuState(MemLinkFactory(env.timeout))
-    return SpuState(ChannelLinkFactory(env.communicator, env.timeout))
+        return SpuState(MemLinkFactory(env.timeout), channel)
+    return SpuState(channel, channel)
 
 
 _EXECUTABLES = LRUCache(1024)
@@ -281,7 +294,7 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     if worker.rank not in config.members:
         return [None] * len(op.outputs)
     state: SpuState = interp.states["spu"]
-    link = state.link_factory(config, interp.exec_id, key, config.members.index(worker.rank))
+    link = state.links(interp)(config, interp.exec_id, key, config.members.index(worker.rank))
     runtime = spu.Runtime(link, runtime_config_for(config))
     for i, share in enumerate(args):
         if not isinstance(share, SpuShare):

@@ -29,11 +29,14 @@ from mplang.frontend.errors import MPSerializationError
 from mplang.runtime.audit import PLAINTEXT, SECRET_SHARE
 
 MAGIC = b"MPV1"
+"""The four bytes that open every frame (format version 1)."""
 _PREFIX = struct.Struct("<4sI")
 MAX_HEADER = 1 << 20
+"""The largest JSON header of a frame, in bytes; a longer one is malformed."""
 _BUILTIN_KINDS = frozenset(["none", "scalar", "bytes", "array", "list"])
 
 Buffer = bytes | memoryview
+"""A chunk of encoded bytes; memoryviews let arrays go out without a copy."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ def encode_value(value: Any) -> list[Buffer]:
 
 
 def encode_value_bytes(value: Any) -> bytes:
+    """`encode_value` joined into one ``bytes`` (copies the payload)."""
     return b"".join(encode_value(value))
 
 

@@ -11,10 +11,11 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from mplang.device.cluster import ClusterSpec, Device
+from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import get_kind, get_move, place, warn_if_trusted
 from mplang.dialects.common import as_array
 from mplang.edsl.function import function
+from mplang.edsl.location import locate_error
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import leaf_paths, tree_flatten, tree_unflatten
 from mplang.edsl.tracer import Tracer, current_tracer
@@ -30,6 +31,15 @@ def _cluster(tracer: Tracer, what: str) -> ClusterSpec:
         raise MPTypeError(f"{what}: the current trace has no cluster; compile with cluster=... "
                           "or run in mp.Simulator(cluster)")
     return cluster
+
+
+def _device(cluster: ClusterSpec, name: str) -> Device:
+    """Device ``name`` of ``cluster``; an unknown name's error names the user's line."""
+    try:
+        return cluster.device(name)
+    except ClusterSpecError as e:
+        locate_error(e)
+        raise
 
 
 def get_dev_attr(obj: MPObject) -> str | None:
@@ -83,7 +93,7 @@ def _call_on_device(name: str | None, fn: Callable[..., Any], args: tuple[Any, .
     leaves, tree = tree_flatten((args, kwargs))
     mp_args = [x for x in leaves if isinstance(x, MPObject)]
     dev_name = name if name is not None else _infer_device(cluster, mp_args, f"device()({fn_name})")
-    dev = cluster.device(dev_name)
+    dev = _device(cluster, dev_name)
     what = f"device {dev.name!r} ({fn_name})"
     moved = [_move(cluster, x, dev, f"{what}, argument {i}") if isinstance(x, MPObject) else x
              for i, x in enumerate(leaves)]
@@ -111,12 +121,12 @@ def device(name: str | None = None) -> Callable[[Callable[..., Any]], Callable[.
     """
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        @function
-        @functools.wraps(fn)
         def on_device(*args: Any, **kwargs: Any) -> Any:
             return _call_on_device(name, fn, args, kwargs)
 
-        return on_device
+        functools.update_wrapper(on_device, fn)
+        on_device.__mplang_name__ = f"device({name!r})({getattr(fn, '__name__', 'fn')})"  # type: ignore[attr-defined]
+        return function(on_device)
 
     return wrap
 
@@ -128,7 +138,7 @@ def put(device_name: str, obj: Any) -> Any:
     leaf's path (``put('P0'): leaf [1]['w']: ...``)."""
     tracer = current_tracer(f"put({device_name!r})")
     cluster = _cluster(tracer, f"put({device_name!r})")
-    dev = cluster.device(device_name)
+    dev = _device(cluster, device_name)
     what = f"put({device_name!r})"
     warn_if_trusted(dev)
     leaves, tree = tree_flatten(obj)
@@ -140,6 +150,10 @@ def put(device_name: str, obj: Any) -> Any:
 
 
 def _put_leaf(cluster: ClusterSpec, dev: Device, obj: Any, what: str) -> Any:
-    if isinstance(obj, MPObject):
-        return _move(cluster, obj, dev, what)
-    return get_kind(dev.kind).constant(cluster, dev, as_array(what, obj), what)
+    try:
+        if isinstance(obj, MPObject):
+            return _move(cluster, obj, dev, what)
+        return get_kind(dev.kind).constant(cluster, dev, as_array(what, obj), what)
+    except MPTypeError as e:
+        locate_error(e)
+        raise

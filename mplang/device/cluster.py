@@ -76,20 +76,28 @@ class ClusterSpec:
 
     @property
     def world_size(self) -> int:
+        """The number of nodes (parties)."""
         return len(self.nodes)
 
     def rank_of(self, node: str) -> int:
+        """The rank of node ``node``; raises `ClusterSpecError` for an unknown name."""
         for rank, n in enumerate(self.nodes):
             if n.name == node:
                 return rank
         raise ClusterSpecError(f"unknown node {node!r}")
 
     def device(self, name: str) -> Device:
+        """The device called ``name``; raises `ClusterSpecError` naming the known ones."""
         try:
             return self.devices[name]
         except KeyError:
             known = ", ".join(sorted(self.devices)) or "none"
-            raise ClusterSpecError(f"unknown device {name!r}; this cluster has: {known}") from None
+            hint = ("a 1-node cluster has no secure device: secret sharing needs 2 or more "
+                    "parties, e.g. mp.ClusterSpec.simple(2)" if self.world_size == 1
+                    else "use one of these names, or add the device under 'devices' in the "
+                         "cluster spec")
+            raise ClusterSpecError(f"unknown device {name!r}; this cluster has: {known}; "
+                                   f"{hint}") from None
 
     def base_urls(self) -> list[str]:
         """Each node's base URL (always ``https``: workers speak mutual TLS only)."""
@@ -175,6 +183,13 @@ class ClusterSpec:
 
     @staticmethod
     def from_yaml(path: str | os.PathLike[str]) -> ClusterSpec:
+        """Read a spec from a YAML file; relative certificate paths are relative to it.
+        A missing file is a `ClusterSpecError` that says how to write one."""
+        if not os.path.exists(path):
+            raise ClusterSpecError(
+                f"cluster spec {os.path.abspath(path)} does not exist; write one with "
+                "`mplang init --nodes 3 --out dev` and pass 'dev/cluster.yaml' (or run on "
+                "one machine without workers: mp.Simulator(mp.ClusterSpec.simple(3)))")
         with open(path, encoding="utf-8") as f:
             try:
                 data = yaml.safe_load(f)

@@ -141,6 +141,7 @@ def warn_if_trusted(device: Device) -> None:
 
 
 def get_kind(name: str) -> DeviceKind:
+    """The registered kind ``name``; raises `MPLangError` naming the known kinds."""
     kind = _KINDS.get(name)
     if kind is None:
         raise MPLangError(f"unknown device kind {name!r}; known kinds: "
@@ -149,10 +150,12 @@ def get_kind(name: str) -> DeviceKind:
 
 
 def kind_names() -> list[str]:
+    """The names of all registered device kinds, sorted."""
     return sorted(_KINDS)
 
 
 def get_move(src: str, dst: str) -> Move | None:
+    """The move registered from device kind ``src`` to kind ``dst`` (None: there is none)."""
     return _MOVES.get((src, dst))
 
 

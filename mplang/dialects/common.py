@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mplang.edsl.location import raised_at
 from mplang.edsl.typing import TensorType
 from mplang.frontend.errors import MPTypeError
 
@@ -29,6 +30,16 @@ def as_array(op: str, value: Any) -> np.ndarray:
                               "(JAX runs with 32-bit integers unless jax_enable_x64 is set)")
     arr = arr.astype(dtype, copy=False)
     return arr if arr.flags.c_contiguous else arr.copy()
+
+
+def trace_failure(error: BaseException) -> str:
+    """How a tracing compiler's (JAX's, a secure device's) refusal to trace a user's function
+    reads in an error: the exception, the line of the function it was raised at, and what
+    to fix."""
+    loc = raised_at(error)
+    where = f"raised at {loc}; " if loc else ""
+    return (f"{type(error).__name__}: {str(error).rstrip()} ({where}fix the function or the "
+            "shapes and dtypes of its arguments)")
 
 
 def canonical_type(t: TensorType) -> TensorType:

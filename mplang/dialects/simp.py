@@ -19,6 +19,7 @@ from mplang.dialects.common import as_array, canonical_type
 from mplang.edsl.context import current_context
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.location import locate_error
 from mplang.edsl.object import OPERATORS, MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.private import value_tensor_type
@@ -112,7 +113,8 @@ def _check_movable(op: str, t: MPType, what: str) -> None:
 
 def _check_parties(op: str, parties: Mask, world_size: int) -> None:
     if not parties.issubset(Mask.all(world_size)):
-        raise MPTypeError(f"{op}: parties {parties} are outside the world of {world_size} parties")
+        raise MPTypeError(f"{op}: parties {parties} are outside the world of {world_size} parties"
+                          f" (ranks run from 0 to {world_size - 1})")
     if len(parties) == 0:
         raise MPTypeError(f"{op}: the set of parties is empty")
 
@@ -230,9 +232,12 @@ def _pcall_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seque
                 if not parties.issubset(a.pmask):
                     if a.base.confined:
                         _check_movable(f"{op} on parties {parties}", a, f"input {i}")
+                    missing = Mask(parties.bits & ~a.pmask.bits)
                     raise MPTypeError(
                         f"{op} on parties {parties}: input {i} ({a}) is held only by "
-                        f"{a.pmask}; parties {Mask(parties.bits & ~a.pmask.bits)} do not hold it"
+                        f"{a.pmask}; parties {missing} do not hold it (send it first, e.g. "
+                        f"simp.shuffle_static(x, {{{next(iter(missing))}: "
+                        f"{next(iter(a.pmask))}}}))"
                     )
         pmask: Mask | None = parties
     elif not args:
@@ -241,7 +246,8 @@ def _pcall_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seque
         assert holders is not None
         if len(holders) == 0:
             held = ", ".join(str(a) for a in args)
-            raise MPTypeError(f"{op}: no party holds all inputs ({held})")
+            raise MPTypeError(f"{op}: no party holds all inputs ({held}); bring them to one "
+                              "party first with simp.shuffle_static(x, {dst: src})")
         pmask = holders
     else:
         pmask = None
@@ -509,6 +515,13 @@ def uniform_cond(pred: MPObject, then_fn: Callable[..., Any], else_fn: Callable[
     the parties check at run time that they all saw the same predicate.
     """
     tracer = current_tracer("simp.uniform_cond")
+    if not isinstance(pred, MPObject):
+        error = MPTypeError(
+            f"simp.uniform_cond: the predicate is a plain Python {type(pred).__name__} "
+            f"({pred!r}), known while tracing; choose the branch with a Python `if`, or pass "
+            "a boolean scalar MPLang value held by every party")
+        locate_error(error)
+        raise error
     traced = [trace_function(tracer.child(local=False), f, args) for f in (then_fn, else_fn)]
     if traced[0].out_tree != traced[1].out_tree:
         raise MPTypeError("simp.uniform_cond: branches return different structures: "
@@ -535,7 +548,9 @@ def _while_loop_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: 
     for i, (before, v) in enumerate(zip(state, body_g.outputs, strict=True)):
         if before != v.type:
             raise MPTypeError(f"{op}: the loop state changes type: state {i} is {before} before "
-                              f"the body and {v.type} after it")
+                              f"the body and {v.type} after it; make body_fn return every "
+                              "state value with its initial type (e.g. cast with .astype, or "
+                              "start from an initial value of the loop's type)")
     return list(state)
 
 

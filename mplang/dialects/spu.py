@@ -23,6 +23,7 @@ import spu as spu_api
 import spu.libspu as libspu
 import spu.utils.frontend as spu_frontend
 
+from mplang.dialects.common import trace_failure
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.object import MPObject
@@ -166,6 +167,7 @@ class SpuConfig:
                          if config.get("ttp") else ())
 
     def attrs(self) -> dict[str, Any]:
+        """The config as op attributes (what `from_attrs` reads back)."""
         attrs = {"device": self.device, "members": self.members, "protocol": self.protocol,
                  "field": self.field, "fxp_fraction_bits": self.fxp_fraction_bits}
         if self.beaver:
@@ -176,15 +178,18 @@ class SpuConfig:
 
     @staticmethod
     def from_attrs(attrs: Any) -> SpuConfig:
+        """The config stored in an op's attributes by `attrs`."""
         return SpuConfig(attrs["device"], tuple(attrs["members"]), attrs["protocol"],
                          attrs["field"], attrs["fxp_fraction_bits"], attrs.get("beaver", ""),
                          tuple(sorted(dict(attrs.get("ttp") or {}).items())))
 
     @property
     def mask(self) -> Mask:
+        """The member ranks as a party mask."""
         return Mask.of(self.members)
 
     def share_type(self, plaintext: TensorType) -> MPType:
+        """The type of ``plaintext`` secret-shared among this device's members."""
         return MPType(SecretShareType(SHARE_SCHEME, plaintext), self.mask)
 
 
@@ -342,7 +347,7 @@ def _compile(fn: Callable[..., Any], label: str, tree: Any, spec: tuple[Any, ...
     except Exception as e:
         types = ", ".join(map(str, in_types))
         raise MPTypeError(f"{label}: could not compile the function for SPU on ({types}): "
-                          f"{type(e).__name__}: {e}") from None
+                          f"{trace_failure(e)}") from None
     leaves, out_tree = jax.tree_util.tree_flatten(out_avals)
     out_types = tuple(TensorType.of(a.dtype, a.shape) for a in leaves)
     return _Compiled(executable.SerializeToString(), out_types, out_tree)

@@ -141,6 +141,7 @@ class TableType(BaseType):
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The column names, in order."""
         return tuple(name for name, _ in self.columns)
 
     def dtype(self, name: str) -> str:
@@ -151,6 +152,7 @@ class TableType(BaseType):
         raise KeyError(name)
 
     def without_rows(self) -> TableType:
+        """The same columns with the row count unknown."""
         return TableType(self.columns)
 
     def wire_bytes(self) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 from jax import export as jax_export
 from jax._src.config import traceback_in_locations_limit
 
-from mplang.dialects.common import LRUCache, as_array, canonical_type
+from mplang.dialects.common import LRUCache, as_array, canonical_type, trace_failure
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.object import MPObject, type_operator
@@ -324,7 +324,7 @@ def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, .
     except Exception as e:
         types = ", ".join(map(str, in_types))
         raise MPTypeError(f"tensor.run_jax[{name}]: JAX could not trace the function on "
-                          f"({types}): {type(e).__name__}: {e}") from None
+                          f"({types}): {trace_failure(e)}") from None
     return _Exported(_encode_module(name, exp), exp.out_tree)
 
 

@@ -1,5 +1,6 @@
 """Contexts: where a primitive call goes. A `Tracer` records it; an
-`ExecutionContext` (simulator, driver) runs it. The current context is per thread.
+`ExecutionContext` (simulator, driver) runs it. The current context is per thread;
+``mplang run`` also installs a process-wide default execution context for scripts.
 """
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
+
+from mplang.frontend.errors import MPLangError
 
 if TYPE_CHECKING:
     from mplang.edsl.object import MPObject
@@ -64,3 +67,32 @@ def execution_context() -> ExecutionContext | None:
         if isinstance(ctx, ExecutionContext):
             return ctx
     return None
+
+
+_default: ExecutionContext | None = None
+"""The execution context ``mplang run`` gave the script (None outside ``mplang run``)."""
+
+
+def set_default_context(ctx: ExecutionContext | None) -> ExecutionContext | None:
+    """Make ``ctx`` the process-wide fallback of `active_execution_context` (None: no
+    fallback); return the previous one so the caller can restore it."""
+    global _default
+    previous, _default = _default, ctx
+    return previous
+
+
+def active_execution_context() -> ExecutionContext:
+    """The execution context a script should run its programs on (``mp.current_context()``).
+
+    It is the innermost ``with ctx:`` execution context on this thread, else the
+    simulator or driver ``mplang run`` created for the script. Raises `MPLangError`
+    when there is neither.
+    """
+    ctx = execution_context() or _default
+    if ctx is None:
+        raise MPLangError(
+            "mp.current_context(): no MPLang context is active. Run the script with "
+            "`mplang run SCRIPT --sim 3` (or `--cluster cluster.yaml`), or create a context "
+            "yourself: `sim = mp.Simulator(3)` or `mp.Driver('cluster.yaml', "
+            "key='keys/driver.key')`, and pass it to mp.evaluate")
+    return ctx

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from mplang.edsl.context import ExecutionContext, current_context
+from mplang.edsl.location import locate_error
 from mplang.edsl.program import trace_program
 from mplang.edsl.pytree import tree_unflatten
 from mplang.edsl.tracer import Tracer
@@ -25,11 +26,25 @@ def run_function(ctx: ExecutionContext, fn: Callable[..., Any], args: Any, kwarg
     return tree_unflatten(program.out_tree, outputs)
 
 
+def _display_name(fn: Callable[..., Any]) -> str:
+    """How errors name ``fn``: its ``__mplang_name__``, else ``dialect.name`` for a dialect's
+    function, else its qualified name."""
+    name = getattr(fn, "__mplang_name__", None)
+    if name:
+        return str(name)
+    module = getattr(fn, "__module__", None) or ""
+    qualname = getattr(fn, "__qualname__", repr(fn))
+    if module.startswith("mplang.dialects."):
+        return f"{module.rsplit('.', 1)[1]}.{qualname}"
+    return str(qualname)
+
+
 def function(fn: F) -> F:
     """Make ``fn`` an MPLang function.
 
     Called inside a trace, its body is inlined into the caller's graph. Called
     under an execution context (``with sim:``), it is traced and run at once.
+    Called anywhere else, it raises `MPTraceError` naming ``fn`` and the caller's line.
     """
 
     @functools.wraps(fn)
@@ -39,9 +54,12 @@ def function(fn: F) -> F:
             return fn(*args, **kwargs)
         if isinstance(ctx, ExecutionContext):
             return run_function(ctx, fn, args, kwargs)
-        raise MPTraceError(
-            f"{getattr(fn, '__qualname__', fn)} needs a context: call it through "
-            "mp.evaluate(sim, fn, ...) or mp.compile, or inside `with sim:`"
-        )
+        error = MPTraceError(
+            f"{_display_name(fn)} needs a context: it was called outside any MPLang program, "
+            "so nothing traces or runs it; call it inside an @mp.function that you run with "
+            "mp.evaluate(sim, fn, ...) or mp.compile(fn, ..., world_size=N), or inside "
+            "`with sim:`")
+        locate_error(error)
+        raise error
 
     return cast(F, wrapper)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
+from types import FrameType
 
 _LIBRARY_PREFIXES: tuple[str, ...] = (
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, "<frozen")
@@ -51,6 +53,42 @@ def user_location(skip: int = 1) -> str | None:
     return None
 
 
+_INSTALLED: tuple[str, ...] = tuple(sorted(
+    {os.path.join(sysconfig.get_paths()[key], "") for key in ("stdlib", "purelib", "platlib")}))
+"""Where the standard library and installed packages (NumPy, JAX, ...) live: not user code."""
+
+
+def _is_user_code(frame: FrameType) -> bool:
+    """Whether ``frame`` runs user code: not MPLang's, not a file marked as library code,
+    not the standard library's and not an installed package's (the numerical libraries
+    that trace a user's function)."""
+    filename = frame.f_code.co_filename
+    return not (_is_library(filename) or filename.startswith(_INSTALLED))
+
+
+def caller_location() -> str | None:
+    """``file.py:LINE`` of the innermost caller in user code (`_is_user_code`): where a
+    Python construct (``if x``, ``np.mean(x)``) asked an MPLang value for its data."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if _is_user_code(frame):
+            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def raised_at(error: BaseException) -> str | None:
+    """``file.py:LINE`` of the innermost frame of ``error``'s traceback in user code
+    (`_is_user_code`): the line of a user's function that a tracing compiler rejected."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        if _is_user_code(tb.tb_frame):
+            found = f"{os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return found
+
+
 def user_stacklevel(skip: int = 1) -> int:
     """The ``stacklevel`` that makes `warnings.warn` name the innermost caller outside
     the library code, when it is called by the function ``skip`` frames up (1: the one
@@ -63,12 +101,13 @@ def user_stacklevel(skip: int = 1) -> int:
     return level
 
 
-def locate_error(error: BaseException) -> None:
-    """Append `` (at file.py:LINE)`` (the innermost user frame on the current stack) to
-    ``error``'s message, once: an error that already names a location keeps it."""
+def locate_error(error: BaseException, loc: str | None = None) -> None:
+    """Append `` (at file.py:LINE)`` (``loc``, by default the innermost user frame on the
+    current stack) to ``error``'s message, once: an error that already names a location
+    keeps it."""
     if getattr(error, "located", False) or not error.args or not isinstance(error.args[0], str):
         return
-    loc = user_location(2)
+    loc = loc or user_location(2)
     if loc is not None and f"(at {loc})" not in error.args[0]:
         error.args = (f"{error.args[0]} (at {loc})", *error.args[1:])
     error.located = True  # type: ignore[attr-defined]

@@ -11,13 +11,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mplang.edsl.location import caller_location, locate_error
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType
-from mplang.frontend.errors import MPTraceError
+from mplang.frontend.errors import MPConcreteValueError, MPTraceError
 
 OperatorImpl = Callable[..., Any]
 OPERATORS: dict[str, OperatorImpl] = {}
 """Operator name (``add``, ``getitem`` …) to implementation; filled by the tensor dialect."""
 _TYPE_OPERATORS: dict[tuple[str, type[BaseType]], OperatorImpl] = {}
+
+USES = {
+    "bool": "Python `if`/`while`/`and`/`or`/`not` needs the truth value of",
+    "iter": "Python `for` and unpacking cannot iterate over",
+    "int": "int() needs the value of",
+    "float": "float() needs the value of",
+    "index": "a Python integer (range(), an index, a size) needs the value of",
+    "array": "numpy (np.asarray, np.mean, ...) needs the data of",
+}
+"""What each Python construct that needs a concrete value asks of an MPLang value."""
 
 
 def register_type_operator(name: str, base: type[BaseType]) -> Callable[[OperatorImpl],
@@ -61,6 +72,7 @@ class MPObject:
 
     @property
     def mptype(self) -> ValueType:
+        """The value's type: an `MPType` at the simp level, a bare `BaseType` in a local region."""
         raise NotImplementedError
 
     @property
@@ -70,16 +82,19 @@ class MPObject:
 
     @property
     def pmask(self) -> Mask | None:
+        """The parties holding the value (None: known only at run time, or a local value)."""
         t = self.mptype
         return t.pmask if isinstance(t, MPType) else None
 
     @property
     def base_type(self) -> BaseType:
+        """What the value is (tensor, table, share, ...), without its placement."""
         t = self.mptype
         return t.base if isinstance(t, MPType) else t
 
     @property
     def dtype(self) -> str:
+        """The numpy dtype name of a tensor value; AttributeError for other base types."""
         base = self.base_type
         if not isinstance(base, TensorType):
             raise AttributeError(f"{base} has no dtype")
@@ -87,6 +102,7 @@ class MPObject:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The shape of a tensor value; AttributeError for other base types."""
         base = self.base_type
         if not isinstance(base, TensorType):
             raise AttributeError(f"{base} has no shape")
@@ -94,17 +110,41 @@ class MPObject:
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions of a tensor value."""
         return len(self.shape)
 
+    def _needs_value(self, use: str) -> Exception:
+        """The error for Python needing this object's concrete value (``use`` names the
+        construct: `USES`): a runtime object lives on the parties, so fetch it first."""
+        remedy = ("branch on what it returns, or branch inside the program with "
+                  "simp.uniform_cond" if use == "bool" else "use what it returns")
+        return MPConcreteValueError(
+            f"{USES[use]} {self!r}, which lives on the parties, not in this Python process; "
+            f"fetch it first with mp.fetch(ctx, x) (one value per party, or a device object's "
+            f"plain value) and {remedy}")
+
+    def _concrete(self, use: str) -> Exception:
+        error = self._needs_value(use)
+        locate_error(error, caller_location())
+        return error
+
     def __bool__(self) -> bool:
-        raise MPTraceError(
-            f"the truth value of {self!r} is not known while tracing: Python `if`, `while`, "
-            "`and`/`or` cannot branch on it; use simp.uniform_cond / simp.while_loop across "
-            "parties, or jnp.where / jax.lax.cond inside tensor.run_jax"
-        )
+        raise self._concrete("bool")
 
     def __iter__(self) -> Any:
-        raise MPTraceError(f"cannot iterate over {self!r}; index it explicitly (x[i])")
+        raise self._concrete("iter")
+
+    def __int__(self) -> int:
+        raise self._concrete("int")
+
+    def __float__(self) -> float:
+        raise self._concrete("float")
+
+    def __index__(self) -> int:
+        raise self._concrete("index")
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._concrete("array")
 
     def __len__(self) -> int:
         if not self.shape:

@@ -95,6 +95,7 @@ class Primitive:
         return {} if self._private_rule is None else self._private_rule(op)
 
     def def_type_rule(self, rule: TypeRule) -> TypeRule:
+        """Attach ``rule`` as this primitive's type rule (once); usable as a decorator."""
         if self._type_rule is not None:
             raise ValueError(f"{self.name} already has a type rule")
         self._type_rule = rule
@@ -102,6 +103,7 @@ class Primitive:
 
     def infer(self, in_types: list[ValueType], attrs: dict[str, Any],
               regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+        """The output types of this op on ``in_types``, by its type rule."""
         if self._type_rule is None:
             raise NotImplementedError(f"{self.name} has no type rule")
         return self._type_rule(in_types, attrs, regions, world_size)

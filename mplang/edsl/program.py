@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import html
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import graphviz
+
+from mplang.edsl.dot import render_svg, svg_element, to_digraph
 from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import check_types
@@ -15,7 +19,7 @@ from mplang.edsl.pytree import TreeDef
 from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
 from mplang.edsl.tracer import Tracer, trace_function
 from mplang.edsl.typing import MAX_PARTIES, ValueType
-from mplang.frontend.errors import MPSerializationError, MPVerifyError
+from mplang.frontend.errors import MPLangError, MPSerializationError, MPVerifyError
 
 
 @dataclass(eq=False)
@@ -40,22 +44,51 @@ class Program:
 
     @property
     def input_types(self) -> list[ValueType]:
+        """The types of the program's runtime inputs, in order."""
         return [v.type for v in self.graph.inputs]
 
     @property
     def output_types(self) -> list[ValueType]:
+        """The types of the program's outputs, in order."""
         return [v.type for v in self.graph.outputs]
 
     def __str__(self) -> str:
         return format_graph(self.graph, self.name)
 
+    def to_graphviz(self, party_names: Sequence[str] = ()) -> graphviz.Digraph:
+        """The program as a `graphviz.Digraph`: one lane per party, communication as
+        edges between lanes, regions as nested clusters (see `mplang.edsl.dot`).
+
+        ``party_names[i]`` (e.g. the cluster's node names) labels party i's lane.
+        """
+        return to_digraph(self.graph, self.name, party_names)
+
+    def to_dot(self, party_names: Sequence[str] = ()) -> str:
+        """The DOT source of `to_graphviz` (deterministic text)."""
+        source: str = self.to_graphviz(party_names).source
+        return source
+
+    def to_svg(self, party_names: Sequence[str] = ()) -> str:
+        """The picture as an SVG document; raises `MPLangError` without graphviz's ``dot``."""
+        return render_svg(self.to_graphviz(party_names))
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the SVG picture, or the text IR when ``dot`` is missing."""
+        try:
+            return svg_element(self.to_svg())
+        except MPLangError:
+            return f"<pre>{html.escape(str(self))}</pre>"
+
     def to_bytes(self) -> bytes:
+        """The program serialized: its graph bundle (JSON plus raw buffers) and metadata."""
         meta = {"name": self.name, "world_size": self.world_size,
                 "out_tree": self.out_tree.to_json(), "out_devices": list(self.out_devices)}
         return encode_graph_bundle(self.graph, meta)
 
     @staticmethod
     def from_bytes(data: bytes) -> Program:
+        """The program `to_bytes` wrote; every field is checked (`MPSerializationError`
+        names the first malformed one) and nothing is unpickled or evaluated."""
         graph, meta = decode_graph_bundle(data)
         try:
             name, world_size = meta["name"], meta["world_size"]

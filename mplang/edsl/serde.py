@@ -338,11 +338,15 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_SAVED = "load only files written by Program.save"
+
+
 def _split_bundle(view: memoryview, where: str) -> tuple[Any, memoryview]:
     """The JSON document and the buffer bytes of a bundle."""
-    _expect(len(view) >= _HEADER.size, f"{where}too short")
+    _expect(len(view) >= _HEADER.size, f"{where}too short ({len(view)} bytes) to be an MPLang "
+                                       f"program; {_SAVED}")
     magic, json_len = _HEADER.unpack_from(view)
-    _expect(magic == MAGIC, f"{where}bad magic (not an MPLang program)")
+    _expect(magic == MAGIC, f"{where}bad magic (not an MPLang program; {_SAVED})")
     _expect(_HEADER.size + json_len <= len(view), f"{where}truncated")
     try:
         doc = json.loads(bytes(view[_HEADER.size:_HEADER.size + json_len]),

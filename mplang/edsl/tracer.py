@@ -13,10 +13,11 @@ from typing import Any
 
 from mplang.edsl.context import Context, current_context
 from mplang.edsl.graph import Graph, Operation, Value
-from mplang.edsl.object import MPObject
+from mplang.edsl.location import locate_error
+from mplang.edsl.object import USES, MPObject
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.typing import Mask, MPType, ValueType
-from mplang.frontend.errors import MPTraceError
+from mplang.frontend.errors import MPConcreteValueError, MPTraceError
 
 
 class NeedsJaxTrace(MPTraceError, AttributeError):
@@ -54,8 +55,39 @@ class TraceObject(MPObject):
             f"{self!r} has no attribute {name!r}; array methods run inside "
             "simp.pcall(parties, fn, ...) or tensor.run_jax(fn, ...)")
 
+    def _needs_value(self, use: str) -> Exception:
+        """The error for Python needing this traced value's concrete value (``use``: a key
+        of `USES`), naming the structured construct to use instead. In a party-local
+        region a conversion JAX may support asks for the body to be traced by JAX."""
+        if not self.tracer.local:
+            return MPConcreteValueError(f"{USES[use]} {self!r}, a traced value known only when "
+                                        f"the program runs; {_REMEDIES.get(use, _COMPUTE)}")
+        if use not in _LOCAL_REMEDIES:
+            return NeedsJaxTrace(f"{USES[use]} {self!r}, a traced party-local value; compute "
+                                 "with jax.numpy instead")
+        return MPConcreteValueError(f"{USES[use]} {self!r}, a traced value of a device function "
+                                    f"or pcall body, known only when the program runs; "
+                                    f"{_LOCAL_REMEDIES[use]}")
+
     def __repr__(self) -> str:
         return f"TraceObject(%{self.value.name}: {self.value.type})"
+
+
+_COMPUTE = ("compute with it inside a device function or simp.pcall body (with jax.numpy), "
+            "and bring results to Python with mp.fetch after mp.evaluate")
+_REMEDIES = {
+    "bool": "branch with simp.uniform_cond(pred, then_fn, else_fn, *args), loop with "
+            "simp.while_loop(cond_fn, body_fn, init), or select with jnp.where(pred, a, b) "
+            "inside a device function",
+    "iter": "index it explicitly (x[i] for i in range(len(x))), or loop inside a device "
+            "function",
+}
+_LOCAL_REMEDIES = {
+    "bool": "select with jnp.where(pred, a, b) or branch with jax.lax.cond(pred, true_fn, "
+            "false_fn, *args)",
+    "iter": "index it explicitly (x[i] for i in range(len(x))), or loop with "
+            "jax.lax.fori_loop",
+}
 
 
 class _Counter:
@@ -160,10 +192,11 @@ class Tracer(Context):
 def current_tracer(opname: str) -> Tracer:
     ctx = current_context()
     if not isinstance(ctx, Tracer):
-        raise MPTraceError(
+        error = MPTraceError(
             f"{opname} was called outside a trace; run it through mp.evaluate / mp.compile, "
-            "an @mp.function, or inside `with simulator:`"
-        )
+            "an @mp.function, or inside `with simulator:`")
+        locate_error(error)
+        raise error
     return ctx
 
 
@@ -182,18 +215,33 @@ class TracedFunction:
     out_devices: list[str | None]
 
 
-def check_output_leaf(leaf: Any, where: str) -> MPObject:
+def check_output_leaf(leaf: Any, where: str, local: bool = False) -> MPObject:
+    """``leaf`` of what ``where`` returned, if it is an MPLang value; else an `MPTraceError`
+    naming the caller's line. ``local``: ``where`` is a party-local body (a device function,
+    a pcall body), whose concrete numbers and arrays are already constants."""
     if isinstance(leaf, MPObject):
         return leaf
     if callable(leaf):
-        raise MPTraceError(
+        error = MPTraceError(
             f"{where} returned a Python function ({getattr(leaf, '__name__', leaf)!r}); traced "
             "functions return only MPLang values, since a program's control flow must be static"
         )
-    raise MPTraceError(
-        f"{where} returned a plain Python value of type {type(leaf).__name__}; return MPLang "
-        "values only (e.g. make a constant with simp.constant or inside a pcall body)"
-    )
+    elif local:
+        error = MPTraceError(
+            f"{where} returned a plain Python value of type {type(leaf).__name__} "
+            f"({_short(leaf)}); a device function or pcall body returns numbers, arrays (numpy, "
+            "jax.numpy) or tuples, lists and dicts of them")
+    else:
+        error = MPTraceError(
+            f"{where} returned a plain Python value of type {type(leaf).__name__}; return MPLang "
+            "values only (e.g. make a constant with simp.constant or inside a pcall body)")
+    locate_error(error)
+    raise error
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def trace_function(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any],
@@ -218,7 +266,8 @@ def trace_function(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any],
         result = fn(*call_args, **call_kwargs)
         out_leaves, out_tree = tree_flatten(result)
         name = getattr(fn, "__name__", "function")
-        out_objects = [check_output_leaf(x, f"function {name!r}") for x in out_leaves]
+        out_objects = [check_output_leaf(x, f"function {name!r}", tracer.local)
+                       for x in out_leaves]
         out_values = [tracer.lift(x) for x in out_objects]
     graph = tracer.build(out_values)
     return TracedFunction(graph, in_tree, out_tree, list(tracer.captured),

@@ -55,6 +55,7 @@ class Mask:
 
     @staticmethod
     def of(parties: Iterable[int]) -> Mask:
+        """The mask of ``parties`` (non-negative ranks below `MAX_PARTIES`)."""
         bits = 0
         for p in parties:
             if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 0:
@@ -66,12 +67,14 @@ class Mask:
 
     @staticmethod
     def all(world_size: int) -> Mask:
+        """The mask of every party of a world of ``world_size``."""
         if not 0 <= world_size <= MAX_PARTIES:
             raise MPTypeError(f"a world has 0 to {MAX_PARTIES} parties, not {world_size}")
         return Mask((1 << world_size) - 1)
 
     @property
     def parties(self) -> tuple[int, ...]:
+        """The ranks in the mask, ascending."""
         return tuple(i for i in range(self.bits.bit_length()) if self.bits >> i & 1)
 
     def __iter__(self) -> Iterator[int]:
@@ -92,6 +95,7 @@ class Mask:
         return Mask(self.bits | other.bits)
 
     def issubset(self, other: Mask) -> bool:
+        """Whether every party of this mask is also in ``other``."""
         return self.bits & ~other.bits == 0
 
     def __str__(self) -> str:
@@ -102,6 +106,7 @@ class Mask:
 
 
 TypeEncoder = Callable[["ValueType"], Any]
+"""``encode(type)``: encodes a nested type as JSON-ready data."""
 TypeDecoder = Callable[[Any, str], "ValueType"]
 """``decode(json, field_path)``: decodes a nested type, naming ``field_path`` on errors."""
 
@@ -167,6 +172,7 @@ def type_for_tag(tag: str) -> type[BaseType] | None:
 
 
 def registered_types() -> dict[str, type[BaseType]]:
+    """Every registered base type, by serialization tag."""
     return dict(_TYPES)
 
 
@@ -199,6 +205,7 @@ class TensorType(BaseType):
 
     @staticmethod
     def of(dtype: object, shape: Iterable[int]) -> TensorType:
+        """The tensor type of anything numpy takes as a dtype, and ``shape``."""
         try:
             name = np.dtype(dtype).name  # type: ignore[call-overload]
         except TypeError as e:
@@ -207,6 +214,7 @@ class TensorType(BaseType):
 
     @property
     def is_scalar(self) -> bool:
+        """Whether the shape is ``()``."""
         return self.shape == ()
 
     def __str__(self) -> str:
@@ -229,6 +237,7 @@ class MPType:
         return f"{self.base}@{self.pmask if self.pmask is not None else '?'}"
 
     def with_pmask(self, pmask: Mask | None) -> MPType:
+        """The same base type held by ``pmask``."""
         return MPType(self.base, pmask)
 
 

@@ -115,6 +115,7 @@ class CompileCache(Generic[V]):
             return len(self._entries)
 
     def stats(self) -> CacheStats:
+        """The cache's size, limit, hits and misses now."""
         with self._lock:
             return CacheStats(self.name, len(self._entries), self.limit, self.hits, self.misses)
 
@@ -124,6 +125,7 @@ class CompileCache(Generic[V]):
             return list(self._entries)
 
     def clear(self) -> None:
+        """Drop every entry and reset the hit and miss counts."""
         with self._lock:
             self._entries.clear()
             self.hits = self.misses = 0

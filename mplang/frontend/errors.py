@@ -22,6 +22,15 @@ class MPTraceError(MPLangError):
     """
 
 
+class MPConcreteValueError(MPTraceError, TypeError):
+    """Python asked for the concrete value of an MPLang value (``if x``, ``int(x)``,
+    ``for v in x``, ``np.asarray(x)``), whose data exists only on the parties once the
+    program runs. Inside a program, branch and loop with `simp.uniform_cond` /
+    `simp.while_loop` and compute inside a device function (``jnp.where``); outside
+    one, bring the value to Python with ``mp.fetch(ctx, x)`` first.
+    """
+
+
 class MPVerifyError(MPLangError):
     """A graph is malformed (use before definition, a value defined twice, an
     unknown op). Raised by the verifier, naming the offending op."""
@@ -90,6 +99,7 @@ __all__ = [
     "FeError",
     "FeStateError",
     "MPCommunicationError",
+    "MPConcreteValueError",
     "MPLangError",
     "MPRefusedError",
     "MPRuntimeError",

@@ -76,6 +76,8 @@ class ConfigSchema:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """Each field's type names, required flag, default, choices, bounds and doc as
+        plain data."""
         return {name: {"type": [t.__name__ for t in (f.type if isinstance(f.type, tuple)
                                                      else (f.type,))],
                        "required": f.required, "default": f.default,

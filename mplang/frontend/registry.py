@@ -12,9 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 OpKind = Literal["compute", "communication", "control_flow", "source", "call"]
+"""What an op does: computes, moves data between parties, runs regions, produces
+data (constants, loads), or calls a function."""
 ExecutionModel = Literal["single_rank", "multi_party", "any"]
+"""Where an op may appear (see `OpInfo`)."""
 RegionUse = Literal["call", "branch", "loop"]
+"""How an op runs its regions (see `OpTraits`)."""
 Runtime = Literal["worker", "driver"]
+"""A runtime that executes kernels: a party's worker or the driver."""
 
 CostRule = Callable[[Any, Any], Any]
 """``rule(op, cost_model) -> OpCost`` (see `mplang.analysis.cost_model`)."""
@@ -76,6 +81,7 @@ class OpInfo:
 
     @property
     def side_effects(self) -> bool:
+        """Whether the op has effects (not ``traits.pure``)."""
         return not self.traits.pure
 
 
@@ -92,6 +98,7 @@ def register_op(info: OpInfo) -> None:
 
 
 def get_op(name: str) -> OpInfo:
+    """The metadata of op ``name``; KeyError if it is not registered."""
     try:
         return _OPS[name]
     except KeyError:
@@ -99,6 +106,7 @@ def get_op(name: str) -> OpInfo:
 
 
 def is_registered(name: str) -> bool:
+    """Whether an op called ``name`` is registered."""
     return name in _OPS
 
 

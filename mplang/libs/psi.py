@@ -53,7 +53,10 @@ from mplang.frontend.errors import MPTypeError
 mark_library(__file__)
 
 PROTOCOLS = _psi.PROTOCOLS
+"""The PSI protocols `join` and `intersection_size` take: ``"rr22"``, ``"kkrt"``, ``"ecdh"``."""
 JOINS = _psi.JOINS
+"""The kinds of `join`: ``"inner"`` (shared keys), ``"left"`` (also A's unmatched rows),
+``"full"`` (also both sides' unmatched rows)."""
 
 __all__ = ["JOINS", "PROTOCOLS", "intersection_size", "join"]
 

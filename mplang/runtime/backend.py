@@ -41,7 +41,9 @@ Tag = tuple[str, str]
 class Communicator(Protocol):
     """Point-to-point messages between the parties of one world."""
 
-    def send(self, dst: int, tag: Tag, value: Any) -> None: ...
+    def send(self, dst: int, tag: Tag, value: Any) -> None:
+        """Send ``value`` to party ``dst``, who receives it with `recv` and the same ``tag``."""
+        ...
 
     def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
         """The message of ``src`` tagged ``tag``; waits at most ``timeout`` seconds
@@ -65,6 +67,7 @@ class WorkerEnv:
 
 
 StateFactory = Callable[[WorkerEnv], Any]
+"""``factory(env)``: builds a dialect's state for the worker ``env`` describes."""
 PayloadCheck = Callable[[Operation], None]
 """``check(op)`` raises `MPSerializationError`, naming the op, unless the native payloads
 among ``op``'s attributes (bytes that C++ code parses) are safe to run."""
@@ -132,6 +135,7 @@ def register_backend(dialect: str) -> DialectBackend:
 
 
 def get_backend(dialect: str) -> DialectBackend | None:
+    """The backend registered for ``dialect`` (None: it has none)."""
     return _BACKENDS.get(dialect)
 
 

@@ -79,7 +79,9 @@ def resolve(root: str | os.PathLike[str], relpath: str, node: str = "this node",
     if not real.is_relative_to(base):
         raise _fail(f"path {relpath!r} escapes the data root of {node}", op)
     if not real.exists():
-        raise MissingData(f"{op}: {node} has no file {relpath!r} in its data root")
+        raise MissingData(f"{op}: {node} has no file {relpath!r} in its data root; put it "
+                          f"there (by default ./data/{node}; mp.Simulator(..., data_roots=...)"
+                          " or `mplang worker --data-root DIR` choose another) or fix the path")
     if not real.is_file():
         raise _fail(f"path {relpath!r} in the data root of {node} is not a regular file", op)
     return real

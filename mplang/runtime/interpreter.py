@@ -12,6 +12,7 @@ from mplang.edsl.graph import Graph, Operation
 from mplang.frontend.errors import MPLangError, MPRuntimeError
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
 from mplang.runtime.scheduler import Scheduler, plan
+from mplang.runtime.timeline import DRIVER
 
 Kernel = Callable[["Interpreter", Operation, list[Any], str], list[Any]]
 """``kernel(interp, op, input values, key) -> output values``.
@@ -70,7 +71,7 @@ class Interpreter:
     ``options`` are the execution's `RunOptions`: with ``options.parallel`` and a
     ``scheduler``, graphs run as dataflow (an op starts as soon as its inputs are
     ready); otherwise op by op in program order. ``options.progress`` hears of each
-    completed op.
+    completed op, ``options.monitor`` of each op started and finished.
     """
 
     def __init__(self, kernels: KernelTable, states: Mapping[str, Any], *,
@@ -83,6 +84,7 @@ class Interpreter:
         self.options = options
         self.scheduler = scheduler if options.parallel else None
         self._where = "the driver" if party is None else f"party {party}"
+        self._track = DRIVER if party is None else party
 
     def run(self, graph: Graph, inputs: Sequence[Any], scope: str = "") -> list[Any]:
         """Evaluate ``graph`` on ``inputs``; ``scope`` prefixes the ops' message keys."""
@@ -138,6 +140,8 @@ class Interpreter:
         if kernel is None:
             raise MPRuntimeError(f"{where} has no kernel for op {op.opcode}",
                                  party=self.party, op=op.opcode, key=key, loc=op.loc)
+        monitor = self.options.monitor
+        started = 0.0 if monitor is None else monitor.op_started(self._track, op, key)
         try:
             outs = kernel(self, op, args, key)
         except MPRuntimeError as e:
@@ -164,6 +168,8 @@ class Interpreter:
             raise MPRuntimeError(f"{where}: kernel of {op.opcode} returned {len(outs)} values "
                                  f"for {len(op.outputs)} outputs", party=self.party,
                                  op=op.opcode, key=key, loc=op.loc)
+        if monitor is not None:
+            monitor.op_finished(self._track, op, key, started)
         if self.options.progress is not None:
             who = "driver" if self.party is None else where
             self.options.progress(f"{who}: {op.opcode} {key} done")

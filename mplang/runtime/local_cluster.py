@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -207,17 +208,21 @@ class LocalCluster:
                  "--exit-with-parent", *registers, *plugins, *data, *self.worker_args],
                 stdout=log, stderr=subprocess.STDOUT)
 
-    def start(self, timeout: float = 60.0) -> None:
-        """Start every worker and wait until each says it is ready."""
+    def start(self, timeout: float = 60.0,
+              on_ready: Callable[[str], None] | None = None) -> None:
+        """Start every worker and wait until each says it is ready (``on_ready(node)``
+        hears of each as it gets ready)."""
         for node in self.cluster.nodes:
             self.processes[node.name] = self._spawn(node.name)
-        self.wait_ready(timeout)
+        self.wait_ready(timeout, on_ready=on_ready)
 
     def start_node(self, node: str, timeout: float = 60.0) -> None:
         self.processes[node] = self._spawn(node)
         self.wait_ready(timeout, [node])
 
-    def wait_ready(self, timeout: float, nodes: list[str] | None = None) -> None:
+    def wait_ready(self, timeout: float, nodes: list[str] | None = None,
+                   on_ready: Callable[[str], None] | None = None) -> None:
+        """Wait until each of ``nodes`` (default: all) logged its ready line."""
         deadline = time.monotonic() + timeout
         for name in nodes or [n.name for n in self.cluster.nodes]:
             while READY not in self.log_tail(name, 1 << 16):
@@ -229,6 +234,8 @@ class LocalCluster:
                     raise MPLangError(f"worker {name} was not ready within {timeout} s: "
                                       f"{self.log_tail(name)}")
                 time.sleep(0.05)
+            if on_ready is not None:
+                on_ready(name)
 
     def log_tail(self, node: str, size: int = 2000) -> str:
         path = self.log_dir / f"{node}.log"

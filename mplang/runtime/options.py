@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mplang.frontend.errors import MPLangError
+from mplang.runtime.timeline import RunMonitor
 
 Mode = Literal["launch", "standard"]
 Reporter = Callable[[str], None]
@@ -24,12 +25,15 @@ class RunOptions:
     - ``parallel``: run ops as dataflow (True) or one at a time in program order.
     - ``timeout``: seconds a wait for a message may block (None: the context's default).
     - ``progress``: called with a line per completed op (None: silent).
+    - ``monitor``: hears of every op and message of the run (`RunMonitor`: progress
+      display, timeline); None: nothing is observed.
     """
 
     mode: Mode | None = None
     parallel: bool = True
     timeout: float | None = None
     progress: Reporter | None = None
+    monitor: RunMonitor | None = None
 
     def __post_init__(self) -> None:
         if self.mode is not None and self.mode not in MODES:
@@ -41,9 +45,11 @@ class RunOptions:
                               f"{self.timeout!r}")
 
     def wire_fields(self) -> dict[str, Any]:
-        """The options a remote worker needs, as JSON fields (progress becomes a flag)."""
+        """The options a remote worker needs, as JSON fields (progress and a recording
+        monitor become flags)."""
         return {"parallel": self.parallel, "timeout": self.timeout,
-                "progress": self.progress is not None}
+                "progress": self.progress is not None,
+                "trace": self.monitor is not None and self.monitor.record}
 
 
 DEFAULT_OPTIONS = RunOptions()
@@ -62,7 +68,8 @@ def stderr_reporter(name: str) -> Reporter:
 
 def make_options(name: str, *, mode: Mode | None = None, parallel: bool = True,
                  timeout: float | None = None,
-                 progress: bool | Reporter | None = False) -> RunOptions:
+                 progress: bool | Reporter | None = False,
+                 monitor: RunMonitor | None = None) -> RunOptions:
     """`RunOptions` from `mp.evaluate`'s keyword arguments. ``parallel=False`` without a
     mode runs in standard mode; ``progress=True`` reports to stderr."""
     if mode is None and not parallel:
@@ -75,4 +82,4 @@ def make_options(name: str, *, mode: Mode | None = None, parallel: bool = True,
         reporter = progress
     else:
         raise MPLangError(f"progress must be a bool or a callable, got {progress!r}")
-    return RunOptions(mode, bool(parallel), timeout, reporter)
+    return RunOptions(mode, bool(parallel), timeout, reporter, monitor)

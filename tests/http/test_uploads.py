@@ -164,8 +164,10 @@ def test_describe_answers_drivers_with_types_only(dev: support.DevCluster, worke
     assert ok.status_code == 200 and ok.json() == {"dtype": "float64", "shape": [2]}
     missing = describe(dev, "driver", 0, what="file", path="nope.npy")
     assert missing.status_code == 404
-    assert missing.json()["error"] == "tensor.load: node_0 has no file 'nope.npy' in its " \
-                                      "data root"
+    assert missing.json()["error"] == (
+        "tensor.load: node_0 has no file 'nope.npy' in its data root; put it there (by "
+        "default ./data/node_0; mp.Simulator(..., data_roots=...) or `mplang worker "
+        "--data-root DIR` choose another) or fix the path")
     escape = describe(dev, "driver", 0, what="file", path="../x.npy")
     assert escape.status_code == 400
     assert escape.json()["error"] == "tensor.load: path '../x.npy' escapes the data root of " \

@@ -79,7 +79,10 @@ def test_a_symlink_out_of_the_root_is_refused(root: Path, tmp_path: Path) -> Non
 
 def test_missing_files_members_and_bad_contents(root: Path) -> None:
     with pytest.raises(MissingData, match=r"^tensor.load: node_0 has no file 'nope.npy' in its "
-                                          r"data root$"):
+                                          r"data root; put it there \(by default "
+                                          r"\./data/node_0; mp\.Simulator\(\.\.\., "
+                                          r"data_roots=\.\.\.\) or `mplang worker --data-root "
+                                          r"DIR` choose another\) or fix the path$"):
         data_root.describe(root, "nope.npy", node="node_0")
     with pytest.raises(MissingData, match=r"'many.npz' has no array 'c' \(it holds a, b\)"):
         data_root.read(root, "many.npz", "c")

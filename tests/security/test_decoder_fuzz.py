@@ -175,7 +175,8 @@ def test_program_over_the_size_limit() -> None:
 @pytest.mark.parametrize("magic", [b"MPLANG\x00\x02", b"MPV1\x00\x00\x00\x00", b"\x00" * 8])
 def test_wrong_program_magic(programs: dict[str, bytes], magic: bytes) -> None:
     data = magic + programs["spu_int_arith"][8:]
-    assert refused(data) == "malformed program: bad magic (not an MPLang program)"
+    assert refused(data) == ("malformed program: bad magic (not an MPLang program; load only "
+                             "files written by Program.save)")
 
 
 @pytest.mark.parametrize("kind", ["program", "value"])
@@ -190,7 +191,9 @@ def test_every_truncation_is_refused(programs: dict[str, bytes], kind: str) -> N
         short_json, short_payload = "bad frame header", "array size does not match its shape"
     json_end = header + int.from_bytes(data[header // 2:header], "little")
     for size in range(len(data)):
-        want = "too short" if size < header else short_json if size < json_end \
+        too_short = (f"too short ({size} bytes) to be an MPLang program; load only files "
+                     "written by Program.save") if kind == "program" else "too short"
+        want = too_short if size < header else short_json if size < json_end \
             else short_payload
         assert refuse(data[:size]) == f"malformed {kind}: {want}", size
 

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from typing import Any
 
 import jax
@@ -34,6 +35,7 @@ from mplang.runtime.backend import driver_kernels
 from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.options import DEFAULT_OPTIONS, Mode, RunOptions
 from mplang.runtime.scheduler import Scheduler
+from mplang.runtime.timeline import DRIVER, RunMonitor, monitoring
 
 
 def to_host_value(value: Any) -> Any:
@@ -65,6 +67,8 @@ class SimpDriver(ExecutionContext, ABC):
         self._run_prefix = f"{uuid.uuid4().hex[:16]}-"
         self._run_ids = itertools.count()
         """Execution ids: unique per driver (random prefix) and per run (counter)."""
+        self.runs = 0
+        """How many programs this context has started (``mplang run`` checks a script ran one)."""
         self.scheduler = Scheduler(64, "mplang-driver")
         self._garbage: queue.SimpleQueue[Sequence[str | None] | None] = queue.SimpleQueue()
         threading.Thread(target=self._collect_garbage, name="mplang-collector",
@@ -103,6 +107,7 @@ class SimpDriver(ExecutionContext, ABC):
                 continue
 
     def stop_collector(self) -> None:
+        """Stop the thread that releases the objects of collected handles."""
         self._garbage.put(None)
 
     # -- transport, provided by subclasses
@@ -255,10 +260,15 @@ class SimpDriver(ExecutionContext, ABC):
         exec_id = f"{self._run_prefix}{next(self._run_ids)}"
         interp = Interpreter(kernels, {"simp": self}, party=None, exec_id=exec_id,
                              options=options, scheduler=self.scheduler)
+        monitor = options.monitor
+        if monitor is not None:
+            self._describe_run(monitor, program, mode)
         with self._lock:
+            self.runs += 1
             self._created[exec_id] = []
         try:
-            results: list[HostVar] = interp.run(launcher, args)
+            with monitoring(exec_id, monitor) if monitor is not None else nullcontext():
+                results: list[HostVar] = interp.run(launcher, args)
             outputs: list[MPObject] = [self._handle(var, v.type, device) for var, v, device
                        in zip(results, program.graph.outputs, program.out_devices, strict=True)]
         finally:
@@ -267,6 +277,15 @@ class SimpDriver(ExecutionContext, ABC):
             for var in created:
                 self.release(var.uris)
         return outputs
+
+    def _describe_run(self, monitor: RunMonitor, program: Program, mode: Mode) -> None:
+        """Name the monitor's tracks after the cluster's nodes; add the op runs expected
+        (every party runs every op in launch mode; the driver too in standard mode)."""
+        monitor.parties.setdefault(DRIVER, "driver")
+        for rank, node in enumerate(self.cluster.nodes):
+            monitor.parties.setdefault(rank, f"party {rank} ({node.name})")
+        runners = self.world_size + (mode == "standard")
+        monitor.total_ops += sum(1 for _ in program.graph.walk()) * runners + 1
 
     def _handle(self, var: HostVar, vtype: Any, device: str | None) -> DriverObject:
         self._retain(var)

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from mplang.backends.mux_client import MuxClients, Reply, StatusError, TransportError, error_message
+from mplang.backends.mux_client import (
+    MuxClients,
+    Reply,
+    StatusError,
+    TransportError,
+    UnreachableError,
+    error_message,
+    start_worker_hint,
+)
 from mplang.backends.wire import pack_message
 from mplang.edsl.serde import decode_type
 from mplang.edsl.typing import DTYPES, BaseType, TensorType
@@ -55,6 +63,10 @@ def _ask(clients: MuxClients, rank: int, where: str, fields: dict[str, Any]) -> 
         status = e.response.status_code
         hint = (f" ({where} did not accept this driver)" if status in (403, 409) else "")
         raise MPRuntimeError(f"{_error_text(e.response)}{hint}", party=rank) from None
+    except UnreachableError as e:
+        raise MPRuntimeError(f"{where} is not reachable, so the type of a private input "
+                             f"cannot be asked ({e}); {start_worker_hint(clients.nodes[rank])}",
+                             party=rank) from e
     except TransportError as e:
         raise MPRuntimeError(f"{where} could not be asked for the type of a private input "
                              f"({type(e).__name__}: {e})", party=rank) from e

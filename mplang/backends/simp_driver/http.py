@@ -17,7 +17,14 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from mplang.backends.mux_client import MuxClients, StatusError, TransportError, error_message
+from mplang.backends.mux_client import (
+    MuxClients,
+    StatusError,
+    TransportError,
+    UnreachableError,
+    error_message,
+    start_worker_hint,
+)
 from mplang.backends.simp_driver.base import SimpDriver
 from mplang.backends.simp_driver.describe import describe_remote, describe_remote_input
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
@@ -35,6 +42,8 @@ from mplang.frontend.errors import (
 from mplang.runtime.commitments import commit, encode_openings
 from mplang.runtime.identity import LocalIdentity, load_identity
 from mplang.runtime.options import Mode, RunOptions
+from mplang.runtime.timeline import RunMonitor, now_us
+from mplang.runtime.trace_file import events_from_wire
 
 DEFAULT_DRIVER_KEY = Path("keys") / "driver.key"
 """Where `Driver` looks for its key, next to the spec file, when none is given."""
@@ -117,10 +126,13 @@ class SimpHttpDriver(SimpDriver):
                                   "inline": self._inline_bytes, **split,
                                   **options.wire_fields()}, body)
         what = _what(graph)
+        sent_us = now_us()
         try:
             response = self._clients.post(rank, "/run", parts, timeout=self._run_timeout)
         except StatusError as e:
             raise self._refused(rank, what, e) from e
+        except UnreachableError as e:
+            raise self._unreachable(rank, f"run {what}", e) from e
         except TransportError as e:
             raise MPRuntimeError(f"{self._where(rank)} failed while running {what}: the "
                                  f"connection was lost or refused ({type(e).__name__}: {e})",
@@ -132,6 +144,8 @@ class SimpHttpDriver(SimpDriver):
                 else MPRuntimeError
             raise cls(body.get("error", response.text), party=rank, op=body.get("op"),
                       key=body.get("key"), loc=body.get("loc"))
+        if options.monitor is not None and "trace" in body:
+            self._merge_trace(options.monitor, rank, body["trace"], sent_us, now_us())
         outputs: list[str | None] = body["outputs"]
         inline = body.get("inline") or {}
         for uri in outputs:
@@ -141,6 +155,29 @@ class SimpHttpDriver(SimpDriver):
         if options.progress is not None:
             options.progress(f"party {rank}: finished {what}")
         return outputs
+
+    @staticmethod
+    def _merge_trace(monitor: RunMonitor, rank: int, trace: Any, sent_us: float,
+                     answered_us: float) -> None:
+        """Add party ``rank``'s events to ``monitor`` on the driver's clock. The party's
+        offset is estimated from the request's round trip: its receipt and answer times,
+        against the driver's send and receipt times, bracket the same instants."""
+        if not isinstance(trace, dict):
+            raise MPRuntimeError(f"party {rank} answered with a malformed trace", party=rank)
+        received: Any = trace.get("received_us")
+        answered: Any = trace.get("answered_us")
+        if not all(type(t) in (int, float) for t in (received, answered)):
+            raise MPRuntimeError(f"party {rank}'s trace lacks its receipt and answer times",
+                                 party=rank)
+        offset = ((received - sent_us) + (answered - answered_us)) / 2
+        monitor.add_events(events_from_wire(trace.get("events"), rank), offset)
+
+    def _unreachable(self, rank: int, doing: str, e: UnreachableError) -> MPRuntimeError:
+        """The error for party ``rank``, whose worker accepted no connection to ``doing``:
+        which node, at which address, and how to start its worker."""
+        return MPRuntimeError(f"{self._where(rank)} is not reachable, so it cannot {doing} "
+                              f"({e}); {start_worker_hint(self.cluster.nodes[rank].name)}",
+                              party=rank)
 
     def _refused(self, rank: int, what: str, e: StatusError) -> MPLangError:
         """The error for party ``rank``'s 4xx answer. A 403 that is not about certificates
@@ -166,6 +203,8 @@ class SimpHttpDriver(SimpDriver):
             response = self._clients.post(rank, "/prepare", parts)
         except StatusError as e:
             raise self._refused(rank, _what(graph), e) from e
+        except UnreachableError as e:
+            raise self._unreachable(rank, f"prepare {_what(graph)}", e) from e
         except TransportError as e:
             raise MPRuntimeError(f"{self._where(rank)} could not be reached to prepare "
                                  f"{_what(graph)} ({type(e).__name__}: {e})", party=rank) from e

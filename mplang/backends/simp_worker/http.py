@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,8 @@ from mplang.runtime.identity import LocalIdentity, trust
 from mplang.runtime.object_store import ObjectStore
 from mplang.runtime.options import RunOptions
 from mplang.runtime.peers import Peer, PeerDirectory, Role
+from mplang.runtime.timeline import OpEvent, RunMonitor, monitor_of, monitoring, now_us
+from mplang.runtime.trace_file import events_to_wire
 
 log = logging.getLogger("mplang.worker")
 
@@ -136,6 +138,9 @@ class PeerCommunicator:
         headers = {H_EXEC: exec_id, H_KEY: key, H_PROGRAM: self._program_of(exec_id, key),
                    H_LINK: "1" if link else "0"}
         self._clients().send(dst, "/msg", parts, headers)
+        monitor = monitor_of(exec_id)
+        if monitor is not None:
+            monitor.count(self.rank, key, "sent", payload_bytes(value))
         if self.audit is not None:
             self.audit.message("send", exec_id, dst, key, privacy_kind(value), _size(parts),
                                True, link)
@@ -152,7 +157,11 @@ class PeerCommunicator:
         self.mailbox.abort(exec_id, reason)
 
     def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
-        return self.mailbox.take(src, tag, self.timeout if timeout is None else timeout)
+        value = self.mailbox.take(src, tag, self.timeout if timeout is None else timeout)
+        monitor = monitor_of(tag[0])
+        if monitor is not None:
+            monitor.count(self.rank, tag[1], "recv", payload_bytes(value))
+        return value
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -196,8 +205,10 @@ def _run_options(header: dict[str, Any], exec_id: str) -> RunOptions:
     def to_log(message: str) -> None:
         log.warning("execution %s: %s", exec_id, message)
 
+    monitor = RunMonitor(exec_id, record=True) if header.get("trace") is True else None
     return RunOptions(parallel=header.get("parallel") is not False, timeout=timeout,
-                      progress=to_log if header.get("progress") is True else None)
+                      progress=to_log if header.get("progress") is True else None,
+                      monitor=monitor)
 
 
 @dataclass
@@ -211,6 +222,8 @@ class Prepared:
     expires: float
     inline: int = 0
     """Up to how many bytes of outputs the driver wants in the ``/run`` answer."""
+    events: list[OpEvent] | None = None
+    """The ops this run recorded, when the driver asked for a trace."""
 
 
 class WorkerServer:
@@ -464,9 +477,17 @@ class WorkerServer:
 
     def execute(self, prepared: Prepared, driver: Peer) -> list[str | None]:
         run = prepared.run
+        options = prepared.options
         try:
-            outputs = self.worker.run(prepared.graph, prepared.inputs, run.exec_id, run.scope,
-                                      prepared.options, owner=driver.certificate.fingerprint)
+            with contextlib.ExitStack() as stack:
+                if options.monitor is not None:  # concurrent runs of one execution share one
+                    shared = stack.enter_context(monitoring(run.exec_id, options.monitor))
+                    options = replace(options, monitor=shared)
+                outputs = self.worker.run(prepared.graph, prepared.inputs, run.exec_id,
+                                          run.scope, options,
+                                          owner=driver.certificate.fingerprint)
+                if options.monitor is not None:
+                    prepared.events = options.monitor.drain()
         except Exception as e:
             if self.audit is not None:
                 self.audit.end(run.exec_id, run.scope, f"{type(e).__name__}: {e}")
@@ -554,7 +575,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         return {"status": "ok", "node": server.node, "rank": server.rank,
                 "fingerprint": server.identity.fingerprint, "spec": server.peers.digest}
 
-    async def run_prepared(prepared: Prepared, driver: Peer) -> Response:
+    async def run_prepared(prepared: Prepared, driver: Peer, received_us: float) -> Response:
         loop = asyncio.get_running_loop()
         exec_id = prepared.run.exec_id
         try:
@@ -569,7 +590,11 @@ def create_app(server: WorkerServer) -> FastAPI:
             return _error(500, f"party {server.rank}: {type(e).__name__}: {e}",
                           kind="MPRuntimeError", party=server.rank, op=None)
         inline = server.inline(outputs, driver, prepared.inline) if prepared.inline else {}
-        return JSONResponse({"outputs": outputs, "inline": inline})
+        answer: dict[str, Any] = {"outputs": outputs, "inline": inline}
+        if prepared.events is not None:  # the driver aligns the events with these two times
+            answer["trace"] = {"events": events_to_wire(prepared.events),
+                               "received_us": received_us, "answered_us": now_us()}
+        return JSONResponse(answer)
 
     async def checked(header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
         """`WorkerServer.prepare` off the event loop: decoding and vetting a new program
@@ -592,6 +617,7 @@ def create_app(server: WorkerServer) -> FastAPI:
 
     @app.post("/run")
     async def run(request: Request) -> Response:
+        received_us = now_us()
         driver = server.peer(request, "driver")
         header, payload = split_frame(await server.body(request))
         if len(payload):  # a run on this party alone: prepared and started at once
@@ -601,7 +627,7 @@ def create_app(server: WorkerServer) -> FastAPI:
                                             _require_str(header, "scope", _KEY_LIMIT), driver)
             server.check_votes(prepared, header.get("votes"))
             prepared.inline = _inline_limit(header)
-        return await run_prepared(prepared, driver)
+        return await run_prepared(prepared, driver, received_us)
 
     @app.post("/fetch")
     async def fetch(request: Request) -> Response:

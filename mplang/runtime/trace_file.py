@@ -1,0 +1,231 @@
+"""Timelines as Chrome / Perfetto trace files, worker events on the wire, and summaries.
+
+A trace file is Chrome's JSON trace format (``{"traceEvents": [...]}``), which
+Perfetto (ui.perfetto.dev) and ``chrome://tracing`` open. Each party is a
+process track (named ``party R (NODE)``, the driver ``driver``), each thread an
+interpreter ran on is a thread track, and each op is a complete slice (``ph:
+"X"``) whose arguments give its op key, source line, the messages and bytes it
+sent and received (``link_*``: those of a protocol library's own links),
+and, for ops with a cost rule, ``rounds_estimate``: the protocol rounds that
+`mplang.analysis` estimates for it, an estimate next to the counted messages.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from mplang.edsl.graph import Operation
+from mplang.frontend.errors import MPLangError
+from mplang.frontend.registry import traits_of
+from mplang.runtime.timeline import DRIVER, OpEvent, RunMonitor, Traffic
+
+MAX_WIRE_EVENTS = 1_000_000
+"""The most events a worker's answer may carry."""
+_TRAFFIC_FIELDS = frozenset(f.name for f in fields(Traffic))
+
+
+def check_trace_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a `Path`, if a trace file can be written there (its folder exists)."""
+    target = Path(path)
+    if target.is_dir():
+        raise MPLangError(f"trace={str(path)!r} is a directory; give a file name such as "
+                          f"{str(target / 'run.json')!r}")
+    if not target.parent.is_dir():
+        raise MPLangError(f"trace={str(path)!r}: the folder {str(target.parent)!r} does not "
+                          "exist; create it first or write the trace elsewhere")
+    return target
+
+
+def estimated_rounds(op: Operation) -> int | None:
+    """The protocol rounds the analysis estimates for ``op`` (None: no cost rule)."""
+    rule = traits_of(op.opcode).cost
+    if rule is None:
+        return None
+    from mplang.analysis.cost_model import CostModel
+
+    try:
+        return int(rule(op, CostModel()).rounds)
+    except Exception:  # an estimate that cannot be made is left out
+        return None
+
+
+def event_args(event: OpEvent, estimates: dict[int, int | None]) -> dict[str, Any]:
+    """The arguments of an event's slice; ``estimates`` caches rounds by op identity."""
+    args: dict[str, Any] = {"key": event.key}
+    if event.loc:
+        args["source"] = event.loc
+    if event.traffic is not None:
+        args.update(event.traffic.fields())
+    if event.op is not None:
+        ident = id(event.op)
+        if ident not in estimates:
+            estimates[ident] = estimated_rounds(event.op)
+        rounds = estimates[ident]
+        if rounds:
+            args["rounds_estimate"] = rounds
+    args.update(event.extra)
+    return args
+
+
+def events_to_wire(events: Sequence[OpEvent]) -> list[dict[str, Any]]:
+    """A worker's events as JSON objects for its ``/run`` answer."""
+    estimates: dict[int, int | None] = {}
+    return [{"name": e.opcode, "start": e.start_us, "end": e.end_us, "thread": e.thread,
+             "args": event_args(e, estimates)} for e in events]
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def events_from_wire(items: Any, party: int) -> list[OpEvent]:
+    """Events party ``party`` reported, checked field by field (a party reports only its
+    own ops); raises `MPLangError` naming the first malformed field."""
+    if not isinstance(items, list) or len(items) > MAX_WIRE_EVENTS:
+        raise MPLangError(f"party {party}'s trace: 'events' must be a list of at most "
+                          f"{MAX_WIRE_EVENTS} events")
+    events = []
+    for i, item in enumerate(items):
+        where = f"party {party}'s trace: events[{i}]"
+        if not isinstance(item, dict):
+            raise MPLangError(f"{where} is not an object")
+        name, args, thread = item.get("name"), item.get("args"), item.get("thread")
+        start: Any = item.get("start")
+        end: Any = item.get("end")
+        if not isinstance(name, str) or len(name) > 200:
+            raise MPLangError(f"{where}.name must be a string of at most 200 characters")
+        if not (_number(start) and _number(end) and start <= end):
+            raise MPLangError(f"{where}.start/end must be numbers, start <= end")
+        if type(thread) is not int:
+            raise MPLangError(f"{where}.thread must be an integer")
+        if not isinstance(args, dict) or len(args) > 32 or not all(
+                isinstance(k, str) and len(k) <= 64
+                and (_number(v) or (isinstance(v, str) and len(v) <= 4096))
+                for k, v in args.items()):
+            raise MPLangError(f"{where}.args must map at most 32 names to numbers or strings")
+        traffic = Traffic(**{k: int(v) for k, v in args.items() if k in _TRAFFIC_FIELDS})
+        key = args.get("key")
+        loc = args.get("source")
+        extra = {k: v for k, v in args.items()
+                 if k not in _TRAFFIC_FIELDS and k not in ("key", "source")}
+        events.append(OpEvent(party, name, str(key) if key is not None else "", float(start),
+                              float(end), thread, loc if isinstance(loc, str) else None,
+                              traffic if traffic.fields() else None, None, extra))
+    return events
+
+
+def chrome_trace(monitor: RunMonitor) -> dict[str, Any]:
+    """The monitor's events as a Chrome trace object (times from the run's start)."""
+    events = sorted(monitor.events, key=lambda e: (e.start_us, e.party, e.key))
+    origin = min((e.start_us for e in events), default=monitor.started_us)
+    parties = sorted({e.party for e in events} | set(monitor.parties))
+    driver_pid = max([p for p in parties if p != DRIVER], default=-1) + 1
+
+    def pid(party: int) -> int:
+        return driver_pid if party == DRIVER else party
+
+    out: list[dict[str, Any]] = []
+    for party in parties:
+        name = monitor.parties.get(party, "driver" if party == DRIVER else f"party {party}")
+        out.append({"name": "process_name", "ph": "M", "pid": pid(party), "tid": 0,
+                    "args": {"name": name}})
+        out.append({"name": "process_sort_index", "ph": "M", "pid": pid(party), "tid": 0,
+                    "args": {"sort_index": pid(party)}})
+    threads: dict[tuple[int, int], int] = {}
+    estimates: dict[int, int | None] = {}
+    for e in events:
+        slot = (e.party, e.thread)
+        if slot not in threads:
+            threads[slot] = tid = sum(1 for p, _ in threads if p == e.party) + 1
+            out.append({"name": "thread_name", "ph": "M", "pid": pid(e.party), "tid": tid,
+                        "args": {"name": f"thread {tid}"}})
+        out.append({"name": e.opcode, "cat": "op", "ph": "X", "pid": pid(e.party),
+                    "tid": threads[slot], "ts": round(e.start_us - origin, 3),
+                    "dur": round(e.end_us - e.start_us, 3), "args": event_args(e, estimates)})
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"program": monitor.name, "clock": "microseconds from the run's "
+                          "first op; workers' clocks aligned to the driver's"}}
+
+
+def write_trace(monitor: RunMonitor, path: Path) -> None:
+    """Write the monitor's timeline to ``path`` (Chrome / Perfetto JSON)."""
+    path.write_text(json.dumps(chrome_trace(monitor), separators=(",", ":")))
+
+
+def load_trace(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The op slices of a trace file; `MPLangError` if it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise MPLangError(f"no such trace file: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise MPLangError(f"{path} is not a trace file (JSON expected): {error}") from None
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise MPLangError(f"{path} is not a Chrome trace: no 'traceEvents' list")
+    names = {e["pid"]: e["args"]["name"] for e in events if isinstance(e, dict)
+             and e.get("ph") == "M" and e.get("name") == "process_name"
+             and isinstance(e.get("args"), dict) and "name" in e["args"]}
+    slices = []
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str) \
+                and _number(e.get("dur")):
+            slices.append({**e, "track": names.get(e.get("pid"), f"pid {e.get('pid')}")})
+    return slices
+
+
+def self_times(slices: list[dict[str, Any]]) -> list[float]:
+    """Each slice's duration minus that of the slices nested in it on its thread."""
+    own = [float(s["dur"]) for s in slices]
+    by_thread: dict[tuple[Any, Any], list[int]] = {}
+    for i, s in enumerate(slices):
+        by_thread.setdefault((s.get("pid"), s.get("tid")), []).append(i)
+    for indices in by_thread.values():
+        indices.sort(key=lambda i: (slices[i]["ts"], -slices[i]["dur"]))
+        stack: list[int] = []
+        for i in indices:
+            start = slices[i]["ts"]
+            while stack and slices[stack[-1]]["ts"] + slices[stack[-1]]["dur"] <= start:
+                stack.pop()
+            if stack:
+                own[stack[-1]] -= float(slices[i]["dur"])
+            stack.append(i)
+    return [max(t, 0.0) for t in own]
+
+
+def summarize(path: str | os.PathLike[str], top: int = 10,
+              echo: Callable[[str], None] = print) -> None:
+    """Print the ops of a trace file that took the most time (self time: without the ops
+    nested in them), and each track's busy time."""
+    slices = load_trace(path)
+    if not slices:
+        echo(f"{path}: no op slices")
+        return
+    own = self_times(slices)
+    by_op: dict[str, list[tuple[float, float]]] = {}
+    sent: dict[str, int] = {}
+    tracks: dict[str, float] = {}
+    for s, t in zip(slices, own, strict=True):
+        by_op.setdefault(s["name"], []).append((t, float(s["dur"])))
+        args = s["args"] if isinstance(s.get("args"), dict) else {}
+        moved = sum(int(v) for k, v in args.items() if k.endswith("sent_bytes") and _number(v))
+        sent[s["name"]] = sent.get(s["name"], 0) + moved
+        tracks[s["track"]] = tracks.get(s["track"], 0.0) + t
+    span = (max(s["ts"] + s["dur"] for s in slices) - min(s["ts"] for s in slices)) / 1000
+    echo(f"{path}: {len(slices)} op runs in {span:.3f} ms")
+    echo(f"{'op':<28} {'runs':>6} {'self ms':>10} {'total ms':>10} {'max ms':>9} "
+         f"{'bytes sent':>11}")
+    ranked = sorted(by_op.items(), key=lambda kv: (-sum(t for t, _ in kv[1]), kv[0]))
+    for name, times in ranked[:top]:
+        echo(f"{name[:28]:<28} {len(times):>6} {sum(t for t, _ in times) / 1000:>10.3f} "
+             f"{sum(d for _, d in times) / 1000:>10.3f} {max(d for _, d in times) / 1000:>9.3f}"
+             f" {sent[name]:>11}")
+    echo("self time per track:")
+    for track in sorted(tracks):
+        echo(f"  {track}: {tracks[track] / 1000:.3f} ms")

@@ -1,0 +1,301 @@
+"""``mplang run`` on the simulator, and ``mp.current_context()``.
+
+Scripts are written to a temporary folder and run in this process through
+``mplang.cli.main``, except one run of the real ``mplang`` command.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mplang as mp
+from mplang import cli_run
+from mplang.backends.simp_driver.base import SimpDriver
+from mplang.cli import main
+from mplang.edsl.context import set_default_context
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "run_me.py"
+
+SQUARE_PLUS_ONE = """\
+import numpy as np
+import mplang as mp
+from mplang import simp
+
+X = np.array([1, -2, 3, 40], dtype=np.int32)
+
+
+@mp.function
+def prog():
+    x = simp.constant((0,), X)
+    y = simp.pcall((0,), lambda v: v * v + 1, x)
+    return simp.shuffle_static(y, {2: 0})
+"""
+
+
+def script(tmp_path: Path, text: str, name: str = "script.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["run", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------- scripts that run
+
+
+def test_script_uses_current_context(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = script(tmp_path, SQUARE_PLUS_ONE + """
+ctx = mp.current_context()
+values = mp.fetch(ctx, mp.evaluate(ctx, prog))
+print(type(ctx).__name__, ctx.world_size, [None if v is None else v.tolist() for v in values])
+""")
+    code, out, err = run(capsys, str(path), "--sim", "3")
+    assert (code, err) == (0, "")
+    kind, world, values = out.split(" ", 2)
+    want = np.array([1, -2, 3, 40]) ** 2 + 1
+    assert (kind, world) == ("Simulator", "3")
+    assert values.strip() == str([None, None, want.tolist()])
+
+
+def test_main_ctx_is_called_with_the_context(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = script(tmp_path, SQUARE_PLUS_ONE + """
+def main(ctx):
+    assert ctx is mp.current_context()
+    print(mp.fetch(ctx, mp.evaluate(ctx, prog))[2].tolist())
+""")
+    code, out, err = run(capsys, "--sim", "3", str(path))
+    assert (code, err) == (0, "")
+    assert out == f"{(np.array([1, -2, 3, 40]) ** 2 + 1).tolist()}\n"
+
+
+def test_main_called_by_the_script_runs_once(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    path = script(tmp_path, SQUARE_PLUS_ONE + """
+def main(ctx):
+    print("main ran", mp.fetch(ctx, mp.evaluate(ctx, prog))[2].tolist())
+
+
+if __name__ == "__main__":
+    main(mp.current_context())
+""")
+    code, out, _ = run(capsys, str(path), "--sim", "3")
+    assert code == 0
+    assert out.count("main ran") == 1
+
+
+def test_script_arguments_and_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script(tmp_path, "SCALE = 7\n", name="helper_beside_script.py")
+    path = script(tmp_path, """
+import json, sys
+import numpy as np
+import mplang as mp
+from mplang import simp
+from helper_beside_script import SCALE
+
+ctx = mp.current_context()
+out = mp.evaluate(ctx, lambda: simp.constant((1,), np.int32(SCALE * len(sys.argv))))
+print(json.dumps({"argv": sys.argv, "name": __name__, "value": int(mp.fetch(ctx, out)[1])}))
+""")
+    argv = ["a", "--flag", "--sim", "x"]
+    code, out, err = run(capsys, str(path), "a", "--flag", "--sim", "2", "--", "--sim", "x")
+    assert (code, err) == (0, "")
+    got = json.loads(out)
+    assert got == {"argv": [str(path), *argv], "name": "__main__", "value": 7 * 5}
+    assert str(tmp_path) not in sys.path
+    assert sys.argv[0] != str(path)
+
+
+def test_example_run_me(capsys: pytest.CaptureFixture[str],
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(EXAMPLE.parent.parent)
+    code, out, err = run(capsys, "examples/run_me.py", "6", "--sim", "3")
+    assert (code, err) == (0, "")
+    want = (np.arange(6) + 10 * np.arange(6)).tolist()
+    assert out == f"sum on 3 parties, revealed to P0: {want}\n"
+
+
+def test_mplang_command_runs_the_example() -> None:
+    done = subprocess.run([sys.executable, "-m", "mplang.cli", "run", str(EXAMPLE), "--sim", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"sum on 3 parties, revealed to P0: {(11 * np.arange(4)).tolist()}\n"
+
+
+def test_context_options_close_and_uninstall(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    path = script(tmp_path, """
+import mplang as mp
+import numpy as np
+from mplang import simp
+ctx = mp.current_context()
+mp.evaluate(ctx, lambda: simp.constant((0,), np.int32(1)))
+""")
+    opened: list[SimpDriver] = []
+    real_open = cli_run._open
+    monkeypatch.setattr(cli_run, "_open", lambda args: opened.append(real_open(args)) or opened[0])
+    assert run(capsys, str(path), "--sim", "2", "--timeout", "1.5")[0] == 0
+    (ctx,) = opened
+    assert isinstance(ctx, mp.Simulator) and ctx.runs == 1
+    assert [w.timeout for w in ctx.mesh.workers] == [1.5, 1.5]
+    with pytest.raises(mp.MPLangError, match="this simulator is closed"):
+        mp.evaluate(ctx, lambda: mp.simp.constant((0,), np.int32(1)))
+    with pytest.raises(mp.MPLangError, match="no MPLang context is active"):
+        mp.current_context()
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_missing_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.py"
+    assert run(capsys, str(missing), "--sim", "3") == (
+        2, "", f"mplang run: no such script: {missing}\n")
+
+
+@pytest.mark.parametrize("text", [
+    "print('hello')\n",
+    "import mplang as mp\nctx = mp.current_context()\n",
+    "def main():\n    raise AssertionError('main() takes no context: not called')\n",
+])
+def test_script_with_no_program(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                text: str) -> None:
+    path = script(tmp_path, text)
+    code, _, err = run(capsys, str(path), "--sim", "3")
+    assert code == 2
+    assert err == (
+        "mplang run: script.py ran no MPLang program on the simulator mplang run gave it: get "
+        "that context with `ctx = mp.current_context()` and run programs with "
+        "mp.evaluate(ctx, ...), or define `def main(ctx)`, which mplang run calls\n")
+
+
+def test_program_on_another_context_does_not_count(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = script(tmp_path, SQUARE_PLUS_ONE + """
+sim = mp.Simulator(3)
+mp.evaluate(sim, prog)
+sim.close()
+""")
+    code, _, err = run(capsys, str(path), "--sim", "3")
+    assert code == 2 and "ran no MPLang program on the simulator" in err
+
+
+def test_missing_cluster_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = script(tmp_path, "print('never runs')\n")
+    spec = tmp_path / "cluster.yaml"
+    assert run(capsys, str(path), "--cluster", str(spec)) == (
+        2, "", f"mplang run: no such cluster spec: {spec} (write a development cluster "
+               "with: mplang init --nodes 3 --out dev)\n")
+
+
+def test_missing_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = script(tmp_path, "print('never runs')\n")
+    assert main(["init", "--nodes", "2", "--out", str(tmp_path / "dev")]) == 0
+    capsys.readouterr()
+    spec = str(tmp_path / "dev" / "cluster.yaml")
+    key = tmp_path / "dev" / "keys" / "nobody.key"
+    for argv in (["--key", str(key)], ["--name", "nobody"]):
+        code, out, err = run(capsys, str(path), "--cluster", spec, *argv)
+        assert (code, out) == (2, "")
+        assert err.startswith(f"mplang run: no key file at {key} (make one with: mplang keygen")
+        assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["x.py"], "give exactly one of --sim N and --cluster F"),
+    (["--sim", "2", "x.py", "--cluster", "c.yaml"], "give exactly one of --sim N and --cluster F"),
+    (["x.py", "--sim", "2", "--cluster", "c.yaml"],
+     "argument --cluster: not allowed with argument --sim"),
+    (["x.py", "--sim", "three"], "argument --sim: invalid int value: 'three'"),
+    (["x.py", "--sim", "2", "--key", "k.key"], "--key and --name go with --cluster, not --sim"),
+    (["--sim", "2"], "give the script to run: mplang run SCRIPT [ARG ...]"),
+    (["x.py", "--sim"], "--sim needs a value"),
+    (["x.py", "--sim", "0"], "world size must be a positive int, got 0"),
+])
+def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                           monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                           message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    script(tmp_path, "print('never runs')\n", name="x.py")
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"mplang run: {message}")
+
+
+# ---------------------------------------------------------------- failing scripts
+
+
+def test_error_in_program_names_the_script_line(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    path = script(tmp_path, """\
+import numpy as np
+import mplang as mp
+from mplang import simp
+
+
+def bad():
+    x = simp.constant((0,), np.int32(1))
+    return simp.pcall((1,), lambda v: v + 1, x)
+
+
+def main(ctx):
+    mp.evaluate(ctx, bad)
+""")
+    code, out, err = run(capsys, str(path), "--sim", "3")
+    assert (code, out) == (1, "")
+    first, *trace = err.splitlines()
+    assert first.startswith("mplang run: MPTypeError: ") and "script.py:8" in first
+    assert trace[0] == "in your script (most recent call last):"
+    files = [line.split('"')[1] for line in trace if line.startswith("  File ")]
+    assert files == [str(path)] * 2  # main(ctx) and bad(), nothing of MPLang's
+    assert "line 12, in main" in err and "line 8, in bad" in err
+
+
+def test_plain_exception_and_exit_code(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    path = script(tmp_path, "raise ValueError('bad input file')\n")
+    code, _, err = run(capsys, str(path), "--sim", "2")
+    assert code == 1
+    assert err.splitlines()[0] == "mplang run: ValueError: bad input file"
+    assert f'File "{path}", line 1, in <module>' in err
+    path.write_text("import sys\nsys.exit(3)\n")
+    assert run(capsys, str(path), "--sim", "2") == (3, "", "")
+
+
+# ---------------------------------------------------------------- mp.current_context()
+
+
+def test_current_context_without_any() -> None:
+    with pytest.raises(mp.MPLangError) as info:
+        mp.current_context()
+    assert str(info.value) == (
+        "mp.current_context(): no MPLang context is active. Run the script with "
+        "`mplang run SCRIPT --sim 3` (or `--cluster cluster.yaml`), or create a context "
+        "yourself: `sim = mp.Simulator(3)` or `mp.Driver('cluster.yaml', "
+        "key='keys/driver.key')`, and pass it to mp.evaluate")
+
+
+def test_with_block_wins_over_the_default() -> None:
+    outer, inner = mp.Simulator(2), mp.Simulator(2)
+    previous = set_default_context(outer)
+    try:
+        assert mp.current_context() is outer
+        with inner:
+            assert mp.current_context() is inner
+        assert mp.current_context() is outer
+    finally:
+        assert set_default_context(previous) is outer
+        outer.close()
+        inner.close()
+    assert previous is None

@@ -1,0 +1,546 @@
+"""The mistakes a newcomer makes most, each with the exact message it gets.
+
+Every case is a user's program, written to ``prog.py`` in a fresh folder and run
+there as a script, so a message's source line is a real line of a real file: the
+line marked ``# <- error`` (``{line}`` in the expected message), and for a
+function that JAX rejected, the line marked ``# <- raised`` (``{raised}``). Each
+message says what happened, where (that line, or the node, device or file), and
+what to do instead.
+"""
+
+from __future__ import annotations
+
+import re
+import runpy
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import mplang as mp
+from mplang.device.cluster import ClusterSpecError
+from mplang.frontend.errors import MPConcreteValueError
+from mplang.runtime.data_root import MissingData
+from mplang.runtime.local_cluster import free_ports, write_dev_cluster
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A user's program (``source``), the exception class it raises and its message."""
+
+    source: str
+    error: type[Exception]
+    message: str
+
+
+MISTAKES: dict[str, Mistake] = {
+    "device function called outside a program": Mistake(
+        """
+        import jax.numpy as jnp
+        import mplang as mp
+
+        one = mp.device("P0")(lambda: jnp.int32(1))()  # <- error
+        """,
+        mp.MPTraceError,
+        "device('P0')(<lambda>) needs a context: it was called outside any MPLang program, so "
+        "nothing traces or runs it; call it inside an @mp.function that you run with "
+        "mp.evaluate(sim, fn, ...) or mp.compile(fn, ..., world_size=N), or inside `with sim:` "
+        "(at prog.py:{line})"),
+    "mp.function called like a Python function": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog():
+            return simp.constant((0,), 1)
+
+
+        prog()  # <- error
+        """,
+        mp.MPTraceError,
+        "prog needs a context: it was called outside any MPLang program, so nothing traces or "
+        "runs it; call it inside an @mp.function that you run with mp.evaluate(sim, fn, ...) or "
+        "mp.compile(fn, ..., world_size=N), or inside `with sim:` (at prog.py:{line})"),
+    "Python if on a traced value": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog():
+            x = simp.constant((0, 1, 2), 3)
+            if x > 2:  # <- error
+                return x
+            return x + 1
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        MPConcreteValueError,
+        "Python `if`/`while`/`and`/`or`/`not` needs the truth value of "
+        "TraceObject(%3: bool[]@{0,1,2}), a traced value known only when the program runs; "
+        "branch with simp.uniform_cond(pred, then_fn, else_fn, *args), loop with "
+        "simp.while_loop(cond_fn, body_fn, init), or select with jnp.where(pred, a, b) inside a "
+        "device function (at prog.py:{line})"),
+    "Python if inside a device function": Mistake(
+        """
+        import jax.numpy as jnp
+        import mplang as mp
+
+
+        def clip(a):
+            if a > 2:  # <- error
+                return a
+            return a + 1
+
+
+        @mp.function
+        def prog():
+            x = mp.device("P0")(lambda: jnp.int32(3))()
+            return mp.device("P0")(clip)(x)
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        MPConcreteValueError,
+        "Python `if`/`while`/`and`/`or`/`not` needs the truth value of TraceObject(%4: bool[]), "
+        "a traced value of a device function or pcall body, known only when the program runs; "
+        "select with jnp.where(pred, a, b) or branch with jax.lax.cond(pred, true_fn, false_fn, "
+        "*args) (at prog.py:{line})"),
+    "Python for over a traced value": Mistake(
+        """
+        import numpy as np
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog():
+            x = simp.constant((0,), np.arange(3))
+            total = 0
+            for v in x:  # <- error
+                total = total + v
+            return total
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        MPConcreteValueError,
+        "Python `for` and unpacking cannot iterate over TraceObject(%0: i32[3]@{0}), a traced "
+        "value known only when the program runs; index it explicitly (x[i] for i in "
+        "range(len(x))), or loop inside a device function (at prog.py:{line})"),
+    "int() of a traced value": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog():
+            n = simp.constant((0,), 3)
+            return [simp.constant((0,), i) for i in range(int(n))]  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        MPConcreteValueError,
+        "int() needs the value of TraceObject(%0: i32[]@{0}), a traced value known only when "
+        "the program runs; compute with it inside a device function or simp.pcall body (with "
+        "jax.numpy), and bring results to Python with mp.fetch after mp.evaluate "
+        "(at prog.py:{line})"),
+    "numpy function on a traced value": Mistake(
+        """
+        import numpy as np
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog():
+            x = simp.constant((0,), np.arange(3.0))
+            return simp.constant((0,), np.mean(x))  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        MPConcreteValueError,
+        "numpy (np.asarray, np.mean, ...) needs the data of TraceObject(%0: f32[3]@{0}), a "
+        "traced value known only when the program runs; compute with it inside a device "
+        "function or simp.pcall body (with jax.numpy), and bring results to Python with "
+        "mp.fetch after mp.evaluate (at prog.py:{line})"),
+    "Python if on a value in eager mode": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+        sim = mp.Simulator(3)
+        with sim:
+            x = simp.constant((0, 1, 2), 3)
+            if x > 2:  # <- error
+                print("big")
+        """,
+        MPConcreteValueError,
+        "Python `if`/`while`/`and`/`or`/`not` needs the truth value of "
+        "DriverObject(bool[]@{0,1,2}, held by [0, 1, 2]), which lives on the parties, not in "
+        "this Python process; fetch it first with mp.fetch(ctx, x) (one value per party, or a "
+        "device object's plain value) and branch on what it returns, or branch inside the "
+        "program with simp.uniform_cond (at prog.py:{line})"),
+    "float() of a value in eager mode": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+        sim = mp.Simulator(3)
+        with sim:
+            x = simp.constant((0,), 2.5)
+            print(float(x) * 2)  # <- error
+        """,
+        MPConcreteValueError,
+        "float() needs the value of DriverObject(f32[]@{0}, held by [0]), which lives on the "
+        "parties, not in this Python process; fetch it first with mp.fetch(ctx, x) (one value "
+        "per party, or a device object's plain value) and use what it returns "
+        "(at prog.py:{line})"),
+    "fetch of an SPU value that was not revealed": Mistake(
+        """
+        import jax.numpy as jnp
+        import mplang as mp
+
+
+        @mp.function
+        def millionaire():
+            x = mp.device("P0")(lambda: jnp.int32(1_000_000))()
+            y = mp.device("P1")(lambda: jnp.int32(2_000_000))()
+            return mp.device("SP0")(lambda a, b: a < b)(x, y)
+
+
+        sim = mp.Simulator(mp.ClusterSpec.simple(3))
+        mp.fetch(sim, mp.evaluate(sim, millionaire))  # <- error
+        """,
+        mp.MPRuntimeError,
+        "SP0 holds a secret-shared value; reveal it in the program first, e.g. return "
+        "mp.put('P0', z) (at prog.py:{line})"),
+    "fetch inside the traced function": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+        sim = mp.Simulator(3)
+
+
+        @mp.function
+        def prog():
+            x = simp.constant((0,), 1)
+            print(mp.fetch(sim, x))  # <- error
+            return x
+
+
+        mp.evaluate(sim, prog)
+        """,
+        mp.MPTraceError,
+        "mp.fetch got TraceObject(%0: i32[]@{0}), a traced value of a program being traced, "
+        "which has no data until the program runs; return it from the function and fetch the "
+        "result: mp.fetch(sim, mp.evaluate(sim, fn)) (at prog.py:{line})"),
+    "party index outside the world": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog():
+            return simp.constant((5,), 1)  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTypeError,
+        "simp.constant: parties {5} are outside the world of 3 parties (ranks run from 0 to 2) "
+        "(at prog.py:{line})"),
+    "unknown device name": Mistake(
+        """
+        import jax.numpy as jnp
+        import mplang as mp
+
+
+        @mp.function
+        def prog():
+            return mp.device("P7")(lambda: jnp.int32(1))()  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        ClusterSpecError,
+        "unknown device 'P7'; this cluster has: P0, P1, P2, SP0; use one of these names, or "
+        "add the device under 'devices' in the cluster spec (at prog.py:{line})"),
+    "an SPU on a one-party cluster": Mistake(
+        """
+        import jax.numpy as jnp
+        import mplang as mp
+
+
+        @mp.function
+        def prog():
+            x = mp.device("P0")(lambda: jnp.int32(1))()
+            return mp.device("SP0")(lambda a: a + 1)(x)  # <- error
+
+
+        mp.evaluate(mp.Simulator(1), prog)
+        """,
+        ClusterSpecError,
+        "unknown device 'SP0'; this cluster has: P0; a 1-node cluster has no secure device: "
+        "secret sharing needs 2 or more parties, e.g. mp.ClusterSpec.simple(2) "
+        "(at prog.py:{line})"),
+    "shape mismatch inside an SPU function": Mistake(
+        """
+        import jax.numpy as jnp
+        import mplang as mp
+
+
+        def add(a, b):
+            return a + b  # <- raised
+
+
+        @mp.function
+        def prog():
+            x = mp.device("P0")(lambda: jnp.zeros(3))()
+            y = mp.device("P1")(lambda: jnp.zeros(4))()
+            return mp.device("SP0")(add)(x, y)  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTypeError,
+        "device 'SP0' (add): could not compile the function for SPU on (f32[3], f32[4]): "
+        "TypeError: add got incompatible shapes for broadcasting: (3,), (4,). (raised at "
+        "prog.py:{raised}; fix the function or the shapes and dtypes of its arguments) "
+        "(at prog.py:{line})"),
+    "put of a pytree with a string leaf": Mistake(
+        """
+        import jax.numpy as jnp
+        import mplang as mp
+
+
+        @mp.function
+        def prog():
+            w = mp.device("P0")(lambda: jnp.ones(2))()
+            return mp.put("P1", (w, {"w": "hello"}))  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTypeError,
+        "put('P1'): leaf [1]['w']: values of dtype <U5 are not supported; use numbers "
+        "(at prog.py:{line})"),
+    "device function returning a string": Mistake(
+        """
+        import mplang as mp
+
+
+        @mp.function
+        def prog():
+            return mp.device("P0")(lambda: "done")()  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTraceError,
+        "function '<lambda>' returned a plain Python value of type str ('done'); a device "
+        "function or pcall body returns numbers, arrays (numpy, jax.numpy) or tuples, lists and "
+        "dicts of them (at prog.py:{line})"),
+    "compile without world_size": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog(a):
+            return simp.constant((0,), a)
+
+
+        program = mp.compile(prog, 3)  # <- error
+        """,
+        mp.MPLangError,
+        "mp.compile needs the parties to compile for: pass world_size=N for a simp-level "
+        "program (e.g. mp.compile(fn, *args, world_size=3)) or cluster=mp.ClusterSpec.simple(N) "
+        "for one that uses devices (at prog.py:{line})"),
+    "uniform_cond on a Python bool": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog(flag):
+            x = simp.constant((0, 1, 2), 1)
+            return simp.uniform_cond(flag, lambda v: v + 1, lambda v: v, x)  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog, True)
+        """,
+        mp.MPTypeError,
+        "simp.uniform_cond: the predicate is a plain Python bool (True), known while tracing; "
+        "choose the branch with a Python `if`, or pass a boolean scalar MPLang value held by "
+        "every party (at prog.py:{line})"),
+    "uniform_cond on a predicate one party holds": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog():
+            flag = simp.constant((0,), True)
+            x = simp.constant((0, 1, 2), 1)
+            return simp.uniform_cond(flag, lambda v: v + 1, lambda v: v, x)  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTypeError,
+        "simp.uniform_cond: the predicate (bool[]@{0}) must be held by every party {0,1,2}; "
+        "make it uniform first (e.g. shuffle or reveal it to all parties) (at prog.py:{line})"),
+    "while_loop state that changes type": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog():
+            x = simp.constant((0, 1, 2), 1)
+            return simp.while_loop(lambda v: v < 10, lambda v: v * 1.5, x)  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTypeError,
+        "simp.while_loop: the loop state changes type: state 0 is i32[]@{0,1,2} before the "
+        "body and f32[]@{0,1,2} after it; make body_fn return every state value with its "
+        "initial type (e.g. cast with .astype, or start from an initial value of the loop's "
+        "type) (at prog.py:{line})"),
+    "pcall on a party that does not hold the input": Mistake(
+        """
+        import mplang as mp
+        from mplang import simp
+
+
+        @mp.function
+        def prog():
+            x = simp.constant((0,), 3)
+            return simp.pcall((1,), lambda v: v + 1, x)  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTypeError,
+        "simp.pcall on parties {1}: input 0 (i32[]@{0}) is held only by {0}; parties {1} do "
+        "not hold it (send it first, e.g. simp.shuffle_static(x, {1: 0})) (at prog.py:{line})"),
+    "tensor.load of a file the party does not have": Mistake(
+        """
+        import mplang as mp
+        from mplang import tensor
+
+
+        @mp.function
+        def prog():
+            return mp.device("P0")(lambda: tensor.load("wealth.npy"))()  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        MissingData,
+        "tensor.load: node_0 has no file 'wealth.npy' in its data root; put it there (by "
+        "default ./data/node_0; mp.Simulator(..., data_roots=...) or `mplang worker "
+        "--data-root DIR` choose another) or fix the path (at prog.py:{line})"),
+    "Driver over a cluster file that does not exist": Mistake(
+        """
+        import mplang as mp
+
+        drv = mp.Driver("cluster.yaml", key="keys/driver.key")  # <- error
+        """,
+        ClusterSpecError,
+        "cluster spec {cwd}/cluster.yaml does not exist; write one with `mplang init --nodes 3 "
+        "--out dev` and pass 'dev/cluster.yaml' (or run on one machine without workers: "
+        "mp.Simulator(mp.ClusterSpec.simple(3)))"),
+}
+
+
+def marked_line(source: str, mark: str) -> int:
+    """The number of the one line of ``source`` that carries the comment ``# <- mark``."""
+    lines = [i for i, text in enumerate(source.splitlines(), 1) if text.endswith(f"# <- {mark}")]
+    assert len(lines) <= 1, f"{mark} marks several lines"
+    return lines[0] if lines else 0
+
+
+def run_program(folder: Path, source: str) -> None:
+    """Write ``source`` to ``folder/prog.py`` and run it as a script from ``folder``."""
+    path = folder / "prog.py"
+    path.write_text(source)
+    runpy.run_path(str(path), run_name="__main__")
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh working folder for one user program."""
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+
+
+@pytest.mark.parametrize("name", list(MISTAKES))
+def test_a_mistake_gets_its_message(name: str, folder: Path) -> None:
+    mistake = MISTAKES[name]
+    source = textwrap.dedent(mistake.source).lstrip("\n")
+    with pytest.raises(mistake.error) as info:
+        run_program(folder, source)
+    assert type(info.value) is mistake.error
+    expected = (mistake.message.replace("{line}", str(marked_line(source, "error")))
+                .replace("{raised}", str(marked_line(source, "raised")))
+                .replace("{cwd}", str(Path.cwd())))
+    assert str(info.value) == expected
+
+
+WORKER_DOWN = """\
+import jax.numpy as jnp
+import mplang as mp
+
+
+@mp.function
+def millionaire():
+    x = mp.device("P0")(lambda: jnp.int32(1_000_000))()
+    y = mp.device("P1")(lambda: jnp.int32(2_000_000))()
+    return mp.put("P0", mp.device("SP0")(lambda a, b: a < b)(x, y))
+
+
+drv = mp.Driver("dev/cluster.yaml", key="dev/keys/driver.key")
+print(mp.fetch(drv, mp.evaluate(drv, millionaire)))
+"""
+
+
+def test_a_worker_that_is_not_running_is_named_at_once(folder: Path) -> None:
+    """The driver's first request finds nothing listening: the message names the node and
+    its address and says how to start the worker, without waiting for a timeout."""
+    spec = mp.ClusterSpec.from_endpoints([f"127.0.0.1:{p}" for p in free_ports(3)])
+    write_dev_cluster(spec, folder / "dev")
+    start = time.monotonic()
+    with pytest.raises(mp.MPRuntimeError) as info:
+        run_program(folder, WORKER_DOWN)
+    assert time.monotonic() - start < 20  # the driver's request timeout is 30 s
+    message = str(info.value)
+    found = re.match(r"party (\d) ", message)
+    assert found is not None, message
+    rank = int(found.group(1))  # the parties are asked at once: any of them may answer first
+    node = f"node_{rank}"
+    assert info.value.party == rank
+    assert message == (
+        f"party {rank} ({node} at https://{spec.nodes[rank].endpoint}) is not reachable, so it "
+        "cannot prepare a program of 6 ops (ConnectionRefusedError: [Errno 111] Connection "
+        "refused); is its worker running? Start the cluster's workers with `mplang up "
+        "--cluster cluster.yaml`, or this node's with `mplang worker --cluster cluster.yaml "
+        f"--node {node} --key keys/{node}.key` (in op func.call at /0)")
