@@ -20,6 +20,7 @@ from mplang.edsl.typing import Mask, MPType, TensorType
 from mplang.frontend.errors import (
     MPCommunicationError,
     MPLangError,
+    MPRefusedError,
     MPRuntimeError,
     MPSerializationError,
     MPTraceError,
@@ -42,6 +43,7 @@ __all__ = [
     "MPCommunicationError",
     "MPLangError",
     "MPObject",
+    "MPRefusedError",
     "MPRuntimeError",
     "MPSerializationError",
     "MPTraceError",

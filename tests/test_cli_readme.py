@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import re
-import runpy
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from mplang.cli import main
+from tests.docs.markdown_blocks import Block, parse_blocks, run_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,44 +95,39 @@ def test_console_script_runs_demo() -> None:
     assert "2 parties" in proc.stdout
 
 
-def _readme_blocks() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+README = ROOT / "README.md"
 
 
-def test_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                             capsys: pytest.CaptureFixture[str]) -> None:
-    blocks = _readme_blocks()
+def _readme_python_blocks() -> list[Block]:
+    return [b for b in parse_blocks(README.read_text()) if b.lang == "python"]
+
+
+def test_readme_examples_run(tmp_path: Path) -> None:
+    blocks = _readme_python_blocks()
     assert len(blocks) == 3, "README's python examples changed: update this test"
-    monkeypatch.chdir(tmp_path)
-    script = tmp_path / "readme_example.py"
-    # the device example continues the first one; its last line's value is printed
-    device = blocks[1].rstrip().splitlines()
-    device[-1] = f"print({device[-1].split('#')[0].strip()})"
-    script.write_text(blocks[0] + "\n".join(device) + "\n")
-    runpy.run_path(str(script))
-    out = capsys.readouterr().out
-    assert "[None, np.int32(9), None]" in out
-    assert "simp.shuffle_static" in out
-    assert out.rstrip().endswith("True")
+    assert all(b.expected for b in blocks), "every README example shows what it prints"
+    # the device example continues the first one; the third needs worker processes (below)
+    first, device = (o.stdout for o in run_blocks(README, blocks[:2], tmp_path))
+    assert first.startswith("[None, np.int32(9), None]\n")
+    assert "simp.shuffle_static" in first
+    assert device == "True\n"
     assert (tmp_path / "prog.mpl").exists()
 
 
 def test_readme_driver_example_runs_on_worker_processes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mplang.runtime.local_cluster import LocalCluster
 
-    monkeypatch.chdir(tmp_path)
-    commands = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)[2]
+    monkeypatch.chdir(tmp_path)  # the workers read their files from ./data/NODE
+    commands = [b.body for b in parse_blocks(README.read_text()) if b.lang == "bash"][2]
     init = commands.splitlines()[0].split("#")[0].split()
     assert init[:2] == [".venv/bin/mplang", "init"], init
     subprocess.run([sys.executable, "-m", "mplang.cli", *init[1:]], check=True, timeout=120)
-    blocks = _readme_blocks()
-    driver = blocks[2].rstrip().splitlines()
-    driver[-1] = f"print({driver[-1].split('#')[0].strip()})"
-    script = tmp_path / "readme_driver.py"
-    script.write_text(blocks[0] + blocks[1] + "\n".join(driver) + "\ndrv.close()\n")
+    namespace: dict[str, Any] = {}
     with LocalCluster(tmp_path / "dev" / "cluster.yaml"):
-        runpy.run_path(str(script))
-    assert capsys.readouterr().out.rstrip().endswith("True")
+        try:
+            outcomes = run_blocks(README, _readme_python_blocks(), tmp_path, namespace)
+        finally:
+            if "drv" in namespace:
+                namespace["drv"].close()
+    assert outcomes[-1].stdout == "True\n"

@@ -459,6 +459,29 @@ MISTAKES: dict[str, Mistake] = {
         "tensor.load: node_0 has no file 'wealth.npy' in its data root; put it there (by "
         "default ./data/node_0; mp.Simulator(..., data_roots=...) or `mplang worker "
         "--data-root DIR` choose another) or fix the path (at prog.py:{line})"),
+    "a wrong SQL column in a device function of a table": Mistake(
+        """
+        from pathlib import Path
+
+        import mplang as mp
+        from mplang import table
+
+        Path("data/node_0").mkdir(parents=True)
+        Path("data/node_0/sales.csv").write_text("units,price\\n1,2.5\\n3,4.0\\n")
+
+
+        @mp.function
+        def prog():
+            sales = mp.device("P0")(lambda: table.read_csv("sales.csv"))()
+            query = mp.device("P0")(lambda t: table.sql("SELECT unit FROM t", t=t))  # <- error
+            return query(sales)
+
+
+        mp.evaluate(mp.Simulator(2), prog)
+        """,
+        mp.MPTypeError,
+        "device 'P0' (<lambda>): table.sql: Binder Error: Referenced column \"unit\" not found "
+        "in FROM clause! (query 'SELECT unit FROM t') (at prog.py:{line})"),
     "Driver over a cluster file that does not exist": Mistake(
         """
         import mplang as mp

@@ -11,7 +11,7 @@ from mplang.device.kinds import DeviceKind, describe, place, register_kind, regi
 from mplang.dialects import simp, tensor
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.object import MPObject
-from mplang.edsl.typing import Mask, MPType
+from mplang.edsl.typing import Mask, MPType, TensorType
 from mplang.frontend.errors import MPTypeError
 from mplang.frontend.feop import is_feop
 
@@ -45,7 +45,10 @@ class PPU(DeviceKind):
 
         name = getattr(fn, "__name__", "fn")
         as_mplang.__name__ = as_jax.__name__ = name
-        body = as_mplang if is_feop(fn) else as_jax
+        # JAX runs on tensors only: a function of a table (say) calls MPLang ops
+        tensors = all(not isinstance(a, MPObject) or isinstance(a.base_type, TensorType)
+                      for a in args)
+        body = as_jax if tensors and not is_feop(fn) else as_mplang
         try:
             return simp.pcall((rank,), body, *args)
         except MPTypeError as e:
