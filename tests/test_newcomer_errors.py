@@ -482,6 +482,27 @@ MISTAKES: dict[str, Mistake] = {
         mp.MPTypeError,
         "device 'P0' (<lambda>): table.sql: Binder Error: Referenced column \"unit\" not found "
         "in FROM clause! (query 'SELECT unit FROM t') (at prog.py:{line})"),
+    "mp.load of a file that is not a saved program": Mistake(
+        """
+        from pathlib import Path
+
+        import mplang as mp
+
+        Path("prog.mpl").write_text("not a program")
+        program = mp.load("prog.mpl")  # <- error
+        """,
+        mp.MPSerializationError,
+        "prog.mpl: malformed program: too short (13 bytes) to be an MPLang program; load only "
+        "files written by Program.save"),
+    "mp.load of a program file that does not exist": Mistake(
+        """
+        import mplang as mp
+
+        program = mp.load("missing.mpl")  # <- error
+        """,
+        mp.MPLangError,
+        "mp.load: no such program file: missing.mpl (write one with "
+        "mp.compile(fn, ...).save(PATH))"),
     "Driver over a cluster file that does not exist": Mistake(
         """
         import mplang as mp

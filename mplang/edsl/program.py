@@ -118,9 +118,18 @@ class Program:
 
 
 def load(path: str | os.PathLike[str]) -> Program:
-    """Read a program written by `Program.save`."""
-    with open(path, "rb") as f:
-        return Program.from_bytes(f.read())
+    """Read a program written by `Program.save`; an error names the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise MPLangError(f"mp.load: no such program file: {os.fspath(path)} (write one with "
+                          "mp.compile(fn, ...).save(PATH))") from None
+    try:
+        return Program.from_bytes(data)
+    except MPSerializationError as e:
+        e.args = (f"{os.fspath(path)}: {e.args[0]}", *e.args[1:])
+        raise
 
 
 def trace_program(
