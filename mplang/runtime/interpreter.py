@@ -141,7 +141,7 @@ class Interpreter:
             raise MPRuntimeError(f"{where} has no kernel for op {op.opcode}",
                                  party=self.party, op=op.opcode, key=key, loc=op.loc)
         monitor = self.options.monitor
-        started = 0.0 if monitor is None else monitor.op_started(self._track, op, key)
+        started = 0 if monitor is None else monitor.op_started(self._track, op, key)
         try:
             outs = kernel(self, op, args, key)
         except MPRuntimeError as e:

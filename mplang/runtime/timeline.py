@@ -41,7 +41,12 @@ DRIVER = -1
 
 def now_us() -> float:
     """Microseconds on this process's trace clock (wall time, advanced monotonically)."""
-    return (_WALL_NS + time.perf_counter_ns() - _PERF_NS) / 1000
+    return to_us(time.perf_counter_ns())
+
+
+def to_us(perf_ns: int) -> float:
+    """A ``time.perf_counter_ns()`` reading on this process's trace clock."""
+    return (_WALL_NS + perf_ns - _PERF_NS) / 1000
 
 
 @dataclass
@@ -68,7 +73,7 @@ class Traffic:
         return {k: v for k, v in self.__dict__.items() if v}
 
 
-@dataclass
+@dataclass(slots=True)
 class OpEvent:
     """One op run by one party: a slice on that party's track."""
 
@@ -108,29 +113,51 @@ class RunMonitor:
         self.total_ops = total_ops
         self.parties: dict[int, str] = dict(parties or {})
         """Track names by party number (``DRIVER`` for the driver)."""
-        self.events: list[OpEvent] = []
+        self._events: list[OpEvent] = []
+        self._raw: list[tuple[int, Operation, str, int, int, int, Traffic | None]] = []
+        """Ops recorded here: (party, op, key, start ns, end ns, thread, traffic), made into
+        `OpEvent`s only when read (recording stays cheap)."""
         self.states: dict[int, PartyState] = {}
         self._traffic: dict[tuple[int, str], Traffic] = {}
         self._lock = threading.Lock()
         self.started_us = now_us()
 
     # -- called by interpreters
-    def op_started(self, party: int, op: Operation, key: str) -> float:
+    def op_started(self, party: int, op: Operation, key: str) -> int:
+        """Note that ``party`` started ``op`` (op key ``key``); returns the start time."""
         state = self.states.get(party)
         if state is None:
             state = self.states.setdefault(party, PartyState())
         state.running[key] = op.opcode
-        return now_us()
+        return time.perf_counter_ns()
 
-    def op_finished(self, party: int, op: Operation, key: str, start_us: float) -> None:
-        end = now_us()
+    def op_finished(self, party: int, op: Operation, key: str, started: int) -> None:
+        """Note that ``party`` finished ``op``, started at ``started`` (`op_started`)."""
+        end = time.perf_counter_ns()
         state = self.states[party]
         state.running.pop(key, None)
         state.done += 1
-        traffic = self._traffic.pop((party, key), None) if self._traffic else None
         if self.record:
-            self.events.append(OpEvent(party, op.opcode, key, start_us, end,
-                                       threading.get_ident(), op.loc, traffic, op))
+            traffic = self._traffic.pop((party, key), None) if self._traffic else None
+            self._raw.append((party, op, key, started, end, threading.get_ident(), traffic))
+
+    def recorded(self) -> tuple[list[tuple[int, Operation, str, int, int, int, Traffic | None]],
+                                list[OpEvent]]:
+        """What was recorded so far, unconverted: ops run here as (party, op, key, start ns
+        of ``time.perf_counter_ns``, end ns, thread, traffic), and events merged from
+        elsewhere. Writers use it to skip building an `OpEvent` per op."""
+        with self._lock:
+            return list(self._raw), list(self._events)
+
+    @property
+    def events(self) -> list[OpEvent]:
+        """Every op recorded so far, here and merged from elsewhere."""
+        with self._lock:
+            raw, self._raw = self._raw, []
+            self._events.extend(OpEvent(party, op.opcode, key, to_us(start), to_us(end),
+                                        thread, op.loc, traffic, op)
+                                for party, op, key, start, end, thread, traffic in raw)
+            return list(self._events)
 
     # -- called by communicators
     def count(self, party: int, tag_key: str, direction: str, nbytes: int) -> None:
@@ -141,10 +168,11 @@ class RunMonitor:
         if link:
             key = key.rpartition("/")[0]
         with self._lock:
-            traffic = self._traffic.get((party, key))
-            if traffic is None:
-                traffic = self._traffic[(party, key)] = Traffic()
-            traffic.add(direction, nbytes, link)
+            if self.record:
+                traffic = self._traffic.get((party, key))
+                if traffic is None:
+                    traffic = self._traffic[(party, key)] = Traffic()
+                traffic.add(direction, nbytes, link)
             state = self.states.get(party)
             if state is None:
                 state = self.states.setdefault(party, PartyState())
@@ -153,19 +181,21 @@ class RunMonitor:
     # -- merging
     def add_events(self, events: list[OpEvent], offset_us: float = 0.0) -> None:
         """Add events recorded elsewhere; ``offset_us`` is their clock minus this one's."""
-        for e in events:
-            e.start_us -= offset_us
-            e.end_us -= offset_us
-            self.events.append(e)
-            state = self.states.setdefault(e.party, PartyState())
-            state.done += 1
-            if e.traffic is not None:
-                state.bytes_moved += e.traffic.sent_bytes + e.traffic.link_sent_bytes
+        with self._lock:
+            for e in events:
+                e.start_us -= offset_us
+                e.end_us -= offset_us
+                self._events.append(e)
+                state = self.states.setdefault(e.party, PartyState())
+                state.done += 1
+                if e.traffic is not None:
+                    state.bytes_moved += e.traffic.sent_bytes + e.traffic.link_sent_bytes
 
     def drain(self) -> list[OpEvent]:
         """The events recorded so far, removed from this monitor."""
+        events = self.events
         with self._lock:
-            events, self.events = self.events, []
+            self._events = self._events[len(events):]
         return events
 
     @property
