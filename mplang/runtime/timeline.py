@@ -16,9 +16,10 @@ secure device's runtime) is tagged ``K/CHANNEL#TAG`` and counted as that op's
 link traffic. Communicators find the monitor of an execution with `monitor_of`;
 without one registered they count nothing.
 
-Times are microseconds on this process's clock (`now_us`: wall time at import
-plus a monotonic counter), so monitors of several processes can be merged once
-each process's offset is known.
+Times are integer nanoseconds on this process's clock (`now_ns`: wall time at
+import plus a monotonic counter; integers, since a float of nanoseconds or
+microseconds since 1970 is only exact to a quarter of a microsecond), so
+monitors of several processes can be merged once each process's offset is known.
 """
 
 from __future__ import annotations
@@ -39,14 +40,14 @@ DRIVER = -1
 """The party number of the driver's track."""
 
 
-def now_us() -> float:
-    """Microseconds on this process's trace clock (wall time, advanced monotonically)."""
-    return to_us(time.perf_counter_ns())
+def now_ns() -> int:
+    """Nanoseconds on this process's trace clock (wall time, advanced monotonically)."""
+    return to_ns(time.perf_counter_ns())
 
 
-def to_us(perf_ns: int) -> float:
+def to_ns(perf_ns: int) -> int:
     """A ``time.perf_counter_ns()`` reading on this process's trace clock."""
-    return (_WALL_NS + perf_ns - _PERF_NS) / 1000
+    return _WALL_NS + perf_ns - _PERF_NS
 
 
 @dataclass
@@ -80,8 +81,8 @@ class OpEvent:
     party: int
     opcode: str
     key: str
-    start_us: float
-    end_us: float
+    start_ns: int
+    end_ns: int
     thread: int
     loc: str | None
     traffic: Traffic | None
@@ -120,7 +121,7 @@ class RunMonitor:
         self.states: dict[int, PartyState] = {}
         self._traffic: dict[tuple[int, str], Traffic] = {}
         self._lock = threading.Lock()
-        self.started_us = now_us()
+        self.started_ns = now_ns()
 
     # -- called by interpreters
     def op_started(self, party: int, op: Operation, key: str) -> int:
@@ -154,7 +155,7 @@ class RunMonitor:
         """Every op recorded so far, here and merged from elsewhere."""
         with self._lock:
             raw, self._raw = self._raw, []
-            self._events.extend(OpEvent(party, op.opcode, key, to_us(start), to_us(end),
+            self._events.extend(OpEvent(party, op.opcode, key, to_ns(start), to_ns(end),
                                         thread, op.loc, traffic, op)
                                 for party, op, key, start, end, thread, traffic in raw)
             return list(self._events)
@@ -179,12 +180,12 @@ class RunMonitor:
             state.bytes_moved += nbytes
 
     # -- merging
-    def add_events(self, events: list[OpEvent], offset_us: float = 0.0) -> None:
-        """Add events recorded elsewhere; ``offset_us`` is their clock minus this one's."""
+    def add_events(self, events: list[OpEvent], offset_ns: int = 0) -> None:
+        """Add events recorded elsewhere; ``offset_ns`` is their clock minus this one's."""
         with self._lock:
             for e in events:
-                e.start_us -= offset_us
-                e.end_us -= offset_us
+                e.start_ns -= offset_ns
+                e.end_ns -= offset_ns
                 self._events.append(e)
                 state = self.states.setdefault(e.party, PartyState())
                 state.done += 1

@@ -23,7 +23,7 @@ from typing import Any
 from mplang.edsl.graph import Operation
 from mplang.frontend.errors import MPLangError
 from mplang.frontend.registry import traits_of
-from mplang.runtime.timeline import DRIVER, OpEvent, RunMonitor, Traffic, to_us
+from mplang.runtime.timeline import DRIVER, OpEvent, RunMonitor, Traffic, to_ns
 
 MAX_WIRE_EVENTS = 1_000_000
 """The most events a worker's answer may carry."""
@@ -76,7 +76,7 @@ def event_args(event: OpEvent, estimates: dict[int, int | None]) -> dict[str, An
 def events_to_wire(events: Sequence[OpEvent]) -> list[dict[str, Any]]:
     """A worker's events as JSON objects for its ``/run`` answer."""
     estimates: dict[int, int | None] = {}
-    return [{"name": e.opcode, "start": e.start_us, "end": e.end_us, "thread": e.thread,
+    return [{"name": e.opcode, "start": e.start_ns, "end": e.end_ns, "thread": e.thread,
              "args": event_args(e, estimates)} for e in events]
 
 
@@ -100,8 +100,8 @@ def events_from_wire(items: Any, party: int) -> list[OpEvent]:
         end: Any = item.get("end")
         if not isinstance(name, str) or len(name) > 200:
             raise MPLangError(f"{where}.name must be a string of at most 200 characters")
-        if not (_number(start) and _number(end) and start <= end):
-            raise MPLangError(f"{where}.start/end must be numbers, start <= end")
+        if not (type(start) is int and type(end) is int and start <= end):
+            raise MPLangError(f"{where}.start/end must be integers (ns), start <= end")
         if type(thread) is not int:
             raise MPLangError(f"{where}.thread must be an integer")
         if not isinstance(args, dict) or len(args) > 32 or not all(
@@ -114,8 +114,8 @@ def events_from_wire(items: Any, party: int) -> list[OpEvent]:
         loc = args.get("source")
         extra = {k: v for k, v in args.items()
                  if k not in _TRAFFIC_FIELDS and k not in ("key", "source")}
-        events.append(OpEvent(party, name, str(key) if key is not None else "", float(start),
-                              float(end), thread, loc if isinstance(loc, str) else None,
+        events.append(OpEvent(party, name, str(key) if key is not None else "", start, end,
+                              thread, loc if isinstance(loc, str) else None,
                               traffic if traffic.fields() else None, None, extra))
     return events
 
@@ -149,10 +149,10 @@ def trace_json(monitor: RunMonitor) -> str:
     Written by hand, one slice at a time, from the monitor's raw records, with each op's
     constant part encoded once: exporting a trace then costs about a microsecond per op."""
     raw, merged = monitor.recorded()
-    starts = [e.start_us for e in merged]
+    starts = [e.start_ns for e in merged]
     if raw:
-        starts.append(to_us(min(r[3] for r in raw)))
-    origin = min(starts, default=monitor.started_us)
+        starts.append(to_ns(min(r[3] for r in raw)))
+    origin = min(starts, default=monitor.started_ns)
     parties = sorted({r[0] for r in raw} | {e.party for e in merged} | set(monitor.parties))
     driver_pid = max([p for p in parties if p != DRIVER], default=-1) + 1
     pids = {party: driver_pid if party == DRIVER else party for party in parties}
@@ -176,7 +176,7 @@ def trace_json(monitor: RunMonitor) -> str:
     heads: dict[tuple[int, str], str] = {}
     """By (party, op name): the slice's first members."""
     op_args = _OpArgs()
-    offset_ns = to_us(0) * 1000 - origin * 1000  # perf ns + offset_ns = ns from the origin
+    offset_ns = to_ns(0) - origin  # a perf_counter_ns reading + offset_ns: ns from the origin
     for party, op, key, start, end, ident, traffic in raw:
         head = heads.get((party, op.opcode))
         if head is None:
@@ -191,8 +191,8 @@ def trace_json(monitor: RunMonitor) -> str:
     for e in merged:
         out.append(json.dumps({"name": e.opcode, "cat": "op", "ph": "X", "pid": pids[e.party],
                                "tid": thread(e.party, e.thread),
-                               "ts": round(e.start_us - origin, 3),
-                               "dur": round(e.end_us - e.start_us, 3),
+                               "ts": (e.start_ns - origin) / 1000,
+                               "dur": (e.end_ns - e.start_ns) / 1000,
                                "args": event_args(e, {})}))
     other = json.dumps({"program": monitor.name, "clock": "microseconds from the run's first "
                         "op; workers' clocks aligned to the driver's"})

@@ -42,7 +42,7 @@ from mplang.frontend.errors import (
 from mplang.runtime.commitments import commit, encode_openings
 from mplang.runtime.identity import LocalIdentity, load_identity
 from mplang.runtime.options import Mode, RunOptions
-from mplang.runtime.timeline import RunMonitor, now_us
+from mplang.runtime.timeline import RunMonitor, now_ns
 from mplang.runtime.trace_file import events_from_wire
 
 DEFAULT_DRIVER_KEY = Path("keys") / "driver.key"
@@ -126,7 +126,7 @@ class SimpHttpDriver(SimpDriver):
                                   "inline": self._inline_bytes, **split,
                                   **options.wire_fields()}, body)
         what = _what(graph)
-        sent_us = now_us()
+        sent_ns = now_ns()
         try:
             response = self._clients.post(rank, "/run", parts, timeout=self._run_timeout)
         except StatusError as e:
@@ -145,7 +145,7 @@ class SimpHttpDriver(SimpDriver):
             raise cls(body.get("error", response.text), party=rank, op=body.get("op"),
                       key=body.get("key"), loc=body.get("loc"))
         if options.monitor is not None and "trace" in body:
-            self._merge_trace(options.monitor, rank, body["trace"], sent_us, now_us())
+            self._merge_trace(options.monitor, rank, body["trace"], sent_ns, now_ns())
         outputs: list[str | None] = body["outputs"]
         inline = body.get("inline") or {}
         for uri in outputs:
@@ -157,19 +157,19 @@ class SimpHttpDriver(SimpDriver):
         return outputs
 
     @staticmethod
-    def _merge_trace(monitor: RunMonitor, rank: int, trace: Any, sent_us: float,
-                     answered_us: float) -> None:
+    def _merge_trace(monitor: RunMonitor, rank: int, trace: Any, sent_ns: int,
+                     answered_ns: int) -> None:
         """Add party ``rank``'s events to ``monitor`` on the driver's clock. The party's
         offset is estimated from the request's round trip: its receipt and answer times,
         against the driver's send and receipt times, bracket the same instants."""
         if not isinstance(trace, dict):
             raise MPRuntimeError(f"party {rank} answered with a malformed trace", party=rank)
-        received: Any = trace.get("received_us")
-        answered: Any = trace.get("answered_us")
-        if not all(type(t) in (int, float) for t in (received, answered)):
+        received: Any = trace.get("received_ns")
+        answered: Any = trace.get("answered_ns")
+        if not all(type(t) is int for t in (received, answered)):
             raise MPRuntimeError(f"party {rank}'s trace lacks its receipt and answer times",
                                  party=rank)
-        offset = ((received - sent_us) + (answered - answered_us)) / 2
+        offset = ((received - sent_ns) + (answered - answered_ns)) // 2
         monitor.add_events(events_from_wire(trace.get("events"), rank), offset)
 
     def _unreachable(self, rank: int, doing: str, e: UnreachableError) -> MPRuntimeError:

@@ -79,7 +79,7 @@ from mplang.runtime.identity import LocalIdentity, trust
 from mplang.runtime.object_store import ObjectStore
 from mplang.runtime.options import RunOptions
 from mplang.runtime.peers import Peer, PeerDirectory, Role
-from mplang.runtime.timeline import OpEvent, RunMonitor, monitor_of, monitoring, now_us
+from mplang.runtime.timeline import OpEvent, RunMonitor, monitor_of, monitoring, now_ns
 from mplang.runtime.trace_file import events_to_wire
 
 log = logging.getLogger("mplang.worker")
@@ -575,7 +575,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         return {"status": "ok", "node": server.node, "rank": server.rank,
                 "fingerprint": server.identity.fingerprint, "spec": server.peers.digest}
 
-    async def run_prepared(prepared: Prepared, driver: Peer, received_us: float) -> Response:
+    async def run_prepared(prepared: Prepared, driver: Peer, received_ns: int) -> Response:
         loop = asyncio.get_running_loop()
         exec_id = prepared.run.exec_id
         try:
@@ -593,7 +593,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         answer: dict[str, Any] = {"outputs": outputs, "inline": inline}
         if prepared.events is not None:  # the driver aligns the events with these two times
             answer["trace"] = {"events": events_to_wire(prepared.events),
-                               "received_us": received_us, "answered_us": now_us()}
+                               "received_ns": received_ns, "answered_ns": now_ns()}
         return JSONResponse(answer)
 
     async def checked(header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
@@ -617,7 +617,7 @@ def create_app(server: WorkerServer) -> FastAPI:
 
     @app.post("/run")
     async def run(request: Request) -> Response:
-        received_us = now_us()
+        received_ns = now_ns()
         driver = server.peer(request, "driver")
         header, payload = split_frame(await server.body(request))
         if len(payload):  # a run on this party alone: prepared and started at once
@@ -627,7 +627,7 @@ def create_app(server: WorkerServer) -> FastAPI:
                                             _require_str(header, "scope", _KEY_LIMIT), driver)
             server.check_votes(prepared, header.get("votes"))
             prepared.inline = _inline_limit(header)
-        return await run_prepared(prepared, driver, received_us)
+        return await run_prepared(prepared, driver, received_ns)
 
     @app.post("/fetch")
     async def fetch(request: Request) -> Response:
