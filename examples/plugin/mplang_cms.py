@@ -49,15 +49,14 @@ from mplang.device.kinds import (
     register_kind,
     register_move,
 )
-from mplang.device.ppu import rank_of
-from mplang.dialects import simp, tensor
+from mplang.device.ppu import call_on_party, rank_of
+from mplang.dialects import simp
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Primitive
-from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.typing import (
     BaseType,
     Mask,
@@ -469,21 +468,7 @@ class CMS(DeviceKind):
 
     def call(self, cluster: ClusterSpec, device: Device, fn: Callable[..., Any],
              args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
-        leaves, tree = tree_flatten((args, kwargs))
-        inputs = [x for x in leaves if isinstance(x, MPObject)]
-
-        def body(*values: MPObject) -> Any:
-            it = iter(values)
-            local = [next(it) if isinstance(x, MPObject)
-                     else tensor.constant(x) if isinstance(x, np.ndarray) else x for x in leaves]
-            call_args, call_kwargs = tree_unflatten(tree, local)
-            return fn(*call_args, **call_kwargs)
-
-        body.__name__ = getattr(fn, "__name__", "fn")
-        try:
-            return simp.pcall((rank_of(cluster, device),), body, *inputs)
-        except MPTypeError as e:
-            raise MPTypeError(f"{what}: {e}") from None
+        return call_on_party(rank_of(cluster, device), fn, args, kwargs, what)
 
     def adopt(self, cluster: ClusterSpec, obj: MPObject, t: MPType, device: Device,
               what: str) -> MPObject:

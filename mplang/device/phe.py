@@ -16,8 +16,6 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
-
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import (
     DeviceKind,
@@ -27,11 +25,11 @@ from mplang.device.kinds import (
     register_kind,
     register_move,
 )
-from mplang.device.ppu import rank_of
-from mplang.dialects import phe, simp, tensor
+from mplang.device.ppu import call_on_party, rank_of
+from mplang.dialects import phe, simp
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.object import MPObject
-from mplang.edsl.pytree import tree_flatten, tree_unflatten
+from mplang.edsl.pytree import tree_flatten
 from mplang.edsl.tracer import Tracer, current_tracer
 from mplang.edsl.typing import MPType, TensorType
 from mplang.frontend.errors import FeConfigError, MPRuntimeError, MPTypeError
@@ -141,21 +139,8 @@ class PHE(DeviceKind):
     def call(self, cluster: ClusterSpec, device: Device, fn: Callable[..., Any],
              args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
         evaluator = _evaluator(cluster, device)
-        leaves, tree = tree_flatten((args, kwargs))
-        inputs = [self._at(x, evaluator) for x in leaves if isinstance(x, MPObject)]
-
-        def body(*values: MPObject) -> Any:
-            it = iter(values)
-            local = [next(it) if isinstance(x, MPObject)
-                     else tensor.constant(x) if isinstance(x, np.ndarray) else x for x in leaves]
-            call_args, call_kwargs = tree_unflatten(tree, local)
-            return fn(*call_args, **call_kwargs)
-
-        body.__name__ = getattr(fn, "__name__", "fn")
-        try:
-            out = simp.pcall((evaluator,), body, *inputs)
-        except MPTypeError as e:
-            raise MPTypeError(f"{what}: {e}") from None
+        out = call_on_party(evaluator, fn, args, kwargs, what,
+                            lambda x: self._at(x, evaluator))
         for leaf in tree_flatten(out)[0]:
             if isinstance(leaf, MPObject) and not isinstance(leaf.base_type, phe.Ciphertext):
                 raise MPTypeError(f"{what}: returned {describe(leaf)}; a PHE function returns "

@@ -6,11 +6,14 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
 from mplang.dialects import simp, tensor
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.object import MPObject
+from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.typing import Mask, MPType, TensorType
 from mplang.frontend.errors import MPTypeError
 from mplang.frontend.feop import is_feop
@@ -19,6 +22,31 @@ from mplang.frontend.feop import is_feop
 def rank_of(cluster: ClusterSpec, device: Device) -> int:
     """The rank of a single-member device's node."""
     return cluster.rank_of(device.members[0])
+
+
+def call_on_party(rank: int, fn: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], what: str,
+                  bring: Callable[[MPObject], MPObject] | None = None) -> Any:
+    """``fn(*args, **kwargs)`` traced as MPLang ops in a ``simp.pcall`` on party ``rank``.
+
+    Arguments may be pytrees: their MPLang leaves (passed through ``bring`` first, to
+    move them to ``rank``) are the pcall's inputs, numpy arrays become constants there,
+    other leaves are passed as they are. A type error names the call (``what``)."""
+    leaves, tree = tree_flatten((args, kwargs))
+    inputs = [x if bring is None else bring(x) for x in leaves if isinstance(x, MPObject)]
+
+    def body(*values: MPObject) -> Any:
+        it = iter(values)
+        local = [next(it) if isinstance(x, MPObject)
+                 else tensor.constant(x) if isinstance(x, np.ndarray) else x for x in leaves]
+        call_args, call_kwargs = tree_unflatten(tree, local)
+        return fn(*call_args, **call_kwargs)
+
+    body.__name__ = getattr(fn, "__name__", "fn")
+    try:
+        return simp.pcall((rank,), body, *inputs)
+    except MPTypeError as e:
+        raise MPTypeError(f"{what}: {e}") from None
 
 
 class PPU(DeviceKind):
