@@ -80,11 +80,9 @@ def evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program,
     name = fn_or_program.name if isinstance(fn_or_program, Program) \
         else getattr(fn_or_program, "__name__", "main")
     trace_path = None if trace is None else check_trace_path(trace)
-    display = progress is None or progress is True
-    display = display and is_terminal()
-    monitor = RunMonitor(name, record=True) if trace_path is not None else None
-    if display and monitor is None:
-        monitor = RunMonitor(name)
+    display = (progress is None or progress is True) and is_terminal()
+    monitor = RunMonitor(name, record=trace_path is not None) \
+        if trace_path is not None or display else None
     options = make_options(name, mode=mode, parallel=parallel, timeout=timeout,
                            progress=None if display else progress, monitor=monitor)
     if monitor is None:

@@ -126,10 +126,7 @@ class RunMonitor:
     # -- called by interpreters
     def op_started(self, party: int, op: Operation, key: str) -> int:
         """Note that ``party`` started ``op`` (op key ``key``); returns the start time."""
-        state = self.states.get(party)
-        if state is None:
-            state = self.states.setdefault(party, PartyState())
-        state.running[key] = op.opcode
+        self._state(party).running[key] = op.opcode
         return time.perf_counter_ns()
 
     def op_finished(self, party: int, op: Operation, key: str, started: int) -> None:
@@ -150,16 +147,6 @@ class RunMonitor:
         with self._lock:
             return list(self._raw), list(self._events)
 
-    @property
-    def events(self) -> list[OpEvent]:
-        """Every op recorded so far, here and merged from elsewhere."""
-        with self._lock:
-            raw, self._raw = self._raw, []
-            self._events.extend(OpEvent(party, op.opcode, key, to_ns(start), to_ns(end),
-                                        thread, op.loc, traffic, op)
-                                for party, op, key, start, end, thread, traffic in raw)
-            return list(self._events)
-
     # -- called by communicators
     def count(self, party: int, tag_key: str, direction: str, nbytes: int) -> None:
         """Count one message of ``nbytes`` that ``party`` sent (``direction="sent"``) or
@@ -174,10 +161,7 @@ class RunMonitor:
                 if traffic is None:
                     traffic = self._traffic[(party, key)] = Traffic()
                 traffic.add(direction, nbytes, link)
-            state = self.states.get(party)
-            if state is None:
-                state = self.states.setdefault(party, PartyState())
-            state.bytes_moved += nbytes
+            self._state(party).bytes_moved += nbytes
 
     # -- merging
     def add_events(self, events: list[OpEvent], offset_ns: int = 0) -> None:
@@ -187,25 +171,29 @@ class RunMonitor:
                 e.start_ns -= offset_ns
                 e.end_ns -= offset_ns
                 self._events.append(e)
-                state = self.states.setdefault(e.party, PartyState())
+                state = self._state(e.party)
                 state.done += 1
                 if e.traffic is not None:
                     state.bytes_moved += e.traffic.sent_bytes + e.traffic.link_sent_bytes
 
     def drain(self) -> list[OpEvent]:
-        """The events recorded so far, removed from this monitor."""
-        events = self.events
+        """Every event recorded so far (merged ones, then this process's), removed from
+        this monitor."""
         with self._lock:
-            self._events = self._events[len(events):]
-        return events
+            raw, self._raw = self._raw, []
+            merged, self._events = self._events, []
+        return merged + [OpEvent(party, op.opcode, key, to_ns(start), to_ns(end), thread,
+                                 op.loc, traffic, op)
+                         for party, op, key, start, end, thread, traffic in raw]
 
     @property
     def done(self) -> int:
+        """Op runs finished so far, by every party."""
         return sum(s.done for s in list(self.states.values()))
 
-    @property
-    def bytes_moved(self) -> int:
-        return sum(s.bytes_moved for s in list(self.states.values()))
+    def _state(self, party: int) -> PartyState:
+        state = self.states.get(party)
+        return state if state is not None else self.states.setdefault(party, PartyState())
 
 
 _ACTIVE: dict[str, tuple[RunMonitor, int]] = {}

@@ -55,18 +55,44 @@ def estimated_rounds(op: Operation) -> int | None:
         return None
 
 
-def event_args(event: OpEvent, estimates: dict[int, int | None]) -> dict[str, Any]:
-    """The arguments of an event's slice; ``estimates`` caches rounds by op identity."""
+_quote = json.encoder.encode_basestring
+"""A string as a JSON string literal (the standard library's C encoder)."""
+
+
+class _OpArgs:
+    """The arguments of slices fixed by their op: its source line and estimated rounds
+    (looked up once per op name whether it has a cost rule at all)."""
+
+    def __init__(self) -> None:
+        self._locs: dict[str | None, str] = {}
+        self._costed: dict[str, bool] = {}
+
+    def rounds(self, op: Operation) -> int | None:
+        """The rounds the analysis estimates for ``op`` (None: none, or no cost rule)."""
+        costed = self._costed.get(op.opcode)
+        if costed is None:
+            costed = self._costed[op.opcode] = traits_of(op.opcode).cost is not None
+        return estimated_rounds(op) if costed else None
+
+    def json(self, op: Operation) -> str:
+        """Those arguments as JSON object members, each with a leading comma."""
+        loc = self._locs.get(op.loc)
+        if loc is None:
+            loc = self._locs[op.loc] = f',"source":{_quote(op.loc)}' if op.loc else ""
+        rounds = self.rounds(op)
+        return f'{loc},"rounds_estimate":{rounds}' if rounds else loc
+
+
+def event_args(event: OpEvent, op_args: _OpArgs) -> dict[str, Any]:
+    """The arguments of an event's slice: its op key, source line, traffic, estimated
+    rounds (while its op is in this process) and whatever else it carries."""
     args: dict[str, Any] = {"key": event.key}
     if event.loc:
         args["source"] = event.loc
     if event.traffic is not None:
         args.update(event.traffic.fields())
     if event.op is not None:
-        ident = id(event.op)
-        if ident not in estimates:
-            estimates[ident] = estimated_rounds(event.op)
-        rounds = estimates[ident]
+        rounds = op_args.rounds(event.op)
         if rounds:
             args["rounds_estimate"] = rounds
     args.update(event.extra)
@@ -75,9 +101,9 @@ def event_args(event: OpEvent, estimates: dict[int, int | None]) -> dict[str, An
 
 def events_to_wire(events: Sequence[OpEvent]) -> list[dict[str, Any]]:
     """A worker's events as JSON objects for its ``/run`` answer."""
-    estimates: dict[int, int | None] = {}
+    op_args = _OpArgs()
     return [{"name": e.opcode, "start": e.start_ns, "end": e.end_ns, "thread": e.thread,
-             "args": event_args(e, estimates)} for e in events]
+             "args": event_args(e, op_args)} for e in events]
 
 
 def _number(value: Any) -> bool:
@@ -118,29 +144,6 @@ def events_from_wire(items: Any, party: int) -> list[OpEvent]:
                               thread, loc if isinstance(loc, str) else None,
                               traffic if traffic.fields() else None, None, extra))
     return events
-
-
-_quote = json.encoder.encode_basestring
-"""A string as a JSON string literal (the standard library's C encoder)."""
-
-
-class _OpArgs:
-    """The JSON members of slices' arguments fixed by their op (source line, estimated
-    rounds), each with a leading comma; computed once per source line and cost rule."""
-
-    def __init__(self) -> None:
-        self._locs: dict[str | None, str] = {}
-        self._costed: dict[str, bool] = {}
-
-    def __call__(self, op: Operation) -> str:
-        loc = self._locs.get(op.loc)
-        if loc is None:
-            loc = self._locs[op.loc] = f',"source":{_quote(op.loc)}' if op.loc else ""
-        costed = self._costed.get(op.opcode)
-        if costed is None:
-            costed = self._costed[op.opcode] = traits_of(op.opcode).cost is not None
-        rounds = estimated_rounds(op) if costed else None
-        return f'{loc},"rounds_estimate":{rounds}' if rounds else loc
 
 
 def trace_json(monitor: RunMonitor) -> str:
@@ -187,13 +190,13 @@ def trace_json(monitor: RunMonitor) -> str:
             if traffic is not None else ""
         out.append(f'{head},"tid":{tid},"ts":{(start + offset_ns) / 1000:.3f},'
                    f'"dur":{(end - start) / 1000:.3f},'
-                   f'"args":{{"key":{_quote(key)}{op_args(op)}{moved}}}}}')
+                   f'"args":{{"key":{_quote(key)}{op_args.json(op)}{moved}}}}}')
     for e in merged:
         out.append(json.dumps({"name": e.opcode, "cat": "op", "ph": "X", "pid": pids[e.party],
                                "tid": thread(e.party, e.thread),
                                "ts": (e.start_ns - origin) / 1000,
                                "dur": (e.end_ns - e.start_ns) / 1000,
-                               "args": event_args(e, {})}))
+                               "args": event_args(e, op_args)}))
     other = json.dumps({"program": monitor.name, "clock": "microseconds from the run's first "
                         "op; workers' clocks aligned to the driver's"})
     return ('{"traceEvents":[\n' + ",\n".join(out)
