@@ -13,7 +13,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import mplang as mp
 from mplang.cli_run import add_run_parser, run_script
 from mplang.cli_trace import add_trace_parser, run_trace
 from mplang.edsl.dot import html_page
+from mplang.edsl.location import raised_at
 from mplang.frontend.pyfuncs import import_pyfunc
 
 
@@ -51,16 +51,12 @@ def _literal(text: str) -> Any:
         raise SystemExit(f"mplang ir: --arg takes Python literals, got {text!r}") from None
 
 
-def _trace_error(error: Exception, target: str) -> str:
-    """``Type: message``, plus the innermost line of the target file on the error's
-    traceback when the message names no ``(at file.py:LINE)`` itself."""
+def _trace_error(error: Exception) -> str:
+    """``Type: message``, plus the innermost line of user code on the error's traceback
+    (`raised_at`) when the message names no ``(at file.py:LINE)`` itself."""
     text = f"{type(error).__name__}: {error}"
-    if " (at " in text:
-        return text
-    path = os.path.abspath(target.rpartition(":")[0])
-    lines = [f for f in traceback.extract_tb(error.__traceback__)
-             if os.path.abspath(f.filename) == path]
-    return f"{text} (at {os.path.basename(path)}:{lines[-1].lineno})" if lines else text
+    loc = None if " (at " in text else raised_at(error)
+    return f"{text} (at {loc})" if loc else text
 
 
 def _ir(args: argparse.Namespace) -> int:
@@ -69,7 +65,7 @@ def _ir(args: argparse.Namespace) -> int:
     try:
         program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)
     except Exception as e:  # the user's code may raise anything while it is traced
-        print(f"mplang ir: {args.target} failed to trace: {_trace_error(e, args.target)}",
+        print(f"mplang ir: {args.target} failed to trace: {_trace_error(e)}",
               file=sys.stderr)
         return 1
     output, fmt = args.output, args.format

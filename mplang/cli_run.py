@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
 import sys
-import sysconfig
 import traceback
 import types
 from collections.abc import Callable, Sequence
@@ -22,6 +20,7 @@ from typing import Any
 import mplang as mp
 from mplang.backends.simp_driver.base import SimpDriver
 from mplang.edsl.context import set_default_context
+from mplang.edsl.location import is_user_file
 
 USAGE = ("mplang run SCRIPT [ARG ...] (--sim N | --cluster F [--key K] [--name DRIVER]) "
          "[--timeout S]")
@@ -41,12 +40,6 @@ arguments after `--` all go to the script."""
 
 _OWN_OPTIONS = ("--sim", "--cluster", "--key", "--name", "--timeout")
 """The options taken out of the tokens after SCRIPT (each takes one value)."""
-_HIDDEN_PREFIXES = tuple(
-    {str(Path(mp.__file__).resolve().parent) + os.sep,
-     *(str(Path(p).resolve()) + os.sep for k, p in sysconfig.get_paths().items()
-       if k in ("stdlib", "platstdlib", "purelib", "platlib"))})
-"""Files whose frames an error report leaves out: MPLang's, the standard library's and
-installed packages'."""
 _MAX_FRAMES = 8
 """The innermost frames of the user's files an error report shows."""
 
@@ -193,7 +186,7 @@ def _user_frames(error: BaseException) -> list[traceback.FrameSummary]:
     """The traceback of ``error`` restricted to the user's own files (the script and
     modules beside it), innermost last."""
     frames = [f for f in traceback.extract_tb(error.__traceback__)
-              if not f.filename.startswith(("<", *_HIDDEN_PREFIXES))]
+              if not f.filename.startswith("<") and is_user_file(f.filename)]
     return frames[-_MAX_FRAMES:]
 
 

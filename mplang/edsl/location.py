@@ -58,12 +58,15 @@ _INSTALLED: tuple[str, ...] = tuple(sorted(
 """Where the standard library and installed packages (NumPy, JAX, ...) live: not user code."""
 
 
-def _is_user_code(frame: FrameType) -> bool:
-    """Whether ``frame`` runs user code: not MPLang's, not a file marked as library code,
-    not the standard library's and not an installed package's (the numerical libraries
-    that trace a user's function)."""
-    filename = frame.f_code.co_filename
+def is_user_file(filename: str) -> bool:
+    """Whether ``filename`` holds user code: not MPLang's, not a file marked as library
+    code, not the standard library's and not an installed package's (the numerical
+    libraries that trace a user's function)."""
     return not (_is_library(filename) or filename.startswith(_INSTALLED))
+
+
+def _is_user_code(frame: FrameType) -> bool:
+    return is_user_file(frame.f_code.co_filename)
 
 
 def caller_location() -> str | None:
