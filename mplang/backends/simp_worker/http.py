@@ -49,7 +49,7 @@ from mplang.backends.mux_client import SPEC_HEADER, MuxClients, host_port
 from mplang.backends.simp_worker.consent import check_votes, sign_vote, split_program
 from mplang.backends.simp_worker.data_routes import add_data_routes
 from mplang.backends.simp_worker.executions import Executions, Run, WorkerLimits
-from mplang.backends.simp_worker.mailbox import Mailbox
+from mplang.backends.simp_worker.mailbox import Mailbox, count_message
 from mplang.backends.simp_worker.mux_server import mux_protocol
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.backends.simp_worker.tls import peer_of, tls_config
@@ -79,7 +79,7 @@ from mplang.runtime.identity import LocalIdentity, trust
 from mplang.runtime.object_store import ObjectStore
 from mplang.runtime.options import RunOptions
 from mplang.runtime.peers import Peer, PeerDirectory, Role
-from mplang.runtime.timeline import OpEvent, RunMonitor, monitor_of, monitoring, now_ns
+from mplang.runtime.timeline import OpEvent, RunMonitor, monitoring, now_ns
 from mplang.runtime.trace_file import events_to_wire
 
 log = logging.getLogger("mplang.worker")
@@ -138,9 +138,7 @@ class PeerCommunicator:
         headers = {H_EXEC: exec_id, H_KEY: key, H_PROGRAM: self._program_of(exec_id, key),
                    H_LINK: "1" if link else "0"}
         self._clients().send(dst, "/msg", parts, headers)
-        monitor = monitor_of(exec_id)
-        if monitor is not None:
-            monitor.count(self.rank, key, "sent", payload_bytes(value))
+        count_message(self.rank, tag, "sent", value)
         if self.audit is not None:
             self.audit.message("send", exec_id, dst, key, privacy_kind(value), _size(parts),
                                True, link)
@@ -158,9 +156,7 @@ class PeerCommunicator:
 
     def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
         value = self.mailbox.take(src, tag, self.timeout if timeout is None else timeout)
-        monitor = monitor_of(tag[0])
-        if monitor is not None:
-            monitor.count(self.rank, tag[1], "recv", payload_bytes(value))
+        count_message(self.rank, tag, "recv", value)
         return value
 
 

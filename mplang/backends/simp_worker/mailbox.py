@@ -11,10 +11,20 @@ import time
 from collections import deque
 from typing import Any
 
+from mplang.backends.wire import payload_bytes
 from mplang.frontend.errors import MPCommunicationError, MPRefusedError
 from mplang.runtime.backend import Tag
+from mplang.runtime.timeline import monitor_of
 
 _ABORTED_MEMORY = 4096
+
+
+def count_message(rank: int, tag: Tag, direction: str, value: Any) -> None:
+    """Tell the run monitor of ``tag``'s execution, if this process has one, that party
+    ``rank`` sent (``direction="sent"``) or received (``"recv"``) ``value``."""
+    monitor = monitor_of(tag[0])
+    if monitor is not None:
+        monitor.count(rank, tag[1], direction, payload_bytes(value))
 
 
 class Mailbox:

@@ -6,13 +6,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mplang.backends.simp_worker.mailbox import Mailbox
+from mplang.backends.simp_worker.mailbox import Mailbox, count_message
 from mplang.backends.simp_worker.network import DelayedNetwork, NetworkModel
 from mplang.backends.simp_worker.state import SimpWorker
-from mplang.backends.wire import payload_bytes
 from mplang.runtime.backend import Tag
 from mplang.runtime.object_store import ObjectStore
-from mplang.runtime.timeline import monitor_of
 
 
 class ThreadCommunicator:
@@ -27,9 +25,7 @@ class ThreadCommunicator:
         self._network = network
 
     def send(self, dst: int, tag: Tag, value: Any) -> None:
-        monitor = monitor_of(tag[0])
-        if monitor is not None:
-            monitor.count(self.rank, tag[1], "sent", payload_bytes(value))
+        count_message(self.rank, tag, "sent", value)
         if self._network is None:
             self._mailboxes[dst].put(self.rank, tag, value)
         else:
@@ -38,9 +34,7 @@ class ThreadCommunicator:
     def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
         value = self._mailboxes[self.rank].take(src, tag,
                                                 self.timeout if timeout is None else timeout)
-        monitor = monitor_of(tag[0])
-        if monitor is not None:
-            monitor.count(self.rank, tag[1], "recv", payload_bytes(value))
+        count_message(self.rank, tag, "recv", value)
         return value
 
 
