@@ -732,7 +732,7 @@ class Prepare:
     def parse(body: bytes) -> Prepare | None:
         from mplang.backends.simp_worker.consent import split_program
         from mplang.backends.wire import split_frame
-        from mplang.frontend.errors import MPLangError
+        from mplang.edsl.errors import MPLangError
 
         try:
             header, payload = split_frame(body)
@@ -823,7 +823,7 @@ def _edit_value(ch: Chooser, value: Any, donors: Sequence[Any]) -> Any:
 def _edit_openings(ch: Chooser, prep: Prepare, donors: Sequence[Prepare]) -> None:
     """Edit one opening of ``prep`` (its nonce, value or path), drop or add one; with the
     commitment digest re-forged to match (or not), so the checks after it are reached."""
-    from mplang.frontend.errors import MPLangError
+    from mplang.edsl.errors import MPLangError
     from mplang.runtime.commitments import canonical_bytes
 
     others = [(path, o) for d in donors for path, o in d.openings.items()]
@@ -1098,7 +1098,7 @@ def decode_consent_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
 def classify(decoder: str, mode: str, data: bytes,
              stage: Stage = _ignore) -> tuple[str, str, str]:
     """``(outcome, error type, detail)`` of one input, run in this process."""
-    from mplang.frontend.errors import MPLangError
+    from mplang.edsl.errors import MPLangError
 
     try:
         if decoder == "program":

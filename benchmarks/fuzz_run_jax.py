@@ -213,7 +213,7 @@ def run_as_worker(worker: Any, bundle: bytes,
     ``at(stage)`` is called as each stage starts."""
     from mplang.edsl.primitive import check_types
     from mplang.edsl.serde import decode_graph_bundle
-    from mplang.frontend.errors import MPLangError, MPSerializationError
+    from mplang.edsl.errors import MPLangError, MPSerializationError
     from mplang.runtime import backend
     from mplang.runtime.options import RunOptions
 

@@ -17,7 +17,7 @@ from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program, load
 from mplang.edsl.typing import Mask, MPType, TensorType
-from mplang.frontend.errors import (
+from mplang.edsl.errors import (
     MPCommunicationError,
     MPLangError,
     MPRefusedError,

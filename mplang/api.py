@@ -17,7 +17,7 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program, trace_program
 from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
 from mplang.edsl.tracer import TraceObject
-from mplang.frontend.errors import MPLangError, MPTraceError, MPTypeError
+from mplang.edsl.errors import MPLangError, MPTraceError, MPTypeError
 from mplang.runtime.options import Mode, RunOptions, make_options
 from mplang.runtime.progress import ProgressDisplay, is_terminal
 from mplang.runtime.timeline import RunMonitor

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 from mplang.runtime.trace_file import summarize
 
 

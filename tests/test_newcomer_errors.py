@@ -22,7 +22,7 @@ import pytest
 
 import mplang as mp
 from mplang.device.cluster import ClusterSpecError
-from mplang.frontend.errors import MPConcreteValueError
+from mplang.edsl.errors import MPConcreteValueError
 from mplang.runtime.data_root import MissingData
 from mplang.runtime.local_cluster import free_ports, write_dev_cluster
 

@@ -16,7 +16,7 @@ from mplang import simp, tensor
 from mplang.edsl.graph import Graph
 from mplang.edsl.private import Commitment
 from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
-from mplang.frontend.errors import MPRefusedError, MPRuntimeError, MPSerializationError
+from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
 from mplang.runtime.commitments import (
     commit,
     decode_openings,

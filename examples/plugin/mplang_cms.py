@@ -67,10 +67,10 @@ from mplang.edsl.typing import (
     ValueType,
     register_type,
 )
-from mplang.frontend.errors import FeConfigError, MPRuntimeError, MPSerializationError, MPTypeError
+from mplang.edsl.errors import FeConfigError, MPRuntimeError, MPSerializationError, MPTypeError
 from mplang.frontend.feop import ConfigField, ConfigSchema, feop
 from mplang.frontend.module import FeModule
-from mplang.frontend.registry import WORKER_AND_DRIVER, OpTraits
+from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.runtime.backend import WorkerEnv, register_backend
 from mplang.runtime.interpreter import Interpreter
 
@@ -289,31 +289,28 @@ def _aggregate_cost(op: Operation, model: Any) -> Any:
 
 aggregate_p = Primitive(
     "cms.aggregate", kind="communication", execution_model="multi_party",
-    traits=OpTraits(pure=True, communicates=True, cost=_aggregate_cost,
-                    runtimes=WORKER_AND_DRIVER),
+    traits=OpTraits(pure=True, communicates=True, runtimes=WORKER_AND_DRIVER), cost=_aggregate_cost,
     doc="Sum the sketches of every holder at one party.")
 
 
 @aggregate_p.def_type_rule
-def _aggregate_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                    world_size: int) -> list[ValueType]:
-    if len(in_types) != 1 or regions:
-        raise MPTypeError(f"cms.aggregate: takes one sketch and no regions, got "
-                          f"{len(in_types)} inputs and {len(regions)} regions")
-    (s,) = in_types
+def _aggregate_rule(sig: Signature) -> list[ValueType]:
+    if len(sig.inputs) != 1 or sig.regions:
+        raise MPTypeError(f"cms.aggregate: takes one sketch and no sig.regions, got "
+                          f"{len(sig.inputs)} inputs and {len(sig.regions)} sig.regions")
+    (s,) = sig.inputs
     if not (isinstance(s, MPType) and isinstance(s.base, SketchType)):
         raise MPTypeError(f"cms.aggregate: expected a sketch at the simp level, got {s}")
     if s.pmask is None:
         raise MPTypeError(f"cms.aggregate: the holders of {s} must be known when tracing")
-    to = attrs["to"]
-    if type(to) is not int or not 0 <= to < world_size:
-        raise MPTypeError(f"cms.aggregate: 'to' must be a party of a {world_size}-party "
+    to = sig.attrs["to"]
+    if type(to) is not int or not 0 <= to < sig.world_size:
+        raise MPTypeError(f"cms.aggregate: 'to' must be a party of a {sig.world_size}-party "
                           f"world, got {to!r}")
     return [MPType(s.base, Mask.of([to]))]
 
 
-@feop(name="cms.aggregate", family="cms", execution_model="multi_party", dialects=["cms"],
-      primitives=["cms.aggregate"], targets=["CMS"], example="total = cms.aggregate(s, to=0)")
+@feop(aggregate_p, example="total = cms.aggregate(s, to=0)")
 @function
 def aggregate(s: MPObject, *, to: int) -> MPObject:
     """The sum of the sketches of every party holding ``s``, held by party ``to`` only."""
@@ -350,14 +347,14 @@ def _expect_sketch(interp: Interpreter, op: Operation, value: Any, t: SketchType
     return value
 
 
-@backend.kernel("cms.build")
+@backend.kernel(dialect.prims.build)
 def _build(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     (x,) = args
     return [Sketch.of_items(np.asarray(x), op.attrs["width"], op.attrs["depth"],
                             op.attrs["seed"])]
 
 
-@backend.kernel("cms.merge")
+@backend.kernel(dialect.prims.merge)
 def _merge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     t = op.outputs[0].type
     assert isinstance(t, SketchType)
@@ -365,7 +362,7 @@ def _merge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> lis
     return [a.merge(b)]
 
 
-@backend.kernel("cms.query")
+@backend.kernel(dialect.prims.query)
 def _query(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     s, keys = args
     t = op.inputs[0].type
@@ -373,7 +370,7 @@ def _query(interp: Interpreter, op: Operation, args: list[Any], key: str) -> lis
     return [_expect_sketch(interp, op, s, t, "input 0").query(np.asarray(keys))]
 
 
-@backend.kernel("cms.aggregate")
+@backend.kernel(aggregate_p)
 def _aggregate(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     env: WorkerEnv = interp.states["cms"].env
     t = op.inputs[0].type

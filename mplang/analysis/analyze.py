@@ -7,7 +7,7 @@ from mplang.analysis.report import AnalysisReport, build_report
 from mplang.analysis.schedule import schedule
 from mplang.edsl.graph import Graph
 from mplang.edsl.program import Program
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 
 
 def analyze(program: Program | Graph, cost_model: CostModel | None = None) -> AnalysisReport:

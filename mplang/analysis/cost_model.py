@@ -3,9 +3,9 @@
 Local ops (compute, sources) cost ``op_s + element_s * elements`` (inputs plus
 outputs). A message costs ``latency_s + bytes / bandwidth_bytes_per_s``;
 messages of one op that travel in parallel (the routes of a shuffle, the
-shares of a seal) count once. An op that communicates states its cost with a
-rule in its traits (`OpTraits.cost`, defined by its dialect). Ops with regions
-get their cost from their regions (see `mplang.analysis.schedule`).
+shares of a seal) count once. Every primitive declares its cost rule in its dialect
+(`local_cost` for a local op). Ops with regions get their cost from their regions
+(see `mplang.analysis.schedule`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from mplang.edsl.graph import Operation, Value
 from mplang.edsl.typing import BaseType, MPType, ValueType, numpy_dtype
-from mplang.frontend.registry import traits_of
 
 
 @dataclass(frozen=True)
@@ -110,8 +109,8 @@ def local_cost(op: Operation, model: CostModel) -> OpCost:
 
 def leaf_cost(op: Operation, model: CostModel) -> OpCost:
     """The estimated cost of ``op``, an op whose cost does not come from regions: its
-    traits' cost rule, else the cost of a local op."""
-    rule = traits_of(op.opcode).cost
+    primitive's cost rule, else (an unknown op) the cost of a local op."""
+    rule = None if op.prim is None else op.prim.rule("cost")
     cost = local_cost(op, model) if rule is None else rule(op, model)
     if op.opcode in model.op_costs:
         return OpCost(float(model.op_costs[op.opcode]), cost.rounds)

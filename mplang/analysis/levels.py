@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from mplang.edsl.graph import Graph, effect_order
 from mplang.edsl.graph import op_dependencies as graph_op_dependencies
-from mplang.frontend.errors import MPVerifyError
+from mplang.edsl.errors import MPVerifyError
 
 
 @dataclass(frozen=True)

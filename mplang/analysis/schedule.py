@@ -19,7 +19,6 @@ from mplang.analysis.cost_model import CostModel, OpCost, leaf_cost, predicate_c
 from mplang.analysis.levels import Dependencies, op_dependencies, op_levels
 from mplang.analysis.usedef import UseDef, build_use_def
 from mplang.edsl.graph import Graph, Operation
-from mplang.frontend.registry import traits_of
 
 
 @dataclass(frozen=True)
@@ -126,7 +125,7 @@ def schedule(graph: Graph, model: CostModel) -> GraphSchedule:
         if op.regions:
             inner = tuple(schedule(r, model) for r in op.regions)
             regions[index] = inner
-            estimate = REGION_RULES.get(traits_of(op.opcode).regions, _call)(op, inner, model)
+            estimate = REGION_RULES.get(op.traits.regions, _call)(op, inner, model)
             nested = sum(r.num_ops for r in inner)
             estimates.append(OpEstimate(estimate.cost, estimate.depth, nested))
         else:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mplang.edsl.graph import Graph, Value
-from mplang.frontend.errors import MPVerifyError
+from mplang.edsl.errors import MPVerifyError
 
 GRAPH_INPUT = -1
 """The definer index of a graph input."""

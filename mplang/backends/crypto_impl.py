@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from mplang.backends.wire import Buffer, ValueCodec, register_value_codec
+from mplang.dialects import crypto as _crypto
 from mplang.dialects.crypto import (
     AES_KEY_BYTES,
     ALGORITHMS,
@@ -46,7 +47,7 @@ from mplang.dialects.crypto import (
 )
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
-from mplang.frontend.errors import MPRuntimeError, MPSerializationError
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 
@@ -344,14 +345,14 @@ def _run(interp: Interpreter, op: Operation, fn: Any, *args: Any) -> Any:
         raise _fail(interp, op, str(e)) from None
 
 
-@BACKEND.kernel("crypto.aes_keygen")
+@BACKEND.kernel(_crypto.dialect.prims.aes_keygen)
 def _aes_keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     t = op.outputs[0].type
     assert isinstance(t, SymmetricKey)
     return [SymmetricKeyValue(os.urandom(t.length))]
 
 
-@BACKEND.kernel("crypto.aes_encrypt")
+@BACKEND.kernel(_crypto.dialect.prims.aes_encrypt)
 def _aes_encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     x, k = args
     plain = _run(interp, op, tensor_bytes, x, _tensor_type(op, 0))
@@ -359,7 +360,7 @@ def _aes_encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) 
                      op.attrs["aad"]))]
 
 
-@BACKEND.kernel("crypto.aes_decrypt")
+@BACKEND.kernel(_crypto.dialect.prims.aes_decrypt)
 def _aes_decrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c, k = args
     like: TensorType = op.attrs["like"]
@@ -368,7 +369,7 @@ def _aes_decrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) 
     return [_run(interp, op, bytes_tensor, plain, like)]
 
 
-@BACKEND.kernel("crypto.sha256")
+@BACKEND.kernel(_crypto.dialect.prims.sha256)
 def _sha256(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return [_u8(sha256(_run(interp, op, tensor_bytes, args[0], _tensor_type(op, 0))))]
 
@@ -383,24 +384,24 @@ def _keypair(algorithm: str) -> list[Any]:
     return [PublicKeyValue(algorithm, pub), PrivateKeyValue(algorithm, raw)]
 
 
-@BACKEND.kernel("crypto.x25519_keygen")
+@BACKEND.kernel(_crypto.dialect.prims.x25519_keygen)
 def _x25519_keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return _keypair("x25519")
 
 
-@BACKEND.kernel("crypto.ed25519_keygen")
+@BACKEND.kernel(_crypto.dialect.prims.ed25519_keygen)
 def _ed25519_keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return _keypair("ed25519")
 
 
-@BACKEND.kernel("crypto.x25519_shared")
+@BACKEND.kernel(_crypto.dialect.prims.x25519_shared)
 def _x25519_shared(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     sk = _expect(interp, op, args[0], PrivateKeyValue, "the private key", "x25519")
     pk = _expect(interp, op, args[1], PublicKeyValue, "the peer key", "x25519")
     return [SharedSecretValue(_run(interp, op, x25519, sk.raw, pk.raw))]
 
 
-@BACKEND.kernel("crypto.hkdf")
+@BACKEND.kernel(_crypto.dialect.prims.hkdf)
 def _hkdf(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     (ikm,) = args
     if not isinstance(ikm, SharedSecretValue | SymmetricKeyValue):
@@ -411,7 +412,7 @@ def _hkdf(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
     return [SymmetricKeyValue(out)]
 
 
-@BACKEND.kernel("crypto.sign")
+@BACKEND.kernel(_crypto.dialect.prims.sign)
 def _sign(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     m, sk = args
     ssk = _expect(interp, op, sk, PrivateKeyValue, "the signing key", "ed25519")
@@ -419,7 +420,7 @@ def _sign(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
     return [_u8(ed25519_sign(ssk.raw, msg))]
 
 
-@BACKEND.kernel("crypto.verify")
+@BACKEND.kernel(_crypto.dialect.prims.verify)
 def _verify(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     m, sig, pk = args
     spk = _expect(interp, op, pk, PublicKeyValue, "the public key", "ed25519")
@@ -428,13 +429,13 @@ def _verify(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
     return [np.array(ed25519_verify(spk.raw, msg, signature), dtype=np.bool_)]
 
 
-@BACKEND.kernel("crypto.public_bytes")
+@BACKEND.kernel(_crypto.dialect.prims.public_bytes)
 def _public_bytes(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     pk = _expect(interp, op, args[0], PublicKeyValue, "the public key")
     return [_u8(pk.raw)]
 
 
-@BACKEND.kernel("crypto.public_key")
+@BACKEND.kernel(_crypto.dialect.prims.public_key)
 def _public_key(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     t = op.outputs[0].type
     assert isinstance(t, PublicKey)

@@ -14,9 +14,11 @@ from mplang.backends.tensor_impl import BACKEND as TENSOR_BACKEND
 from mplang.dialects.common import as_array, canonical_type
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType
-from mplang.frontend.errors import MPRuntimeError, MPTypeError
+from mplang.edsl.errors import MPRuntimeError, MPTypeError
 from mplang.runtime import data_root
 from mplang.runtime.interpreter import Interpreter
+from mplang.dialects import simp as _simp
+from mplang.dialects import tensor as _tensor
 
 
 def _worker(interp: Interpreter) -> SimpWorker:
@@ -38,7 +40,7 @@ def _checked(worker: SimpWorker, op: Operation, what: str, array: np.ndarray) ->
                              party=worker.rank, op=op.opcode) from None
 
 
-@TENSOR_BACKEND.kernel("tensor.load")
+@TENSOR_BACKEND.kernel(_tensor.load_p)
 def _tensor_load(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     path, member = op.attrs["path"], op.attrs["key"]
@@ -51,7 +53,7 @@ def _tensor_load(interp: Interpreter, op: Operation, args: list[Any], key: str) 
     return [_checked(worker, op, what, array)]
 
 
-@SIMP_BACKEND.kernel("simp.load")
+@SIMP_BACKEND.kernel(_simp.load_p)
 def _simp_load(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     if worker.rank != op.attrs["party"]:

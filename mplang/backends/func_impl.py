@@ -8,11 +8,12 @@ from typing import Any
 from mplang.edsl.graph import Operation
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
+from mplang.dialects import func as _func
 
 BACKEND = register_backend("func")
 
 
-@BACKEND.kernel("func.call")
-@BACKEND.kernel("func.call", runtime="driver")
+@BACKEND.kernel(_func.call_p)
+@BACKEND.kernel(_func.call_p, runtime="driver")
 def call_region(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return interp.run(op.regions[0], args, key)

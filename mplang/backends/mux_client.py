@@ -26,7 +26,7 @@ import uvloop
 
 from mplang.backends.mux import ALPN, MuxProtocol
 from mplang.device.cluster import ClusterSpec
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 from mplang.runtime.identity import LocalIdentity
 
 SPEC_HEADER = "x-mplang-spec"

@@ -33,9 +33,11 @@ from mplang.dialects.phe import (
     plain_scale,
 )
 from mplang.edsl.graph import Operation
-from mplang.frontend.errors import MPRuntimeError, MPSerializationError
+from mplang.edsl.primitive import Primitive
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
+from mplang.dialects import phe as _phe
 
 INSTALL_HINT = ("PHE needs the sf-heu package: pip install 'mplang[phe]' (sf-heu ships "
                 "wheels for CPython 3.10 and 3.11 on Linux and macOS)")
@@ -231,7 +233,7 @@ def _in_type(op: Operation, i: int) -> Any:
     return op.inputs[i].type
 
 
-@backend.kernel("phe.keygen")
+@backend.kernel(_phe.keygen_p)
 def _keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     phe, hnp = heu()
     scheme = getattr(phe.SchemaType, _HEU_SCHEMES[op.attrs["scheme"]])
@@ -241,7 +243,7 @@ def _keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
     return [public, PhePrivateKey(kit, public)]
 
 
-@backend.kernel("phe.encrypt")
+@backend.kernel(_phe.encrypt_p)
 def _encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     x, public = args
     want = _in_type(op, 1)
@@ -258,7 +260,7 @@ def _encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
     return [PheCiphertext(public.kit.encryptor().encrypt(plain), public)]
 
 
-@backend.kernel("phe.decrypt")
+@backend.kernel(_phe.decrypt_p)
 def _decrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the value")
     private = args[1]
@@ -275,8 +277,10 @@ def _decrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
         raise _fail(interp, op, str(e)) from None
 
 
-def _additive(name: str) -> None:
-    @backend.kernel(f"phe.{name}")
+def _additive(prim: Primitive) -> None:
+    name = prim.name.split(".")[1]
+
+    @backend.kernel(prim)
     def run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
         a = _ciphertext(interp, op, args[0], "the first operand")
         t = _in_type(op, 0)
@@ -294,11 +298,11 @@ def _additive(name: str) -> None:
         return [PheCiphertext(combine(a.array, plain), a.public)]
 
 
-_additive("add")
-_additive("sub")
+_additive(_phe.add_p)
+_additive(_phe.sub_p)
 
 
-@backend.kernel("phe.mul_plain")
+@backend.kernel(_phe.mul_plain_p)
 def _mul_plain(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the ciphertext")
     t, x = _in_type(op, 0), _in_type(op, 1)
@@ -314,7 +318,7 @@ def _ones(kit: Any, shape: tuple[int, int]) -> Any:
     return kit.array(np.ones(shape, dtype=np.int64), kit.integer_encoder(scale=1))
 
 
-@backend.kernel("phe.sum")
+@backend.kernel(_phe.sum_p)
 def _sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the value")
     t = _in_type(op, 0)
@@ -336,7 +340,7 @@ def _sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     return [PheCiphertext(column.transpose(), c.public)]
 
 
-@backend.kernel("phe.dot")
+@backend.kernel(_phe.dot_p)
 def _dot(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the ciphertext")
     ct, xt = _in_type(op, 0), _in_type(op, 1)
@@ -363,7 +367,7 @@ def _index_array(interp: Interpreter, op: Operation, value: Any, what: str, low:
     return arr
 
 
-@backend.kernel("phe.bucket_sum")
+@backend.kernel(_phe.bucket_sum_p)
 def _bucket_sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the value")
     t, out_t = _in_type(op, 0), op.outputs[0].type

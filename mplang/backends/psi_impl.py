@@ -46,11 +46,12 @@ from mplang.dialects import psi
 from mplang.dialects.table import TableType
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import MPType
-from mplang.frontend.errors import MPCommunicationError, MPRuntimeError
-from mplang.policy.flows import Analysis, PartyLabels, flow_rule
+from mplang.edsl.errors import MPCommunicationError, MPRuntimeError
+from mplang.policy.flows import Analysis, PartyLabels
 from mplang.policy.labels import Label, compared, join, reduced
 from mplang.runtime.backend import Communicator, WorkerEnv, register_backend
 from mplang.runtime.interpreter import Interpreter
+from mplang.dialects import psi as _psi
 
 backend = register_backend("psi")
 
@@ -417,7 +418,7 @@ def _declared(op: Operation, side: int) -> TableType:
     return t.base
 
 
-@backend.kernel("psi.join")
+@backend.kernel(_psi.join_p)
 def _join(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     state: PsiState = interp.states["psi"]
     rank = state.env.rank
@@ -538,7 +539,7 @@ def count_shared(rank: int, members: tuple[int, int], reveal_to: Sequence[int],
     return shared
 
 
-@backend.kernel("psi.intersection_size")
+@backend.kernel(_psi.size_p)
 def _intersection_size(interp: Interpreter, op: Operation, args: list[Any], key: str
                        ) -> list[Any]:
     state: PsiState = interp.states["psi"]
@@ -567,7 +568,7 @@ def _intersection_size(interp: Interpreter, op: Operation, args: list[Any], key:
 # ---------------------------------------------------------------- policy flow rules
 
 
-@flow_rule(psi.join_p)
+@psi.join_p.def_flow
 def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     """Each holder keeps its own rows and learns which of its keys the other holds (a
     comparison of the other's data)."""
@@ -585,7 +586,7 @@ def _rows(op: Operation, side: int) -> int:
     return max(1, _declared(op, side).rows or 1)
 
 
-@flow_rule(psi.size_p)
+@psi.size_p.def_flow
 def _size_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     """A count of comparisons reaches ``reveal_to``; each holder learns how many distinct
     keys the other has."""

@@ -17,7 +17,7 @@ import spu.libspu as libspu
 
 from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory, SpuLinkFactory
 from mplang.backends.wire import ValueCodec, register_value_codec
-from mplang.dialects.common import LRUCache
+from mplang.util.lru import LRUCache
 from mplang.dialects.spu import (
     SecretShareType,
     SpuConfig,
@@ -33,6 +33,7 @@ from mplang.edsl.typing import MPType, TensorType
 from mplang.runtime.audit import SECRET_SHARE
 from mplang.runtime.backend import WorkerEnv, register_backend
 from mplang.runtime.interpreter import Interpreter
+from mplang.dialects import spu as _spu
 
 if TYPE_CHECKING:
     from mplang.backends.simp_worker.state import SimpWorker
@@ -243,7 +244,7 @@ def _plaintext(op: Operation) -> TensorType:
     return base
 
 
-@BACKEND.kernel("spu.seal")
+@BACKEND.kernel(_spu.seal_p)
 def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     config = SpuConfig.from_attrs(op.attrs)
@@ -270,7 +271,7 @@ def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
                             _plaintext(op))]
 
 
-@BACKEND.kernel("spu.shares")
+@BACKEND.kernel(_spu.shares_p)
 def _shares(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     """A member's share of a driver constant, from its (opened) private attribute."""
     worker = _worker(interp)
@@ -287,7 +288,7 @@ def _shares(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
     return [_received_share(share, op, "the driver", op.attrs["plaintext"])]
 
 
-@BACKEND.kernel("spu.run")
+@BACKEND.kernel(_spu.run_p)
 def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     config = SpuConfig.from_attrs(op.attrs)
@@ -305,7 +306,7 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
             for i in range(len(op.outputs))]
 
 
-@BACKEND.kernel("spu.reveal")
+@BACKEND.kernel(_spu.reveal_p)
 def _reveal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     config = SpuConfig.from_attrs(op.attrs)

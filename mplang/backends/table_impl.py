@@ -31,12 +31,13 @@ from mplang.dialects import table as T
 from mplang.dialects.common import as_array
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType
-from mplang.frontend.errors import MPRuntimeError, MPSerializationError, MPTypeError
-from mplang.policy.flows import Analysis, local_flow_rule
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError, MPTypeError
+from mplang.policy.flows import Analysis
 from mplang.policy.labels import Label, source
 from mplang.runtime import data_root
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
+from mplang.dialects import table as _table
 
 BACKEND = register_backend("table")
 MAX_BATCHES = 1 << 16
@@ -209,7 +210,7 @@ def describe_table(root: Path, fields: Mapping[str, Any], node: str) -> T.TableT
 data_root.register_describer("table", describe_table)
 
 
-@BACKEND.kernel("table.read")
+@BACKEND.kernel(_table.read_p)
 def _read(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     path, fmt = op.attrs["path"], op.attrs["format"]
@@ -244,7 +245,7 @@ def _write_file(table: pa.Table, target: Path, fmt: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-@BACKEND.kernel("table.write")
+@BACKEND.kernel(_table.write_p)
 def _write(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     path, fmt = op.attrs["path"], op.attrs["format"]
@@ -294,7 +295,7 @@ def run_sql(query: str, tables: Mapping[str, pa.Table], max_rows: int = T.MAX_RO
         con.close()
 
 
-@BACKEND.kernel("table.sql")
+@BACKEND.kernel(_table.sql_p)
 def _sql(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     tables = {name: _input(interp, op, value, i)
               for i, (name, value) in enumerate(zip(op.attrs["names"], args, strict=True))}
@@ -311,7 +312,7 @@ def _sql(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
                                 f"{t}: {e}") from None
 
 
-@BACKEND.kernel("table.to_tensor")
+@BACKEND.kernel(_table.to_tensor_p)
 def _to_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     table = _input(interp, op, args[0], 0)
     out = op.outputs[0].type
@@ -339,7 +340,7 @@ def _to_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) ->
     return [value]
 
 
-@BACKEND.kernel("table.from_tensor")
+@BACKEND.kernel(_table.from_tensor_p)
 def _from_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     x = np.asarray(args[0])
     t = op.outputs[0].type
@@ -352,7 +353,7 @@ def _from_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) 
     return [pa.Table.from_arrays([pa.array(c) for c in columns], names=list(t.names))]
 
 
-@BACKEND.kernel("table.constant")
+@BACKEND.kernel(_table.constant_p)
 def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     t = op.outputs[0].type
     assert isinstance(t, T.TableType)
@@ -462,7 +463,7 @@ register_value_codec(ValueCodec(CODEC, pa.Table, _encode, _decode))
 # ---------------------------------------------------------------- the flow rule
 
 
-@local_flow_rule(T.read_p)
+@T.read_p.def_local_flow
 def _read_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """A table read from p's data root is p's data (raw), like ``tensor.load``."""
     if not own:

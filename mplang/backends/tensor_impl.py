@@ -17,11 +17,12 @@ from jax.interpreters.mlir import make_ir_context
 from mplang.dialects.tensor import exported_module, module_info
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
-from mplang.frontend.errors import MPSerializationError
+from mplang.edsl.errors import MPSerializationError
 from mplang.frontend.pyfuncs import lookup_pyfunc
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.sandbox import NativePayloadChecker
+from mplang.dialects import tensor as _tensor
 
 BACKEND = register_backend("tensor")
 ir: Any = _ir  # the MLIR bindings ship no type stubs
@@ -89,7 +90,7 @@ MODULE_CHECKER = NativePayloadChecker(vet_module, "run_jax module")
 """The helper process that vets this process's received run_jax modules."""
 
 
-@BACKEND.payload_check("tensor.run_jax")
+@BACKEND.payload_check(_tensor.run_jax_p)
 def _check_run_jax(op: Operation) -> None:
     MODULE_CHECKER.check(op.attrs["module"], f"tensor.run_jax[{op.attrs['fn']}]")
 
@@ -108,18 +109,18 @@ def _compiled(module: bytes) -> Callable[..., Any]:
     return fn
 
 
-@BACKEND.kernel("tensor.constant")
+@BACKEND.kernel(_tensor.constant_p)
 def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return [op.attrs["value"]]
 
 
-@BACKEND.kernel("tensor.run_jax")
+@BACKEND.kernel(_tensor.run_jax_p)
 def _run_jax(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     out = _compiled(op.attrs["module"])(*args)
     return list(jax.tree_util.tree_leaves(out))
 
 
-@BACKEND.kernel("tensor.pyfunc")
+@BACKEND.kernel(_tensor.pyfunc_p)
 def _pyfunc(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     name: str = op.attrs["fn"]
     fn = lookup_pyfunc(name)

@@ -12,7 +12,7 @@ import numpy as np
 from mplang.backends.mux_client import MuxClients, StatusError, TransportError
 from mplang.backends.wire import encode_value, pack_message
 from mplang.device.cluster import ClusterSpec
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 from mplang.runtime.identity import load_identity
 from mplang.runtime.named_objects import check_name
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from mplang.edsl.serde import numpy_can_hold
 from mplang.edsl.typing import DTYPES, numpy_dtype
-from mplang.frontend.errors import MPSerializationError
+from mplang.edsl.errors import MPSerializationError
 from mplang.runtime.audit import PLAINTEXT, SECRET_SHARE
 
 MAGIC = b"MPV1"

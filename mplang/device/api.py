@@ -20,7 +20,7 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import leaf_paths, tree_flatten, tree_unflatten
 from mplang.edsl.tracer import Tracer, current_tracer
 from mplang.edsl.typing import MPType
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import is_feop
 from mplang.frontend.routing import check_route
 

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from mplang.device.kinds import get_kind, kind_names
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 from mplang.runtime.identity import Certificate, IdentityError, load_certificate
 
 DEFAULT_BASE_PORT = 61920

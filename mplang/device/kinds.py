@@ -19,7 +19,7 @@ from mplang.edsl.location import user_stacklevel
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import TraceObject
 from mplang.edsl.typing import MPType
-from mplang.frontend.errors import MPLangError, MPTypeError
+from mplang.edsl.errors import MPLangError, MPTypeError
 from mplang.frontend.introspect import register_device_profile
 
 if TYPE_CHECKING:

@@ -32,8 +32,8 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten
 from mplang.edsl.tracer import Tracer, current_tracer
 from mplang.edsl.typing import MPType, TensorType
-from mplang.frontend.errors import FeConfigError, MPRuntimeError, MPTypeError
-from mplang.frontend.feop import ConfigField, ConfigSchema
+from mplang.edsl.errors import FeConfigError, MPRuntimeError, MPTypeError
+from mplang.edsl.attrs import ConfigField, ConfigSchema
 
 PHE_CONFIG = ConfigSchema({
     "scheme": ConfigField(str, default="paillier", choices=phe.SCHEMES,

@@ -15,7 +15,7 @@ from mplang.edsl.context import ExecutionContext
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.typing import Mask, MPType, TensorType
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import is_feop
 
 

@@ -33,7 +33,7 @@ from mplang.dialects.spu import (
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import Mask, MPType, TensorType
-from mplang.frontend.errors import MPRuntimeError, MPTypeError
+from mplang.edsl.errors import MPRuntimeError, MPTypeError
 
 PROTOCOLS = {"SEMI2K": None, "ABY3": 3, "CHEETAH": 2}
 """Protocol name -> the exact number of members it needs (None: two or more)."""

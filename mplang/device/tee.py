@@ -46,7 +46,7 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.tracer import Tracer, current_tracer, trace_function
 from mplang.edsl.typing import Mask, MPType, TensorType
-from mplang.frontend.errors import MPRuntimeError, MPTypeError
+from mplang.edsl.errors import MPRuntimeError, MPTypeError
 from mplang.frontend.feop import is_feop
 
 SECURITY_MODEL = (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import jax
@@ -10,7 +9,7 @@ import numpy as np
 
 from mplang.edsl.location import raised_at
 from mplang.edsl.typing import TensorType
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 
 
 def as_array(op: str, value: Any) -> np.ndarray:
@@ -45,23 +44,3 @@ def trace_failure(error: BaseException) -> str:
 def canonical_type(t: TensorType) -> TensorType:
     """``t`` with JAX's canonical dtype: the type `as_array` gives data of type ``t``."""
     return TensorType.of(jax.dtypes.canonicalize_dtype(np.dtype(t.dtype)), t.shape)
-
-
-
-class LRUCache(OrderedDict[Any, Any]):
-    """A bounded mapping that evicts the least recently used entry."""
-
-    def __init__(self, limit: int):
-        super().__init__()
-        self.limit = limit
-
-    def lookup(self, key: Any) -> Any:
-        value = self.get(key)
-        if value is not None:
-            self.move_to_end(key)
-        return value
-
-    def store(self, key: Any, value: Any) -> None:
-        self[key] = value
-        if len(self) > self.limit:
-            self.popitem(last=False)

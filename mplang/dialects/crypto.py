@@ -38,9 +38,9 @@ from mplang.edsl.typing import (
     numpy_dtype,
     register_type,
 )
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 from mplang.frontend.module import FeModule
-from mplang.frontend.registry import OpTraits
+from mplang.edsl.traits import OpTraits
 
 __all__ = [
     "ALGORITHMS",

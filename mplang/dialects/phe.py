@@ -46,9 +46,9 @@ from mplang.edsl.typing import (
     ValueType,
     register_type,
 )
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import feop
-from mplang.frontend.registry import LOCAL_PURE, OpTraits
+from mplang.edsl.traits import LOCAL_PURE, OpTraits
 
 mark_library(__file__)
 
@@ -250,30 +250,28 @@ def _scaled(op: str, scale: int) -> int:
 
 
 @keygen_p.def_type_rule
-def _keygen_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                 world_size: int) -> list[ValueType]:
-    if in_types or regions:
+def _keygen_rule(sig: Signature) -> list[ValueType]:
+    if sig.inputs or sig.regions:
         raise MPTypeError("phe.keygen: takes no inputs")
     try:
-        return [PublicKey(attrs["scheme"], attrs["key_bits"], attrs["key"]),
-                PrivateKey(attrs["scheme"], attrs["key_bits"], attrs["key"])]
+        return [PublicKey(sig.attrs["scheme"], sig.attrs["key_bits"], sig.attrs["key"]),
+                PrivateKey(sig.attrs["scheme"], sig.attrs["key_bits"], sig.attrs["key"])]
     except MPTypeError as e:
         raise MPTypeError(f"phe.keygen: {e}") from None
 
 
 @encrypt_p.def_type_rule
-def _encrypt_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                  world_size: int) -> list[ValueType]:
+def _encrypt_rule(sig: Signature) -> list[ValueType]:
     op = "phe.encrypt"
-    if len(in_types) != 2:
+    if len(sig.inputs) != 2:
         raise MPTypeError(f"{op}: takes a tensor and a public key")
-    x, pk = in_types
+    x, pk = sig.inputs
     x = _plain(op, x, "the value")
     if not isinstance(pk, PublicKey):
         raise MPTypeError(f"{op}: the key must be a PHE public key, got {pk}")
     if x.dtype == "bool":
         raise MPTypeError(f"{op}: cast booleans to an integer dtype before encrypting")
-    scale = attrs["scale"]
+    scale = sig.attrs["scale"]
     if x.dtype in INT_DTYPES and scale != 1:
         raise MPTypeError(f"{op}: integer tensors are encrypted at scale 1, got scale={scale}")
     try:
@@ -283,13 +281,12 @@ def _encrypt_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seq
 
 
 @decrypt_p.def_type_rule
-def _decrypt_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                  world_size: int) -> list[ValueType]:
+def _decrypt_rule(sig: Signature) -> list[ValueType]:
     op = "phe.decrypt"
-    if len(in_types) != 2:
+    if len(sig.inputs) != 2:
         raise MPTypeError(f"{op}: takes a ciphertext and a private key")
-    c = _ct(op, in_types[0], "the value")
-    sk = in_types[1]
+    c = _ct(op, sig.inputs[0], "the value")
+    sk = sig.inputs[1]
     if not isinstance(sk, PrivateKey):
         raise MPTypeError(f"{op}: the key must be a PHE private key, got {sk}")
     if sk.key != c.key:
@@ -306,12 +303,11 @@ def _broadcast(op: str, c: Ciphertext, x: TensorType) -> None:
 
 
 def _additive_rule(op: str) -> Any:
-    def rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-             world_size: int) -> list[ValueType]:
-        if len(in_types) != 2:
+    def rule(sig: Signature) -> list[ValueType]:
+        if len(sig.inputs) != 2:
             raise MPTypeError(f"{op}: takes two operands")
-        a = _ct(op, in_types[0], "the first operand")
-        b = in_types[1]
+        a = _ct(op, sig.inputs[0], "the first operand")
+        b = sig.inputs[1]
         if isinstance(b, Ciphertext):
             if b.key != a.key:
                 raise MPTypeError(f"{op}: the operands are under different key pairs ({a} and "
@@ -339,19 +335,18 @@ sub_p.def_type_rule(_additive_rule("phe.sub"))
 
 
 @mul_plain_p.def_type_rule
-def _mul_plain_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                    world_size: int) -> list[ValueType]:
+def _mul_plain_rule(sig: Signature) -> list[ValueType]:
     op = "phe.mul_plain"
-    if len(in_types) != 2:
+    if len(sig.inputs) != 2:
         raise MPTypeError(f"{op}: takes a ciphertext and a plaintext")
-    c = _ct(op, in_types[0], "the first operand")
-    if isinstance(in_types[1], Ciphertext):
+    c = _ct(op, sig.inputs[0], "the first operand")
+    if isinstance(sig.inputs[1], Ciphertext):
         raise MPTypeError(f"{op}: cannot multiply two ciphertexts (additive homomorphic "
                           "encryption multiplies by plaintexts only); multiply on a secret-sharing "
                           "device instead")
-    x = _plain(op, in_types[1], "the plaintext")
+    x = _plain(op, sig.inputs[1], "the plaintext")
     _broadcast(op, c, x)
-    return [_product(op, c, x, c.shape, attrs["scale"])]
+    return [_product(op, c, x, c.shape, sig.attrs["scale"])]
 
 
 def _product(op: str, c: Ciphertext, x: TensorType, shape: tuple[int, ...],
@@ -366,13 +361,12 @@ def _product(op: str, c: Ciphertext, x: TensorType, shape: tuple[int, ...],
 
 
 @sum_p.def_type_rule
-def _sum_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-              world_size: int) -> list[ValueType]:
+def _sum_rule(sig: Signature) -> list[ValueType]:
     op = "phe.sum"
-    if len(in_types) != 1:
+    if len(sig.inputs) != 1:
         raise MPTypeError(f"{op}: takes one ciphertext")
-    c = _ct(op, in_types[0], "the value")
-    axis = attrs["axis"]
+    c = _ct(op, sig.inputs[0], "the value")
+    axis = sig.attrs["axis"]
     if axis is None:
         return [Ciphertext(c.dtype, (), c.key, c.scale)]
     if len(c.shape) > 2:
@@ -386,47 +380,45 @@ def _sum_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequenc
 
 
 @dot_p.def_type_rule
-def _dot_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-              world_size: int) -> list[ValueType]:
+def _dot_rule(sig: Signature) -> list[ValueType]:
     op = "phe.dot"
-    if len(in_types) != 2:
+    if len(sig.inputs) != 2:
         raise MPTypeError(f"{op}: takes a ciphertext and a plaintext")
-    c = _ct(op, in_types[0], "the first operand")
-    x = _plain(op, in_types[1], "the second operand")
+    c = _ct(op, sig.inputs[0], "the first operand")
+    x = _plain(op, sig.inputs[1], "the second operand")
     if len(c.shape) not in (1, 2) or len(x.shape) not in (1, 2):
         raise MPTypeError(f"{op}: takes a ciphertext vector or matrix and a plaintext vector "
                           f"or matrix, got {c} and {x}")
     if c.shape[-1] != x.shape[0]:
         raise MPTypeError(f"{op}: inner dimensions differ: {c} and {x}")
     shape = c.shape[:-1] + x.shape[1:]
-    return [_product(op, c, x, shape, attrs["scale"])]
+    return [_product(op, c, x, shape, sig.attrs["scale"])]
 
 
 @bucket_sum_p.def_type_rule
-def _bucket_sum_rule(in_types: list[ValueType], attrs: dict[str, Any],
-                     regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+def _bucket_sum_rule(sig: Signature) -> list[ValueType]:
     op = "phe.bucket_sum"
-    if len(in_types) not in (2, 3):
+    if len(sig.inputs) not in (2, 3):
         raise MPTypeError(f"{op}: takes a ciphertext, a bin-index matrix and optionally "
                           "group ids")
-    c = _ct(op, in_types[0], "the value")
+    c = _ct(op, sig.inputs[0], "the value")
     if len(c.shape) not in (1, 2):
         raise MPTypeError(f"{op}: sums the rows of a ciphertext vector (n) or matrix (n, k), "
                           f"got {c}")
     n = c.shape[0]
-    bins = in_types[1]
+    bins = sig.inputs[1]
     if not isinstance(bins, TensorType) or bins.dtype not in _INDEX_DTYPES \
             or len(bins.shape) != 2 or bins.shape[0] != n or bins.shape[1] < 1:
         raise MPTypeError(f"{op}: the bins must be an integer matrix of shape [{n}, features] "
                           f"(row i: the bin of each feature of row i of the ciphertext), got "
                           f"{bins}")
-    if len(in_types) == 3:
-        groups = in_types[2]
+    if len(sig.inputs) == 3:
+        groups = sig.inputs[2]
         if not isinstance(groups, TensorType) or groups.dtype not in _INDEX_DTYPES \
                 or groups.shape != (n,):
             raise MPTypeError(f"{op}: the group ids must be an integer vector of shape [{n}] "
                               f"(-1: in no group), got {groups}")
-    n_bins, n_groups = attrs["n_bins"], attrs["n_groups"]
+    n_bins, n_groups = sig.attrs["n_bins"], sig.attrs["n_groups"]
     if type(n_bins) is not int or not 1 <= n_bins <= MAX_BUCKET_BINS:
         raise MPTypeError(f"{op}: n_bins must be an int in [1, {MAX_BUCKET_BINS}], "
                           f"got {n_bins!r}")
@@ -444,9 +436,7 @@ def _operand(x: Any) -> MPObject:
     return x if isinstance(x, MPObject) else constant(np.asarray(x))
 
 
-@feop(name="phe.keygen", family="phe", execution_model="single_rank", dialects=["phe"],
-      primitives=["phe.keygen"], side_effects=True, targets=["PPU"],
-      example='pk, sk = phe.keygen(scheme="paillier", key_bits=2048)')
+@feop(keygen_p, example='pk, sk = phe.keygen(scheme="paillier", key_bits=2048)')
 @function
 def keygen(*, scheme: str = "paillier", key_bits: int = 2048) -> tuple[MPObject, MPObject]:
     """A new key pair ``(public_key, private_key)`` of ``scheme`` with a ``key_bits``-bit
@@ -463,9 +453,7 @@ def keygen(*, scheme: str = "paillier", key_bits: int = 2048) -> tuple[MPObject,
     return pk, sk
 
 
-@feop(name="phe.encrypt", family="phe", execution_model="single_rank", dialects=["phe"],
-      primitives=["phe.encrypt"], side_effects=True, targets=["PPU"],
-      example="c = phe.encrypt(x, pk)")
+@feop(encrypt_p, example="c = phe.encrypt(x, pk)")
 @function
 def encrypt(x: Any, pk: MPObject, *, scale: int | None = None) -> MPObject:
     """``x`` encrypted elementwise under ``pk``; floats at fixed-point ``scale``
@@ -477,8 +465,7 @@ def encrypt(x: Any, pk: MPObject, *, scale: int | None = None) -> MPObject:
     return encrypt_p.bind([x, pk], {"scale": scale})[0]
 
 
-@feop(name="phe.decrypt", family="phe", execution_model="single_rank", dialects=["phe"],
-      primitives=["phe.decrypt"], targets=["PPU"], example="y = phe.decrypt(c, sk)")
+@feop(decrypt_p, example="y = phe.decrypt(c, sk)")
 @function
 def decrypt(c: MPObject, sk: MPObject) -> MPObject:
     """The plaintext of ``c`` (its dtype and shape); every value is checked to fit the
@@ -486,8 +473,7 @@ def decrypt(c: MPObject, sk: MPObject) -> MPObject:
     return decrypt_p.bind([c, sk])[0]
 
 
-@feop(name="phe.add", family="phe", execution_model="single_rank", dialects=["phe"],
-      primitives=["phe.add"], targets=["PPU"], example="d = phe.add(a, b)")
+@feop(add_p, example="d = phe.add(a, b)")
 @function
 def add(a: Any, b: Any) -> MPObject:
     """``a + b``: two ciphertexts under one key and scale, or a ciphertext and a plaintext
@@ -498,9 +484,7 @@ def add(a: Any, b: Any) -> MPObject:
     return add_p.bind([a, b])[0]
 
 
-@feop(name="phe.sub", family="phe", execution_model="single_rank", dialects=["phe"],
-      primitives=["phe.sub", "phe.add", "phe.mul_plain"], targets=["PPU"],
-      example="d = phe.sub(a, b)")
+@feop(sub_p, add_p, mul_plain_p, example="d = phe.sub(a, b)")
 @function
 def sub(a: Any, b: Any) -> MPObject:
     """``a - b`` for a ciphertext ``a`` and a ciphertext or plaintext ``b``; a plaintext
@@ -525,8 +509,7 @@ def _aligned(a: MPObject, b: MPObject) -> tuple[MPObject, MPObject]:
     return (low, high) if ta.scale < tb.scale else (high, low)
 
 
-@feop(name="phe.mul_plain", family="phe", execution_model="single_rank", dialects=["phe"],
-      primitives=["phe.mul_plain"], targets=["PPU"], example="d = phe.mul_plain(c, x)")
+@feop(mul_plain_p, example="d = phe.mul_plain(c, x)")
 @function
 def mul_plain(c: Any, x: Any, *, scale: int | None = None) -> MPObject:
     """``c * x`` elementwise for ciphertext ``c`` and plaintext ``x`` (its shape or a
@@ -537,8 +520,7 @@ def mul_plain(c: Any, x: Any, *, scale: int | None = None) -> MPObject:
     return mul_plain_p.bind([_operand(c), _operand(x)], {"scale": scale})[0]
 
 
-@feop(name="phe.sum", family="phe", execution_model="single_rank", dialects=["phe"],
-      primitives=["phe.sum"], targets=["PPU"], example="s = phe.sum(c, axis=0)")
+@feop(sum_p, example="s = phe.sum(c, axis=0)")
 @function
 def sum(c: MPObject, axis: int | None = None) -> MPObject:
     """The sum of ``c``'s elements (``axis=None``), or along ``axis`` of a vector or
@@ -546,8 +528,7 @@ def sum(c: MPObject, axis: int | None = None) -> MPObject:
     return sum_p.bind([c], {"axis": axis})[0]
 
 
-@feop(name="phe.dot", family="phe", execution_model="single_rank", dialects=["phe"],
-      primitives=["phe.dot"], targets=["PPU"], example="g = phe.dot(c, x)")
+@feop(dot_p, example="g = phe.dot(c, x)")
 @function
 def dot(c: MPObject, x: Any, *, scale: int | None = None) -> MPObject:
     """Ciphertext vector or matrix ``c`` times plaintext vector or matrix ``x``
@@ -555,9 +536,7 @@ def dot(c: MPObject, x: Any, *, scale: int | None = None) -> MPObject:
     return dot_p.bind([c, _operand(x)], {"scale": scale})[0]
 
 
-@feop(name="phe.bucket_sum", family="phe", execution_model="single_rank", dialects=["phe"],
-      primitives=["phe.bucket_sum"], targets=["PPU"],
-      example="h = phe.bucket_sum(c, bins, groups, n_groups=4, n_bins=32)")
+@feop(bucket_sum_p, example="h = phe.bucket_sum(c, bins, groups, n_groups=4, n_bins=32)")
 @function
 def bucket_sum(c: MPObject, bins: Any, groups: Any = None, *, n_groups: int = 1,
                n_bins: int) -> MPObject:

@@ -25,9 +25,9 @@ from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.typing import Mask, MPType, ValueType, scalar
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import feop
-from mplang.frontend.registry import WORKER_AND_DRIVER, OpTraits
+from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 
 mark_library(__file__)
 
@@ -46,13 +46,13 @@ def _cost(op: Operation, model: Any) -> Any:
     return OpCost(model.message_s(moved), 4)
 
 
-_TRAITS = OpTraits(pure=True, communicates=True, cost=_cost, runtimes=WORKER_AND_DRIVER)
+_TRAITS = OpTraits(pure=True, communicates=True, runtimes=WORKER_AND_DRIVER)
 join_p = Primitive("psi.join", kind="communication", execution_model="multi_party",
-                   traits=_TRAITS,
+                   traits=_TRAITS, cost=_cost,
                    doc="Private set intersection join of two parties' tables on a key column "
                        "(libpsi); each party gets its own rows, aligned with the other's.")
 size_p = Primitive("psi.intersection_size", kind="communication", execution_model="multi_party",
-                   traits=_TRAITS,
+                   traits=_TRAITS, cost=_cost,
                    doc="The number of distinct keys two parties' tables share, revealed to "
                        "the named parties only (ECDH over X25519).")
 
@@ -94,38 +94,35 @@ def key_types(op: str, in_types: list[ValueType], key: Any
 
 
 @join_p.def_type_rule
-def _join_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-               world_size: int) -> list[ValueType]:
-    a, holder_a, b, holder_b, _ = key_types("psi.join", in_types, attrs.get("key"))
-    if regions:
-        raise MPTypeError("psi.join: takes no regions")
-    if attrs.get("how") not in JOINS:
+def _join_rule(sig: Signature) -> list[ValueType]:
+    a, holder_a, b, holder_b, _ = key_types("psi.join", sig.inputs, sig.attrs.get("key"))
+    if sig.regions:
+        raise MPTypeError("psi.join: takes no sig.regions")
+    if sig.attrs.get("how") not in JOINS:
         raise MPTypeError(f"psi.join: how must be one of {', '.join(JOINS)}, got "
-                          f"{attrs.get('how')!r}")
-    if attrs.get("protocol") not in PROTOCOLS:
+                          f"{sig.attrs.get('how')!r}")
+    if sig.attrs.get("protocol") not in PROTOCOLS:
         raise MPTypeError(f"psi.join: protocol must be one of {', '.join(PROTOCOLS)}, got "
-                          f"{attrs.get('protocol')!r}")
+                          f"{sig.attrs.get('protocol')!r}")
     return [MPType(TableType(a.columns, None), Mask.of([holder_a])),
             MPType(TableType(b.columns, None), Mask.of([holder_b]))]
 
 
 @size_p.def_type_rule
-def _size_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-               world_size: int) -> list[ValueType]:
-    key_types("psi.intersection_size", in_types, attrs.get("key"))
-    if regions:
-        raise MPTypeError("psi.intersection_size: takes no regions")
-    reveal_to = attrs.get("reveal_to")
+def _size_rule(sig: Signature) -> list[ValueType]:
+    key_types("psi.intersection_size", sig.inputs, sig.attrs.get("key"))
+    if sig.regions:
+        raise MPTypeError("psi.intersection_size: takes no sig.regions")
+    reveal_to = sig.attrs.get("reveal_to")
     if not (isinstance(reveal_to, tuple) and reveal_to
-            and all(type(r) is int and 0 <= r < world_size for r in reveal_to)
+            and all(type(r) is int and 0 <= r < sig.world_size for r in reveal_to)
             and list(reveal_to) == sorted(set(reveal_to))):
         raise MPTypeError(f"psi.intersection_size: reveal_to must be distinct parties of a "
-                          f"{world_size}-party world in increasing order, got {reveal_to!r}")
+                          f"{sig.world_size}-party world in increasing order, got {reveal_to!r}")
     return [MPType(scalar("int64"), Mask.of(reveal_to))]
 
 
-@feop(name="psi.join", family="psi", execution_model="multi_party", dialects=["psi"],
-      primitives=["psi.join"], example='ja, jb = psi.join(a, b, key="id", how="inner", '
+@feop(join_p, example='ja, jb = psi.join(a, b, key="id", how="inner", '
                                        'protocol="rr22")')
 @function
 def join(a: MPObject, b: MPObject, *, key: str, how: str, protocol: str
@@ -135,9 +132,7 @@ def join(a: MPObject, b: MPObject, *, key: str, how: str, protocol: str
     return ja, jb
 
 
-@feop(name="psi.intersection_size", family="psi", execution_model="multi_party",
-      dialects=["psi"], primitives=["psi.intersection_size"],
-      example='n = psi.intersection_size(a, b, key="id", reveal_to=(0, 1))')
+@feop(size_p, example='n = psi.intersection_size(a, b, key="id", reveal_to=(0, 1))')
 @function
 def intersection_size(a: MPObject, b: MPObject, *, key: str, reveal_to: tuple[int, ...]
                       ) -> MPObject:

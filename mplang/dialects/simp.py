@@ -1,7 +1,7 @@
 """The `simp` dialect: SPMD primitives across parties.
 
-Definitions and type rules only; kernels live in `backends/simp_driver` and
-`backends/simp_worker`.
+Each op is declared once here, with its type, flow and cost rules; kernels live in
+`backends/simp_driver` and `backends/simp_worker`.
 """
 
 from __future__ import annotations
@@ -14,14 +14,17 @@ from typing import Any
 
 import numpy as np
 
+from mplang.analysis.cost_model import CostModel, OpCost, local_cost, value_bytes
 from mplang.dialects import tensor
 from mplang.dialects.common import as_array, canonical_type
+from mplang.edsl.attrs import Attr, NoneType
 from mplang.edsl.context import current_context
+from mplang.edsl.errors import MPLangError, MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.location import locate_error
 from mplang.edsl.object import OPERATORS, MPObject
-from mplang.edsl.primitive import Primitive
+from mplang.edsl.primitive import SIMP, Operand, Primitive, Result, Signature
 from mplang.edsl.private import value_tensor_type
 from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
 from mplang.edsl.sources import declared_type, looked_up_type
@@ -33,75 +36,101 @@ from mplang.edsl.tracer import (
     mp_leaves,
     trace_function,
 )
+from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType, scalar
-from mplang.frontend.errors import MPLangError, MPTypeError
 from mplang.frontend.feop import feop
-from mplang.frontend.registry import WORKER_AND_DRIVER, OpTraits
+from mplang.policy.flows import Analysis, PartyLabels, everywhere, merge
+from mplang.policy.labels import Label, join, source
 
 
-def _shuffle_static_cost(op: Operation, model: Any) -> Any:
+def _shuffle_static_cost(op: Operation, model: CostModel) -> OpCost:
     """One message per route, all routes at once; several values share each message."""
-    from mplang.analysis.cost_model import OpCost, value_bytes
-
     routes: dict[int, int] = op.attrs["routes"]
     if all(dst == src for dst, src in routes.items()):
         return OpCost(0.0)
     return OpCost(model.message_s(sum(value_bytes(v.type, model) for v in op.inputs)), 1)
 
 
-def _shuffle_cost(op: Operation, model: Any) -> Any:
+def _shuffle_cost(op: Operation, model: CostModel) -> OpCost:
     """Every party asks for its index, then the asked parties send the value."""
-    from mplang.analysis.cost_model import OpCost, value_bytes
-
     x, index = op.inputs
     ask, give = value_bytes(index.type, model), value_bytes(x.type, model)
     return OpCost(model.message_s(ask) + model.message_s(give), 2)
 
 
+def _region_cost(op: Operation, model: CostModel) -> OpCost:
+    """An op that runs regions costs what its regions cost (`mplang.analysis.schedule`);
+    by itself nothing."""
+    return OpCost(0.0)
+
+
 _LOCAL = OpTraits(pure=True, communicates=False, runtimes=WORKER_AND_DRIVER)
-constant_p = Primitive("simp.constant", kind="source", execution_model="multi_party",
-                       traits=_LOCAL,
-                       doc="A compile-time constant held by the given parties.")
-prank_p = Primitive("simp.prank", kind="source", execution_model="multi_party",
-                    traits=_LOCAL,
-                    doc="Each party's own rank, as an int32 scalar held by every party.")
-load_p = Primitive("simp.load", kind="source", execution_model="multi_party",
-                   traits=OpTraits(pure=False, communicates=False, runtimes=WORKER_AND_DRIVER),
-                   doc="A private input: an object the party's owner uploaded to its worker.")
-pcall_p = Primitive("simp.pcall", kind="call", execution_model="multi_party",
-                    traits=OpTraits(pure=True, communicates=False, regions="call",
-                                    fusable=True, runtimes=WORKER_AND_DRIVER),
-                    doc="Run a party-local region on each of the given parties.")
-shuffle_static_p = Primitive("simp.shuffle_static", kind="communication",
-                             execution_model="multi_party",
-                             traits=OpTraits(pure=True, batchable=True,
-                                             cost=_shuffle_static_cost, runtimes=WORKER_AND_DRIVER),
-                             doc="Move values between parties along static {dst: src} routes.")
-shuffle_p = Primitive("simp.shuffle", kind="communication", execution_model="multi_party",
-                      traits=OpTraits(pure=True, cost=_shuffle_cost, runtimes=WORKER_AND_DRIVER),
-                      doc="Each party holding an index receives the value of party `index`.")
-converge_p = Primitive("simp.converge", kind="compute", execution_model="multi_party",
-                       traits=_LOCAL,
-                       doc="Merge values held by disjoint sets of parties into one.")
-uniform_cond_p = Primitive("simp.uniform_cond", kind="control_flow",
-                           execution_model="multi_party",
-                           traits=OpTraits(pure=True, regions="branch", runtimes=WORKER_AND_DRIVER),
-                           doc="All parties take the same branch, chosen by a uniform predicate.")
-while_loop_p = Primitive("simp.while_loop", kind="control_flow", execution_model="multi_party",
-                         traits=OpTraits(pure=True, regions="loop", runtimes=WORKER_AND_DRIVER),
-                         doc="All parties iterate while a uniform predicate holds.")
+_ONE = [Result("out", SIMP)]
+_MANY = [Result("outs", SIMP, variadic=True)]
+constant_p = Primitive(
+    "simp.constant", kind="source", execution_model="multi_party", traits=_LOCAL,
+    attrs={"parties": Attr(Mask, required=True, doc="the parties that hold the value"),
+           "value": Attr(np.ndarray, required=True, doc="the value (compile-time)")},
+    results=_ONE, cost=local_cost,
+    doc="A compile-time constant held by the given parties.")
+prank_p = Primitive(
+    "simp.prank", kind="source", execution_model="multi_party", traits=_LOCAL,
+    results=_ONE, cost=local_cost,
+    doc="Each party's own rank, as an int32 scalar held by every party.")
+load_p = Primitive(
+    "simp.load", kind="source", execution_model="multi_party",
+    traits=OpTraits(pure=False, communicates=False, runtimes=WORKER_AND_DRIVER),
+    attrs={"party": Attr(int, required=True, doc="the rank whose owner uploaded it"),
+           "name": Attr(str, required=True, doc="the uploaded object's name"),
+           "type": Attr(TensorType, required=True, doc="its declared type")},
+    results=_ONE, cost=local_cost,
+    doc="A private input: an object the party's owner uploaded to its worker.")
+pcall_p = Primitive(
+    "simp.pcall", kind="call", execution_model="multi_party",
+    traits=OpTraits(pure=True, communicates=False, regions="call", fusable=True,
+                    runtimes=WORKER_AND_DRIVER),
+    operands=[Operand("args", SIMP, variadic=True)], results=_MANY, regions=["body"],
+    attrs={"parties": Attr((Mask, NoneType), default=None,
+                           doc="the parties that run the body (None: all that hold the inputs)"),
+           "fn": Attr(str, default="fn", doc="the body's name, for readers")},
+    cost=_region_cost,
+    doc="Run a party-local region on each of the given parties.")
+shuffle_static_p = Primitive(
+    "simp.shuffle_static", kind="communication", execution_model="multi_party",
+    traits=OpTraits(pure=True, batchable=True, runtimes=WORKER_AND_DRIVER),
+    operands=[Operand("values", SIMP, variadic=True)], results=_MANY,
+    attrs={"routes": Attr(dict, required=True, doc="{destination: source} ranks")},
+    cost=_shuffle_static_cost,
+    doc="Move values between parties along static {dst: src} routes.")
+shuffle_p = Primitive(
+    "simp.shuffle", kind="communication", execution_model="multi_party",
+    traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER),
+    operands=[Operand("x", SIMP), Operand("index", SIMP)], results=_ONE, cost=_shuffle_cost,
+    doc="Each party holding an index receives the value of party `index`.")
+converge_p = Primitive(
+    "simp.converge", kind="compute", execution_model="multi_party", traits=_LOCAL,
+    operands=[Operand("xs", SIMP, variadic=True)], results=_ONE, cost=local_cost,
+    doc="Merge values held by disjoint sets of parties into one.")
+uniform_cond_p = Primitive(
+    "simp.uniform_cond", kind="control_flow", execution_model="multi_party",
+    traits=OpTraits(pure=True, regions="branch", runtimes=WORKER_AND_DRIVER),
+    operands=[Operand("pred", SIMP), Operand("args", SIMP, variadic=True)], results=_MANY,
+    regions=["then", "else"],
+    attrs={"verify_uniform": Attr(bool, default=True,
+                                  doc="check at run time that every party saw one predicate")},
+    cost=_region_cost,
+    doc="All parties take the same branch, chosen by a uniform predicate.")
+while_loop_p = Primitive(
+    "simp.while_loop", kind="control_flow", execution_model="multi_party",
+    traits=OpTraits(pure=True, regions="loop", runtimes=WORKER_AND_DRIVER),
+    operands=[Operand("state", SIMP, variadic=True)], results=_MANY, regions=["cond", "body"],
+    cost=_region_cost,
+    doc="All parties iterate while a uniform predicate holds.")
 
 
-def _feop(name: str, op_kind: Any, example: str) -> Callable[[Any], Any]:
+def _feop(prim: Primitive, example: str) -> Callable[[Any], Any]:
     """The frontend metadata of a simp primitive's user function."""
-    return feop(name=name, family="simp", op_kind=op_kind, execution_model="multi_party",
-                dialects=["simp"], primitives=[name], example=example)
-
-
-def _mp(op: str, t: ValueType, what: str) -> MPType:
-    if not isinstance(t, MPType):
-        raise MPTypeError(f"{op}: {what} must be a simp-level value, got {t}")
-    return t
+    return feop(prim, example=example)
 
 
 def _check_movable(op: str, t: MPType, what: str) -> None:
@@ -137,11 +166,9 @@ def _is_bool_scalar(t: BaseType) -> bool:
 
 
 @constant_p.def_type_rule
-def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                   world_size: int) -> list[ValueType]:
-    parties: Mask = attrs["parties"]
-    _check_parties("simp.constant", parties, world_size)
-    return [MPType(value_tensor_type("simp.constant", attrs["value"]), parties)]
+def _constant_rule(sig: Signature) -> list[ValueType]:
+    _check_parties("simp.constant", sig.parties, sig.world_size)
+    return [MPType(value_tensor_type("simp.constant", sig.value), sig.parties)]
 
 
 @constant_p.def_private
@@ -150,7 +177,7 @@ def _constant_private(op: Operation) -> dict[str, Mask | None]:
     return {"value": op.attrs["parties"]}
 
 
-@_feop("simp.constant", "special_op", "x = simp.constant((0,), 3)")
+@_feop(constant_p, "x = simp.constant((0,), 3)")
 @function
 def constant(parties: Iterable[int] | Mask, value: Any) -> MPObject:
     """``value`` (a Python scalar or array, fixed at compile time) held by ``parties``."""
@@ -159,12 +186,11 @@ def constant(parties: Iterable[int] | Mask, value: Any) -> MPObject:
 
 
 @prank_p.def_type_rule
-def _prank_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                world_size: int) -> list[ValueType]:
-    return [MPType(scalar("int32"), Mask.all(world_size))]
+def _prank_rule(sig: Signature) -> list[ValueType]:
+    return [MPType(scalar("int32"), Mask.all(sig.world_size))]
 
 
-@_feop("simp.prank", "special_op", "r = simp.prank()")
+@_feop(prank_p, "r = simp.prank()")
 @function
 def prank() -> MPObject:
     """Each party's rank (int32), held by all parties."""
@@ -172,20 +198,16 @@ def prank() -> MPObject:
 
 
 @load_p.def_type_rule
-def _load_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-               world_size: int) -> list[ValueType]:
-    party, name, vtype = attrs["party"], attrs["name"], attrs["type"]
-    if type(party) is not int or not 0 <= party < world_size:
-        raise MPTypeError(f"simp.load: party {party!r} is not a party of a {world_size}-party "
-                          "world")
-    if not isinstance(name, str) or not name:
-        raise MPTypeError(f"simp.load: the object name must be a non-empty string, got {name!r}")
-    if not isinstance(vtype, TensorType):
-        raise MPTypeError(f"simp.load: the declared type must be a tensor type, got {vtype}")
-    return [MPType(vtype, Mask.of([party]))]
+def _load_rule(sig: Signature) -> list[ValueType]:
+    if not 0 <= sig.party < sig.world_size:
+        raise MPTypeError(f"simp.load: party {sig.party!r} is not a party of a "
+                          f"{sig.world_size}-party world")
+    if not sig.name:
+        raise MPTypeError("simp.load: the object name must be a non-empty string, got ''")
+    return [MPType(sig.type, Mask.of([sig.party]))]
 
 
-@_feop("simp.load", "special_op", 'v = simp.load(2, "myvec")')
+@_feop(load_p, 'v = simp.load(2, "myvec")')
 @function
 def load(party: int, name: str, *, dtype: Any = None, shape: Any = None) -> MPObject:
     """A private input: the object ``party``'s owner uploaded to its worker as ``name``.
@@ -208,15 +230,17 @@ def load(party: int, name: str, *, dtype: Any = None, shape: Any = None) -> MPOb
 
 
 @pcall_p.def_type_rule
-def _pcall_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                world_size: int) -> list[ValueType]:
+def _pcall_rule(sig: Signature) -> list[ValueType]:
     op = "simp.pcall"
-    args = [_mp(op, t, f"input {i}") for i, t in enumerate(in_types)]
-    (body,) = regions
+    args: list[MPType] = sig.args
+    (body,) = sig.regions
+    world_size = sig.world_size
+    if len(body.inputs) != len(args):
+        raise MPTypeError(f"{op}: {len(args)} inputs but the body takes {len(body.inputs)}")
     for i, (arg, v) in enumerate(zip(args, body.inputs, strict=True)):
         if arg.base != v.type:
             raise MPTypeError(f"{op}: input {i} is {arg.base} but the body expects {v.type}")
-    parties: Mask | None = attrs["parties"]
+    parties: Mask | None = sig.parties
     known = all(a.pmask is not None for a in args)
     holders: Mask | None = None
     if known and args:
@@ -334,7 +358,7 @@ def _holders(args: Sequence[Any]) -> Mask | None:
     return held
 
 
-@_feop("simp.pcall", "transform", "y = simp.pcall((0,), jnp.square, x)")
+@_feop(pcall_p, "y = simp.pcall((0,), jnp.square, x)")
 @function
 def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args)`` locally on each of ``parties``.
@@ -355,18 +379,18 @@ def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: A
 
 
 @shuffle_static_p.def_type_rule
-def _shuffle_static_rule(in_types: list[ValueType], attrs: dict[str, Any],
-                         regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+def _shuffle_static_rule(sig: Signature) -> list[ValueType]:
     """One or more values move along the same routes (several values: one message per
     route carries all of them); output ``i`` is input ``i`` held by the destinations."""
     op = "simp.shuffle_static"
-    if not in_types:
+    srcs: list[MPType] = sig.values
+    if not srcs:
         raise MPTypeError(f"{op}: needs at least one value to move")
-    many = len(in_types) > 1
-    srcs = [_mp(op, x, f"value {i}" if many else "the value") for i, x in enumerate(in_types)]
+    many = len(srcs) > 1
     for i, src_t in enumerate(srcs):
         _check_movable(op, src_t, f"value {i}" if many else "the value")
-    routes: dict[int, int] = attrs["routes"]
+    routes: dict[int, int] = sig.routes
+    world_size = sig.world_size
     if not routes:
         raise MPTypeError(f"{op}: routes {{dst: src}} must not be empty")
     for dst, src in routes.items():
@@ -383,7 +407,7 @@ def _shuffle_static_rule(in_types: list[ValueType], attrs: dict[str, Any],
     return [MPType(src_t.base, dsts) for src_t in srcs]
 
 
-@_feop("simp.shuffle_static", "special_op", "z = simp.shuffle_static(y, {1: 0})")
+@_feop(shuffle_static_p, "z = simp.shuffle_static(y, {1: 0})")
 @function
 def shuffle_static(x: MPObject, routes: dict[int, int]) -> MPObject:
     """Party ``dst`` receives party ``src``'s ``x`` for each ``{dst: src}`` entry."""
@@ -395,10 +419,9 @@ def shuffle_static(x: MPObject, routes: dict[int, int]) -> MPObject:
 
 
 @shuffle_p.def_type_rule
-def _shuffle_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                  world_size: int) -> list[ValueType]:
+def _shuffle_rule(sig: Signature) -> list[ValueType]:
     op = "simp.shuffle"
-    x, index = _mp(op, in_types[0], "the value"), _mp(op, in_types[1], "the index")
+    x, index = sig.x, sig.index
     _check_movable(op, x, "the value")
     if not (isinstance(index.base, TensorType) and index.base.is_scalar
             and np.issubdtype(np.dtype(index.base.dtype), np.integer)):
@@ -406,7 +429,7 @@ def _shuffle_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seq
     return [MPType(x.base, index.pmask)]
 
 
-@_feop("simp.shuffle", "special_op", "z = simp.shuffle(x, index)")
+@_feop(shuffle_p, "z = simp.shuffle(x, index)")
 @function
 def shuffle(x: MPObject, index: MPObject) -> MPObject:
     """Each party holding ``index`` receives ``x`` from party ``index`` (chosen at run time)."""
@@ -417,10 +440,9 @@ def shuffle(x: MPObject, index: MPObject) -> MPObject:
 
 
 @converge_p.def_type_rule
-def _converge_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                   world_size: int) -> list[ValueType]:
+def _converge_rule(sig: Signature) -> list[ValueType]:
     op = "simp.converge"
-    xs = [_mp(op, t, f"input {i}") for i, t in enumerate(in_types)]
+    xs: list[MPType] = sig.xs
     if not xs:
         raise MPTypeError(f"{op}: needs at least one input")
     for i, x in enumerate(xs):
@@ -442,7 +464,7 @@ def _converge_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Se
     return [MPType(xs[0].base, union)]
 
 
-@_feop("simp.converge", "special_op", "v = simp.converge(a0, a1)")
+@_feop(converge_p, "v = simp.converge(a0, a1)")
 @function
 def converge(*xs: MPObject) -> MPObject:
     """Merge values held by disjoint parties into one value held by all of them."""
@@ -471,8 +493,9 @@ def _unify_regions(tracer: Tracer, traced: list[TracedFunction], num_args: int
     return graphs, union
 
 
-def _check_predicate(op: str, t: ValueType, world_size: int) -> None:
-    pred = _mp(op, t, "the predicate")
+def _check_predicate(op: str, pred: ValueType, world_size: int) -> None:
+    if not isinstance(pred, MPType):
+        raise MPTypeError(f"{op}: the predicate must be a simp-level value, got {pred}")
     if not _is_bool_scalar(pred.base):
         raise MPTypeError(f"{op}: the predicate must be a boolean scalar, got {pred}")
     world = Mask.all(world_size)
@@ -488,13 +511,12 @@ def _check_region_inputs(op: str, operands: Sequence[ValueType], region: Graph, 
 
 
 @uniform_cond_p.def_type_rule
-def _uniform_cond_rule(in_types: list[ValueType], attrs: dict[str, Any],
-                       regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+def _uniform_cond_rule(sig: Signature) -> list[ValueType]:
     op = "simp.uniform_cond"
-    _check_predicate(op, in_types[0], world_size)
-    then_g, else_g = regions
-    _check_region_inputs(op, in_types[1:], then_g, "then-branch")
-    _check_region_inputs(op, in_types[1:], else_g, "else-branch")
+    _check_predicate(op, sig.pred, sig.world_size)
+    then_g, else_g = sig.regions
+    _check_region_inputs(op, sig.args, then_g, "then-branch")
+    _check_region_inputs(op, sig.args, else_g, "else-branch")
     then_t = [v.type for v in then_g.outputs]
     else_t = [v.type for v in else_g.outputs]
     if then_t != else_t:
@@ -505,7 +527,7 @@ def _uniform_cond_rule(in_types: list[ValueType], attrs: dict[str, Any],
     return then_t
 
 
-@_feop("simp.uniform_cond", "transform", "simp.uniform_cond(pred, f, g, x)")
+@_feop(uniform_cond_p, "simp.uniform_cond(pred, f, g, x)")
 @function
 def uniform_cond(pred: MPObject, then_fn: Callable[..., Any], else_fn: Callable[..., Any],
                  *args: Any, verify_uniform: bool = True) -> Any:
@@ -534,17 +556,16 @@ def uniform_cond(pred: MPObject, then_fn: Callable[..., Any], else_fn: Callable[
 
 
 @while_loop_p.def_type_rule
-def _while_loop_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                     world_size: int) -> list[ValueType]:
+def _while_loop_rule(sig: Signature) -> list[ValueType]:
     op = "simp.while_loop"
-    cond_g, body_g = regions
-    _check_region_inputs(op, in_types, cond_g, "cond")
-    _check_region_inputs(op, in_types, body_g, "body")
+    cond_g, body_g = sig.regions
+    _check_region_inputs(op, sig.state, cond_g, "cond")
+    _check_region_inputs(op, sig.state, body_g, "body")
     if len(cond_g.outputs) != 1:
         raise MPTypeError(f"{op}: cond_fn must return one predicate, got {len(cond_g.outputs)}")
-    _check_predicate(op, cond_g.outputs[0].type, world_size)
+    _check_predicate(op, cond_g.outputs[0].type, sig.world_size)
     num_state = len(body_g.outputs)
-    state = in_types[:num_state]
+    state = sig.state[:num_state]
     for i, (before, v) in enumerate(zip(state, body_g.outputs, strict=True)):
         if before != v.type:
             raise MPTypeError(f"{op}: the loop state changes type: state {i} is {before} before "
@@ -554,7 +575,7 @@ def _while_loop_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: 
     return list(state)
 
 
-@_feop("simp.while_loop", "transform", "simp.while_loop(cond, body, init)")
+@_feop(while_loop_p, "simp.while_loop(cond, body, init)")
 @function
 def while_loop(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], init: Any) -> Any:
     """Repeat ``state = body_fn(state)`` while ``cond_fn(state)``, in lockstep on all parties."""
@@ -573,6 +594,126 @@ def while_loop(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
     graphs, captured = _unify_regions(tracer, [cond_t, body_t], len(leaves))
     outs = while_loop_p.bind([*leaves, *captured], {}, graphs)
     return tree_unflatten(body_t.out_tree, outs)
+
+
+# ---------------------------------------------------------------- flow rules
+
+
+@constant_p.def_flow
+@prank_p.def_flow
+def _no_data(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """Driver constants and ranks carry no party's data."""
+    return [{} for _ in op.outputs]
+
+
+@load_p.def_flow
+def _load_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """An uploaded object is a source of its owner's data."""
+    if op.attrs["party"] != a.party:
+        return [{}]
+    name = str(op.attrs["name"])
+    a.source(op, name)
+    return [{a.party: source(name)}]
+
+
+@pcall_p.def_flow
+def _pcall_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """Each party runs the body on its own copies; only p's run reads p's sources.
+    Parties decided at run time: every party that may hold the outputs."""
+    parties = op.attrs["parties"]
+    runners = list(parties) if parties is not None else \
+        sorted({q for v in op.outputs for q in a.holders(v)} or range(a.world_size))
+    outs: list[PartyLabels] = [{} for _ in op.outputs]
+    for q in runners:
+        mine = [lab.get(q) for lab in ins]
+        if q != a.party and all(lab is None for lab in mine):
+            continue
+        for out, lab in zip(outs, a.local(op.regions[0], mine, q == a.party), strict=True):
+            if lab is not None:
+                out[q] = lab
+    return outs
+
+
+@shuffle_static_p.def_flow
+def _shuffle_static_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    routes: dict[int, int] = op.attrs["routes"]
+    outs = []
+    for value in ins:
+        out: PartyLabels = {}
+        for dst, src in routes.items():
+            label = value.get(src)
+            if label is not None:
+                out[dst] = label
+                if dst != src:
+                    a.send(op, dst, label, f"the value party {src} sends")
+        outs.append(out)
+    return outs
+
+
+@shuffle_p.def_flow
+def _shuffle_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """Any source may answer any index holder; each index goes to every source."""
+    value, index = ins
+    label = everywhere(value)
+    out: PartyLabels = {}
+    for q in a.holders(op.outputs[0]):
+        if label is not None:
+            out[q] = label
+            a.send(op, q, label, "the value (its source is chosen at run time)")
+    for q, idx in index.items():
+        for src in a.holders(op.inputs[0]):
+            if src != q:
+                a.send(op, src, idx, "the index party " + str(q) + " asks with")
+    return [out]
+
+
+@converge_p.def_flow
+def _converge_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    out: PartyLabels = {}
+    for value in ins:
+        out = merge(out, value)
+    return [out]
+
+
+def _revealed_predicate(a: Analysis, op: Operation, pred: PartyLabels) -> Label:
+    """A predicate every party must agree on is revealed to every party."""
+    label = everywhere(pred)
+    for q in range(a.world_size):
+        a.send(op, q, label, "the predicate every party sees")
+    return label
+
+
+def _with(values: list[PartyLabels], label: Label) -> list[PartyLabels]:
+    """Each copy also depends on ``label`` (control dependence)."""
+    if label is None:
+        return values
+    return [{q: join(lab, label) or label for q, lab in v.items()} for v in values]
+
+
+@uniform_cond_p.def_flow
+def _uniform_cond_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    pred = _revealed_predicate(a, op, ins[0])
+    then_out = a.graph(op.regions[0], ins[1:])
+    else_out = a.graph(op.regions[1], ins[1:])
+    return _with([merge(x, y) for x, y in zip(then_out, else_out, strict=True)], pred)
+
+
+@while_loop_p.def_flow
+def _while_loop_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    cond, body = op.regions
+    n = len(body.outputs)
+    captured = ins[n:]
+    preds: list[Label] = []
+
+    def step(state: list[PartyLabels]) -> list[PartyLabels]:
+        preds.append(_revealed_predicate(a, op, a.graph(cond, state + captured)[0]))
+        return a.graph(body, state + captured)
+
+    state = a.loop(ins[:n], step)
+    pred = _revealed_predicate(a, op, a.graph(cond, state + captured)[0])
+    for p in preds:
+        pred = join(pred, p)
+    return _with(state, pred)
 
 
 def _lift_operator(name: str, local_op: Callable[..., Any]) -> Callable[..., Any]:

@@ -27,7 +27,10 @@ from mplang.dialects.common import trace_failure
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.object import MPObject
-from mplang.edsl.primitive import Primitive
+from mplang.edsl.primitive import Primitive, Signature
+from mplang.policy.flows import Analysis, PartyLabels, everywhere
+from mplang.policy.tensor_flows import through
+from mplang.analysis.spu_rounds import executable_code
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import (
@@ -43,9 +46,9 @@ from mplang.edsl.typing import (
     register_type,
 )
 from mplang.frontend.cache import CompileCache
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import feop
-from mplang.frontend.registry import WORKER_AND_DRIVER, OpTraits
+from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 
 SHARE_SCHEME = "spu"
 SUPPORTED_DTYPES = DTYPES - {"bfloat16", "complex64", "complex128"}
@@ -106,13 +109,13 @@ def _run_cost(op: Operation, model: Any) -> Any:
 
 
 seal_p = Primitive("spu.seal", kind="communication", execution_model="multi_party",
-                   traits=OpTraits(pure=True, cost=_message_cost, runtimes=WORKER_AND_DRIVER),
+                   traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER), cost=_message_cost,
                    doc="Secret-share one party's tensor among the SPU's members.")
 run_p = Primitive("spu.run", kind="compute", execution_model="multi_party",
-                  traits=OpTraits(pure=True, cost=_run_cost, runtimes=WORKER_AND_DRIVER),
+                  traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER), cost=_run_cost,
                   doc="Run a libspu executable on secret shares held by the SPU's members.")
 reveal_p = Primitive("spu.reveal", kind="communication", execution_model="multi_party",
-                     traits=OpTraits(pure=True, cost=_message_cost, runtimes=WORKER_AND_DRIVER),
+                     traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER), cost=_message_cost,
                      doc="Reconstruct secret shares for one party only.")
 
 
@@ -203,10 +206,9 @@ def _share(op: str, config: SpuConfig, t: ValueType, i: int) -> TensorType:
 
 
 @seal_p.def_type_rule
-def _seal_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-               world_size: int) -> list[ValueType]:
-    config = SpuConfig.from_attrs(attrs)
-    (x,) = in_types
+def _seal_rule(sig: Signature) -> list[ValueType]:
+    config = SpuConfig.from_attrs(sig.attrs)
+    (x,) = sig.inputs
     where = f"spu.seal into {config.device}"
     if not (isinstance(x, MPType) and isinstance(x.base, TensorType)):
         raise MPTypeError(f"{where}: expected a plaintext tensor, got {x}")
@@ -215,13 +217,12 @@ def _seal_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequen
     if x.base.dtype not in SUPPORTED_DTYPES:
         raise MPTypeError(f"{where}: SPU cannot hold dtype {x.base.dtype} ({x}); supported: "
                           f"{', '.join(sorted(SUPPORTED_DTYPES))}")
-    if not config.mask.issubset(Mask.all(world_size)):
+    if not config.mask.issubset(Mask.all(sig.world_size)):
         raise MPTypeError(f"{where}: members {config.members} are outside the world")
     return [config.share_type(x.base)]
 
 
-@feop(name="spu.seal", family="spu", execution_model="multi_party", dialects=["spu"],
-      primitives=["spu.seal"], targets=["SPU"], example="s = spu.seal(x, config)")
+@feop(seal_p, example="s = spu.seal(x, config)")
 @function
 def seal(x: MPObject, config: SpuConfig) -> MPObject:
     """Secret-share ``x`` (held by one party) among ``config``'s members."""
@@ -229,18 +230,16 @@ def seal(x: MPObject, config: SpuConfig) -> MPObject:
 
 
 @reveal_p.def_type_rule
-def _reveal_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                 world_size: int) -> list[ValueType]:
-    config = SpuConfig.from_attrs(attrs)
-    plaintext = _share("spu.reveal", config, in_types[0], 0)
-    to: int = attrs["to"]
-    if not 0 <= to < world_size:
+def _reveal_rule(sig: Signature) -> list[ValueType]:
+    config = SpuConfig.from_attrs(sig.attrs)
+    plaintext = _share("spu.reveal", config, sig.inputs[0], 0)
+    to: int = sig.attrs["to"]
+    if not 0 <= to < sig.world_size:
         raise MPTypeError(f"spu.reveal from {config.device}: party {to} is outside the world")
     return [MPType(plaintext, Mask.of([to]))]
 
 
-@feop(name="spu.reveal", family="spu", execution_model="multi_party", dialects=["spu"],
-      primitives=["spu.reveal"], targets=["SPU"], example="y = spu.reveal(s, config, to=0)")
+@feop(reveal_p, example="y = spu.reveal(s, config, to=0)")
 @function
 def reveal(x: MPObject, config: SpuConfig, to: int) -> MPObject:
     """Reconstruct secret ``x`` for party ``to`` only."""
@@ -259,18 +258,17 @@ def share_attr(i: int) -> str:
 
 
 @shares_p.def_type_rule
-def _shares_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                 world_size: int) -> list[ValueType]:
-    config = SpuConfig.from_attrs(attrs)
+def _shares_rule(sig: Signature) -> list[ValueType]:
+    config = SpuConfig.from_attrs(sig.attrs)
     where = f"spu.shares on {config.device}"
-    plaintext = attrs["plaintext"]
-    if in_types or not isinstance(plaintext, TensorType):
+    plaintext = sig.attrs["plaintext"]
+    if sig.inputs or not isinstance(plaintext, TensorType):
         raise MPTypeError(f"{where}: takes no inputs and a plaintext tensor type")
     if plaintext.dtype not in SUPPORTED_DTYPES:
         raise MPTypeError(f"{where}: SPU cannot hold dtype {plaintext.dtype}")
-    if not config.mask.issubset(Mask.all(world_size)):
+    if not config.mask.issubset(Mask.all(sig.world_size)):
         raise MPTypeError(f"{where}: members {config.members} are outside the world")
-    missing = [share_attr(i) for i in range(len(config.members)) if share_attr(i) not in attrs]
+    missing = [share_attr(i) for i in range(len(config.members)) if share_attr(i) not in sig.attrs]
     if missing:
         raise MPTypeError(f"{where}: missing {', '.join(missing)}")
     return [config.share_type(plaintext)]
@@ -283,9 +281,7 @@ def _shares_private(op: Operation) -> dict[str, Mask | None]:
     return {share_attr(i): Mask.of([m]) for i, m in enumerate(members)}
 
 
-@feop(name="spu.shares", family="spu", execution_model="multi_party", dialects=["spu"],
-      primitives=["spu.shares"], targets=["SPU"],
-      example="s = spu.share_constant(np.arange(3, dtype=np.int32), config)")
+@feop(shares_p, example="s = spu.share_constant(np.arange(3, dtype=np.int32), config)")
 def share_constant(value: np.ndarray, config: SpuConfig) -> MPObject:
     """``value``, a driver constant, secret-shared now (by the driver) among ``config``'s
     members: each member's share is private to it, so no member receives the plaintext."""
@@ -297,16 +293,15 @@ def share_constant(value: np.ndarray, config: SpuConfig) -> MPObject:
 
 
 @run_p.def_type_rule
-def _run_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-              world_size: int) -> list[ValueType]:
-    config = SpuConfig.from_attrs(attrs)
-    op = f"spu.run[{attrs['fn']}]"
-    ins = [_share(op, config, t, i) for i, t in enumerate(in_types)]
-    expected = list(attrs["in_types"])
+def _run_rule(sig: Signature) -> list[ValueType]:
+    config = SpuConfig.from_attrs(sig.attrs)
+    op = f"spu.run[{sig.attrs['fn']}]"
+    ins = [_share(op, config, t, i) for i, t in enumerate(sig.inputs)]
+    expected = list(sig.attrs["in_types"])
     if ins != expected:
         raise MPTypeError(f"{op} on {config.device}: inputs are ({', '.join(map(str, ins))}) "
                           f"but the executable expects ({', '.join(map(str, expected))})")
-    return [config.share_type(t) for t in attrs["out_types"]]
+    return [config.share_type(t) for t in sig.attrs["out_types"]]
 
 
 @dataclass(frozen=True)
@@ -353,10 +348,7 @@ def _compile(fn: Callable[..., Any], label: str, tree: Any, spec: tuple[Any, ...
     return _Compiled(executable.SerializeToString(), out_types, out_tree)
 
 
-@feop(name="spu.run", family="spu", op_kind="compiler", execution_model="multi_party",
-      dialects=["pphlo"], primitives=["spu.run"], targets=["SPU"],
-      capabilities={"caching": {"scope": "process", "key_strategy": "signature"}},
-      example="z = spu.run(lambda a, b: a < b, config, x, y)")
+@feop(run_p, op_kind="compiler", capabilities={"caching": {"scope": "process", "key_strategy": "signature"}}, example="z = spu.run(lambda a, b: a < b, config, x, y)", dialects=["pphlo"])
 def run(fn: Callable[..., Any], config: SpuConfig, *args: Any, label: str | None = None,
         **kwargs: Any) -> Any:
     """Run JAX function ``fn`` on secret shares; returns ``fn``'s output pytree of shares.
@@ -430,5 +422,43 @@ def reconstruct(config: SpuConfig, shares: list[Any], plaintext: TensorType) -> 
     value = io_for(config).reconstruct(shares)
     return np.asarray(value).astype(numpy_dtype(plaintext.dtype), copy=False)
 
+# ---------------------------------------------------------------- flow rules
+# Sealing sends secret shares (not plaintext), so the label follows the shares to
+# every member unchecked; ``spu.run`` carries labels through the pphlo of its
+# executable; ``spu.reveal`` is a declassification to the receiving party, which
+# the data owner's policy must allow.
+
+
+def _device_use(a: Analysis, op: Operation, sealed_from: int | None = None) -> None:
+    if a.party in op.attrs["members"] or sealed_from == a.party:
+        a.devices.append((op, dict(op.attrs)))
+
+
+@seal_p.def_flow
+def _seal_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """Shares are not plaintext: the label follows them to every member, unchecked."""
+    holders = a.holders(op.inputs[0])
+    src = holders[0] if len(holders) == 1 else None
+    _device_use(a, op, src)
+    label = ins[0].get(src) if src is not None else everywhere(ins[0])
+    return [{} if label is None else dict.fromkeys(op.attrs["members"], label)]
+
+
+@run_p.def_flow
+def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    _device_use(a, op)
+    outs = through(executable_code, op.attrs["executable"], [everywhere(v) for v in ins],
+                    len(op.outputs))
+    members = op.attrs["members"]
+    return [{} if lab is None else dict.fromkeys(members, lab) for lab in outs]
+
+
+@reveal_p.def_flow
+def _reveal_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    _device_use(a, op)
+    to: int = op.attrs["to"]
+    label = everywhere(ins[0])
+    a.send(op, to, label, f"the value revealed from {op.attrs['device']}")
+    return [{} if label is None else {to: label}]
 
 __all__ = ["SecretShareType", "SpuConfig", "reveal", "run", "seal"]

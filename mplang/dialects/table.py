@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mplang.dialects.common import LRUCache, canonical_type
+from mplang.util.lru import LRUCache
+from mplang.dialects.common import canonical_type
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.object import MPObject
@@ -46,9 +47,9 @@ from mplang.edsl.typing import (
     ValueType,
     register_type,
 )
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import feop
-from mplang.frontend.registry import LOCAL_PURE, OpTraits
+from mplang.edsl.traits import LOCAL_PURE, OpTraits
 
 if TYPE_CHECKING:
     import duckdb
@@ -436,15 +437,14 @@ def _check_path(op: str, path: Any, fmt: Any) -> None:
 
 
 @constant_p.def_type_rule
-def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                   world_size: int) -> list[ValueType]:
+def _constant_rule(sig: Signature) -> list[ValueType]:
     op = "table.constant"
-    _no_regions(op, regions)
-    if in_types:
+    _no_regions(op, sig.regions)
+    if sig.inputs:
         raise MPTypeError(f"{op}: takes no inputs")
-    if not isinstance(attrs["data"], bytes | Commitment):
+    if not isinstance(sig.attrs["data"], bytes | Commitment):
         raise MPTypeError(f"{op}: attribute 'data' must be Arrow IPC bytes")
-    t = _attr_type(op, attrs)
+    t = _attr_type(op, sig.attrs)
     if t.rows is None:
         raise MPTypeError(f"{op}: a constant's row count is known: {t} has none")
     return [t]
@@ -457,46 +457,43 @@ def _constant_private(op: Operation) -> dict[str, Mask | None]:
 
 
 @read_p.def_type_rule
-def _read_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-               world_size: int) -> list[ValueType]:
-    op = f"table.read_{attrs['format']}" if attrs["format"] in FORMATS else "table.read"
-    _no_regions(op, regions)
-    if in_types:
+def _read_rule(sig: Signature) -> list[ValueType]:
+    op = f"table.read_{sig.attrs['format']}" if sig.attrs["format"] in FORMATS else "table.read"
+    _no_regions(op, sig.regions)
+    if sig.inputs:
         raise MPTypeError(f"{op}: takes no inputs")
-    _check_path(op, attrs["path"], attrs["format"])
-    return [_attr_type(op, attrs)]
+    _check_path(op, sig.attrs["path"], sig.attrs["format"])
+    return [_attr_type(op, sig.attrs)]
 
 
 @write_p.def_type_rule
-def _write_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                world_size: int) -> list[ValueType]:
-    op = f"table.write_{attrs['format']}" if attrs["format"] in FORMATS else "table.write"
-    _no_regions(op, regions)
-    if len(in_types) != 1:
-        raise MPTypeError(f"{op}: takes one table, got {len(in_types)} inputs")
-    table_type(op, in_types[0], "the value to write")
-    _check_path(op, attrs["path"], attrs["format"])
+def _write_rule(sig: Signature) -> list[ValueType]:
+    op = f"table.write_{sig.attrs['format']}" if sig.attrs["format"] in FORMATS else "table.write"
+    _no_regions(op, sig.regions)
+    if len(sig.inputs) != 1:
+        raise MPTypeError(f"{op}: takes one table, got {len(sig.inputs)} inputs")
+    table_type(op, sig.inputs[0], "the value to write")
+    _check_path(op, sig.attrs["path"], sig.attrs["format"])
     return []
 
 
 @sql_p.def_type_rule
-def _sql_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-              world_size: int) -> list[ValueType]:
+def _sql_rule(sig: Signature) -> list[ValueType]:
     op = "table.sql"
-    _no_regions(op, regions)
-    query, names = attrs["query"], attrs["names"]
+    _no_regions(op, sig.regions)
+    query, names = sig.attrs["query"], sig.attrs["names"]
     if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY:
         raise MPTypeError(f"{op}: the query must be a non-empty string of at most "
                           f"{MAX_QUERY} characters")
-    if not isinstance(names, tuple) or len(names) != len(in_types):
-        raise MPTypeError(f"{op}: expected one name per input table ({len(in_types)}), got "
+    if not isinstance(names, tuple) or len(names) != len(sig.inputs):
+        raise MPTypeError(f"{op}: expected one name per input table ({len(sig.inputs)}), got "
                           f"{names!r}")
     for name in names:
         _check_sql_name(op, name)
     _check_names(names, "table name", op)
-    for name, t in zip(names, in_types, strict=True):
+    for name, t in zip(names, sig.inputs, strict=True):
         table_type(op, t, f"table {name!r}")
-    return [_attr_type(op, attrs)]
+    return [_attr_type(op, sig.attrs)]
 
 
 def _check_sql_name(op: str, name: Any) -> str:
@@ -531,17 +528,16 @@ def to_tensor_type(op: str, t: TableType, columns: tuple[str, ...], rows: int) -
 
 
 @to_tensor_p.def_type_rule
-def _to_tensor_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                    world_size: int) -> list[ValueType]:
+def _to_tensor_rule(sig: Signature) -> list[ValueType]:
     op = "table.to_tensor"
-    _no_regions(op, regions)
-    if len(in_types) != 1:
-        raise MPTypeError(f"{op}: takes one table, got {len(in_types)} inputs")
-    columns = attrs["columns"]
+    _no_regions(op, sig.regions)
+    if len(sig.inputs) != 1:
+        raise MPTypeError(f"{op}: takes one table, got {len(sig.inputs)} inputs")
+    columns = sig.attrs["columns"]
     if not isinstance(columns, tuple):
         raise MPTypeError(f"{op}: columns must be a tuple of names, got {columns!r}")
     _check_names(columns, op=op)
-    return [to_tensor_type(op, table_type(op, in_types[0]), columns, attrs["rows"])]
+    return [to_tensor_type(op, table_type(op, sig.inputs[0]), columns, sig.attrs["rows"])]
 
 
 def from_tensor_type(op: str, x: ValueType, columns: tuple[str, ...]) -> TableType:
@@ -564,16 +560,15 @@ def from_tensor_type(op: str, x: ValueType, columns: tuple[str, ...]) -> TableTy
 
 
 @from_tensor_p.def_type_rule
-def _from_tensor_rule(in_types: list[ValueType], attrs: dict[str, Any],
-                      regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+def _from_tensor_rule(sig: Signature) -> list[ValueType]:
     op = "table.from_tensor"
-    _no_regions(op, regions)
-    if len(in_types) != 1:
-        raise MPTypeError(f"{op}: takes one tensor, got {len(in_types)} inputs")
-    columns = attrs["columns"]
+    _no_regions(op, sig.regions)
+    if len(sig.inputs) != 1:
+        raise MPTypeError(f"{op}: takes one tensor, got {len(sig.inputs)} inputs")
+    columns = sig.attrs["columns"]
     if not isinstance(columns, tuple):
         raise MPTypeError(f"{op}: columns must be a tuple of names, got {columns!r}")
-    return [from_tensor_type(op, in_types[0], columns)]
+    return [from_tensor_type(op, sig.inputs[0], columns)]
 
 
 # ---------------------------------------------------------------- the frontend
@@ -612,9 +607,7 @@ def _as_arrow(op: str, value: Any) -> pa.Table:
                       f"columns, got {type(value).__name__}")
 
 
-@feop(name="table.constant", family="table", execution_model="single_rank",
-      dialects=["table"], primitives=["table.constant"], targets=["PPU"],
-      example='c = table.constant(pd.DataFrame({"id": [1, 2], "name": ["a", "b"]}))')
+@feop(constant_p, example='c = table.constant(pd.DataFrame({"id": [1, 2], "name": ["a", "b"]}))')
 @function
 def constant(value: Any) -> MPObject:
     """A small table given while tracing (a pandas DataFrame, a pyarrow Table or a dict of
@@ -659,9 +652,7 @@ def _read(fmt: str, path: str, schema: Any) -> MPObject:
     return read_p.bind([], {"path": path, "format": fmt, "type": t})[0]
 
 
-@feop(name="table.read_csv", family="table", execution_model="single_rank",
-      dialects=["table"], primitives=["table.read"], side_effects=True, targets=["PPU"],
-      example='t = simp.pcall((0,), lambda: table.read_csv("a.csv"))')
+@feop(read_p, name="table.read_csv", example='t = simp.pcall((0,), lambda: table.read_csv("a.csv"))')
 @function
 def read_csv(path: str, schema: Any = None) -> MPObject:
     """A private input: a CSV file (a header line of column names, then rows) in the data
@@ -675,9 +666,7 @@ def read_csv(path: str, schema: Any = None) -> MPObject:
     return _read("csv", path, schema)
 
 
-@feop(name="table.read_parquet", family="table", execution_model="single_rank",
-      dialects=["table"], primitives=["table.read"], side_effects=True, targets=["PPU"],
-      example='t = simp.pcall((0,), lambda: table.read_parquet("a.parquet"))')
+@feop(read_p, name="table.read_parquet", example='t = simp.pcall((0,), lambda: table.read_parquet("a.parquet"))')
 @function
 def read_parquet(path: str, schema: Any = None) -> MPObject:
     """A private input: a Parquet file in the data root of the party running this body
@@ -692,9 +681,7 @@ def _write(fmt: str, t: MPObject, path: str) -> None:
     write_p.bind([t], {"path": path, "format": fmt})
 
 
-@feop(name="table.write_csv", family="table", execution_model="single_rank",
-      dialects=["table"], primitives=["table.write"], side_effects=True, targets=["PPU"],
-      example='simp.pcall((0,), lambda t: table.write_csv(t, "out/r.csv"), t)')
+@feop(write_p, name="table.write_csv", example='simp.pcall((0,), lambda t: table.write_csv(t, "out/r.csv"), t)')
 @function
 def write_csv(t: MPObject, path: str) -> None:
     """Write table ``t`` as CSV (a header line, then rows) to ``path`` in the data root of
@@ -703,18 +690,14 @@ def write_csv(t: MPObject, path: str) -> None:
     _write("csv", t, path)
 
 
-@feop(name="table.write_parquet", family="table", execution_model="single_rank",
-      dialects=["table"], primitives=["table.write"], side_effects=True, targets=["PPU"],
-      example='simp.pcall((0,), lambda t: table.write_parquet(t, "r.parquet"), t)')
+@feop(write_p, name="table.write_parquet", example='simp.pcall((0,), lambda t: table.write_parquet(t, "r.parquet"), t)')
 @function
 def write_parquet(t: MPObject, path: str) -> None:
     """Write table ``t`` as Parquet to ``path`` in the party's data root (as `write_csv`)."""
     _write("parquet", t, path)
 
 
-@feop(name="table.sql", family="table", execution_model="single_rank", dialects=["table"],
-      primitives=["table.sql"], targets=["PPU"],
-      example='r = table.sql("SELECT a, SUM(b) AS s FROM t GROUP BY a", t=t)')
+@feop(sql_p, example='r = table.sql("SELECT a, SUM(b) AS s FROM t GROUP BY a", t=t)')
 @function
 def sql(query: str, **tables: MPObject) -> MPObject:
     """The result of SQL ``query`` (one SELECT, DuckDB's dialect) over the tables passed
@@ -742,9 +725,7 @@ def sql(query: str, **tables: MPObject) -> MPObject:
                                               "type": result})[0]
 
 
-@feop(name="table.to_tensor", family="table", execution_model="single_rank",
-      dialects=["table"], primitives=["table.to_tensor"], targets=["PPU"],
-      example='x = table.to_tensor(t, ["a", "b"])')
+@feop(to_tensor_p, example='x = table.to_tensor(t, ["a", "b"])')
 @function
 def to_tensor(t: MPObject, columns: Sequence[str] | None = None, *,
               rows: int | None = None) -> MPObject:
@@ -772,9 +753,7 @@ def to_tensor(t: MPObject, columns: Sequence[str] | None = None, *,
     return to_tensor_p.bind([t], {"columns": names, "rows": rows})[0]
 
 
-@feop(name="table.from_tensor", family="table", execution_model="single_rank",
-      dialects=["table"], primitives=["table.from_tensor"], targets=["PPU"],
-      example='t = table.from_tensor(x, ["a", "b"])')
+@feop(from_tensor_p, example='t = table.from_tensor(x, ["a", "b"])')
 @function
 def from_tensor(x: MPObject, columns: Sequence[str]) -> MPObject:
     """A table whose column ``columns[i]`` is column ``i`` of 2-D tensor ``x`` ``[rows,

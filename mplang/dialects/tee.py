@@ -30,9 +30,9 @@ from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.typing import TensorType, ValueType
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import feop
-from mplang.frontend.registry import OpTraits
+from mplang.edsl.traits import OpTraits
 
 mark_library(__file__)
 
@@ -59,32 +59,28 @@ def _hex(op: str, name: str, value: Any, optional: bool = False) -> None:
 
 
 @mock_quote_p.def_type_rule
-def _quote_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                world_size: int) -> list[ValueType]:
+def _quote_rule(sig: Signature) -> list[ValueType]:
     op = "tee.mock_quote"
-    if len(in_types) != 1 or in_types[0] != TensorType("uint8", (DIGEST_BYTES,)):
+    if len(sig.inputs) != 1 or sig.inputs[0] != TensorType("uint8", (DIGEST_BYTES,)):
         raise MPTypeError(f"{op}: takes the TEE's X25519 public key as u8[32], got "
-                          f"{', '.join(map(str, in_types))}")
-    _hex(op, "computation", attrs["computation"])
+                          f"{', '.join(map(str, sig.inputs))}")
+    _hex(op, "computation", sig.attrs["computation"])
     return [TensorType("uint8", (QUOTE_BYTES,))]
 
 
 @verify_quote_p.def_type_rule
-def _verify_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                 world_size: int) -> list[ValueType]:
+def _verify_rule(sig: Signature) -> list[ValueType]:
     op = "tee.verify_quote"
-    if len(in_types) != 1 or in_types[0] != TensorType("uint8", (QUOTE_BYTES,)):
+    if len(sig.inputs) != 1 or sig.inputs[0] != TensorType("uint8", (QUOTE_BYTES,)):
         raise MPTypeError(f"{op}: takes a quote u8[{QUOTE_BYTES}], got "
-                          f"{', '.join(map(str, in_types))}")
-    _hex(op, "computation", attrs["computation"])
-    _hex(op, "code", attrs["code"], optional=True)
-    _hex(op, "vendor_key", attrs["vendor_key"], optional=True)
+                          f"{', '.join(map(str, sig.inputs))}")
+    _hex(op, "computation", sig.attrs["computation"])
+    _hex(op, "code", sig.attrs["code"], optional=True)
+    _hex(op, "vendor_key", sig.attrs["vendor_key"], optional=True)
     return [PublicKey("x25519")]
 
 
-@feop(name="tee.mock_quote", family="tee", execution_model="single_rank", dialects=["tee"],
-      primitives=["tee.mock_quote"], side_effects=True, targets=["TEE"],
-      example="q = tee.mock_quote(crypto.public_bytes(pk), computation=digest)")
+@feop(mock_quote_p, example="q = tee.mock_quote(crypto.public_bytes(pk), computation=digest)")
 @function
 def mock_quote(tee_public_key: MPObject, *, computation: str) -> MPObject:
     """A MOCK quote binding ``tee_public_key`` (u8[32]) to this node's measurement for
@@ -92,9 +88,7 @@ def mock_quote(tee_public_key: MPObject, *, computation: str) -> MPObject:
     return mock_quote_p.bind([tee_public_key], {"computation": computation})[0]
 
 
-@feop(name="tee.verify_quote", family="tee", execution_model="single_rank", dialects=["tee"],
-      primitives=["tee.verify_quote"], side_effects=True, targets=["PPU"],
-      example="tee_pk = tee.verify_quote(q, computation=digest)")
+@feop(verify_quote_p, example="tee_pk = tee.verify_quote(q, computation=digest)")
 @function
 def verify_quote(quote: MPObject, *, computation: str, code: str | None = None,
                  vendor_key: str | None = None) -> MPObject:

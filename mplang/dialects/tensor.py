@@ -25,21 +25,25 @@ import numpy as np
 from jax import export as jax_export
 from jax._src.config import traceback_in_locations_limit
 
-from mplang.dialects.common import LRUCache, as_array, canonical_type, trace_failure
+from mplang.util.lru import LRUCache
+from mplang.dialects.common import as_array, canonical_type, trace_failure
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.object import MPObject, type_operator
-from mplang.edsl.primitive import Primitive
+from mplang.edsl.primitive import Primitive, Signature
+from mplang.policy.flows import Analysis, local_conservative
+from mplang.policy.labels import Label, source
+from mplang.policy.tensor_flows import through
 from mplang.edsl.private import value_tensor_type
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.sources import declared_type, looked_up_type
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, numpy_dtype
 from mplang.frontend.cache import CompileCache
-from mplang.frontend.errors import MPSerializationError, MPTypeError
+from mplang.edsl.errors import MPSerializationError, MPTypeError
 from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
-from mplang.frontend.registry import LOCAL_PURE, OpTraits
+from mplang.edsl.traits import LOCAL_PURE, OpTraits
 
 constant_p = Primitive("tensor.constant", kind="source", execution_model="single_rank",
                        traits=LOCAL_PURE,
@@ -255,9 +259,8 @@ def _tensor_type(op: str, t: ValueType, i: int) -> TensorType:
 
 
 @constant_p.def_type_rule
-def _constant_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                   world_size: int) -> list[ValueType]:
-    return [value_tensor_type("tensor.constant", attrs["value"])]
+def _constant_rule(sig: Signature) -> list[ValueType]:
+    return [value_tensor_type("tensor.constant", sig.attrs["value"])]
 
 
 @constant_p.def_private
@@ -268,12 +271,11 @@ def _constant_private(op: Operation) -> dict[str, Mask | None]:
 
 
 @run_jax_p.def_type_rule
-def _run_jax_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                  world_size: int) -> list[ValueType]:
-    op = f"tensor.run_jax[{attrs['fn']}]"
-    ins = [_tensor_type(op, t, i) for i, t in enumerate(in_types)]
+def _run_jax_rule(sig: Signature) -> list[ValueType]:
+    op = f"tensor.run_jax[{sig.attrs['fn']}]"
+    ins = [_tensor_type(op, t, i) for i, t in enumerate(sig.inputs)]
     try:
-        info = module_info(attrs["module"])
+        info = module_info(sig.attrs["module"])
     except MPSerializationError as e:
         raise MPSerializationError(f"{op}: {e}") from None
     expected = list(info.in_types)
@@ -283,9 +285,7 @@ def _run_jax_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Seq
     return list(info.out_types)
 
 
-@feop(name="tensor.constant", family="tensor", execution_model="single_rank",
-      dialects=["tensor"], primitives=["tensor.constant"], targets=["PPU"],
-      example="c = tensor.constant(np.ones(3))")
+@feop(constant_p, example="c = tensor.constant(np.ones(3))")
 @function
 def constant(value: Any) -> MPObject:
     """A local constant tensor (inside a pcall body)."""
@@ -328,10 +328,7 @@ def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, .
     return _Exported(_encode_module(name, exp), exp.out_tree)
 
 
-@feop(name="tensor.run_jax", family="tensor", op_kind="compiler",
-      execution_model="single_rank", dialects=["stablehlo"], primitives=["tensor.run_jax"],
-      targets=["PPU"], capabilities={"caching": {"scope": "process", "key_strategy": "signature"}},
-      example="y = tensor.run_jax(jnp.square, x)")
+@feop(run_jax_p, op_kind="compiler", capabilities={"caching": {"scope": "process", "key_strategy": "signature"}}, example="y = tensor.run_jax(jnp.square, x)", dialects=["stablehlo"])
 @function
 def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run JAX-traceable ``fn`` on local tensors; returns ``fn``'s output pytree.
@@ -364,11 +361,10 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 @pyfunc_p.def_type_rule
-def _pyfunc_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-                 world_size: int) -> list[ValueType]:
-    for i, t in enumerate(in_types):
-        _tensor_type(f"tensor.pyfunc[{attrs['fn']}]", t, i)
-    return list(attrs["out_types"])
+def _pyfunc_rule(sig: Signature) -> list[ValueType]:
+    for i, t in enumerate(sig.inputs):
+        _tensor_type(f"tensor.pyfunc[{sig.attrs['fn']}]", t, i)
+    return list(sig.attrs["out_types"])
 
 
 def _out_type(spec: Any) -> TensorType:
@@ -380,9 +376,7 @@ def _out_type(spec: Any) -> TensorType:
                       f"got {spec!r}")
 
 
-@feop(name="tensor.pyfunc", family="tensor", execution_model="single_rank",
-      dialects=["tensor"], primitives=["tensor.pyfunc"], side_effects=True, targets=["PPU"],
-      example="y = tensor.pyfunc(load_rows, x, out=jax.ShapeDtypeStruct((3,), jnp.float32))")
+@feop(pyfunc_p, example="y = tensor.pyfunc(load_rows, x, out=jax.ShapeDtypeStruct((3,), jnp.float32))")
 @function
 def pyfunc(fn: Callable[..., Any] | str, *args: MPObject, out: Any) -> Any:
     """Call host function ``fn`` on local tensors (as numpy arrays) on the party.
@@ -407,9 +401,8 @@ def pyfunc(fn: Callable[..., Any] | str, *args: MPObject, out: Any) -> Any:
 
 
 @load_p.def_type_rule
-def _load_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequence[Graph],
-               world_size: int) -> list[ValueType]:
-    path, key, vtype = attrs["path"], attrs["key"], attrs["type"]
+def _load_rule(sig: Signature) -> list[ValueType]:
+    path, key, vtype = sig.attrs["path"], sig.attrs["key"], sig.attrs["type"]
     if not isinstance(path, str) or not path:
         raise MPTypeError(f"tensor.load: the path must be a non-empty string, got {path!r}")
     if key is not None and not isinstance(key, str):
@@ -419,9 +412,7 @@ def _load_rule(in_types: list[ValueType], attrs: dict[str, Any], regions: Sequen
     return [vtype]
 
 
-@feop(name="tensor.load", family="tensor", execution_model="single_rank",
-      dialects=["tensor"], primitives=["tensor.load"], side_effects=True, targets=["PPU"],
-      example='x = simp.pcall((0,), lambda: tensor.load("x.npy"))')
+@feop(load_p, example='x = simp.pcall((0,), lambda: tensor.load("x.npy"))')
 @function
 def load(path: str, key: str | None = None, *, dtype: Any = None, shape: Any = None
          ) -> MPObject:
@@ -474,5 +465,37 @@ _JAX_OPERATORS: dict[str, Callable[..., Any]] = {
 LOCAL_OPERATORS: dict[str, Callable[..., Any]] = {
     name: _operator(name, jfn) for name, jfn in _JAX_OPERATORS.items()}
 """Python operators on party-local values; the simp dialect lifts them to the simp level."""
+
+
+# ---------------------------------------------------------------- flow rules
+
+
+def _stablehlo(module: bytes) -> str:
+    return str(exported_module(module).mlir_module())
+
+
+@constant_p.def_local_flow
+def _constant_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
+    """A compile-time constant carries no party's data."""
+    return [None]
+
+
+@run_jax_p.def_local_flow
+def _run_jax_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
+    """Labels follow the ops of the StableHLO module."""
+    return through(_stablehlo, op.attrs["module"], ins, len(op.outputs))
+
+
+pyfunc_p.def_local_flow(local_conservative)
+
+
+@load_p.def_local_flow
+def _load_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
+    """A file of the party's data root is a source of the party's data."""
+    if not own:
+        return [None]
+    name = str(op.attrs["path"]) + (f"[{op.attrs['key']}]" if op.attrs.get("key") else "")
+    a.source(op, name)
+    return [source(name)]
 
 __all__ = ["constant", "load", "pyfunc", "run_jax"]

@@ -9,7 +9,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 
 if TYPE_CHECKING:
     from mplang.edsl.object import MPObject

@@ -39,8 +39,7 @@ import graphviz
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.printer import format_attr
 from mplang.edsl.typing import Mask, MPType
-from mplang.frontend.errors import MPLangError
-from mplang.frontend.registry import traits_of
+from mplang.edsl.errors import MPLangError
 
 Lane = int | None
 """A party's rank, or None: the dynamic lane."""
@@ -169,7 +168,7 @@ class _Picture:
             number = self.count
             self.count += 1
             lanes = _lanes(op, inherited)
-            communicates = traits_of(op.opcode).communicates
+            communicates = op.traits.communicates
             attrs = self.node_attrs(op, communicates)
             for lane in lanes:
                 node = f"op{number}_{_key(lane)}"

@@ -1,7 +1,7 @@
 """The graph IR: SSA values, operations with nested regions, and graphs.
 
 One node shape: ``Operation(opcode, inputs, outputs, attrs, regions)``. Every
-op is a name in the registry, never a subclass. Regions are closed: a region
+op names a declared `Primitive` (resolved once, when the op is made), never a subclass. Regions are closed: a region
 graph reads only its own inputs and the outputs of its own ops, so captured
 outer values arrive as explicit region inputs.
 """
@@ -13,9 +13,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mplang.edsl.errors import MPVerifyError
+from mplang.edsl.primitive import Primitive, get_primitive
+from mplang.edsl.traits import OpTraits
 from mplang.edsl.typing import ValueType
-from mplang.frontend.errors import MPVerifyError
-from mplang.frontend.registry import is_registered, traits_of
 
 
 @dataclass(eq=False)
@@ -43,6 +44,16 @@ class Operation:
     regions: tuple[Graph, ...] = ()
     loc: str | None = None
     """``file.py:LINE`` of the user code that traced the op (None if unknown)."""
+    prim: Primitive | None = field(init=False, repr=False, compare=False)
+    """The op's primitive (None: no dialect declares ``opcode``; the verifier refuses it)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prim", get_primitive(self.opcode))
+
+    @property
+    def traits(self) -> OpTraits:
+        """The traits of the op's primitive (the safe defaults for an unknown op)."""
+        return _UNKNOWN if self.prim is None else self.prim.traits
 
     def replace(self, **changes: Any) -> Operation:
         return dataclasses.replace(self, **changes)
@@ -68,9 +79,12 @@ class Graph:
         _verify(self, "graph")
 
 
+_UNKNOWN = OpTraits()
+
+
 def has_effects(op: Operation) -> bool:
     """Whether ``op`` or any op of its regions has side effects (unknown ops do)."""
-    if not traits_of(op.opcode).pure:
+    if not op.traits.pure:
         return True
     return any(has_effects(inner) for region in op.regions for inner in region.operations)
 
@@ -81,8 +95,7 @@ def communicates(op: Operation) -> bool:
     An op whose regions run in place (``regions="call"``) and that does not
     communicate itself is local exactly when every op of its regions is.
     """
-    traits = traits_of(op.opcode)
-    if traits.communicates:
+    if op.traits.communicates:
         return True
     return any(communicates(inner) for region in op.regions for inner in region.operations)
 
@@ -128,7 +141,7 @@ def _verify(graph: Graph, where: str) -> None:
         defined.add(id(v))
     for index, op in enumerate(graph.operations):
         label = f"{where}: op #{index} {op.opcode}"
-        if not is_registered(op.opcode):
+        if op.prim is None:
             raise MPVerifyError(f"{label}: unknown op")
         for v in op.inputs:
             if id(v) not in defined:

@@ -13,7 +13,7 @@ from typing import Any
 
 from mplang.edsl.location import caller_location, locate_error
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType
-from mplang.frontend.errors import MPConcreteValueError, MPTraceError
+from mplang.edsl.errors import MPConcreteValueError, MPTraceError
 
 OperatorImpl = Callable[..., Any]
 OPERATORS: dict[str, OperatorImpl] = {}

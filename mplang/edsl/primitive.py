@@ -1,52 +1,472 @@
-"""Primitives: one object per op name, with a type rule attached separately.
+"""Primitives: one object per op, declared once in its dialect, with every rule keyed on it.
 
-``bind`` records the op in the current tracer after running the type rule on
-the operand types, so ill-typed programs fail while tracing.
+A declaration states the op's operands (with type constraints), typed attributes,
+results, regions, traits and targets::
+
+    shuffle_p = Primitive(
+        "simp.shuffle", kind="communication", execution_model="multi_party",
+        operands=[Operand("x", SIMP), Operand("index", SIMP)], results=[Result("y", SIMP)],
+        traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER), cost=shuffle_cost,
+        doc="Each party holding an index receives the value of party `index`.")
+
+    @shuffle_p.def_type_rule
+    def _rule(sig: Signature) -> list[ValueType]: ...
+
+Arity, attribute types and defaults are checked from the declaration before the
+type rule runs, so a rule reads its operands and attributes by name (``sig.x``,
+``sig.routes``). The dialect attaches its type, flow, cost and private-attribute
+rules; the backend attaches kernels per runtime and the payload check. A second
+registration of the same rule is refused, naming both places.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from mplang.edsl.graph import Graph, Operation
-from mplang.edsl.location import locate_error, user_location
-from mplang.edsl.object import MPObject
-from mplang.edsl.tracer import TraceObject, current_tracer
-from mplang.edsl.typing import Mask, ValueType
-from mplang.frontend.errors import MPLangError, MPTypeError, MPVerifyError
-from mplang.frontend.registry import ExecutionModel, OpInfo, OpKind, OpTraits, register_op
+from mplang.edsl.attrs import Attr
+from mplang.edsl.errors import MPLangError, MPTypeError, MPVerifyError
+from mplang.edsl.traits import RUNTIMES, ExecutionModel, OpKind, OpTraits, Runtime
+from mplang.edsl.typing import BaseType, Mask, MPType, ValueType
 
-TypeRule = Callable[[list[ValueType], dict[str, Any], Sequence[Graph], int], list[ValueType]]
-"""``rule(input types, attrs, regions, world size) -> output types``; pure, raises MPTypeError."""
+if TYPE_CHECKING:
+    from mplang.edsl.graph import Graph, Operation
+    from mplang.edsl.tracer import TraceObject
 
-PrivateRule = Callable[[Operation], dict[str, Mask | None]]
+
+# ---------------------------------------------------------------- type constraints
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A predicate on an operand's or result's type, with the name errors use for it."""
+
+    name: str
+    test: Callable[[ValueType], bool]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def of_type(*classes: type, name: str | None = None) -> Constraint:
+    """Types that are instances of ``classes`` (party-local values)."""
+    label = name or " | ".join(c.__name__ for c in classes)
+    return Constraint(label, lambda t: isinstance(t, classes))
+
+
+def held(*classes: type, name: str | None = None) -> Constraint:
+    """Simp-level values (`MPType`) whose base type is an instance of ``classes``."""
+    label = name or "mp<" + " | ".join(c.__name__ for c in classes) + ">"
+    return Constraint(label, lambda t: isinstance(t, MPType) and isinstance(t.base, classes))
+
+
+ANY = Constraint("any", lambda t: True)
+"""Any type, at either level."""
+LOCAL = of_type(BaseType, name="local")
+"""A party-local value (a bare base type)."""
+SIMP = of_type(MPType, name="mp")
+"""A simp-level value (an `MPType`: a base type and its holders)."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A declared operand; a ``variadic`` one takes any number of values (at most one per op)."""
+
+    name: str
+    type: Constraint = ANY
+    variadic: bool = False
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    """A declared result; a ``variadic`` one stands for any number of outputs."""
+
+    name: str
+    type: Constraint = ANY
+    variadic: bool = False
+    doc: str = ""
+
+
+def _arity(decls: Sequence[Operand] | Sequence[Result]) -> tuple[int, bool]:
+    return sum(1 for d in decls if not d.variadic), any(d.variadic for d in decls)
+
+
+def _bind_names(decls: Sequence[Operand] | Sequence[Result], values: Sequence[Any]
+                ) -> dict[str, Any]:
+    """Name -> value (a list for the variadic declaration)."""
+    fixed, _ = _arity(decls)
+    extra = len(values) - fixed
+    out: dict[str, Any] = {}
+    i = 0
+    for d in decls:
+        if d.variadic:
+            out[d.name] = list(values[i:i + extra])
+            i += extra
+        else:
+            out[d.name] = values[i]
+            i += 1
+    return out
+
+
+# ---------------------------------------------------------------- what a type rule sees
+
+
+class Signature:
+    """What a type rule sees: operand types (``inputs``, or by declared name as
+    attributes), attributes (checked, defaults filled; also by name), regions and the
+    world size. Type rules are pure: they never see data."""
+
+    __slots__ = ("_named", "attrs", "inputs", "prim", "regions", "world_size")
+
+    def __init__(self, prim: Primitive, inputs: list[ValueType], attrs: dict[str, Any],
+                 regions: Sequence[Graph], world_size: int):
+        self.prim = prim
+        self.inputs = inputs
+        self.attrs = attrs
+        self.regions = regions
+        self.world_size = world_size
+        self._named = _bind_names(prim.operands, inputs)
+
+    def __getattr__(self, name: str) -> Any:
+        named = object.__getattribute__(self, "_named")
+        if name in named:
+            return named[name]
+        attrs = object.__getattribute__(self, "attrs")
+        if name in attrs:
+            return attrs[name]
+        raise AttributeError(f"{self.prim.name} declares no operand or attribute {name!r}")
+
+
+TypeRule = Callable[[Signature], Sequence[ValueType]]
+"""``rule(sig) -> output types``; pure, raises `MPTypeError` naming the op."""
+PrivateRule = Callable[["Operation"], dict[str, Mask | None]]
 """``rule(op) -> {attr name: parties that may see it}`` for the attributes of ``op`` that
 hold private data (None: the parties that run the op)."""
 
 
+def _where(fn: Callable[..., Any]) -> str:
+    """``path:line`` of a rule's definition (relative to the package's parent folder)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return repr(fn)
+    path = code.co_filename
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if path.startswith(root + os.sep):
+        path = os.path.relpath(path, root)
+    return f"{path}:{code.co_firstlineno}"
+
+
+RULES = ("type", "flow", "local_flow", "cost", "private", "payload_check")
+"""The rules a primitive may carry besides its kernels: the type rule, the flow rules at
+the simp level and inside party-local regions, the cost rule, the private-attribute rule
+and the check of native payloads (bytes that C++ code parses)."""
+
 _PRIMITIVES: dict[str, Primitive] = {}
+_GENERATION = [0]
+"""Bumped by every kernel registration, so kernel tables know when to re-resolve."""
+
+
+class Primitive:
+    """A declared op. Creating one registers it; every rule and kernel registers on it."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        kind: OpKind,
+        execution_model: ExecutionModel,
+        operands: Sequence[Operand] | None = None,
+        attrs: Mapping[str, Attr] | None = None,
+        results: Sequence[Result] | None = None,
+        regions: Sequence[str] | None = None,
+        traits: OpTraits | None = None,
+        targets: Sequence[str] = (),
+        doc: str = "",
+        cost: Callable[..., Any] | None = None,
+        flow: Callable[..., Any] | None = None,
+        local_flow: Callable[..., Any] | None = None,
+    ):
+        dialect, dot, short = name.partition(".")
+        if not dot or not dialect.isidentifier() or not short:
+            raise ValueError(f"op {name!r} must be named DIALECT.OP")
+        if name in _PRIMITIVES:
+            raise ValueError(f"op {name!r} is already declared")
+        for decls, what in ((operands or (), "operand"), (results or (), "result")):
+            if sum(d.variadic for d in decls) > 1:
+                raise ValueError(f"{name}: at most one variadic {what}")
+        self.name = name
+        self.dialect = dialect
+        self.kind: OpKind = kind
+        self.execution_model: ExecutionModel = execution_model
+        self.declared = operands is not None and attrs is not None and results is not None
+        self.operands = tuple(operands or ())
+        self.attrs: dict[str, Attr] = dict(attrs or {})
+        self.results = tuple(results or ())
+        self.regions = tuple(regions or ())
+        self.traits = traits or OpTraits()
+        self.targets = tuple(targets)
+        self.doc = doc
+        self.kernels: dict[Runtime, Callable[..., Any]] = {}
+        self.rules: dict[str, Callable[..., Any]] = {}
+        self._places: dict[str, str] = {}
+        for rule, fn in (("cost", cost), ("flow", flow), ("local_flow", local_flow)):
+            if fn is not None:
+                self._attach(rule, fn)
+        _PRIMITIVES[name] = self
+
+    # -- registration
+
+    def _attach(self, slot: str, fn: Callable[..., Any], override: bool = False) -> None:
+        place = _where(fn)
+        if slot in self._places and not override:
+            raise ValueError(f"{self.name} already has a {slot.replace('_', ' ')} "
+                             f"(registered at {self._places[slot]}); a second one at {place} "
+                             "is refused")
+        self._places[slot] = place
+        if slot.startswith("kernel:"):
+            self.kernels[slot.split(":", 1)[1]] = fn  # type: ignore[index]
+            _GENERATION[0] += 1
+        else:
+            self.rules[slot] = fn
+
+    def _decorator(self, slot: str, override: bool = False
+                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self._attach(slot, fn, override)
+            return fn
+        return deco
+
+    def def_type_rule(self, rule: TypeRule) -> TypeRule:
+        """Attach this primitive's type rule (once); usable as a decorator."""
+        self._attach("type", rule)
+        return rule
+
+    def def_flow(self, rule: Callable[..., Any]) -> Callable[..., Any]:
+        """Attach the flow rule at the simp level (`mplang.policy.flows`)."""
+        self._attach("flow", rule)
+        return rule
+
+    def def_local_flow(self, rule: Callable[..., Any]) -> Callable[..., Any]:
+        """Attach the flow rule inside party-local regions (`mplang.policy.flows`)."""
+        self._attach("local_flow", rule)
+        return rule
+
+    def def_cost(self, rule: Callable[..., Any]) -> Callable[..., Any]:
+        """Attach the cost rule: ``rule(op, cost_model) -> OpCost``."""
+        self._attach("cost", rule)
+        return rule
+
+    def def_private(self, rule: PrivateRule) -> PrivateRule:
+        """Declare which attributes of this op hold private data, and who may see them."""
+        self._attach("private", rule)
+        return rule
+
+    def def_payload_check(self, check: Callable[[Operation], None]) -> Callable[..., None]:
+        """Attach the check of this op's native payloads (raises `MPSerializationError`)."""
+        self._attach("payload_check", check)
+        return check
+
+    def def_kernel(self, runtime: Runtime = "worker", *, override: bool = False
+                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register this op's kernel for ``runtime`` (decorator); once unless ``override``."""
+        if runtime not in RUNTIMES:
+            raise ValueError(f"{self.name}: unknown runtime {runtime!r}")
+        return self._decorator(f"kernel:{runtime}", override)
+
+    def rule(self, slot: str) -> Callable[..., Any] | None:
+        """The rule in ``slot`` (one of `RULES`), or None."""
+        return self.rules.get(slot)
+
+    def registered_at(self, slot: str) -> str | None:
+        """Where the rule or kernel (``kernel:RUNTIME``) in ``slot`` was defined."""
+        return self._places.get(slot)
+
+    # -- derived behaviour
+
+    @property
+    def side_effects(self) -> bool:
+        """Whether the op has effects (not ``traits.pure``)."""
+        return not self.traits.pure
+
+    def private_attrs(self, op: Operation) -> dict[str, Mask | None]:
+        """The private attributes of ``op`` and the parties that may see each."""
+        rule = self.rules.get("private")
+        return {} if rule is None else rule(op)
+
+    def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """``attrs`` checked against the declaration, defaults filled (`MPTypeError`)."""
+        if not self.declared:
+            return dict(attrs)
+        unknown = sorted(set(attrs) - set(self.attrs))
+        if unknown:
+            raise MPTypeError(f"{self.name}: unknown attribute(s) {unknown}; it declares "
+                              f"{sorted(self.attrs) or 'none'}")
+        out: dict[str, Any] = {}
+        for name, spec in self.attrs.items():
+            if name not in attrs:
+                if spec.required:
+                    raise MPTypeError(f"{self.name}: attribute {name!r} is required")
+                out[name] = spec.default
+                continue
+            problem = spec.problem(attrs[name])
+            if problem is not None:
+                raise MPTypeError(f"{self.name}: attribute {name!r} {problem}")
+            out[name] = attrs[name]
+        return out
+
+    def _check_arity(self, what: str, decls: Sequence[Operand] | Sequence[Result],
+                     types: Sequence[ValueType]) -> None:
+        fixed, variadic = _arity(decls)
+        if len(types) < fixed or (not variadic and len(types) != fixed):
+            names = ", ".join(d.name + ("..." if d.variadic else "") for d in decls) or "none"
+            count = f"at least {fixed}" if variadic else str(fixed)
+            raise MPTypeError(f"{self.name}: takes {count} {what}s ({names}), got "
+                              f"{len(types)}")
+        for d, t in _bind_names(decls, types).items():
+            decl = next(x for x in decls if x.name == d)
+            for i, one in enumerate(t if decl.variadic else [t]):
+                if not decl.type.test(one):
+                    label = f"{d}[{i}]" if decl.variadic else d
+                    raise MPTypeError(f"{self.name}: {what} {label} must be {decl.type}, "
+                                      f"got {one}")
+
+    def infer(self, in_types: list[ValueType], attrs: Mapping[str, Any],
+              regions: Sequence[Graph], world_size: int) -> list[ValueType]:
+        """The output types of this op, after checking it against its declaration."""
+        rule = self.rules.get("type")
+        if rule is None:
+            raise NotImplementedError(f"{self.name} has no type rule")
+        if self.declared:
+            self._check_arity("operand", self.operands, in_types)
+        if self.declared and len(regions) != len(self.regions):
+            raise MPTypeError(f"{self.name}: takes {len(self.regions)} region(s) "
+                              f"({', '.join(self.regions) or 'none'}), got {len(regions)}")
+        checked = self.check_attrs(attrs)
+        outs = list(rule(Signature(self, in_types, checked, regions, world_size)))
+        if self.declared:
+            self._check_arity("result", self.results, outs)
+        return outs
+
+    def bind(self, operands: Sequence[Any], attrs: Mapping[str, Any] | None = None,
+             regions: Sequence[Graph] = ()) -> list[TraceObject]:
+        """Record this op with ``operands`` in the current tracer; return its outputs.
+
+        Attributes are stored with the declaration's defaults filled in."""
+        from mplang.edsl.location import locate_error, user_location
+        from mplang.edsl.tracer import current_tracer
+
+        tracer = current_tracer(self.name)
+        loc = user_location(2)
+        try:
+            model = self.execution_model
+            if model == "single_rank" and not tracer.local:
+                raise MPTypeError(
+                    f"{self.name} is a party-local op; at the simp level run it inside "
+                    "simp.pcall(parties, fn, ...)")
+            if model == "multi_party" and tracer.local:
+                raise MPTypeError(
+                    f"{self.name} runs across parties and cannot be used inside a party-local "
+                    "region (a pcall body)")
+            inputs = [tracer.lift(x) for x in operands]
+            checked = self.check_attrs(attrs or {})
+            out_types = self.infer([v.type for v in inputs], checked, regions,
+                                   tracer.world_size)
+        except MPTypeError as e:
+            locate_error(e)
+            raise
+        return tracer.add_op(self.name, inputs, out_types, checked, regions, loc)
+
+    def describe(self) -> dict[str, Any]:
+        """The whole contract as plain data: operands, attributes, results, regions,
+        traits, targets, kernels per runtime, and the type, flow, cost, private-attribute
+        and payload rules (each with where it is defined, or None)."""
+        t = self.traits
+
+        def decl(d: Operand | Result) -> dict[str, Any]:
+            return {"name": d.name, "type": str(d.type), "variadic": d.variadic, "doc": d.doc}
+
+        def rule(slot: str) -> dict[str, Any] | None:
+            fn = self.rules.get(slot)
+            if fn is None:
+                return None
+            return {"name": getattr(fn, "__qualname__", repr(fn)),
+                    "module": getattr(fn, "__module__", None),
+                    "doc": (fn.__doc__ or "").strip().split("\n\n")[0],
+                    "where": self._places[slot]}
+
+        return {
+            "name": self.name, "dialect": self.dialect, "kind": self.kind,
+            "execution_model": self.execution_model, "doc": self.doc,
+            "operands": [decl(d) for d in self.operands],
+            "attributes": [{"name": n, **a.to_dict()} for n, a in self.attrs.items()],
+            "results": [decl(d) for d in self.results],
+            "regions": list(self.regions),
+            "traits": {"pure": t.pure, "communicates": t.communicates, "regions": t.regions,
+                       "fusable": t.fusable, "batchable": t.batchable,
+                       "runtimes": list(t.runtimes)},
+            "side_effects": self.side_effects,
+            "targets": list(self.targets),
+            "kernels": {r: r in self.kernels for r in RUNTIMES},
+            "kernel_sources": {r: self._places[f"kernel:{r}"] for r in RUNTIMES
+                               if r in self.kernels},
+            "type_rule": rule("type"), "flow": rule("flow"), "local_flow": rule("local_flow"),
+            "cost": rule("cost"), "private": rule("private"),
+            "payload_check": rule("payload_check"),
+        }
+
+    def __repr__(self) -> str:
+        return f"Primitive({self.name})"
+
+
+# ---------------------------------------------------------------- the registry
 
 
 def get_primitive(name: str) -> Primitive | None:
-    """The primitive called ``name`` (None if no dialect defines it)."""
+    """The primitive called ``name`` (None if no dialect declares it)."""
     return _PRIMITIVES.get(name)
+
+
+def primitive(name: str) -> Primitive:
+    """The primitive called ``name``; KeyError naming it if none is declared."""
+    prim = _PRIMITIVES.get(name)
+    if prim is None:
+        raise KeyError(f"unknown primitive {name!r}")
+    return prim
+
+
+def primitives(dialect: str | None = None) -> list[Primitive]:
+    """Every declared primitive (of one dialect if given), sorted by name."""
+    return sorted((p for p in _PRIMITIVES.values() if dialect is None or p.dialect == dialect),
+                  key=lambda p: p.name)
+
+
+def kernel_generation() -> int:
+    """A number that changes whenever a kernel is registered."""
+    return _GENERATION[0]
 
 
 def check_types(graph: Graph, world_size: int, where: str = "graph") -> None:
     """Re-derive every op's output types with its type rule (recursively into regions).
 
     For graphs that did not come from the tracer (loaded or received): raises
-    `MPVerifyError` naming the op, its region path and its source line when
-    attributes are malformed or types disagree.
+    `MPVerifyError` naming the op, its region path and its source line when its
+    operands, attributes or regions do not fit its declaration or types disagree.
     """
     for index, op in enumerate(graph.operations):
         label = f"{where}: op #{index} {op.opcode}" + (f" (traced at {op.loc})" if op.loc else "")
-        prim = _PRIMITIVES.get(op.opcode)
+        prim = op.prim
         if prim is None:
             raise MPVerifyError(f"{label}: unknown op")
         for region_index, region in enumerate(op.regions):
             check_types(region, world_size, f"{where}: op #{index} region {region_index}")
+        if prim.declared and set(op.attrs) != set(prim.attrs):
+            missing = sorted(set(prim.attrs) - set(op.attrs))
+            extra = sorted(set(op.attrs) - set(prim.attrs))
+            raise MPVerifyError(f"{label}: attributes do not match the declaration "
+                                f"(missing {missing}, unknown {extra})")
         try:
             expected = prim.infer([v.type for v in op.inputs], dict(op.attrs), op.regions,
                                   world_size)
@@ -61,81 +481,8 @@ def check_types(graph: Graph, world_size: int, where: str = "graph") -> None:
                                 f"its type rule gives ({', '.join(map(str, expected))})")
 
 
-class Primitive:
-    """A named op. Creating one registers it in the op registry with its traits
-    (`OpTraits`: effects, communication, fusion, batching, cost); an op that
-    declares no traits gets the safe defaults."""
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        kind: OpKind,
-        execution_model: ExecutionModel,
-        traits: OpTraits | None = None,
-        doc: str = "",
-    ):
-        self.name = name
-        self.info = OpInfo(name, name.split(".")[0], kind, execution_model, doc,
-                           traits or OpTraits())
-        register_op(self.info)
-        _PRIMITIVES[name] = self
-        self._type_rule: TypeRule | None = None
-        self._private_rule: PrivateRule | None = None
-
-    def def_private(self, rule: PrivateRule) -> PrivateRule:
-        """Declare which attributes of this op hold private data, and who may see them."""
-        if self._private_rule is not None:
-            raise ValueError(f"{self.name} already has a private-attribute rule")
-        self._private_rule = rule
-        return rule
-
-    def private_attrs(self, op: Operation) -> dict[str, Mask | None]:
-        """The private attributes of ``op`` and the parties that may see each."""
-        return {} if self._private_rule is None else self._private_rule(op)
-
-    def def_type_rule(self, rule: TypeRule) -> TypeRule:
-        """Attach ``rule`` as this primitive's type rule (once); usable as a decorator."""
-        if self._type_rule is not None:
-            raise ValueError(f"{self.name} already has a type rule")
-        self._type_rule = rule
-        return rule
-
-    def infer(self, in_types: list[ValueType], attrs: dict[str, Any],
-              regions: Sequence[Graph], world_size: int) -> list[ValueType]:
-        """The output types of this op on ``in_types``, by its type rule."""
-        if self._type_rule is None:
-            raise NotImplementedError(f"{self.name} has no type rule")
-        return self._type_rule(in_types, attrs, regions, world_size)
-
-    def bind(
-        self,
-        operands: Sequence[MPObject],
-        attrs: dict[str, Any] | None = None,
-        regions: Sequence[Graph] = (),
-    ) -> list[TraceObject]:
-        """Record this op with ``operands`` in the current tracer; return its outputs."""
-        tracer = current_tracer(self.name)
-        loc = user_location(2)
-        try:
-            model = self.info.execution_model
-            if model == "single_rank" and not tracer.local:
-                raise MPTypeError(
-                    f"{self.name} is a party-local op; at the simp level run it inside "
-                    "simp.pcall(parties, fn, ...)"
-                )
-            if model == "multi_party" and tracer.local:
-                raise MPTypeError(
-                    f"{self.name} runs across parties and cannot be used inside a party-local "
-                    "region (a pcall body)"
-                )
-            inputs = [tracer.lift(x) for x in operands]
-            attrs = attrs or {}
-            out_types = self.infer([v.type for v in inputs], attrs, regions, tracer.world_size)
-        except MPTypeError as e:
-            locate_error(e)
-            raise
-        return tracer.add_op(self.name, inputs, out_types, attrs, regions, loc)
-
-    def __repr__(self) -> str:
-        return f"Primitive({self.name})"
+def walk_primitives(graph: Graph) -> Iterator[tuple[Operation, Primitive]]:
+    """Every op of ``graph`` (regions included) with its primitive; unknown ops skipped."""
+    for op in graph.walk():
+        if op.prim is not None:
+            yield op, op.prim

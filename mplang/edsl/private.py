@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from mplang.edsl.typing import BaseType, TensorType
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 
 DIGEST_BYTES = 32
 """A commitment is a sha256 digest."""

@@ -19,7 +19,7 @@ from mplang.edsl.pytree import TreeDef
 from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
 from mplang.edsl.tracer import Tracer, trace_function
 from mplang.edsl.typing import MAX_PARTIES, ValueType
-from mplang.frontend.errors import MPLangError, MPSerializationError, MPVerifyError
+from mplang.edsl.errors import MPLangError, MPSerializationError, MPVerifyError
 
 
 @dataclass(eq=False)

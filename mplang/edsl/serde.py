@@ -25,8 +25,8 @@ import numpy as np
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.private import DIGEST_BYTES, Commitment
 from mplang.edsl.typing import DTYPES, BaseType, Mask, MPType, ValueType, numpy_dtype, type_for_tag
-from mplang.frontend.errors import MPSerializationError
-from mplang.frontend.registry import is_registered
+from mplang.edsl.errors import MPSerializationError
+from mplang.edsl.primitive import get_primitive
 
 MAGIC = b"MPLANG\x00\x01"
 _HEADER = struct.Struct("<8sQ")
@@ -281,7 +281,7 @@ def _decode_graph(data: Any, buffers: _BufferReader, depth: int, path: str) -> G
                 f"{here}: expected the fields {', '.join(sorted(_OP_FIELDS))} (and loc)")
         opcode = item["op"]
         _expect(isinstance(opcode, str), f"{here}.op: expected an op name")
-        _expect(is_registered(opcode),
+        _expect(get_primitive(opcode) is not None,
                 f"{here}.op: unknown op {opcode!r} (if a plugin defines dialect "
                 f"{opcode.partition('.')[0]!r}, load it here: mplang worker --plugin NAME)")
         loc = item.get("loc")

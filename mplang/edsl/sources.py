@@ -16,7 +16,7 @@ from mplang.edsl.context import execution_context
 from mplang.edsl.location import locate_error
 from mplang.edsl.tracer import Tracer
 from mplang.edsl.typing import BaseType, TensorType
-from mplang.frontend.errors import MPLangError, MPTypeError
+from mplang.edsl.errors import MPLangError, MPTypeError
 
 
 @runtime_checkable

@@ -17,7 +17,7 @@ from mplang.edsl.location import locate_error
 from mplang.edsl.object import USES, MPObject
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.typing import Mask, MPType, ValueType
-from mplang.frontend.errors import MPConcreteValueError, MPTraceError
+from mplang.edsl.errors import MPConcreteValueError, MPTraceError
 
 
 class NeedsJaxTrace(MPTraceError, AttributeError):

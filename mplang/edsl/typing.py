@@ -13,7 +13,7 @@ from typing import Any, ClassVar, TypeVar
 import ml_dtypes
 import numpy as np
 
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 
 _DTYPE_SHORT = {
     "bool": "bool",

@@ -1,12 +1,12 @@
 """Frontend: frontend ops (feops) with metadata, reflection, device routing, state,
-compile caches, plugins, and the error taxonomy.
+compile caches and plugins (the error taxonomy and op declarations live in `mplang.edsl`).
 
 The registry API: `register`, `list_ops`, `get`, `find`, `capabilities`,
 `config_schema`, `list_frontends`, `describe`, `is_feop`, `feop`.
 """
 
 from mplang.frontend.cache import CompileCache, compile_caches, determinism_check
-from mplang.frontend.errors import (
+from mplang.edsl.errors import (
     FeCapabilityError,
     FeConfigError,
     FeDeterminismError,
@@ -20,9 +20,8 @@ from mplang.frontend.errors import (
     MPTypeError,
     MPVerifyError,
 )
+from mplang.edsl.attrs import Attr, ConfigField, ConfigSchema
 from mplang.frontend.feop import (
-    ConfigField,
-    ConfigSchema,
     FeOpInfo,
     feop,
     get,
@@ -39,9 +38,10 @@ from mplang.frontend.introspect import (
     routes,
 )
 from mplang.frontend.plugins import discover, load_plugin, load_plugins
-from mplang.frontend.registry import OpInfo, OpTraits
+from mplang.edsl.traits import OpTraits
 
 __all__ = [
+    "Attr",
     "CompileCache",
     "ConfigField",
     "ConfigSchema",
@@ -58,7 +58,6 @@ __all__ = [
     "MPTraceError",
     "MPTypeError",
     "MPVerifyError",
-    "OpInfo",
     "OpTraits",
     "capabilities",
     "compile_caches",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from mplang.frontend.errors import FeDeterminismError, FeStateError
+from mplang.edsl.errors import FeDeterminismError, FeStateError
 from mplang.frontend.feop import holds_mplang_object
 
 V = TypeVar("V")

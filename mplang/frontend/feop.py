@@ -17,73 +17,14 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from mplang.edsl.attrs import ConfigSchema
+from mplang.edsl.errors import FeStateError, MPTypeError
 from mplang.edsl.location import locate_error
-from mplang.frontend.errors import FeConfigError, FeStateError, MPTypeError
+from mplang.edsl.primitive import Primitive
+from mplang.edsl.traits import ExecutionModel, OpKind
 
-OpKind = Literal["compiler", "transform", "special_op"]
-FeExecutionModel = Literal["single_rank", "multi_party", "in_controller"]
 StateScope = Literal["none", "process", "ctx"]
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class ConfigField:
-    """One configuration field: its Python type, whether it is required, its default,
-    and optional bounds or choices."""
-
-    type: type | tuple[type, ...]
-    required: bool = False
-    default: Any = None
-    choices: tuple[Any, ...] | None = None
-    min: Any = None
-    max: Any = None
-    doc: str = ""
-
-
-@dataclass(frozen=True)
-class ConfigSchema:
-    """The configuration an op accepts, by field name; `validate` fills defaults."""
-
-    fields: Mapping[str, ConfigField]
-
-    def validate(self, op: str, config: Mapping[str, Any]) -> dict[str, Any]:
-        """``config`` checked and completed; raise `FeConfigError` naming op and field."""
-        unknown = sorted(set(config) - set(self.fields))
-        if unknown:
-            raise FeConfigError(f"{op}: unknown config field(s) {unknown}; the schema has "
-                                f"{sorted(self.fields)}")
-        out: dict[str, Any] = {}
-        for name, spec in self.fields.items():
-            if name not in config:
-                if spec.required:
-                    raise FeConfigError(f"{op}: config field {name!r} is required")
-                out[name] = spec.default
-                continue
-            value: Any = config[name]
-            types = spec.type if isinstance(spec.type, tuple) else (spec.type,)
-            if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-                expected = " or ".join(t.__name__ for t in types)
-                raise FeConfigError(f"{op}: config field {name!r} must be {expected}, got "
-                                    f"{value!r}")
-            if spec.choices is not None and value not in spec.choices:
-                raise FeConfigError(f"{op}: config field {name!r} must be one of "
-                                    f"{list(spec.choices)}, got {value!r}")
-            if (spec.min is not None and value < spec.min) or \
-                    (spec.max is not None and value > spec.max):
-                raise FeConfigError(f"{op}: config field {name!r} must lie in "
-                                    f"[{spec.min}, {spec.max}], got {value!r}")
-            out[name] = value
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        """Each field's type names, required flag, default, choices, bounds and doc as
-        plain data."""
-        return {name: {"type": [t.__name__ for t in (f.type if isinstance(f.type, tuple)
-                                                     else (f.type,))],
-                       "required": f.required, "default": f.default,
-                       "choices": None if f.choices is None else list(f.choices),
-                       "min": f.min, "max": f.max, "doc": f.doc}
-                for name, f in self.fields.items()}
 
 
 @dataclass(frozen=True)
@@ -91,11 +32,9 @@ class FeOpInfo:
     """The metadata of one frontend op.
 
     ``family``: the frontend it belongs to (``simp``, ``tensor``, a
-    plugin's name). ``op_kind``: ``compiler`` (compiles a user function),
-    ``transform`` (takes functions: control flow, calls) or ``special_op``.
-    ``dialects``: the IR it produces; ``primitives``: the ops it emits.
-    ``execution_model``: ``single_rank`` (in one party's local region),
-    ``multi_party`` (across parties) or ``in_controller`` (at trace time).
+    plugin's name). ``op_kind`` and ``execution_model`` use the primitives' vocabulary
+    (`mplang.edsl.traits`). ``dialects``: the IR it produces; ``primitives``: the ops
+    it emits.
     ``inputs`` / ``outputs``: IO constraints (kinds such as Tensor, Table, Key).
     ``targets``: device kinds it can run on (empty: decided by execution model).
     ``capabilities``: further constraints (``requires_device``: ``{"kind": [...],
@@ -105,7 +44,7 @@ class FeOpInfo:
     name: str
     family: str
     op_kind: OpKind
-    execution_model: FeExecutionModel
+    execution_model: ExecutionModel
     dialects: tuple[str, ...] = ()
     primitives: tuple[str, ...] = ()
     version: str = "1"
@@ -196,35 +135,53 @@ def register(op: Callable[..., Any]) -> Callable[..., Any]:
     return op
 
 
-def feop(*, name: str, family: str, execution_model: FeExecutionModel,
-         op_kind: OpKind = "special_op", dialects: Sequence[str] = (),
-         primitives: Sequence[str] = (), version: str = "1",
+def feop(*emits: Primitive, name: str | None = None, family: str | None = None,
+         execution_model: ExecutionModel | None = None, op_kind: OpKind | None = None,
+         dialects: Sequence[str] | None = None, version: str = "1",
          inputs: Sequence[Mapping[str, Any]] = (), outputs: Sequence[Mapping[str, Any]] = (),
-         config_schema: ConfigSchema | None = None, side_effects: bool = False,
-         targets: Sequence[str] = (), capabilities: Mapping[str, Any] | None = None,
-         state_scope: StateScope = "none", example: str = "") -> Callable[[F], F]:
-    """Decorate a frontend op: attach its metadata and register it.
+         config_schema: ConfigSchema | None = None, targets: Sequence[str] | None = None,
+         capabilities: Mapping[str, Any] | None = None, state_scope: StateScope = "none",
+         example: str = "") -> Callable[[F], F]:
+    """Decorate a frontend op that emits the primitives ``emits``: attach its metadata and
+    register it.
 
-    With a ``config_schema``, keyword arguments named in the schema are validated
-    (and defaults filled in) before each call; a violation raises `FeConfigError`.
+    Everything the primitives declare is derived from them, the first one leading: the
+    name, family (its dialect), execution model, kind, dialects, targets and side
+    effects; a keyword given here overrides it (a frontend op that emits no primitive
+    states ``name``, ``family`` and ``execution_model``). With a ``config_schema``,
+    keyword arguments named in the schema are validated (and defaults filled in)
+    before each call; a violation raises `FeConfigError`.
     """
+    lead = emits[0] if emits else None
+    op_name = name or (lead.name if lead is not None else None)
+    if op_name is None or (lead is None and (family is None or execution_model is None)):
+        raise TypeError("feop: a frontend op that emits no primitive needs name, family and "
+                        "execution_model")
+    model: ExecutionModel = execution_model or (lead.execution_model if lead else "any")
+    kind: OpKind = op_kind or (lead.kind if lead is not None else "transform")
+
     def deco(fn: F) -> F:
         info = FeOpInfo(
-            name=name, family=family, op_kind=op_kind, execution_model=execution_model,
-            dialects=tuple(dialects), primitives=tuple(primitives), version=version,
+            name=op_name, family=family or (lead.dialect if lead else op_name.split(".")[0]),
+            op_kind=kind, execution_model=model,
+            dialects=tuple(dialects if dialects is not None
+                           else dict.fromkeys(p.dialect for p in emits)),
+            primitives=tuple(dict.fromkeys(p.name for p in emits)), version=version,
             inputs=tuple(inputs), outputs=tuple(outputs), config_schema=config_schema,
-            side_effects=side_effects, targets=tuple(targets),
+            side_effects=any(p.side_effects for p in emits),
+            targets=tuple(targets if targets is not None else (lead.targets if lead else ())),
             capabilities=dict(capabilities or {}), state_scope=state_scope,
             doc=(fn.__doc__ or "").strip().split("\n\n")[0], example=example)
-        target: Callable[..., Any] = fn
         if config_schema is not None:
             @functools.wraps(fn)
             def checked(*args: Any, **kwargs: Any) -> Any:
                 given = {k: v for k, v in kwargs.items() if k in config_schema.fields}
                 rest = {k: v for k, v in kwargs.items() if k not in config_schema.fields}
-                return fn(*args, **rest, **config_schema.validate(name, given))
+                return fn(*args, **rest, **config_schema.validate(op_name, given))
 
-            target = checked
+            target: Callable[..., Any] = checked
+        else:
+            target = fn
         target = _located(target)
         target.__feop__ = True  # type: ignore[attr-defined]
         target.__feop_meta__ = info  # type: ignore[attr-defined]

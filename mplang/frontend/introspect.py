@@ -7,8 +7,9 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from mplang.frontend.feop import ConfigSchema, FeOpInfo, get, meta, registered
-from mplang.frontend.registry import describe_primitive, is_registered
+from mplang.edsl.attrs import ConfigSchema
+from mplang.edsl.primitive import Primitive, get_primitive, primitives
+from mplang.frontend.feop import FeOpInfo, get, meta, registered
 from mplang.frontend.routing import mismatch
 
 DeviceProfile = tuple[str, bool, int]
@@ -60,24 +61,40 @@ def routes(op: Callable[..., Any] | str | FeOpInfo) -> list[str]:
             if mismatch(info, kind, joint, members) is None]
 
 
+def describe_primitive(prim: Primitive | str) -> dict[str, Any]:
+    """A primitive's whole contract as plain data (JSON-able): its declaration (operands,
+    attributes, results, regions, traits, targets), kernels per runtime, its type,
+    flow and cost rules, and ``security``: the model of each device kind it targets."""
+    p = prim if isinstance(prim, Primitive) else get_primitive(prim)
+    if p is None:
+        raise KeyError(f"unknown primitive {prim!r}")
+    out = p.describe()
+    out["security"] = {kind: _SECURITY_MODELS.get(kind, "") for kind in p.targets}
+    return out
+
+
+def list_primitives(dialect: str | None = None) -> list[dict[str, Any]]:
+    """Every declared primitive's contract (`describe_primitive`), sorted by name; of one
+    dialect if given."""
+    return [describe_primitive(p) for p in primitives(dialect)]
+
+
 def describe(op: Callable[..., Any] | str) -> dict[str, Any]:
-    """Everything known about a frontend op: its metadata, the device kinds it routes
-    to (``routes``) with the security model of each (``security``: who must be honest
-    for such a device to keep its inputs private), an example, and the IR primitives it
-    emits with their traits. A primitive's name alone gives that primitive's description."""
-    if isinstance(op, str):
-        try:
-            get(op)
-        except KeyError:
-            if is_registered(op):
-                return describe_primitive(op)
-            raise
+    """Everything known about a frontend op or a primitive, as plain data.
+
+    A primitive's name gives its contract (`describe_primitive`). A frontend op (or
+    its name) gives its metadata, the device kinds it routes to (``routes``) with the
+    security model of each (``security``: who must be honest for such a device to keep
+    its inputs private), an example, and the contracts of the primitives it emits."""
+    if isinstance(op, str) and get_primitive(op) is not None:
+        return describe_primitive(op)
     info = meta(op)
     out = asdict(info)
     out["config_schema"] = None if info.config_schema is None else info.config_schema.to_dict()
     out["routes"] = routes(info)
     out["security"] = {kind: _SECURITY_MODELS.get(kind, "") for kind in out["routes"]}
-    out["primitives"] = [describe_primitive(p) for p in info.primitives if is_registered(p)]
+    out["primitives"] = [describe_primitive(p) for p in info.primitives
+                         if get_primitive(p) is not None]
     if out["primitives"] and len(info.primitives) == 1:
         first = out["primitives"][0]
         out.update(dialect=first["dialect"], kind=first["kind"], traits=first["traits"])

@@ -12,24 +12,50 @@ Calling ``cms.build(obj, width=64, depth=4)`` binds ``cms.build``: positional
 arguments are MPLang objects (the op's inputs), keyword arguments are
 attributes stored in the op. The decorated function is the type rule: it gets
 the inputs' types and the attributes and returns the output type (or a tuple of
-them); it never sees data. Kernels are registered separately, by the backend.
+them); it never sees data. Its signature is the op's declaration: positional
+parameters are the operands, keyword-only ones the attributes (their annotations
+the attribute types, their defaults the defaults), and the return annotation the
+results. The primitive is ``cms.prims.build``; its kernels are registered on it
+by the backend.
 """
 
 from __future__ import annotations
 
 import inspect
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
-from mplang.edsl.primitive import Primitive
+from mplang.analysis.cost_model import local_cost
+from mplang.edsl.attrs import Attr, ConfigSchema, NoneType
+from mplang.edsl.errors import MPTypeError
+from mplang.edsl.primitive import LOCAL, SIMP, Operand, Primitive, Result, Signature
+from mplang.edsl.traits import LOCAL_PURE, ExecutionModel, OpKind, OpTraits
 from mplang.edsl.typing import BaseType, MPType, ValueType
-from mplang.frontend.errors import MPTypeError
-from mplang.frontend.feop import ConfigSchema, FeExecutionModel, feop
-from mplang.frontend.feop import OpKind as FeOpKind
-from mplang.frontend.registry import LOCAL_PURE, ExecutionModel, OpKind, OpTraits
+from mplang.frontend.feop import feop
+from mplang.policy.flows import conservative, local_conservative
+
+
+def _attr_type(hint: Any) -> type | tuple[type, ...]:
+    """The Python type(s) an attribute annotation admits (``object`` when it names none)."""
+    if isinstance(hint, type):
+        return hint
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        parts = [NoneType if a is None else a for a in typing.get_args(hint)]
+        if all(isinstance(a, type) for a in parts):
+            return tuple(parts)
+    origin = typing.get_origin(hint)
+    return origin if isinstance(origin, type) else object
+
+
+def _results(rule: Callable[..., Any], hints: Mapping[str, Any]) -> list[Result]:
+    ret = hints.get("return")
+    if typing.get_origin(ret) is tuple:
+        return [Result(f"out{i}") for i in range(len(typing.get_args(ret)))]
+    return [Result("out")]
 
 
 class FeModule:
@@ -40,20 +66,24 @@ class FeModule:
             raise ValueError(f"a module name is an identifier, got {name!r}")
         self.name = name
         self.ops: dict[str, Callable[..., Any]] = {}
+        self.prims = types.SimpleNamespace()
+        """The primitives of the module's ops by short name (``crypto.prims.sha256``)."""
 
     def simple_op(self, name: str | None = None, *,
-                  execution_model: FeExecutionModel = "single_rank",
+                  execution_model: ExecutionModel = "single_rank",
                   traits: OpTraits | None = None, kind: OpKind = "compute",
-                  op_kind: FeOpKind = "special_op",
                   config_schema: ConfigSchema | None = None, targets: Sequence[str] = (),
                   capabilities: Mapping[str, Any] | None = None,
+                  cost: Callable[..., Any] = local_cost, flow: Callable[..., Any] | None = None,
                   example: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Make a type-only function an op ``{module}.{name}`` (default: its own name).
 
         ``single_rank`` ops (the default) run in party-local regions and get base
         types; ``multi_party`` ops get simp-level types. ``traits`` default to a
         pure local op. Keyword-only parameters are the attributes; ``*args`` and
-        ``**kwargs`` are refused, since the signature must be explicit.
+        ``**kwargs`` are refused, since the signature must be explicit. ``cost`` is the
+        cost rule (a local op's by default) and ``flow`` the flow rule (the conservative
+        one by default: every result is raw of every input).
         """
         def deco(rule: Callable[..., Any]) -> Callable[..., Any]:
             op_name = f"{self.name}.{name or rule.__name__}"
@@ -68,20 +98,30 @@ class FeModule:
                 extra = sorted(set(config_schema.fields) - attr_names)
                 raise TypeError(f"{op_name}: config fields {extra} are not keyword-only "
                                 "attributes of the op")
-            model: ExecutionModel = "multi_party" if execution_model == "multi_party" \
-                else "single_rank"
-            prim = Primitive(op_name, kind=kind, execution_model=model,
-                             traits=traits or LOCAL_PURE,
-                             doc=(rule.__doc__ or op_name).strip().split("\n\n")[0])
+            multi = execution_model == "multi_party"
+            hints = typing.get_type_hints(rule)
+            keyword = [p for p in params if p.kind == p.KEYWORD_ONLY]
+            attrs = {p.name: Attr(_attr_type(hints.get(p.name, object)),
+                                  required=p.default is p.empty,
+                                  default=None if p.default is p.empty else p.default)
+                     for p in keyword}
+            if flow is not None:
+                flows = {"flow" if multi else "local_flow": flow}
+            else:
+                flows = {"flow": conservative} if multi else {"local_flow": local_conservative}
+            prim = Primitive(op_name, kind=kind, execution_model=execution_model,
+                             traits=traits or LOCAL_PURE, targets=targets,
+                             operands=[Operand(p.name, SIMP if multi else LOCAL)
+                                       for p in positional],
+                             attrs=attrs, results=_results(rule, hints), regions=(),
+                             doc=(rule.__doc__ or op_name).strip().split("\n\n")[0],
+                             cost=cost, **flows)
+            setattr(self.prims, name or rule.__name__, prim)
 
             @prim.def_type_rule
-            def _rule(in_types: list[ValueType], attrs: dict[str, Any],
-                      regions: Sequence[Graph], world_size: int) -> list[ValueType]:
-                if len(in_types) != len(positional):
-                    raise MPTypeError(f"{op_name}: takes {len(positional)} inputs, got "
-                                      f"{len(in_types)}")
+            def _rule(sig: Signature) -> list[ValueType]:
                 try:
-                    out = rule(*in_types, **attrs)
+                    out = rule(*sig.inputs, **sig.attrs)
                 except MPTypeError:
                     raise
                 except (TypeError, ValueError) as e:
@@ -106,11 +146,8 @@ class FeModule:
                 outs = prim.bind(list(args), dict(kwargs))
                 return outs[0] if len(outs) == 1 else tuple(outs)
 
-            op = feop(name=op_name, family=self.name, execution_model=execution_model,
-                      op_kind=op_kind,
-                      dialects=[self.name], primitives=[op_name], config_schema=config_schema,
-                      side_effects=not (traits or LOCAL_PURE).pure, targets=targets,
-                      capabilities=capabilities, example=example)(function(call))
+            op = feop(prim, config_schema=config_schema, capabilities=capabilities,
+                      example=example)(function(call))
             op.primitive = prim  # type: ignore[attr-defined]
             self.ops[op_name] = op
             return op

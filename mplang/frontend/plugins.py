@@ -17,7 +17,7 @@ import importlib
 from importlib.metadata import entry_points
 from types import ModuleType
 
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 
 GROUP = "mplang.plugins"
 

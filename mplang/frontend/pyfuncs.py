@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 
 _FUNCS: dict[str, Callable[..., Any]] = {}
 _LOCK = threading.Lock()

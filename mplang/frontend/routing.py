@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mplang.frontend.errors import FeCapabilityError
+from mplang.edsl.errors import FeCapabilityError
 from mplang.frontend.feop import FeOpInfo, meta
 
 

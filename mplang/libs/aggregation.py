@@ -27,7 +27,7 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import TensorType
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 
 __all__ = ["bind", "device_value", "on_party", "reveal", "secure_device", "secure_mean",
            "secure_sum"]

@@ -48,7 +48,7 @@ from mplang.edsl.function import function
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import MPType
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 
 mark_library(__file__)
 

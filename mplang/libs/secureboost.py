@@ -95,7 +95,7 @@ from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import MPType, TensorType
-from mplang.frontend.errors import MPLangError, MPTypeError
+from mplang.edsl.errors import MPLangError, MPTypeError
 
 mark_library(__file__)
 

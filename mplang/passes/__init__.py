@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from mplang.edsl.graph import Graph
 from mplang.edsl.program import Program
-from mplang.frontend.errors import MPVerifyError
+from mplang.edsl.errors import MPVerifyError
 from mplang.passes.batch_shuffles import batch_shuffles
 from mplang.passes.cse import eliminate_common_subexpressions
 from mplang.passes.dce import eliminate_dead_code

@@ -20,7 +20,6 @@ alone.
 from __future__ import annotations
 
 from mplang.edsl.graph import Graph, Operation, Value
-from mplang.frontend.registry import traits_of
 from mplang.passes.common import (
     map_regions,
     rebuild,
@@ -35,7 +34,7 @@ _Routes = tuple[tuple[int, int], ...]
 def _routes(op: Operation) -> _Routes | None:
     """The routes of a well-formed batchable move (``simp.shuffle_static``) as sorted
     pairs, else None."""
-    if not traits_of(op.opcode).batchable or op.regions or set(op.attrs) != {"routes"} \
+    if not op.traits.batchable or op.regions or set(op.attrs) != {"routes"} \
             or not op.inputs or len(op.inputs) != len(op.outputs):
         return None
     routes = op.attrs["routes"]

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.typing import Mask
-from mplang.frontend.registry import traits_of
 from mplang.passes.common import (
     map_regions,
     rebuild,
@@ -48,7 +47,7 @@ class _Group:
 
 def _parties(op: Operation) -> Mask | None:
     """The known parties of a well-formed pcall, else None."""
-    if not traits_of(op.opcode).fusable or len(op.regions) != 1 \
+    if not op.traits.fusable or len(op.regions) != 1 \
             or not set(op.attrs) <= _PCALL_ATTRS:
         return None
     body = op.regions[0]

@@ -5,7 +5,6 @@ static data-flow analysis of `mplang.policy.flows`), `Guard` (enforcement in a
 worker: verdicts, labels of stored objects, fetch checks).
 """
 
-from mplang.policy import rules as _rules  # noqa: F401  (registers the dialects' flow rules)
 from mplang.policy.check import Guard, LabelTable, PolicyRefusedError, Verdict, check
 from mplang.policy.labels import Flow
 from mplang.policy.policy import DeclassifyRule, Policy, PolicyError

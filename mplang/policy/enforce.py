@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mplang.device.cluster import ClusterSpec
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 from mplang.policy.check import Guard
 from mplang.policy.policy import Policy
 

@@ -1,12 +1,12 @@
 """Static data-flow analysis: where one party's data goes in a program.
 
 For party p every value gets, per holding party, a label (`mplang.policy.labels`):
-None if that party's copy is not derived from p's data. Flow rules are registered
-per primitive (`flow_rule` for simp-level ops, `local_flow_rule` for ops inside
-party-local regions); the dialects' rules live in `mplang.policy.rules`. An op
-without a rule is conservative: every output copy is raw from every labelled
-input, and every party holding it has received p's data. A copy of p's data that
-arrives at another party is a `Send` the policy check judges.
+None if that party's copy is not derived from p's data. Every primitive states its
+flow rule in its dialect (``Primitive.def_flow`` for simp-level ops,
+``def_local_flow`` for ops inside party-local regions); `conservative` and
+`local_conservative` are the rules of ops not modelled yet: every output copy is
+raw from every labelled input, and every party holding it has received p's data.
+A copy of p's data that arrives at another party is a `Send` the policy check judges.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mplang.edsl.graph import Graph, Operation, Value
-from mplang.edsl.primitive import Primitive, get_primitive
 from mplang.edsl.typing import MPType
 from mplang.policy.labels import Flow, Label, join, join_all, raw
 
@@ -26,30 +25,9 @@ SimpRule = Callable[["Analysis", Operation, list[PartyLabels]], list[PartyLabels
 LocalRule = Callable[["Analysis", Operation, list[Label], bool], list[Label]]
 """``rule(analysis, op, input labels, own)``; ``own``: the region runs on party p."""
 
-_SIMP_RULES: dict[Primitive, SimpRule] = {}
-_LOCAL_RULES: dict[Primitive, LocalRule] = {}
 _MAX_LOOP_ROUNDS = 8
 DRIVER = -1
 """The receiver rank standing for the driver (program outputs it may fetch)."""
-
-
-def _registrar(table: dict[Primitive, Any], what: str) -> Callable[..., Any]:
-    def decorator(*primitives: Primitive) -> Callable[[Any], Any]:
-        def register(rule: Any) -> Any:
-            for prim in primitives:
-                if prim in table:
-                    raise ValueError(f"{prim.name} already has a {what}")
-                table[prim] = rule
-            return rule
-        return register
-    return decorator
-
-
-flow_rule: Callable[..., Callable[[SimpRule], SimpRule]] = _registrar(_SIMP_RULES, "flow rule")
-"""``@flow_rule(*primitives)``: register the simp-level flow rule of ``primitives``."""
-local_flow_rule: Callable[..., Callable[[LocalRule], LocalRule]] = _registrar(
-    _LOCAL_RULES, "local flow rule")
-"""``@local_flow_rule(*primitives)``: register their rule inside party-local regions."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +81,7 @@ class Analysis:
                                        zip(graph.inputs, inputs, strict=True)}
         for op in graph.operations:
             ins = [env.get(id(v), {}) for v in op.inputs]
-            prim = get_primitive(op.opcode)
-            rule = _SIMP_RULES.get(prim) if prim is not None else None
+            rule = None if op.prim is None else op.prim.rule("flow")
             outs = rule(self, op, ins) if rule is not None else self.unknown(op, ins)
             for v, lab in zip(op.outputs, outs, strict=True):
                 env[id(v)] = lab
@@ -115,9 +92,9 @@ class Analysis:
         env: dict[int, Label] = {id(v): lab for v, lab in zip(graph.inputs, inputs, strict=True)}
         for op in graph.operations:
             ins = [env.get(id(v)) for v in op.inputs]
-            prim = get_primitive(op.opcode)
-            rule = _LOCAL_RULES.get(prim) if prim is not None else None
-            outs = rule(self, op, ins, own) if rule is not None else [raw(ins)] * len(op.outputs)
+            rule = None if op.prim is None else op.prim.rule("local_flow")
+            outs = rule(self, op, ins, own) if rule is not None else \
+                local_conservative(self, op, ins, own)
             for v, lab in zip(op.outputs, outs, strict=True):
                 env[id(v)] = lab
         return [env.get(id(v)) for v in graph.outputs]
@@ -147,6 +124,19 @@ class Analysis:
         return [{q: raw([lab]) or lab for q, lab in s.items()} for s in state]
 
 
+def conservative(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """The flow rule of a simp-level op not modelled yet: each output copy is raw from
+    every labelled input, and every party holding it has received it."""
+    return a.unknown(op, ins)
+
+
+def local_conservative(a: Analysis, op: Operation, ins: list[Label], own: bool
+                       ) -> list[Label]:
+    """The flow rule of a party-local op not modelled yet: every output is raw from every
+    labelled input."""
+    return [raw(ins)] * len(op.outputs)
+
+
 def merge(a: PartyLabels, b: PartyLabels) -> PartyLabels:
     """Per party, the join of two values' labels."""
     out = dict(a)
@@ -166,8 +156,6 @@ def analyze(graph: Graph, world_size: int, party: int,
             input_labels: Sequence[PartyLabels | None] | None = None
             ) -> tuple[Analysis, list[PartyLabels]]:
     """Follow ``party``'s data through ``graph``; the analysis and the outputs' labels."""
-    import mplang.policy  # noqa: F401  (registers the dialects' flow rules)
-
     analysis = Analysis(party, world_size)
     inputs = [dict(lab or {}) for lab in (input_labels or [None] * len(graph.inputs))]
     return analysis, analysis.graph(graph, inputs)

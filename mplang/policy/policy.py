@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 
 DRIVER = "driver"
 """The receiver name standing for any driver the policy accepts."""

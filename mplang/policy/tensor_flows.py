@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from mplang.dialects.common import LRUCache
+from mplang.util.lru import LRUCache
+from mplang.edsl.errors import MPLangError
 from mplang.policy.labels import Label, compared, join, join_all, raw, reduced, sliced
 
 _OP = re.compile(r'^(?:((?:%[\w#:]+(?:,\s*)?)+)\s*=\s*)?"?((?:[a-z_]+\.)?[a-z_0-9]+)\b')
@@ -283,3 +285,30 @@ def transfer(text: str, inputs: Sequence[Label]) -> list[Label] | None:
     if result is not None:
         _CACHE.store(key, tuple(result))
     return result
+
+
+_TEXTS = LRUCache(256)
+"""(reader, payload bytes) -> module text (StableHLO or pphlo)."""
+
+
+def module_text(read: Callable[[bytes], str], payload: bytes) -> str | None:
+    """The text ``read`` gives of a tensor program's payload (None if it cannot be read)."""
+    text: str | None = _TEXTS.lookup((read, payload))
+    if text is None:
+        try:
+            text = read(payload)
+        except (MPLangError, ValueError, RuntimeError):
+            return None
+        _TEXTS.store((read, payload), text)
+    return text
+
+
+def through(read: Callable[[bytes], str], payload: Any, ins: list[Label], n: int
+            ) -> list[Label]:
+    """Labels through a tensor program whose text ``read`` gives; raw from every input if
+    it cannot be followed."""
+    if all(lab is None for lab in ins):
+        return [None] * n
+    text = module_text(read, bytes(payload))
+    outs = transfer(text, ins) if text is not None else None
+    return outs if outs is not None and len(outs) == n else [raw(ins)] * n

@@ -1,22 +1,22 @@
-"""Dialect backends: one registration per dialect gives its kernels for each
-runtime and the per-worker state its kernels use.
+"""Dialect backends: kernels register on their primitive, per runtime; a dialect's
+backend adds the per-worker state its kernels use.
 
 A backend module creates its `DialectBackend` once at import time::
 
     backend = register_backend("mydialect")
 
-    @backend.kernel("mydialect.op")
+    @backend.kernel(mydialect.op_p)
     def _run(interp, op, args, key): ...
 
     @backend.state
     def _state(env: WorkerEnv) -> MyState: ...
 
-    @backend.payload_check("mydialect.op")
+    @backend.payload_check(mydialect.op_p)
     def _check(op): ...  # raise MPSerializationError if op's native bytes are unsafe
 
-Interpreters, workers and drivers read kernel tables and states from here;
-nothing else lists dialects or op names. Value codecs for the wire are
-registered with `mplang.backends.wire.register_value_codec`.
+Interpreters resolve kernels through each op's primitive (`KernelTable`); nothing
+lists dialects or op names. Value codecs for the wire are registered with
+`mplang.backends.wire.register_value_codec`.
 """
 
 from __future__ import annotations
@@ -24,15 +24,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from mplang.edsl.graph import Graph, Operation
-from mplang.frontend.registry import get_op, is_registered, list_primitives
+from mplang.edsl.primitive import Primitive, primitives
+from mplang.edsl.traits import Runtime as KernelRuntime
 from mplang.runtime.interpreter import Kernel, KernelTable
-
-KernelRuntime = Literal["worker", "driver", "launch"]
-"""``worker``: a party's interpreter. ``driver``: the driver's interpreter in standard
-mode. ``launch``: driver kernels that replace the ``driver`` ones in launch mode."""
 
 Tag = tuple[str, str]
 """A message tag: (execution id, op key). Every message of a run carries one."""
@@ -74,28 +71,23 @@ among ``op``'s attributes (bytes that C++ code parses) are safe to run."""
 
 
 class DialectBackend:
-    """The runtime half of one dialect: kernels per runtime and a worker state factory."""
+    """The runtime half of one dialect: kernels (registered on its primitives), payload
+    checks and a worker state factory."""
 
     def __init__(self, dialect: str):
         self.dialect = dialect
-        self.tables: dict[KernelRuntime, KernelTable] = {
-            "worker": KernelTable(), "driver": KernelTable(), "launch": KernelTable()}
         self.state_factory: StateFactory | None = None
-        self.payload_checks: dict[str, PayloadCheck] = {}
 
-    def kernel(self, name: str, *, runtime: KernelRuntime = "worker",
+    def _own(self, prim: Primitive, what: str) -> Primitive:
+        if not isinstance(prim, Primitive) or prim.dialect != self.dialect:
+            raise ValueError(f"backend {self.dialect!r} cannot register a {what} for {prim!r}: "
+                             "register on a primitive of its own dialect")
+        return prim
+
+    def kernel(self, prim: Primitive, *, runtime: KernelRuntime = "worker",
                override: bool = False) -> Callable[[Kernel], Kernel]:
-        """Register the kernel of op ``name`` (an op of this dialect) for ``runtime``."""
-        if not name.startswith(self.dialect + "."):
-            raise ValueError(f"backend {self.dialect!r} cannot register a kernel for {name!r}")
-        register = self.tables[runtime].register(name, override=override)
-
-        def deco(kernel: Kernel) -> Kernel:
-            register(kernel)
-            _invalidate()
-            return kernel
-
-        return deco
+        """Register the kernel of ``prim`` (an op of this dialect) for ``runtime``."""
+        return self._own(prim, "kernel").def_kernel(runtime, override=override)
 
     def state(self, factory: StateFactory) -> StateFactory:
         """Register the factory of this dialect's per-worker state (``interp.states[dialect]``)."""
@@ -104,23 +96,13 @@ class DialectBackend:
         self.state_factory = factory
         return factory
 
-    def payload_check(self, name: str) -> Callable[[PayloadCheck], PayloadCheck]:
-        """Register the check of op ``name``'s native payloads (see `check_payloads`)."""
-        if not name.startswith(self.dialect + ".") or name in self.payload_checks:
-            raise ValueError(f"backend {self.dialect!r} cannot register a payload check "
-                             f"for {name!r}")
-
-        def deco(check: PayloadCheck) -> PayloadCheck:
-            self.payload_checks[name] = check
-            return check
-
-        return deco
+    def payload_check(self, prim: Primitive) -> Callable[[PayloadCheck], PayloadCheck]:
+        """Register the check of ``prim``'s native payloads (see `check_payloads`)."""
+        return self._own(prim, "payload check").def_payload_check
 
 
 _BACKENDS: dict[str, DialectBackend] = {}
 _LOCK = threading.Lock()
-_MERGED: dict[KernelRuntime, KernelTable] = {}
-_DRIVER_TABLES: dict[tuple[bool, Kernel], KernelTable] = {}
 
 
 def register_backend(dialect: str) -> DialectBackend:
@@ -129,8 +111,6 @@ def register_backend(dialect: str) -> DialectBackend:
         if dialect in _BACKENDS:
             raise ValueError(f"dialect {dialect!r} already has a backend")
         backend = _BACKENDS[dialect] = DialectBackend(dialect)
-        _MERGED.clear()
-        _DRIVER_TABLES.clear()
     return backend
 
 
@@ -139,48 +119,21 @@ def get_backend(dialect: str) -> DialectBackend | None:
     return _BACKENDS.get(dialect)
 
 
-def _invalidate() -> None:
-    with _LOCK:
-        _MERGED.clear()
-        _DRIVER_TABLES.clear()
-
-
-def _merged(runtime: KernelRuntime) -> KernelTable:
-    with _LOCK:
-        table = _MERGED.get(runtime)
-        if table is None:
-            table = KernelTable.merge(b.tables[runtime] for b in _BACKENDS.values())
-            _MERGED[runtime] = table
-        return table
+_WORKER = KernelTable(("worker",))
 
 
 def worker_kernels() -> KernelTable:
-    """Every worker kernel registered so far; an op outside it is refused by workers."""
-    return _merged("worker")
-
-
-def _dispatch_fallback(dispatch: Kernel) -> Callable[[str], Kernel | None]:
-    def resolve(name: str) -> Kernel | None:
-        if is_registered(name) and get_op(name).execution_model == "multi_party":
-            return dispatch
-        return None
-
-    return resolve
+    """The workers' kernels; an op without one is refused by workers."""
+    return _WORKER
 
 
 def driver_kernels(launch: bool, dispatch: Kernel) -> KernelTable:
-    """The driver's kernel table: ``driver`` kernels (with ``launch`` overrides in launch
-    mode); a multi-party op without a driver kernel goes to ``dispatch``, which runs it
-    on the parties."""
-    key = (launch, dispatch)
-    table = _DRIVER_TABLES.get(key)
-    if table is None:
-        table = KernelTable(_merged("driver").items(), _dispatch_fallback(dispatch))
-        if launch:
-            table = table.with_overrides(_merged("launch"))
-        with _LOCK:
-            _DRIVER_TABLES[key] = table
-    return table
+    """The driver's kernels: ``driver`` kernels (``launch`` ones first in launch mode); a
+    multi-party op without one goes to ``dispatch``, which runs it on the parties."""
+    def resolve(prim: Primitive) -> Kernel | None:
+        return dispatch if prim.execution_model == "multi_party" else None
+
+    return KernelTable(("launch", "driver") if launch else ("driver",), resolve)
 
 
 def check_payloads(graph: Graph) -> None:
@@ -189,10 +142,8 @@ def check_payloads(graph: Graph) -> None:
     Workers call it on every program received from another process before running
     it; programs traced in this process need no check.
     """
-    checks = {name: check for b in list(_BACKENDS.values())
-              for name, check in b.payload_checks.items()}
     for op in graph.walk():
-        check = checks.get(op.opcode)
+        check = None if op.prim is None else op.prim.rule("payload_check")
         if check is not None:
             check(op)
 
@@ -218,8 +169,9 @@ class WorkerStates(dict[str, Any]):
 
 
 def missing_kernels() -> list[tuple[str, str]]:
-    """``(op, runtime)`` for every registered op lacking a kernel its traits claim."""
+    """``(op, runtime)`` for every declared op lacking a kernel its traits claim."""
     dispatch: Kernel = lambda interp, op, args, key: []  # noqa: E731 - resolution only
-    tables = {"worker": worker_kernels(), "driver": driver_kernels(False, dispatch)}
-    return [(info.name, runtime) for info in list_primitives() for runtime in info.traits.runtimes
-            if tables[runtime].get(info.name) is None]
+    tables = {"worker": worker_kernels(), "driver": driver_kernels(False, dispatch),
+              "launch": driver_kernels(True, dispatch)}
+    return [(prim.name, runtime) for prim in primitives() for runtime in prim.traits.runtimes
+            if tables[runtime].get(prim) is None]

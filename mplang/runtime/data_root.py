@@ -21,7 +21,7 @@ from typing import IO, Any
 import numpy as np
 
 from mplang.edsl.typing import DTYPES, BaseType, TensorType
-from mplang.frontend.errors import MPRuntimeError, MPSerializationError
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 
 OP = "tensor.load"
 EXTENSIONS = (".npy", ".npz")

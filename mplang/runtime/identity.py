@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 
 DEFAULT_VALIDITY_DAYS = 365
 NAME_LIMIT = 64

@@ -1,15 +1,18 @@
-"""The interpreter: runs a graph by dispatching each op to the kernel registered
-for its name. Backends only register kernels; nothing overrides this loop.
+"""The interpreter: runs a graph by dispatching each op through its primitive to the
+kernel registered on it for this runtime. Backends only register kernels; nothing
+overrides this loop.
 """
 
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mplang.edsl.graph import Graph, Operation
-from mplang.frontend.errors import MPLangError, MPRuntimeError
+from mplang.edsl.primitive import Primitive
+from mplang.edsl.traits import Runtime
+from mplang.edsl.errors import MPLangError, MPRuntimeError
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
 from mplang.runtime.scheduler import Scheduler, plan
 from mplang.runtime.timeline import DRIVER
@@ -23,44 +26,24 @@ regions and loop iterations), so parties tag their messages with it.
 
 
 class KernelTable:
-    """Op name -> kernel. Registering a name twice is an error unless ``override``."""
+    """Resolves an op's kernel through its primitive: the kernel the primitive registered
+    for the first of ``runtimes`` that has one, else ``fallback(primitive)``."""
 
-    def __init__(self, kernels: Iterable[tuple[str, Kernel]] = (),
-                 fallback: Callable[[str], Kernel | None] | None = None):
-        self._kernels: dict[str, Kernel] = dict(kernels)
+    def __init__(self, runtimes: tuple[Runtime, ...],
+                 fallback: Callable[[Primitive], Kernel | None] | None = None):
+        self.runtimes = runtimes
         self.fallback = fallback
-        """Resolves names without a registered kernel (e.g. by op metadata)."""
 
-    def register(self, name: str, *, override: bool = False) -> Callable[[Kernel], Kernel]:
-        def deco(kernel: Kernel) -> Kernel:
-            if name in self._kernels and not override:
-                raise ValueError(f"a kernel for {name!r} is already registered")
-            self._kernels[name] = kernel
-            return kernel
-
-        return deco
-
-    def get(self, name: str) -> Kernel | None:
-        kernel = self._kernels.get(name)
-        if kernel is None and self.fallback is not None:
-            kernel = self.fallback(name)
-        return kernel
-
-    def items(self) -> list[tuple[str, Kernel]]:
-        return list(self._kernels.items())
-
-    @staticmethod
-    def merge(tables: Iterable[KernelTable]) -> KernelTable:
-        merged = KernelTable()
-        for table in tables:
-            for name, kernel in table._kernels.items():
-                merged.register(name)(kernel)
-        return merged
-
-    def with_overrides(self, overrides: KernelTable) -> KernelTable:
-        table = KernelTable(self._kernels.items(), self.fallback)
-        table._kernels.update(overrides._kernels)
-        return table
+    def get(self, prim: Primitive | None) -> Kernel | None:
+        """The kernel of ``prim`` in these runtimes (None: it has none, or no primitive)."""
+        if prim is None:
+            return None
+        kernels = prim.kernels
+        for runtime in self.runtimes:
+            kernel = kernels.get(runtime)
+            if kernel is not None:
+                return kernel
+        return None if self.fallback is None else self.fallback(prim)
 
 
 class Interpreter:
@@ -135,7 +118,7 @@ class Interpreter:
                     ready.append(user)
 
     def _execute(self, op: Operation, args: list[Any], key: str) -> list[Any]:
-        kernel = self.kernels.get(op.opcode)
+        kernel = self.kernels.get(op.prim)
         where = self._where
         if kernel is None:
             raise MPRuntimeError(f"{where} has no kernel for op {op.opcode}",

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from mplang.device.cluster import ClusterSpec, Node
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 from mplang.runtime.identity import keygen
 
 READY = "ready at"

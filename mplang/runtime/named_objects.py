@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mplang.edsl.typing import DTYPES, TensorType
-from mplang.frontend.errors import MPRuntimeError
+from mplang.edsl.errors import MPRuntimeError
 from mplang.runtime.data_root import MissingData
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")

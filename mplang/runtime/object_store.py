@@ -11,7 +11,7 @@ import secrets
 import threading
 from typing import Any
 
-from mplang.frontend.errors import MPRuntimeError
+from mplang.edsl.errors import MPRuntimeError
 
 LOCAL_OWNER = "local"
 """The owner of objects made by an in-process driver (the simulator)."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 from mplang.runtime.timeline import RunMonitor
 
 Mode = Literal["launch", "standard"]

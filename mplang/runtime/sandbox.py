@@ -20,8 +20,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-from mplang.dialects.common import LRUCache
-from mplang.frontend.errors import MPLangError, MPSerializationError
+from mplang.util.lru import LRUCache
+from mplang.edsl.errors import MPLangError, MPSerializationError
 
 MAX_MESSAGE = 500
 """Characters of a helper's error message kept in the refusal."""

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from mplang.edsl.graph import Graph, Operation, op_dependencies
-from mplang.frontend.registry import traits_of
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ _PLANS_LOCK = threading.Lock()
 
 
 def _may_block(op: Operation) -> bool:
-    traits = traits_of(op.opcode)
+    traits = op.traits
     return traits.communicates or traits.regions is not None or not traits.pure
 
 

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mplang.edsl.graph import Operation
-from mplang.frontend.errors import MPLangError
-from mplang.frontend.registry import traits_of
+from mplang.edsl.errors import MPLangError
 from mplang.runtime.timeline import DRIVER, OpEvent, RunMonitor, Traffic, to_ns
 
 MAX_WIRE_EVENTS = 1_000_000
@@ -43,8 +42,8 @@ def check_trace_path(path: str | os.PathLike[str]) -> Path:
 
 
 def estimated_rounds(op: Operation) -> int | None:
-    """The protocol rounds the analysis estimates for ``op`` (None: no cost rule)."""
-    rule = traits_of(op.opcode).cost
+    """The protocol rounds the analysis estimates for ``op`` (None: a local op)."""
+    rule = _communication_cost(op)
     if rule is None:
         return None
     from mplang.analysis.cost_model import CostModel
@@ -53,6 +52,13 @@ def estimated_rounds(op: Operation) -> int | None:
         return int(rule(op, CostModel()).rounds)
     except Exception:  # an estimate that cannot be made is left out
         return None
+
+
+def _communication_cost(op: Operation) -> Any:
+    """The cost rule of an op that communicates (None for local ops and unknown ones)."""
+    if op.prim is None or not op.traits.communicates:
+        return None
+    return op.prim.rule("cost")
 
 
 _quote = json.encoder.encode_basestring
@@ -71,7 +77,7 @@ class _OpArgs:
         """The rounds the analysis estimates for ``op`` (None: none, or no cost rule)."""
         costed = self._costed.get(op.opcode)
         if costed is None:
-            costed = self._costed[op.opcode] = traits_of(op.opcode).cost is not None
+            costed = self._costed[op.opcode] = _communication_cost(op) is not None
         return estimated_rounds(op) if costed else None
 
     def json(self, op: Operation) -> str:

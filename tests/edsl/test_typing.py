@@ -16,7 +16,7 @@ from mplang.edsl.typing import (
     scalar,
     type_for_tag,
 )
-from mplang.frontend.errors import MPTypeError
+from mplang.edsl.errors import MPTypeError
 
 # ---------------------------------------------------------------- Mask
 

@@ -21,7 +21,7 @@ from mplang import simp, tensor
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.frontend.errors import MPRefusedError
+from mplang.edsl.errors import MPRefusedError
 from mplang.runtime.commitments import commit, decode_vote, encode_openings, vote_message
 from tests.http import support
 

@@ -17,7 +17,7 @@ import pytest
 
 import mplang as mp
 from mplang import tensor
-from mplang.frontend.errors import MPRefusedError
+from mplang.edsl.errors import MPRefusedError
 from mplang.runtime.audit import read_events
 from mplang.runtime.local_cluster import LocalCluster
 from tests.http import support

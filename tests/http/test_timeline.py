@@ -15,7 +15,7 @@ import pytest
 import mplang as mp
 from mplang import simp
 from mplang.cli import main
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 from mplang.runtime.trace_file import events_from_wire, load_trace, self_times
 
 THIS = Path(__file__).name

@@ -21,7 +21,7 @@ from sklearn.ensemble._hist_gradient_boosting.binning import _BinMapper
 from sklearn.model_selection import train_test_split
 
 import mplang as mp
-from mplang.frontend.errors import MPLangError, MPRefusedError, MPTypeError
+from mplang.edsl.errors import MPLangError, MPRefusedError, MPTypeError
 from mplang.libs.secureboost import (
     ACTIVE_PARTS,
     PASSIVE_PARTS,

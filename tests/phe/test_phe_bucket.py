@@ -9,7 +9,7 @@ import pytest
 
 import mplang as mp
 from mplang import phe, simp
-from mplang.frontend.errors import MPRuntimeError, MPTypeError
+from mplang.edsl.errors import MPRuntimeError, MPTypeError
 from tests.phe.conftest import KEY_BITS
 
 RNG = np.random.default_rng(11)

@@ -12,7 +12,7 @@ import mplang as mp
 from mplang import phe, simp
 from mplang.backends.phe_impl import PheCiphertext, PhePrivateKey, PhePublicKey
 from mplang.backends.wire import decode_value, encode_value, encode_value_bytes
-from mplang.frontend.errors import MPRuntimeError, MPSerializationError, MPTypeError
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError, MPTypeError
 from tests.phe.conftest import KEY_BITS
 
 

@@ -26,7 +26,7 @@ from mplang.cli import main
 from mplang.dialects import tensor
 from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import MPType, TensorType
-from mplang.frontend.errors import FeConfigError
+from mplang.edsl.errors import FeConfigError
 from mplang.frontend.introspect import describe
 from mplang.runtime.backend import missing_kernels
 from mplang.runtime.local_cluster import LocalCluster

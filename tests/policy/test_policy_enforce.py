@@ -11,7 +11,7 @@ import pytest
 
 import mplang as mp
 from mplang.dialects import simp, tensor
-from mplang.frontend.errors import MPLangError, MPRefusedError
+from mplang.edsl.errors import MPLangError, MPRefusedError
 from mplang.policy import PolicyRefusedError
 
 RULES = "declassify:\n  - to: ['*']\n    when: aggregate\n    min_elements: 5\n"

@@ -21,7 +21,7 @@ from mplang.backends import psi_impl
 from mplang.backends.simp_worker.mailbox import Mailbox
 from mplang.backends.simp_worker.mem import ThreadCommunicator
 from mplang.dialects import table
-from mplang.frontend.errors import MPRefusedError
+from mplang.edsl.errors import MPRefusedError
 from mplang.libs import psi
 
 A = pa.table({

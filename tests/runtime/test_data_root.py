@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mplang.edsl.typing import TensorType
-from mplang.frontend.errors import MPRuntimeError
+from mplang.edsl.errors import MPRuntimeError
 from mplang.runtime import data_root
 from mplang.runtime.data_root import MissingData
 from mplang.runtime.named_objects import NamedObjects

@@ -40,7 +40,7 @@ from mplang.backends.wire import (
 from mplang.edsl.primitive import check_types
 from mplang.edsl.serde import decode_graph_bundle, numpy_can_hold
 from mplang.edsl.typing import DTYPES, numpy_dtype
-from mplang.frontend.errors import MPLangError, MPRefusedError, MPSerializationError
+from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
 from mplang.runtime.commitments import canonical_bytes
 
 FUZZ = settings(max_examples=400, derandomize=True, deadline=None, database=None,
@@ -395,7 +395,7 @@ def test_a_received_program_cannot_name_a_huge_party_rank() -> None:
     from mplang.edsl.primitive import check_types
     from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
     from mplang.edsl.typing import MAX_PARTIES
-    from mplang.frontend.errors import MPLangError
+    from mplang.edsl.errors import MPLangError
 
     cluster = mp.ClusterSpec.simple(3)
     program = mp.compile(lambda: mp.device("SP0")(lambda a: a + 1)(

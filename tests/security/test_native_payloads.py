@@ -40,7 +40,7 @@ from mplang.dialects.tensor import (
 )
 from mplang.edsl.graph import Graph
 from mplang.edsl.primitive import check_types
-from mplang.frontend.errors import MPSerializationError, MPVerifyError
+from mplang.edsl.errors import MPSerializationError, MPVerifyError
 from mplang.runtime.backend import check_payloads
 from mplang.runtime.sandbox import NativePayloadChecker
 

@@ -20,7 +20,7 @@ from mplang.backends import wire
 from mplang.backends.table_impl import conform, decode_ipc
 from mplang.dialects import table
 from mplang.dialects.table import TableType, ipc_bytes, sql_p
-from mplang.frontend.errors import MPRefusedError
+from mplang.edsl.errors import MPRefusedError
 from mplang.policy import PolicyRefusedError
 
 SECRET = pd.DataFrame({"password": ["hunter2"]})

@@ -23,7 +23,7 @@ from mplang.backends.mux_client import (
 from mplang.backends.wire import pack_message
 from mplang.edsl.serde import decode_type
 from mplang.edsl.typing import DTYPES, BaseType, TensorType
-from mplang.frontend.errors import MPRuntimeError, MPSerializationError
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 
 MAX_RANK = 64
 

@@ -33,7 +33,7 @@ from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.typing import BaseType, TensorType
-from mplang.frontend.errors import (
+from mplang.edsl.errors import (
     MPCommunicationError,
     MPLangError,
     MPRefusedError,

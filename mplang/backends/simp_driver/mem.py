@@ -15,7 +15,7 @@ from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import BaseType, TensorType
-from mplang.frontend.errors import MPLangError
+from mplang.edsl.errors import MPLangError
 from mplang.policy.enforce import install_guards
 from mplang.runtime import data_root
 from mplang.runtime.commitments import commit

@@ -22,8 +22,10 @@ from mplang.backends.simp_driver.values import HostVar
 from mplang.backends.simp_worker.ops import BACKEND
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.typing import Mask, MPType
-from mplang.frontend.errors import MPRuntimeError
+from mplang.edsl.errors import MPRuntimeError
 from mplang.runtime.interpreter import Interpreter, Kernel
+from mplang.dialects import func as _func
+from mplang.dialects import simp as _simp
 
 if TYPE_CHECKING:
     from mplang.backends.simp_driver.base import SimpDriver
@@ -60,9 +62,9 @@ def _dispatch_to(participants: Participants) -> Kernel:
     return kernel
 
 
-BACKEND.kernel("simp.constant", runtime="driver")(
+BACKEND.kernel(_simp.constant_p, runtime="driver")(
     _dispatch_to(lambda op, args, world: list(op.attrs["parties"])))
-BACKEND.kernel("simp.shuffle_static", runtime="driver")(
+BACKEND.kernel(_simp.shuffle_static_p, runtime="driver")(
     _dispatch_to(lambda op, args, world: sorted(set(op.attrs["routes"])
                                                 | set(op.attrs["routes"].values()))))
 
@@ -74,10 +76,10 @@ def _pcall_parties(op: Operation, args: list[HostVar], world_size: int) -> list[
     return [r for r in range(world_size) if all(a.uris[r] is not None for a in args)]
 
 
-BACKEND.kernel("simp.pcall", runtime="driver")(_dispatch_to(_pcall_parties))
+BACKEND.kernel(_simp.pcall_p, runtime="driver")(_dispatch_to(_pcall_parties))
 
 
-@BACKEND.kernel("simp.converge", runtime="driver")
+@BACKEND.kernel(_simp.converge_p, runtime="driver")
 def _converge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     merged: list[str | None] = []
     for rank in range(_driver(interp).world_size):
@@ -103,14 +105,14 @@ def _uniform_predicate(interp: Interpreter, op: Operation, pred: HostVar, verify
     return seen[0]
 
 
-@BACKEND.kernel("simp.uniform_cond", runtime="driver")
+@BACKEND.kernel(_simp.uniform_cond_p, runtime="driver")
 def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     pred, *operands = args
     branch = 0 if _uniform_predicate(interp, op, pred, op.attrs["verify_uniform"]) else 1
     return interp.run(op.regions[branch], operands, f"{key}/b{branch}")
 
 
-@BACKEND.kernel("simp.while_loop", runtime="driver")
+@BACKEND.kernel(_simp.while_loop_p, runtime="driver")
 def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return run_while(interp, op, args, key,
                      lambda pred, scope: _uniform_predicate(interp, op, pred, True))
@@ -154,4 +156,4 @@ def _launch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
     return driver.run_on_parties(body, args, interp.exec_id, key, parties, interp.options)
 
 
-FUNC_BACKEND.kernel("func.call", runtime="launch")(_launch)
+FUNC_BACKEND.kernel(_func.call_p, runtime="launch")(_launch)

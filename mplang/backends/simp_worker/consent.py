@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mplang.frontend.errors import MPRefusedError, MPSerializationError
+from mplang.edsl.errors import MPRefusedError, MPSerializationError
 from mplang.runtime.commitments import (
     Openings,
     decode_openings,

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse
 from mplang.backends.wire import decode_value, split_frame
 from mplang.edsl.serde import encode_type
 from mplang.edsl.typing import BaseType, TensorType
-from mplang.frontend.errors import MPRefusedError, MPRuntimeError, MPSerializationError
+from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
 from mplang.runtime import data_root
 from mplang.runtime.data_root import MissingData
 from mplang.runtime.named_objects import check_name

@@ -21,7 +21,7 @@ import numpy as np
 
 from mplang.edsl.graph import Graph, communicates
 from mplang.edsl.typing import MPType
-from mplang.frontend.errors import MPRefusedError
+from mplang.edsl.errors import MPRefusedError
 
 log = logging.getLogger("mplang.worker")
 

@@ -62,11 +62,11 @@ from mplang.backends.wire import (
     split_frame,
 )
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
-from mplang.dialects.common import LRUCache
+from mplang.util.lru import LRUCache
 from mplang.edsl.graph import Graph
 from mplang.edsl.primitive import check_types
 from mplang.edsl.serde import decode_graph_bundle
-from mplang.frontend.errors import (
+from mplang.edsl.errors import (
     MPLangError,
     MPRefusedError,
     MPSerializationError,

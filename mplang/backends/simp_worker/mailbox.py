@@ -12,7 +12,7 @@ from collections import deque
 from typing import Any
 
 from mplang.backends.wire import payload_bytes
-from mplang.frontend.errors import MPCommunicationError, MPRefusedError
+from mplang.edsl.errors import MPCommunicationError, MPRefusedError
 from mplang.runtime.backend import Tag
 from mplang.runtime.timeline import monitor_of
 

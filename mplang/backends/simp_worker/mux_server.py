@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from mplang.backends.mux import MuxProtocol
 from mplang.backends.mux_client import SPEC_HEADER
-from mplang.frontend.errors import MPRefusedError, MPSerializationError
+from mplang.edsl.errors import MPRefusedError, MPSerializationError
 
 if TYPE_CHECKING:
     from mplang.backends.simp_worker.http import WorkerServer

@@ -11,9 +11,10 @@ from mplang.backends.control_flow import run_while
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import Mask
-from mplang.frontend.errors import MPRuntimeError
+from mplang.edsl.errors import MPRuntimeError
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
+from mplang.dialects import simp as _simp
 
 BACKEND = register_backend("simp")
 
@@ -29,17 +30,17 @@ def _fail(worker: SimpWorker, op: Operation, message: str) -> MPRuntimeError:
                           party=worker.rank, op=op.opcode, loc=op.loc)
 
 
-@BACKEND.kernel("simp.constant")
+@BACKEND.kernel(_simp.constant_p)
 def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return [op.attrs["value"] if _worker(interp).rank in op.attrs["parties"] else None]
 
 
-@BACKEND.kernel("simp.prank")
+@BACKEND.kernel(_simp.prank_p)
 def _prank(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return [np.asarray(_worker(interp).rank, dtype=np.int32)]
 
 
-@BACKEND.kernel("simp.pcall")
+@BACKEND.kernel(_simp.pcall_p)
 def _pcall(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     parties: Mask | None = op.attrs["parties"]
@@ -56,7 +57,7 @@ def _pcall(interp: Interpreter, op: Operation, args: list[Any], key: str) -> lis
     return interp.run(op.regions[0], args, key)
 
 
-@BACKEND.kernel("simp.shuffle_static")
+@BACKEND.kernel(_simp.shuffle_static_p)
 def _shuffle_static(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     """Each route carries one message: the value itself, or the list of all N values."""
     worker = _worker(interp)
@@ -86,7 +87,7 @@ def _shuffle_static(interp: Interpreter, op: Operation, args: list[Any], key: st
     return list(message)
 
 
-@BACKEND.kernel("simp.shuffle")
+@BACKEND.kernel(_simp.shuffle_p)
 def _shuffle(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     x, index = args
@@ -114,7 +115,7 @@ def _shuffle(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
     return [value]
 
 
-@BACKEND.kernel("simp.converge")
+@BACKEND.kernel(_simp.converge_p)
 def _converge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     held = [i for i, a in enumerate(args) if a is not None]
     if len(held) > 1:
@@ -143,7 +144,7 @@ def _uniform_predicate(interp: Interpreter, op: Operation, pred: Any, tag_key: s
     return value
 
 
-@BACKEND.kernel("simp.uniform_cond")
+@BACKEND.kernel(_simp.uniform_cond_p)
 def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     pred, *operands = args
     take_then = _uniform_predicate(interp, op, pred, key + "/pred", op.attrs["verify_uniform"])
@@ -151,7 +152,7 @@ def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str)
     return interp.run(op.regions[branch], operands, f"{key}/b{branch}")
 
 
-@BACKEND.kernel("simp.while_loop")
+@BACKEND.kernel(_simp.while_loop_p)
 def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     return run_while(interp, op, args, key, lambda pred, scope: _uniform_predicate(
         interp, op, pred, scope + "/pred", True))

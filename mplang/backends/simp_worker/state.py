@@ -9,7 +9,7 @@ from typing import Any
 
 from mplang.backends.wire import privacy_kind
 from mplang.edsl.graph import Graph
-from mplang.frontend.errors import MPRefusedError
+from mplang.edsl.errors import MPRefusedError
 from mplang.policy.check import Guard, PolicyRefusedError
 from mplang.runtime.audit import PLAINTEXT
 from mplang.runtime.backend import Communicator, WorkerEnv, WorkerStates, worker_kernels
