@@ -31,10 +31,10 @@ import jax.numpy as jnp
 from bench_http import cluster_spec, latency, throughput
 
 import mplang as mp
-from mplang.runtime.audit import AuditLog, read_events
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.records.audit import AuditLog, read_events
+from mplang.cluster.local import LocalCluster
 
-_NO_AUDIT = ("import sys, runpy; import mplang.backends.simp_worker.http as h; "
+_NO_AUDIT = ("import sys, runpy; import mplang.backends.simp_worker.server as h; "
              "h.AuditLog = lambda *a, **k: None; sys.argv = ['mplang'] + sys.argv[3:]; "
              "runpy.run_module('mplang.cli', run_name='__main__')")
 

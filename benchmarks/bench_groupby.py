@@ -36,7 +36,7 @@ import numpy as np
 import mplang as mp
 from mplang import tensor
 from mplang.libs.groupby import groupby_sum
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
 
 KEYS, VALUES = "keys.npy", "values.npy"
 

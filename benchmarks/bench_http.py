@@ -25,7 +25,7 @@ from timing import best_of
 
 import mplang as mp
 from mplang import simp
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
 
 NBYTES = 64 << 20
 

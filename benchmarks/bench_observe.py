@@ -69,7 +69,7 @@ if SETTING == "record":  # the ops recorded, no file written
 if SETTING == "progress":
     import mplang.api
     from rich.console import Console
-    from mplang.runtime.progress import ProgressDisplay
+    from mplang.cli.progress import ProgressDisplay
     mplang.api.is_terminal = lambda: True
     init = ProgressDisplay.__init__
     def drawn(self, monitor, **_):

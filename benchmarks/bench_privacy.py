@@ -85,7 +85,7 @@ def child(runs: int, repeats: int) -> None:
     from bench_http import cluster_spec  # this script's folder (either tree's mplang)
 
     import mplang as mp
-    from mplang.runtime.local_cluster import LocalCluster
+    from mplang.cluster.local import LocalCluster
 
     spec = cluster_spec()  # 3 nodes on free ports, PPUs, ABY3 SP0 (FM64)
     with LocalCluster(spec) as cluster:  # started by entering

@@ -32,7 +32,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 
 import mplang as mp
 from mplang.libs.secureboost import SecureBoost
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
 
 CASES = {"a": (10_000, 1, 3), "b": (100_000, 5, 5)}
 """name: (training rows, trees, depth)."""

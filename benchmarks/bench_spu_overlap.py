@@ -22,7 +22,7 @@ import numpy as np
 from bench_http import cluster_spec
 
 import mplang as mp
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
 
 
 def _cpu_seconds(pids: list[int]) -> float:

@@ -1,7 +1,7 @@
 """Candidate transports for the wire issue (13), measured between two processes on loopback.
 
 Every candidate runs mutual TLS 1.3 with MPLang's own identities: the parent makes a
-``client`` and a ``server`` key with `mplang.runtime.identity.keygen`; each side loads
+``client`` and a ``server`` key with `mplang.cluster.identity.keygen`; each side loads
 its own with `load_identity` and pins the other's certificate (`server_context`,
 `client_context`). The server is a child process; the client is this process.
 
@@ -57,7 +57,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from mplang.runtime.identity import (
+from mplang.cluster.identity import (
     Certificate,
     LocalIdentity,
     keygen,

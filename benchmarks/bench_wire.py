@@ -125,7 +125,7 @@ def child(tree: str, runs: int) -> None:
     from bench_http import cluster_spec
 
     import mplang as mp
-    from mplang.runtime.local_cluster import LocalCluster
+    from mplang.cluster.local import LocalCluster
 
     spec = cluster_spec()
     with tempfile.TemporaryDirectory(prefix="bench-wire-") as data:

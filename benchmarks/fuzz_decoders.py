@@ -633,7 +633,7 @@ class _Peers:
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.x509.oid import NameOID
 
-        from mplang.runtime.identity import parse_certificate
+        from mplang.cluster.identity import parse_certificate
 
         self.certificates = []
         for party in range(WORLD):
@@ -665,7 +665,7 @@ def sign_votes(digest: str = VOTE_DIGEST, exec_id: str = EXEC) -> dict[str, str]
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    from mplang.runtime.commitments import encode_vote, vote_message
+    from mplang.cluster.commitments import encode_vote, vote_message
 
     message = vote_message(exec_id, SCOPE, digest, _Peers.digest)
     return {str(p): encode_vote(_party_key(p).sign(message, ec.ECDSA(hashes.SHA256())))
@@ -697,7 +697,7 @@ def seed_consent() -> dict[str, bytes]:
     programs that have some), for each party, and ``/run`` bodies with valid and wrong votes."""
     import mplang as mp
     from mplang.edsl.serde import encode_graph_bundle
-    from mplang.runtime.commitments import commit, encode_openings
+    from mplang.cluster.commitments import commit, encode_openings
     from tests.http.programs import CASES
 
     makers = {"private": private_constants, "secret_sum": secret_sum} | \
@@ -766,7 +766,7 @@ class Prepare:
         return PROGRAM_MAGIC + _U64.pack(len(text)) + text + bytes(self.tail)
 
     def encoded_openings(self) -> bytes:
-        from mplang.runtime.commitments import encode_openings
+        from mplang.cluster.commitments import encode_openings
 
         return encode_openings(self.openings) if self.openings else b""
 
@@ -824,7 +824,7 @@ def _edit_openings(ch: Chooser, prep: Prepare, donors: Sequence[Prepare]) -> Non
     """Edit one opening of ``prep`` (its nonce, value or path), drop or add one; with the
     commitment digest re-forged to match (or not), so the checks after it are reached."""
     from mplang.edsl.errors import MPLangError
-    from mplang.runtime.commitments import canonical_bytes
+    from mplang.cluster.commitments import canonical_bytes
 
     others = [(path, o) for d in donors for path, o in d.openings.items()]
     if not prep.openings:
@@ -1068,7 +1068,7 @@ def decode_consent_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
     from mplang.backends.wire import split_frame
     from mplang.edsl.primitive import check_types
     from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
-    from mplang.runtime.commitments import open_program, program_digest
+    from mplang.cluster.commitments import open_program, program_digest
 
     kind, rank = mode[:-1], int(mode[-1])
     stage("split_frame")

@@ -226,7 +226,7 @@ def run_as_worker(worker: Any, bundle: bytes,
         graph.verify()
         check_types(graph, 1)
         for op in graph.walk():
-            if worker.kernels.get(op.opcode) is None:
+            if worker.kernels.get(op.prim) is None:
                 raise MPSerializationError(f"op {op.opcode} has no kernel on this worker")
         check_payloads = getattr(backend, "check_payloads", None)  # absent before the fix
         if check_payloads is not None:

@@ -27,7 +27,7 @@ from mplang.edsl.errors import (
     MPTypeError,
     MPVerifyError,
 )
-from mplang.frontend.introspect import describe, list_ops
+from mplang.frontend.introspect import describe, list_ops, list_primitives
 from mplang.frontend.module import FeModule
 from mplang.passes import optimize
 
@@ -67,6 +67,7 @@ __all__ = [
     "function",
     "get_dev_attr",
     "list_ops",
+    "list_primitives",
     "load",
     "optimize",
     "phe",

@@ -19,9 +19,9 @@ from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
 from mplang.edsl.tracer import TraceObject
 from mplang.edsl.errors import MPLangError, MPTraceError, MPTypeError
 from mplang.runtime.options import Mode, RunOptions, make_options
-from mplang.runtime.progress import ProgressDisplay, is_terminal
+from mplang.cli.progress import ProgressDisplay, is_terminal
 from mplang.runtime.timeline import RunMonitor
-from mplang.runtime.trace_file import check_trace_path, write_trace
+from mplang.records.trace_file import check_trace_path, write_trace
 
 
 def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,

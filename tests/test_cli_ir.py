@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mplang.cli import main
+from mplang.cli.main import main
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
                                reason="graphviz's dot program is not installed")

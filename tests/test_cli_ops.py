@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mplang.cli import main
+from mplang.cli.main import main
 from mplang.frontend.introspect import list_ops
 
 
@@ -20,7 +20,7 @@ def _ops(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, Any]]
 def test_ops_lists_the_builtin_ops(capsys: pytest.CaptureFixture[str]) -> None:
     ops = {op["name"]: op for op in _ops(capsys)}
     pcall = ops["simp.pcall"]
-    assert pcall["family"] == "simp" and pcall["op_kind"] == "transform"
+    assert pcall["family"] == "simp" and pcall["op_kind"] == "call"
     assert pcall["execution_model"] == "multi_party"
     assert str(pcall["doc"]).startswith("Run ``fn(*args)`` locally")
     assert ops["tensor.run_jax"]["routes"] == ["PPU"]
@@ -44,8 +44,7 @@ def test_the_table_has_one_line_per_op(capsys: pytest.CaptureFixture[str]) -> No
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["NAME", "FAMILY", "OP_KIND", "EXECUTION_MODEL", "ROUTES", "DOC"]
     assert [line.split()[0] for line in lines[1:]] == [i.name for i in list_ops("tensor")]
-    assert lines[1].split()[:5] == ["tensor.constant", "tensor", "special_op", "single_rank",
-                                    "PPU"]
+    assert lines[1].split()[:5] == ["tensor.constant", "tensor", "source", "single_rank", "PPU"]
 
 
 def test_unknown_family_and_plugin_fail_clearly(capsys: pytest.CaptureFixture[str]) -> None:

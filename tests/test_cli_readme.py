@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mplang.cli import main
+from mplang.cli.main import main
 from tests.docs.markdown_blocks import Block, parse_blocks, run_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def test_readme_examples_run(tmp_path: Path) -> None:
 
 def test_readme_driver_example_runs_on_worker_processes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mplang.runtime.local_cluster import LocalCluster
+    from mplang.cluster.local import LocalCluster
 
     monkeypatch.chdir(tmp_path)  # the workers read their files from ./data/NODE
     commands = [b.body for b in parse_blocks(README.read_text()) if b.lang == "bash"][2]

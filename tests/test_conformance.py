@@ -1,7 +1,8 @@
 """Conformance of everything the registries hold.
 
-Every registered primitive has a type rule, `OpTraits` and a kernel for each
-runtime its traits claim; every primitive of a built-in dialect is emitted by a
+Every declared primitive has a full declaration (operands, attributes, results), a
+type rule, a cost rule, a flow rule for each level it runs at, `OpTraits` and a kernel
+for each runtime its traits claim; every primitive of a built-in dialect is emitted by a
 frontend op and appears in a corpus of real programs, which round-trip through
 their serialized form byte for byte and give the same results when reloaded;
 every registered type tag round-trips through serde; every registered value
@@ -26,14 +27,16 @@ from mplang.backends import wire
 from mplang.dialects import table, tee
 from mplang.dialects.spu import SecretShareType, SpuConfig, reconstruct
 from mplang.edsl.graph import Graph
-from mplang.edsl.primitive import get_primitive
+from mplang.edsl import primitive as primitive_registry
+from mplang.edsl.primitive import Primitive, primitives
+from mplang.edsl.private import Commitment
 from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import BaseType, MPType, TensorType, registered_types
 from mplang.frontend import list_ops
-from mplang.frontend.registry import OpInfo, OpTraits, list_primitives
+from mplang.edsl.traits import OpTraits
 from mplang.libs import psi as psi_lib
 from mplang.runtime.backend import missing_kernels
-from mplang.runtime.commitments import program_digest
+from mplang.cluster.commitments import program_digest
 
 CLUSTER = mp.ClusterSpec.simple(3)
 
@@ -276,17 +279,35 @@ def _opcodes(graph: Graph) -> set[str]:
 # ---------------------------------------------------------------- primitives
 
 
-def test_every_primitive_has_a_type_rule_and_traits() -> None:
-    prims = list_primitives()
+def _flow_levels(prim: Primitive) -> list[str]:
+    """The flow rules a primitive needs: at the simp level, inside local regions, or both."""
+    return {"multi_party": ["flow"], "single_rank": ["local_flow"],
+            "any": ["flow", "local_flow"]}[prim.execution_model]
+
+
+def test_every_primitive_is_declared_with_its_rules() -> None:
+    prims = primitives()
     assert {p.name for p in prims} >= {"simp.pcall", "tensor.run_jax", "spu.run", "func.call"}
-    for info in prims:
-        assert isinstance(info, OpInfo), info
-        assert isinstance(info.traits, OpTraits), f"{info.name}: traits {info.traits!r}"
-        assert info.name.startswith(info.dialect + "."), info.name
-        prim = get_primitive(info.name)
-        assert prim is not None, f"{info.name} is registered but no Primitive defines it"
-        assert prim._type_rule is not None, f"{info.name} has no type rule"
-        assert set(info.traits.runtimes) <= {"worker", "driver"}, info.name
+    for prim in prims:
+        assert prim.declared, f"{prim.name} declares no operands, attributes and results"
+        assert isinstance(prim.traits, OpTraits), f"{prim.name}: traits {prim.traits!r}"
+        assert prim.name.startswith(prim.dialect + "."), prim.name
+        for slot in ["type", "cost", *_flow_levels(prim)]:
+            assert prim.rule(slot) is not None, f"{prim.name} has no {slot} rule"
+        assert set(prim.traits.runtimes) <= {"worker", "driver", "launch"}, prim.name
+
+
+def test_the_conformance_check_can_fail() -> None:
+    """A primitive declared without rules is reported (so the test above means something)."""
+    bare = Primitive("conformance_probe.bare", kind="compute", execution_model="single_rank",
+                     attrs={}, results=[])
+    try:
+        missing = [slot for slot in ["type", "cost", *_flow_levels(bare)]
+                   if bare.rule(slot) is None]
+        assert missing == ["type", "cost", "local_flow"]
+        assert ("conformance_probe.bare", "worker") in missing_kernels()
+    finally:
+        del primitive_registry._PRIMITIVES[bare.name]
 
 
 def test_every_claimed_runtime_has_a_kernel() -> None:
@@ -295,9 +316,28 @@ def test_every_claimed_runtime_has_a_kernel() -> None:
 
 def test_every_builtin_primitive_is_emitted_by_a_frontend_op() -> None:
     emitted = {p for info in list_ops() for p in info.primitives}
-    orphans = [p.name for p in list_primitives()
+    orphans = [p.name for p in primitives()
                if p.dialect in BUILTIN_DIALECTS and p.name not in emitted]
     assert orphans == [], f"primitives no frontend op lists in FeOpInfo.primitives: {orphans}"
+
+
+def test_reflection_gives_every_primitive_contract_as_json() -> None:
+    listed = mp.list_primitives()
+    assert [d["name"] for d in listed] == sorted(p.name for p in primitives())
+    assert json.loads(json.dumps(listed)) == listed  # plain data
+    for d in listed:
+        assert set(d) >= {"name", "operands", "attributes", "results", "traits", "kernels",
+                          "flow", "cost", "security"}, d["name"]
+    shuffle = mp.describe("simp.shuffle_static")
+    assert [o["name"] for o in shuffle["operands"]] == ["values"]
+    assert shuffle["operands"][0]["variadic"] is True
+    assert shuffle["attributes"][0]["name"] == "routes"
+    assert shuffle["attributes"][0]["required"] is True
+    assert shuffle["kernels"] == {"worker": True, "driver": True, "launch": False}
+    assert shuffle["flow"]["name"] == "_shuffle_static_flow"
+    assert shuffle["cost"]["name"] == "_shuffle_static_cost"
+    run = mp.describe("spu.run")
+    assert run["security"]["SPU"].startswith("semi-honest") or run["security"]["SPU"]
 
 
 # ---------------------------------------------------------------- the corpus
@@ -309,9 +349,25 @@ def test_builtin_dialects_are_the_expected_ones() -> None:
 
 def test_corpus_covers_every_builtin_primitive(programs: dict[str, mp.Program]) -> None:
     covered = set().union(*(_opcodes(p.graph) for p in programs.values()))
-    uncovered = sorted(p.name for p in list_primitives()
+    uncovered = sorted(p.name for p in primitives()
                        if p.dialect in BUILTIN_DIALECTS and p.name not in covered)
     assert uncovered == [], f"primitives no corpus program uses: {uncovered}"
+
+
+def test_private_attributes_may_travel_as_commitments(programs: dict[str, mp.Program]) -> None:
+    """A party that may not see a private attribute receives a commitment in its place, so
+    every attribute a private rule names admits one in its declaration."""
+    checked = set()
+    for program in programs.values():
+        for op in program.graph.walk():
+            assert op.prim is not None
+            for name in op.prim.private_attrs(op):
+                declared = op.prim.attrs[name].type
+                types = declared if isinstance(declared, tuple) else (declared,)
+                assert Commitment in types, f"{op.opcode}.{name} admits no commitment"
+                checked.add(f"{op.opcode}.{name}")
+    assert {"simp.constant.value", "tensor.constant.value", "spu.shares.share",
+            "table.constant.data"} <= checked
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))

@@ -1,12 +1,18 @@
-"""The package's layering, read from the source: which modules may import which.
+"""The package's layering, read from the source: which modules may import which, and how
+big the package and its modules may grow.
 
 - no import cycle among mplang modules (module-level imports only; imports inside
   functions and under ``if TYPE_CHECKING:`` are deferred and do not count);
+- the IR core (``mplang.edsl``) imports nothing above it: only ``mplang.edsl`` and
+  ``mplang.util``; the execution core (``mplang.runtime``) and a party's storage
+  import only the IR core beside themselves;
 - dialects (IR definitions) import neither backends nor the runtime;
-- the driver side of simp never imports the worker's HTTP server;
+- the driver side of simp never imports the worker's HTTP server or its state;
 - ``import mplang`` loads no web framework;
 - the device layer does not import backends;
-- SPU is an extension: few modules outside SPU's own ones mention it.
+- SPU is an extension: few modules outside SPU's own ones mention it;
+- no module has over `MAX_MODULE_LINES` non-blank lines, and the package's lines of
+  code (``benchmarks/linecount.py``) stay within `LINE_BUDGET`.
 
 The layering rules count every import statement of a module, wherever it stands.
 """
@@ -22,6 +28,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from benchmarks import linecount
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mplang"
 
@@ -31,6 +39,11 @@ SPU_OWN = frozenset(["mplang/dialects/spu.py", "mplang/device/spu.py",
 """SPU's own modules (plus ``mplang/backends/spu_*.py``). ``psi_impl`` runs libpsi, which
 ships in the spu wheel (``spu.psi``): it names the package, not the SPU dialect."""
 MAX_SPU_MENTIONS = 3
+MAX_MODULE_LINES = 600
+"""The most non-blank lines (``grep -c .``) one module may have."""
+LINE_BUDGET = 22_500
+"""The most lines of code (non-blank, non-comment: `linecount.count`) the package may have:
+a little above its size when the budget was set. Raise it only for a reason."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +199,8 @@ def _violations(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.parametrize("prefix, forbidden", [
     ("mplang.dialects", ("mplang.backends", "mplang.runtime")),
-    ("mplang.backends.simp_driver", ("mplang.backends.simp_worker.http",)),
+    ("mplang.backends.simp_driver", ("mplang.backends.simp_worker.http",
+                                     "mplang.backends.simp_worker.server")),
     ("mplang.device", ("mplang.backends",)),
 ])
 def test_layer_does_not_import(prefix: str, forbidden: tuple[str, ...]) -> None:
@@ -198,6 +212,92 @@ def test_layer_rule_detects_a_violation() -> None:
     """The same rule reports a real import (so an empty list above means something)."""
     hits = _violations("mplang.backends.simp_driver", ("mplang.runtime.backend",))
     assert any(h.startswith("mplang/backends/simp_driver/base.py:") for h in hits)
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _imports_outside(prefix: str, allowed: tuple[str, ...]) -> list[str]:
+    """The imports, module-level or deferred, of mplang modules outside ``allowed`` made
+    by the modules under ``prefix``."""
+    out = []
+    for name, path in MODULES.items():
+        if not _under(name, prefix):
+            continue
+        for imp in imports_of(name):
+            if _under(imp.module, "mplang") and not any(_under(imp.module, a) for a in allowed):
+                out.append(f"{path.relative_to(ROOT)}:{imp.line} imports {imp.module}"
+                           + ("" if imp.top_level else " (deferred)"))
+    return sorted(set(out))
+
+
+CORE = ("mplang.edsl", "mplang.util")
+"""What the IR core may import."""
+
+
+@pytest.mark.parametrize("prefix, allowed", [
+    ("mplang.edsl", CORE),
+    ("mplang.runtime", ("mplang.runtime", *CORE)),
+    ("mplang.storage", ("mplang.storage", *CORE)),
+])
+def test_layer_imports_only_below_it(prefix: str, allowed: tuple[str, ...]) -> None:
+    assert any(n.startswith(prefix + ".") for n in MODULES), prefix
+    assert _imports_outside(prefix, allowed) == []
+
+
+def test_the_core_rule_detects_imports_above_the_core() -> None:
+    """The rule reports module-level and deferred imports of modules above the core."""
+    hits = _imports_outside("mplang.cli", CORE)
+    assert any(h.startswith("mplang/cli/trace.py:") and h.endswith(
+        "imports mplang.records.trace_file") for h in hits), hits
+    assert any(h.startswith("mplang/cli/main.py:") and h.endswith(
+        "imports mplang.backends.simp_worker.http (deferred)") for h in hits), hits
+
+
+def modules_over(limit: int) -> list[str]:
+    """The modules with more than ``limit`` non-blank lines, with their count."""
+    out = []
+    for path in MODULES.values():
+        lines = sum(1 for line in path.read_text().splitlines() if line)
+        if lines > limit:
+            out.append(f"{path.relative_to(ROOT)}: {lines}")
+    return sorted(out)
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    assert modules_over(MAX_MODULE_LINES) == []
+
+
+def test_the_line_limit_rule_finds_big_modules() -> None:
+    assert any(m.startswith("mplang/cli/main.py: ") for m in modules_over(100))
+
+
+def over_budget(counts: dict[str, int], budget: int) -> str | None:
+    """Why ``counts`` (lines of code by module) exceed ``budget``, or None."""
+    total = sum(counts.values())
+    if total <= budget:
+        return None
+    top = ", ".join(f"{m} {n}" for m, n in linecount.largest(counts, 5))
+    return f"{total} lines of code, over the budget of {budget}; the largest: {top}"
+
+
+def test_the_package_stays_within_its_line_budget() -> None:
+    counts = linecount.count(PACKAGE)
+    print(f"{sum(counts.values())} lines of code (budget {LINE_BUDGET})")
+    assert over_budget(counts, LINE_BUDGET) is None
+
+
+def test_the_line_budget_rule_counts_code_lines_only(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "a.py").write_text('x = 1\n\n# a note\n    # an indented one\ny = "#"  # here\n')
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.py").write_text("z = 2\n   \n")
+    (tmp_path / "notes.txt").write_text("not python\n")
+    counts = linecount.count(tmp_path)
+    assert counts == {"a.py": 2, "sub/b.py": 1}
+    assert over_budget(counts, 3) is None
+    assert over_budget(counts, 2) == ("3 lines of code, over the budget of 2; the largest: "
+                                      "a.py 2, sub/b.py 1")
 
 
 def web_frameworks_loaded_by(module: str) -> str:

@@ -23,8 +23,8 @@ import pytest
 import mplang as mp
 from mplang.device.cluster import ClusterSpecError
 from mplang.edsl.errors import MPConcreteValueError
-from mplang.runtime.data_root import MissingData
-from mplang.runtime.local_cluster import free_ports, write_dev_cluster
+from mplang.storage.data_root import MissingData
+from mplang.cluster.local import free_ports, write_dev_cluster
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from mplang.edsl.graph import Graph
 from mplang.edsl.private import Commitment
 from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
 from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
-from mplang.runtime.commitments import (
+from mplang.cluster.commitments import (
     commit,
     decode_openings,
     encode_openings,

@@ -3,9 +3,12 @@
 Importing this module registers, without touching MPLang itself:
 
 - the type ``SketchType(width, depth, seed)`` (serialized under the tag ``cms.sketch``);
-- the party-local ops ``cms.build``, ``cms.merge`` and ``cms.query`` and the
-  multi-party op ``cms.aggregate``;
-- their worker kernels (numpy) and a per-worker state;
+- the party-local ops ``cms.build``, ``cms.merge`` and ``cms.query`` (each declared
+  once by its type-only function, `FeModule.simple_op`; their primitives are
+  ``dialect.prims.build`` ...) and the multi-party op ``cms.aggregate`` (a `Primitive`
+  declaring its operands, attributes, results, targets, cost and flow rules);
+- their worker kernels (numpy), registered on the primitive objects, and a per-worker
+  state;
 - the wire codec of the runtime value `Sketch`;
 - the device kind ``CMS``: one node that receives sketches, never raw items.
 
@@ -33,12 +36,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from mplang.analysis.cost_model import CostModel, OpCost, value_bytes
 from mplang.backends.wire import ValueCodec, register_value_codec
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import (
@@ -51,12 +55,15 @@ from mplang.device.kinds import (
 )
 from mplang.device.ppu import call_on_party, rank_of
 from mplang.dialects import simp
+from mplang.edsl.attrs import Attr, ConfigField, ConfigSchema
 from mplang.edsl.context import ExecutionContext
+from mplang.edsl.errors import FeConfigError, MPRuntimeError, MPSerializationError, MPTypeError
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.graph import Operation
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
-from mplang.edsl.primitive import Primitive
+from mplang.edsl.primitive import Operand, Primitive, Result, Signature, held
+from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import (
     BaseType,
     Mask,
@@ -67,10 +74,9 @@ from mplang.edsl.typing import (
     ValueType,
     register_type,
 )
-from mplang.edsl.errors import FeConfigError, MPRuntimeError, MPSerializationError, MPTypeError
-from mplang.frontend.feop import ConfigField, ConfigSchema, feop
+from mplang.frontend.feop import feop
 from mplang.frontend.module import FeModule
-from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
+from mplang.policy.flows import conservative
 from mplang.runtime.backend import WorkerEnv, register_backend
 from mplang.runtime.interpreter import Interpreter
 
@@ -240,20 +246,14 @@ SKETCH_CONFIG = ConfigSchema({
 dialect = FeModule("cms")
 
 
-def _int_tensor(what: str, t: ValueType) -> TensorType:
-    if not isinstance(t, TensorType) or t.dtype not in INT_DTYPES:
+def _int_tensor(what: str, t: TensorType) -> TensorType:
+    if t.dtype not in INT_DTYPES:
         raise MPTypeError(f"{what} must be an integer tensor, got {t}")
     return t
 
 
-def _sketch_type(what: str, t: ValueType) -> SketchType:
-    if not isinstance(t, SketchType):
-        raise MPTypeError(f"{what} must be a count-min sketch, got {t}")
-    return t
-
-
 @dialect.simple_op(config_schema=SKETCH_CONFIG,
-               example="s = cms.build(x, width=256, depth=4, seed=7)")
+                   example="s = cms.build(x, width=256, depth=4, seed=7)")
 def build(x: TensorType, *, width: int, depth: int, seed: int) -> SketchType:
     """Count the items of integer tensor ``x`` (any shape) into a new sketch."""
     _int_tensor("cms.build: the items", x)
@@ -263,51 +263,45 @@ def build(x: TensorType, *, width: int, depth: int, seed: int) -> SketchType:
 @dialect.simple_op(example="s = cms.merge(a, b)")
 def merge(a: SketchType, b: SketchType) -> SketchType:
     """Add two sketches of the same type: the sketch of both multisets."""
-    left, right = _sketch_type("cms.merge: a", a), _sketch_type("cms.merge: b", b)
-    if left != right:
-        raise MPTypeError(f"cms.merge: cannot merge {left} with {right}: the widths, depths "
+    if a != b:
+        raise MPTypeError(f"cms.merge: cannot merge {a} with {b}: the widths, depths "
                           "and seeds must be equal")
-    return left
+    return a
 
 
 @dialect.simple_op(example="counts = cms.query(s, keys)")
 def query(s: SketchType, keys: TensorType) -> TensorType:
     """The estimated count of each key (int64, shaped like ``keys``); never below the truth."""
-    _sketch_type("cms.query: s", s)
     return TensorType("int64", _int_tensor("cms.query: keys", keys).shape)
 
 
 # ---------------------------------------------------------------- a multi-party op
 
 
-def _aggregate_cost(op: Operation, model: Any) -> Any:
+def _aggregate_cost(op: Operation, model: CostModel) -> OpCost:
     """The holders send their sketches to ``to`` in parallel: one round, one sketch each."""
-    from mplang.analysis.cost_model import OpCost, value_bytes
-
     return OpCost(model.message_s(value_bytes(op.inputs[0].type, model)), 1)
 
 
 aggregate_p = Primitive(
     "cms.aggregate", kind="communication", execution_model="multi_party",
-    traits=OpTraits(pure=True, communicates=True, runtimes=WORKER_AND_DRIVER), cost=_aggregate_cost,
+    traits=OpTraits(pure=True, communicates=True, runtimes=WORKER_AND_DRIVER),
+    operands=[Operand("s", held(SketchType, name="a sketch at the simp level"))],
+    attrs={"to": Attr(int, required=True, doc="the party that receives the sum")},
+    results=[Result("total", held(SketchType))], targets=("CMS",),
+    cost=_aggregate_cost, flow=conservative,
     doc="Sum the sketches of every holder at one party.")
 
 
 @aggregate_p.def_type_rule
 def _aggregate_rule(sig: Signature) -> list[ValueType]:
-    if len(sig.inputs) != 1 or sig.regions:
-        raise MPTypeError(f"cms.aggregate: takes one sketch and no sig.regions, got "
-                          f"{len(sig.inputs)} inputs and {len(sig.regions)} sig.regions")
-    (s,) = sig.inputs
-    if not (isinstance(s, MPType) and isinstance(s.base, SketchType)):
-        raise MPTypeError(f"cms.aggregate: expected a sketch at the simp level, got {s}")
+    s: MPType = sig.s
     if s.pmask is None:
         raise MPTypeError(f"cms.aggregate: the holders of {s} must be known when tracing")
-    to = sig.attrs["to"]
-    if type(to) is not int or not 0 <= to < sig.world_size:
+    if not 0 <= sig.to < sig.world_size:
         raise MPTypeError(f"cms.aggregate: 'to' must be a party of a {sig.world_size}-party "
-                          f"world, got {to!r}")
-    return [MPType(s.base, Mask.of([to]))]
+                          f"world, got {sig.to!r}")
+    return [MPType(s.base, Mask.of([sig.to]))]
 
 
 @feop(aggregate_p, example="total = cms.aggregate(s, to=0)")

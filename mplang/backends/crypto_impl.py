@@ -45,9 +45,9 @@ from mplang.dialects.crypto import (
     PublicKey,
     SymmetricKey,
 )
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
-from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 

@@ -15,7 +15,7 @@ from mplang.dialects.common import as_array, canonical_type
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType
 from mplang.edsl.errors import MPRuntimeError, MPTypeError
-from mplang.runtime import data_root
+from mplang.storage import data_root
 from mplang.runtime.interpreter import Interpreter
 from mplang.dialects import simp as _simp
 from mplang.dialects import tensor as _tensor

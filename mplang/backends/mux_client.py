@@ -27,7 +27,7 @@ import uvloop
 from mplang.backends.mux import ALPN, MuxProtocol
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError
-from mplang.runtime.identity import LocalIdentity
+from mplang.cluster.identity import LocalIdentity
 
 SPEC_HEADER = "x-mplang-spec"
 """The sender's spec digest: a worker refuses requests from a party whose spec differs."""

@@ -30,14 +30,22 @@ from mplang.dialects.phe import (
     WIRE_KEY_BYTES,
     Ciphertext,
     PublicKey,
+    add_p,
+    bucket_sum_p,
+    decrypt_p,
+    dot_p,
+    encrypt_p,
+    keygen_p,
+    mul_plain_p,
     plain_scale,
+    sub_p,
+    sum_p,
 )
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import Primitive
-from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
-from mplang.dialects import phe as _phe
 
 INSTALL_HINT = ("PHE needs the sf-heu package: pip install 'mplang[phe]' (sf-heu ships "
                 "wheels for CPython 3.10 and 3.11 on Linux and macOS)")
@@ -233,7 +241,7 @@ def _in_type(op: Operation, i: int) -> Any:
     return op.inputs[i].type
 
 
-@backend.kernel(_phe.keygen_p)
+@backend.kernel(keygen_p)
 def _keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     phe, hnp = heu()
     scheme = getattr(phe.SchemaType, _HEU_SCHEMES[op.attrs["scheme"]])
@@ -243,7 +251,7 @@ def _keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
     return [public, PhePrivateKey(kit, public)]
 
 
-@backend.kernel(_phe.encrypt_p)
+@backend.kernel(encrypt_p)
 def _encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     x, public = args
     want = _in_type(op, 1)
@@ -260,7 +268,7 @@ def _encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
     return [PheCiphertext(public.kit.encryptor().encrypt(plain), public)]
 
 
-@backend.kernel(_phe.decrypt_p)
+@backend.kernel(decrypt_p)
 def _decrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the value")
     private = args[1]
@@ -278,31 +286,30 @@ def _decrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
 
 
 def _additive(prim: Primitive) -> None:
-    name = prim.name.split(".")[1]
-
+    """Register the kernel of ``phe.add`` or ``phe.sub`` (they differ in the evaluator call)."""
     @backend.kernel(prim)
     def run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
         a = _ciphertext(interp, op, args[0], "the first operand")
         t = _in_type(op, 0)
         assert isinstance(t, Ciphertext)
         evaluator = a.public.kit.evaluator()
-        combine = evaluator.add if name == "add" else evaluator.sub
+        combine = evaluator.add if prim is add_p else evaluator.sub
         if isinstance(_in_type(op, 1), Ciphertext):
             b = _ciphertext(interp, op, args[1], "the second operand")
             _same_key(interp, op, a, b)
             return [PheCiphertext(combine(a.array, b.array), a.public)]
         try:
-            plain = encode(a.public.kit, f"phe.{name}", args[1], t.shape, t.scale)
+            plain = encode(a.public.kit, prim.name, args[1], t.shape, t.scale)
         except ValueError as e:
             raise _fail(interp, op, str(e)) from None
         return [PheCiphertext(combine(a.array, plain), a.public)]
 
 
-_additive(_phe.add_p)
-_additive(_phe.sub_p)
+_additive(add_p)
+_additive(sub_p)
 
 
-@backend.kernel(_phe.mul_plain_p)
+@backend.kernel(mul_plain_p)
 def _mul_plain(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the ciphertext")
     t, x = _in_type(op, 0), _in_type(op, 1)
@@ -318,7 +325,7 @@ def _ones(kit: Any, shape: tuple[int, int]) -> Any:
     return kit.array(np.ones(shape, dtype=np.int64), kit.integer_encoder(scale=1))
 
 
-@backend.kernel(_phe.sum_p)
+@backend.kernel(sum_p)
 def _sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the value")
     t = _in_type(op, 0)
@@ -340,7 +347,7 @@ def _sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     return [PheCiphertext(column.transpose(), c.public)]
 
 
-@backend.kernel(_phe.dot_p)
+@backend.kernel(dot_p)
 def _dot(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the ciphertext")
     ct, xt = _in_type(op, 0), _in_type(op, 1)
@@ -367,7 +374,7 @@ def _index_array(interp: Interpreter, op: Operation, value: Any, what: str, low:
     return arr
 
 
-@backend.kernel(_phe.bucket_sum_p)
+@backend.kernel(bucket_sum_p)
 def _bucket_sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     c = _ciphertext(interp, op, args[0], "the value")
     t, out_t = _in_type(op, 0), op.outputs[0].type

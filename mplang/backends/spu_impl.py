@@ -1,39 +1,47 @@
 """The backend of the `spu` dialect: libspu runtimes on each member party.
 
 One registration gives its worker kernels, its per-worker state (how links are
-made) and the wire codec of `SpuShare`. Each ``spu.run`` gets its own libspu
-link, created through the worker's `SpuLinkFactory` under a name unique to the
-execution and op, so concurrent executions never share a link and a world that
-never uses its SPU never creates one.
+made), the wire codec of `SpuShare` and the payload check of received ``spu.run``
+ops. Each ``spu.run`` gets its own libspu link, created through the worker's
+`SpuLinkFactory` under a name unique to the execution and op, so concurrent
+executions never share a link and a world that never uses its SPU never creates
+one.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import spu
 import spu.libspu as libspu
 
+from mplang.analysis.stablehlo import parse
 from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory, SpuLinkFactory
+from mplang.backends.tensor_impl import REFUSED_OPS, SAFE_CUSTOM_CALLS
 from mplang.backends.wire import ValueCodec, register_value_codec
-from mplang.util.lru import LRUCache
+from mplang.dialects import spu as _spu
+from mplang.dialects.common import canonical_type
 from mplang.dialects.spu import (
     SecretShareType,
     SpuConfig,
+    executable_of,
     input_name,
     io_for,
     output_name,
     reconstruct,
     runtime_config_for,
-    share_attr,
+    stablehlo_text,
 )
+from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import MPType, TensorType
-from mplang.runtime.audit import SECRET_SHARE
+from mplang.records.audit import SECRET_SHARE
 from mplang.runtime.backend import WorkerEnv, register_backend
 from mplang.runtime.interpreter import Interpreter
-from mplang.dialects import spu as _spu
+from mplang.runtime.sandbox import NativePayloadChecker
+from mplang.util.lru import LRUCache
 
 if TYPE_CHECKING:
     from mplang.backends.simp_worker.state import SimpWorker
@@ -231,6 +239,62 @@ def _executable(data: bytes) -> Any:
     return exe
 
 
+_FRAME = struct.Struct("<II")
+
+
+def _payload(op: Operation) -> bytes:
+    """What `vet_run` checks of an ``spu.run``: its StableHLO, name and executable."""
+    text, name = op.attrs["stablehlo"], op.attrs["fn"].encode()
+    return _FRAME.pack(len(text), len(name)) + text + name + op.attrs["executable"]
+
+
+def vet_run(payload: bytes) -> None:
+    """Parse the StableHLO of an ``spu.run`` (framed by `_payload`), refuse the ops a
+    received run_jax module may not use, and refuse an executable that is not what libspu
+    compiles the StableHLO to. Runs in the payload checker's helper process."""
+    size, name_size = _FRAME.unpack_from(payload)
+    text = payload[_FRAME.size:_FRAME.size + size].decode()
+    name = payload[_FRAME.size + size:_FRAME.size + size + name_size].decode()
+    module = parse(text)
+    main = module.functions.get("main")
+    if main is None:
+        raise MPSerializationError("the StableHLO has no main function")
+    unsafe: set[str] = set()
+    for op in module.walk():
+        target = op.attrs.get("call_target_name")
+        if op.name == "stablehlo.custom_call" and target not in SAFE_CUSTOM_CALLS:
+            unsafe.add(f"custom call {target!r}")
+        elif op.name in REFUSED_OPS:
+            unsafe.add(op.name)
+    if unsafe:
+        raise MPSerializationError(f"uses {', '.join(sorted(unsafe))}, which a received "
+                                   "module may not")
+    if executable_of(text, len(main.args), len(main.returned()), name) \
+            != payload[_FRAME.size + size + name_size:]:
+        raise MPSerializationError("the executable is not what libspu compiles its "
+                                   "StableHLO to")
+
+
+RUN_CHECKER = NativePayloadChecker(vet_run, "spu.run StableHLO")
+"""The helper process that vets this process's received ``spu.run`` ops."""
+
+
+@BACKEND.payload_check(_spu.run_p)
+def _check_run(op: Operation) -> None:
+    """The helper vets the StableHLO and executable (`vet_run`); then the StableHLO's
+    ``main`` must take and give the op's declared types."""
+    where = f"spu.run[{op.attrs['fn']}]"
+    RUN_CHECKER.check(_payload(op), where)
+    main = parse(stablehlo_text(op)).functions["main"]
+    found = [[None if t is None else (t.dtype, t.shape) for t in types]
+             for types in (main.arg_types, main.returned_types())]
+    declared = [[(c.dtype, c.shape) for c in map(canonical_type, op.attrs[name])]
+                for name in ("in_types", "out_types")]
+    if found != declared:
+        raise MPSerializationError(f"{where}: its StableHLO takes and gives {found}, but the "
+                                   f"op declares {declared}")
+
+
 def _worker(interp: Interpreter) -> SimpWorker:
     worker: SimpWorker = interp.states["simp"]
     return worker
@@ -273,12 +337,10 @@ def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
 
 @BACKEND.kernel(_spu.shares_p)
 def _shares(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    """A member's share of a driver constant, from its (opened) private attribute."""
-    worker = _worker(interp)
-    config = SpuConfig.from_attrs(op.attrs)
-    if worker.rank not in config.members:
+    """The member's share of a driver constant, from its (opened) private attribute."""
+    if _worker(interp).rank != op.attrs["member"]:
         return [None]
-    parts = op.attrs[share_attr(config.members.index(worker.rank))]
+    parts = op.attrs["share"]
     if not (isinstance(parts, tuple) and all(isinstance(p, bytes) for p in parts)):
         raise RuntimeError("this member's share was not opened (a tuple of bytes expected)")
     try:

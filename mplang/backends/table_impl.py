@@ -1,22 +1,18 @@
-"""Kernels, wire codec, describer and flow rule of the ``table`` dialect.
+"""Kernels and data-root describer of the ``table`` dialect.
 
 Tables are ``pyarrow.Table`` values whose schema is exactly their type's
-(`mplang.dialects.table.arrow_schema`); every kernel checks its input tables
+(`mplang.dialects.table_arrow.arrow_schema`); every kernel checks its input tables
 against their types, since a table may come from a peer. Files are read with
-pyarrow inside the party's data root (`mplang.runtime.data_root`); DuckDB never
+pyarrow inside the party's data root (`mplang.storage.data_root`); DuckDB never
 opens a file: it runs queries in a locked-down in-memory database that sees only
-the tables registered with it (`mplang.dialects.table.sql_connection`).
-
-On the wire a table is one Arrow IPC stream (``table.arrow``), decoded without
-pickle: uncompressed record batches only, every size bounded, the schema of
-allowed column types only, and ``validate(full=True)`` before use.
+the tables registered with it (`mplang.dialects.table_sql.sql_connection`). The
+wire codec of tables is `mplang.backends.table_wire`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import struct
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,23 +22,21 @@ import numpy as np
 import pyarrow as pa
 
 from mplang.backends.simp_worker.state import SimpWorker
-from mplang.backends.wire import ValueCodec, register_value_codec
+from mplang.backends.table_wire import decode_ipc
 from mplang.dialects import table as T
 from mplang.dialects.common import as_array
+from mplang.dialects.table_arrow import arrow_type, column_dtype, conform
+from mplang.dialects.table_sql import first_line, query_problem, short_query, sql_connection
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError, MPTypeError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType
-from mplang.edsl.errors import MPRuntimeError, MPSerializationError, MPTypeError
-from mplang.policy.flows import Analysis
-from mplang.policy.labels import Label, source
-from mplang.runtime import data_root
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
-from mplang.dialects import table as _table
+from mplang.storage import data_root
 
 BACKEND = register_backend("table")
-MAX_BATCHES = 1 << 16
-"""The most record batches a received table may have."""
 SQL_BATCH_ROWS = 1 << 16
+"""Rows per batch of a query's result (its row count is checked batch by batch)."""
 
 # ---------------------------------------------------------------- checks
 
@@ -51,26 +45,6 @@ def _fail(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
     where = f" (traced at {op.loc})" if op.loc else ""
     return MPRuntimeError(f"party {interp.party}: op {op.opcode}{where}: {message}",
                           party=interp.party, op=op.opcode, loc=op.loc)
-
-
-def conform(table: pa.Table, t: T.TableType) -> pa.Table:
-    """``table`` with the exact schema of type ``t`` (string-like columns as strings, no
-    metadata); ValueError saying how it differs."""
-    if not isinstance(table, pa.Table):
-        raise ValueError(f"expected a table, got {type(table).__name__}")
-    names = tuple(table.column_names)
-    if names != t.names:
-        raise ValueError(f"its columns are ({', '.join(map(repr, names))}), not "
-                         f"({', '.join(map(repr, t.names))})")
-    table = T.normalized(table)
-    want = T.arrow_schema(t)
-    for field, expected in zip(table.schema, want, strict=True):
-        if field.type != expected.type:
-            raise ValueError(f"column {field.name!r} is {field.type}, not {expected.type} "
-                             f"({t.dtype(field.name)})")
-    if t.rows is not None and table.num_rows != t.rows:
-        raise ValueError(f"it has {table.num_rows} rows, not {t.rows}")
-    return table if table.schema.equals(want, check_metadata=True) else table.cast(want)
 
 
 def _input(interp: Interpreter, op: Operation, value: Any, index: int) -> pa.Table:
@@ -100,7 +74,7 @@ def redacted(message: str) -> str:
 
 
 def _column_types(t: T.TableType) -> dict[str, pa.DataType]:
-    return {name: T.arrow_type(dtype) for name, dtype in t.columns}
+    return {name: arrow_type(dtype) for name, dtype in t.columns}
 
 
 def _csv_options(t: T.TableType | None) -> tuple[Any, Any, Any, list[str]]:
@@ -166,7 +140,7 @@ def inferred_type(table: pa.Table, fmt: str, relpath: str, node: str,
     no table holds are refused."""
     cols = []
     for field in table.schema:
-        dtype = T.column_dtype(field.type)
+        dtype = column_dtype(field.type)
         if dtype is None and fmt == "csv" and (pa.types.is_temporal(field.type)
                                               or pa.types.is_null(field.type)):
             dtype = "string"
@@ -210,7 +184,7 @@ def describe_table(root: Path, fields: Mapping[str, Any], node: str) -> T.TableT
 data_root.register_describer("table", describe_table)
 
 
-@BACKEND.kernel(_table.read_p)
+@BACKEND.kernel(T.read_p)
 def _read(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     path, fmt = op.attrs["path"], op.attrs["format"]
@@ -245,7 +219,7 @@ def _write_file(table: pa.Table, target: Path, fmt: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-@BACKEND.kernel(_table.write_p)
+@BACKEND.kernel(T.write_p)
 def _write(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     worker = _worker(interp)
     path, fmt = op.attrs["path"], op.attrs["format"]
@@ -272,9 +246,9 @@ def run_sql(query: str, tables: Mapping[str, pa.Table], max_rows: int = T.MAX_RO
     (its message free of data) if it may not run, fails, or gives over ``max_rows`` rows."""
     import duckdb
 
-    con = T.sql_connection()
+    con = sql_connection()
     try:
-        problem = T.query_problem(con, query)
+        problem = query_problem(con, query)
         if problem is not None:
             raise ValueError(problem)
         for name, table in tables.items():
@@ -290,12 +264,12 @@ def run_sql(query: str, tables: Mapping[str, pa.Table], max_rows: int = T.MAX_RO
                 batches.append(batch)
             return pa.Table.from_batches(batches, schema=reader.schema)
         except duckdb.Error as e:
-            raise ValueError(redacted(T.first_line(e))) from None
+            raise ValueError(redacted(first_line(e))) from None
     finally:
         con.close()
 
 
-@BACKEND.kernel(_table.sql_p)
+@BACKEND.kernel(T.sql_p)
 def _sql(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     tables = {name: _input(interp, op, value, i)
               for i, (name, value) in enumerate(zip(op.attrs["names"], args, strict=True))}
@@ -304,7 +278,7 @@ def _sql(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     try:
         result = run_sql(op.attrs["query"], tables)
     except ValueError as e:
-        raise _fail(interp, op, f"{e} (query {T.short_query(op.attrs['query'])})") from None
+        raise _fail(interp, op, f"{e} (query {short_query(op.attrs['query'])})") from None
     try:
         return [conform(result, t)]
     except ValueError as e:
@@ -312,7 +286,7 @@ def _sql(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
                                 f"{t}: {e}") from None
 
 
-@BACKEND.kernel(_table.to_tensor_p)
+@BACKEND.kernel(T.to_tensor_p)
 def _to_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     table = _input(interp, op, args[0], 0)
     out = op.outputs[0].type
@@ -340,7 +314,7 @@ def _to_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) ->
     return [value]
 
 
-@BACKEND.kernel(_table.from_tensor_p)
+@BACKEND.kernel(T.from_tensor_p)
 def _from_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     x = np.asarray(args[0])
     t = op.outputs[0].type
@@ -353,7 +327,7 @@ def _from_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) 
     return [pa.Table.from_arrays([pa.array(c) for c in columns], names=list(t.names))]
 
 
-@BACKEND.kernel(_table.constant_p)
+@BACKEND.kernel(T.constant_p)
 def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     t = op.outputs[0].type
     assert isinstance(t, T.TableType)
@@ -361,113 +335,3 @@ def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> 
         return [conform(decode_ipc(op.attrs["data"]), t)]
     except (MPSerializationError, ValueError) as e:
         raise _fail(interp, op, f"the constant is not a table of its type {t}: {e}") from None
-
-
-# ---------------------------------------------------------------- the wire codec
-
-CODEC = "table.arrow"
-MALFORMED = f"malformed value: {CODEC}"
-_RECORD_BATCH = 3
-"""``MessageHeader.RecordBatch`` in Arrow's ``Message.fbs``."""
-
-
-def _flatbuffer_field(buf: bytes, table: int, index: int) -> int | None:
-    """The position of field ``index`` of the flatbuffer table at ``table`` (None: absent);
-    struct.error or ValueError if the offsets lead outside ``buf``."""
-    vtable = table - struct.unpack_from("<i", buf, table)[0]
-    if not 0 <= vtable <= len(buf) - 4:
-        raise ValueError("vtable outside the message")
-    size = struct.unpack_from("<H", buf, vtable)[0]
-    slot = 4 + 2 * index
-    if slot + 2 > size:
-        return None
-    offset = struct.unpack_from("<H", buf, vtable + slot)[0]
-    return table + offset if offset else None
-
-
-def _batch_is_compressed(metadata: bytes) -> bool:
-    """Whether an IPC record batch message (its flatbuffer metadata) declares compressed
-    buffers (``RecordBatch.compression``, field 3); ValueError if it is not a batch."""
-    root = struct.unpack_from("<I", metadata, 0)[0]
-    kind_at = _flatbuffer_field(metadata, root, 1)  # Message.header_type
-    header_at = _flatbuffer_field(metadata, root, 2)  # Message.header
-    if kind_at is None or header_at is None or metadata[kind_at] != _RECORD_BATCH:
-        raise ValueError("expected a record batch message")
-    batch = header_at + struct.unpack_from("<I", metadata, header_at)[0]
-    return _flatbuffer_field(metadata, batch, 3) is not None
-
-
-def decode_ipc(data: bytes | memoryview) -> pa.Table:
-    """A table from an Arrow IPC stream that may come from anyone: at most
-    `mplang.dialects.table.MAX_TABLE_BYTES` bytes, a schema of allowed column types,
-    at most `MAX_BATCHES` uncompressed record batches, fully validated."""
-    if len(data) > T.MAX_TABLE_BYTES:
-        raise MPSerializationError(f"{MALFORMED}: {len(data)} bytes, over the limit of "
-                                   f"{T.MAX_TABLE_BYTES}")
-    try:
-        reader = pa.ipc.MessageReader.open_stream(pa.py_buffer(data))
-        first = reader.read_next_message()
-        if first.type != "schema":  # pyarrow trusts a message's declared kind: never guess
-            raise ValueError(f"expected a schema message, got {first.type}")
-        schema = pa.ipc.read_schema(first)
-        t = T.TableType(tuple((f.name, _wire_dtype(f.type)) for f in schema))
-        batches: list[pa.RecordBatch] = []
-        for message in reader:
-            if len(batches) >= MAX_BATCHES:
-                raise ValueError(f"more than {MAX_BATCHES} record batches")
-            if message.type != "record batch":
-                raise ValueError(f"unexpected {message.type} message")
-            if _batch_is_compressed(message.metadata.to_pybytes()):
-                raise ValueError("compressed record batches are refused")
-            batches.append(pa.ipc.read_record_batch(message, schema))
-        table = pa.Table.from_batches(batches, schema=schema)
-        if table.num_rows > T.MAX_ROWS:
-            raise ValueError(f"more than {T.MAX_ROWS} rows")
-        table.validate(full=True)
-        return conform(table, t)
-    except MPSerializationError:
-        raise
-    except StopIteration:
-        raise MPSerializationError(f"{MALFORMED}: the Arrow IPC stream has no schema"
-                                   ) from None
-    except (pa.ArrowException, OSError, ValueError, struct.error, IndexError,
-            MPTypeError) as e:
-        raise MPSerializationError(f"{MALFORMED}: {type(e).__name__}: {e}") from None
-
-
-def _wire_dtype(t: pa.DataType) -> str:
-    dtype = T.column_dtype(t)
-    if dtype is None or (dtype == "string" and not pa.types.is_string(t)):
-        raise ValueError(f"column type {t} is not allowed")
-    return dtype
-
-
-def _encode(table: pa.Table) -> list[memoryview]:
-    table = T.normalized(table)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return [memoryview(sink.getvalue())]  # no copy: the view keeps Arrow's buffer alive
-
-
-def _decode(chunks: list[memoryview]) -> pa.Table:
-    if len(chunks) != 1:
-        raise MPSerializationError(f"{MALFORMED}: expected 1 chunk (an Arrow IPC stream), got "
-                                   f"{len(chunks)}")
-    return decode_ipc(chunks[0])
-
-
-register_value_codec(ValueCodec(CODEC, pa.Table, _encode, _decode))
-
-
-# ---------------------------------------------------------------- the flow rule
-
-
-@T.read_p.def_local_flow
-def _read_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
-    """A table read from p's data root is p's data (raw), like ``tensor.load``."""
-    if not own:
-        return [None]
-    name = str(op.attrs["path"])
-    a.source(op, name)
-    return [source(name)]

@@ -23,12 +23,17 @@ from mplang.backends.crypto_impl import (
     ed25519_sign,
     ed25519_verify,
 )
-from mplang.dialects.tee import DIGEST_BYTES, QUOTE_BYTES, QUOTE_MAGIC
-from mplang.edsl.graph import Operation
+from mplang.dialects.tee import (
+    DIGEST_BYTES,
+    QUOTE_BYTES,
+    QUOTE_MAGIC,
+    mock_quote_p,
+    verify_quote_p,
+)
 from mplang.edsl.errors import MPRuntimeError
+from mplang.edsl.graph import Operation
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
-from mplang.dialects import tee as _tee
 
 MOCK_VENDOR_SEED = hashlib.sha256(b"mplang MOCK attestation vendor: NOT SECURE, this seed is "
                                   b"public and anyone can sign mock quotes").digest()
@@ -87,14 +92,14 @@ def check_quote(quote: bytes, code: str, computation: str, vendor_key: str) -> b
 backend = register_backend("tee")
 
 
-@backend.kernel(_tee.mock_quote_p)
+@backend.kernel(mock_quote_p)
 def _mock_quote(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     tee_key = np.asarray(args[0], dtype=np.uint8).tobytes()
     quote = make_quote(tee_key, code_digest(), op.attrs["computation"])
     return [np.frombuffer(quote, dtype=np.uint8).copy()]
 
 
-@backend.kernel(_tee.verify_quote_p)
+@backend.kernel(verify_quote_p)
 def _verify_quote(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     quote = np.asarray(args[0], dtype=np.uint8).tobytes()
     code = op.attrs["code"] or code_digest()

@@ -13,8 +13,8 @@ from mplang.backends.mux_client import MuxClients, StatusError, TransportError
 from mplang.backends.wire import encode_value, pack_message
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError
-from mplang.runtime.identity import load_identity
-from mplang.runtime.named_objects import check_name
+from mplang.cluster.identity import load_identity
+from mplang.storage.named_objects import check_name
 
 
 def read_npy(path: str | os.PathLike[str]) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 from mplang.edsl.serde import numpy_can_hold
 from mplang.edsl.typing import DTYPES, numpy_dtype
 from mplang.edsl.errors import MPSerializationError
-from mplang.runtime.audit import PLAINTEXT, SECRET_SHARE
+from mplang.records.audit import PLAINTEXT, SECRET_SHARE
 
 MAGIC = b"MPV1"
 """The four bytes that open every frame (format version 1)."""

@@ -21,7 +21,7 @@ import yaml
 
 from mplang.device.kinds import get_kind, kind_names
 from mplang.edsl.errors import MPLangError
-from mplang.runtime.identity import Certificate, IdentityError, load_certificate
+from mplang.cluster.identity import Certificate, IdentityError, load_certificate
 
 DEFAULT_BASE_PORT = 61920
 

@@ -27,13 +27,13 @@ from mplang.device.kinds import (
 )
 from mplang.device.ppu import call_on_party, rank_of
 from mplang.dialects import phe, simp
+from mplang.edsl.attrs import ConfigField, ConfigSchema
 from mplang.edsl.context import ExecutionContext
+from mplang.edsl.errors import FeConfigError, MPRuntimeError, MPTypeError
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten
 from mplang.edsl.tracer import Tracer, current_tracer
 from mplang.edsl.typing import MPType, TensorType
-from mplang.edsl.errors import FeConfigError, MPRuntimeError, MPTypeError
-from mplang.edsl.attrs import ConfigField, ConfigSchema
 
 PHE_CONFIG = ConfigSchema({
     "scheme": ConfigField(str, default="paillier", choices=phe.SCHEMES,

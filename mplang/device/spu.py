@@ -19,7 +19,9 @@ from mplang.device.kinds import DeviceKind, describe, place, register_kind, regi
 from mplang.device.ppu import rank_of
 from mplang.dialects.common import as_array
 from mplang.dialects.spu import (
+    BEAVERS,
     DEFAULT_BEAVER,
+    PROTOCOLS,
     SUPPORTED_DTYPES,
     TTP_DEFAULTS,
     SecretShareType,
@@ -31,16 +33,12 @@ from mplang.dialects.spu import (
     share_constant,
 )
 from mplang.edsl.context import ExecutionContext
+from mplang.edsl.errors import MPRuntimeError, MPTypeError
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import Mask, MPType, TensorType
-from mplang.edsl.errors import MPRuntimeError, MPTypeError
 
-PROTOCOLS = {"SEMI2K": None, "ABY3": 3, "CHEETAH": 2}
-"""Protocol name -> the exact number of members it needs (None: two or more)."""
 FIELDS = ("FM64", "FM128")
-BEAVERS = ("TrustedFirstParty", "TrustedThirdParty")
-"""SEMI2K's Beaver sources in this libspu (its MultiParty source is refused by libspu
-0.10's SEMI2K: "unsupported beaver type")."""
+"""The rings an SPU device may use."""
 TTP_FIELDS = ("server_host", "server_public_key", "asym_crypto_schema", "adjust_rank",
               "transport_protocol")
 """The ``ttp`` config keys: libspu's ``TTPBeaverConfig`` fields (its ``ssl_config`` is not

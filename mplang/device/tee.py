@@ -42,11 +42,11 @@ from mplang.device.kinds import (
 from mplang.device.ppu import rank_of
 from mplang.dialects import crypto, simp, tee, tensor
 from mplang.edsl.context import ExecutionContext
+from mplang.edsl.errors import MPRuntimeError, MPTypeError
 from mplang.edsl.object import MPObject
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.tracer import Tracer, current_tracer, trace_function
 from mplang.edsl.typing import Mask, MPType, TensorType
-from mplang.edsl.errors import MPRuntimeError, MPTypeError
 from mplang.frontend.feop import is_feop
 
 SECURITY_MODEL = (

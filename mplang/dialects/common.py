@@ -7,9 +7,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.location import raised_at
 from mplang.edsl.typing import TensorType
-from mplang.edsl.errors import MPTypeError
 
 
 def as_array(op: str, value: Any) -> np.ndarray:

@@ -28,19 +28,19 @@ import numpy as np
 
 from mplang.dialects import tensor
 from mplang.dialects.common import canonical_type
+from mplang.edsl.attrs import Attr
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.object import MPObject
+from mplang.edsl.traits import OpTraits
 from mplang.edsl.typing import (
     BaseType,
     TensorType,
     TypeDecoder,
     TypeEncoder,
-    ValueType,
     numpy_dtype,
     register_type,
 )
-from mplang.edsl.errors import MPTypeError
 from mplang.frontend.module import FeModule
-from mplang.edsl.traits import OpTraits
 
 __all__ = [
     "ALGORITHMS",
@@ -188,38 +188,25 @@ def nbytes(t: TensorType) -> int:
     return numpy_dtype(t.dtype).itemsize * math.prod(t.shape)
 
 
-def _tensor(op: str, what: str, t: ValueType) -> TensorType:
-    if not isinstance(t, TensorType):
-        raise MPTypeError(f"{op}: {what} must be a tensor, got {t}")
-    return t
-
-
-def _bytes_tensor(op: str, what: str, t: ValueType, size: int) -> TensorType:
+def _bytes_tensor(op: str, what: str, t: TensorType, size: int) -> TensorType:
     if t != TensorType("uint8", (size,)):
         raise MPTypeError(f"{op}: {what} must be u8[{size}], got {t}")
-    assert isinstance(t, TensorType)
     return t
 
 
-def _aes_key(op: str, t: ValueType) -> SymmetricKey:
-    if not (isinstance(t, SymmetricKey) and t.length == AES_KEY_BYTES):
+def _aes_key(op: str, t: SymmetricKey) -> SymmetricKey:
+    if t.length != AES_KEY_BYTES:
         raise MPTypeError(f"{op}: the key must be a {AES_KEY_BYTES}-byte symmetric key, got {t}")
     return t
 
 
-def _private_key(op: str, t: ValueType, algorithm: str) -> PrivateKey:
-    if not (isinstance(t, PrivateKey) and t.algorithm == algorithm):
-        raise MPTypeError(f"{op}: the key must be an {algorithm} private key, got {t}")
-    return t
-
-
-def _public_key(op: str, t: ValueType, algorithm: str) -> PublicKey:
-    if not (isinstance(t, PublicKey) and t.algorithm == algorithm):
-        raise MPTypeError(f"{op}: the peer key must be an {algorithm} public key, got {t}")
-    return t
+def _algorithm(op: str, what: str, t: PrivateKey | PublicKey, algorithm: str) -> None:
+    if t.algorithm != algorithm:
+        raise MPTypeError(f"{op}: {what} must be an {algorithm} {t._role}, got {t}")
 
 
 def _bytes_attr(op: str, name: str, value: Any) -> bytes:
+    """A bytes argument of a frontend op (a bytearray or memoryview becomes bytes)."""
     if isinstance(value, bytearray | memoryview):
         value = bytes(value)
     if not isinstance(value, bytes):
@@ -230,6 +217,9 @@ def _bytes_attr(op: str, name: str, value: Any) -> bytes:
 # ---------------------------------------------------------------- the ops
 
 dialect = FeModule("crypto")
+"""The crypto ops; their primitives are ``dialect.prims.<name>`` (``dialect.prims.sha256``).
+Every op runs on the party-local values of one party (any single-party device); the
+flow rule is the conservative one (`FeModule`'s default)."""
 
 
 def _local(value: Any) -> Any:
@@ -246,14 +236,11 @@ def aes_keygen() -> SymmetricKey:
 
 @dialect.simple_op("aes_encrypt", traits=RANDOM,
                    example='c = crypto.aes_encrypt(x, k, aad=b"header")')
-def _aes_encrypt(x: ValueType, key: ValueType, *, aad: bytes) -> TensorType:
+def _aes_encrypt(x: TensorType, key: SymmetricKey, *, aad: bytes = b"") -> TensorType:
     """Encrypt tensor ``x`` with AES-256-GCM under a fresh random nonce, authenticating
     ``aad``: a uint8 tensor ``nonce ‖ ciphertext ‖ tag`` of ``28 + x.nbytes`` bytes."""
-    op = "crypto.aes_encrypt"
-    plain = _tensor(op, "the plaintext", x)
-    _aes_key(op, key)
-    _bytes_attr(op, "aad", aad)
-    return TensorType("uint8", (OVERHEAD + nbytes(plain),))
+    _aes_key("crypto.aes_encrypt", key)
+    return TensorType("uint8", (OVERHEAD + nbytes(x),))
 
 
 def aes_encrypt(x: Any, key: MPObject, *, aad: bytes = b"") -> MPObject:
@@ -262,20 +249,18 @@ def aes_encrypt(x: Any, key: MPObject, *, aad: bytes = b"") -> MPObject:
     return _aes_encrypt(_local(x), key, aad=_bytes_attr("crypto.aes_encrypt", "aad", aad))
 
 
-@dialect.simple_op("aes_decrypt", example='y = crypto.aes_decrypt(c, k, like=x, aad=b"header")')
-def _aes_decrypt(c: ValueType, key: ValueType, *, like: TensorType, aad: bytes) -> TensorType:
+@dialect.simple_op("aes_decrypt",
+                   example='y = crypto.aes_decrypt(c, k, like=x, aad=b"header")')
+def _aes_decrypt(c: TensorType, key: SymmetricKey, *, like: TensorType, aad: bytes = b""
+                 ) -> TensorType:
     """Decrypt and authenticate an ``aes_encrypt`` ciphertext into a tensor of type ``like``;
     fails at run time if the ciphertext, ``aad`` or the key is not the one encrypted with."""
     op = "crypto.aes_decrypt"
     _aes_key(op, key)
-    _bytes_attr(op, "aad", aad)
-    if not isinstance(like, TensorType):
-        raise MPTypeError(f"{op}: 'like' must be a tensor type, got {like!r}")
     size = OVERHEAD + nbytes(like)
-    sealed = _tensor(op, "the ciphertext", c)
-    if sealed.dtype != "uint8" or len(sealed.shape) != 1 or sealed.shape[0] != size:
+    if c.dtype != "uint8" or len(c.shape) != 1 or c.shape[0] != size:
         raise MPTypeError(f"{op}: the ciphertext must be u8[{size}] (nonce, tag and the "
-                          f"{nbytes(like)} bytes of {like}), got {sealed}")
+                          f"{nbytes(like)} bytes of {like}), got {c}")
     return like
 
 
@@ -312,9 +297,8 @@ def aes_decrypt(c: Any, key: MPObject, *, like: Any, aad: bytes = b"") -> MPObje
 
 
 @dialect.simple_op("sha256", example="h = crypto.sha256(x)")
-def _sha256(x: ValueType) -> TensorType:
+def _sha256(x: TensorType) -> TensorType:
     """The SHA-256 digest (u8[32]) of a tensor's raw little-endian C-order bytes."""
-    _tensor("crypto.sha256", "the input", x)
     return TensorType("uint8", (DIGEST_BYTES,))
 
 
@@ -330,28 +314,21 @@ def x25519_keygen() -> tuple[PublicKey, PrivateKey]:
 
 
 @dialect.simple_op(example="s = crypto.x25519_shared(sk, peer_pk)")
-def x25519_shared(sk: ValueType, pk: ValueType) -> SharedSecret:
+def x25519_shared(sk: PrivateKey, pk: PublicKey) -> SharedSecret:
     """The X25519 shared secret of private key ``sk`` and a peer's public key ``pk``
     (the same at both ends); refuses a low-order peer key at run time."""
-    _private_key("crypto.x25519_shared", sk, "x25519")
-    _public_key("crypto.x25519_shared", pk, "x25519")
+    _algorithm("crypto.x25519_shared", "the key", sk, "x25519")
+    _algorithm("crypto.x25519_shared", "the peer key", pk, "x25519")
     return SharedSecret()
 
 
-@dialect.simple_op("hkdf", example='k = crypto.hkdf(s, info=b"session", length=32)')
-def _hkdf(ikm: ValueType, *, info: bytes, length: int, salt: bytes | None) -> SymmetricKey:
+@dialect.simple_op("hkdf", attrs={"length": Attr(int, default=AES_KEY_BYTES, min=MIN_KEY_BYTES,
+                                                 max=MAX_KEY_BYTES, doc="the key's bytes")},
+                   example='k = crypto.hkdf(s, info=b"session", length=32)')
+def _hkdf(ikm: SharedSecret | SymmetricKey, *, info: bytes = b"", length: int,
+          salt: bytes | None = None) -> SymmetricKey:
     """Derive a ``length``-byte symmetric key from a shared secret or symmetric key with
     HKDF-SHA256 (RFC 5869)."""
-    op = "crypto.hkdf"
-    if not isinstance(ikm, SharedSecret | SymmetricKey):
-        raise MPTypeError(f"{op}: the input key material must be a shared secret or a "
-                          f"symmetric key, got {ikm}")
-    _bytes_attr(op, "info", info)
-    if salt is not None:
-        _bytes_attr(op, "salt", salt)
-    if type(length) is not int or not MIN_KEY_BYTES <= length <= MAX_KEY_BYTES:
-        raise MPTypeError(f"{op}: length must be an int in [{MIN_KEY_BYTES}, {MAX_KEY_BYTES}], "
-                          f"got {length!r}")
     return SymmetricKey(length)
 
 
@@ -372,10 +349,9 @@ def ed25519_keygen() -> tuple[PublicKey, PrivateKey]:
 
 
 @dialect.simple_op("sign", example="sig = crypto.sign(m, ssk)")
-def _sign(m: ValueType, sk: ValueType) -> TensorType:
+def _sign(m: TensorType, sk: PrivateKey) -> TensorType:
     """The Ed25519 signature (u8[64]) of a tensor's raw bytes under an Ed25519 private key."""
-    _tensor("crypto.sign", "the message", m)
-    _private_key("crypto.sign", sk, "ed25519")
+    _algorithm("crypto.sign", "the key", sk, "ed25519")
     return TensorType("uint8", (SIGNATURE_BYTES,))
 
 
@@ -385,14 +361,12 @@ def sign(m: Any, sk: MPObject) -> MPObject:
 
 
 @dialect.simple_op("verify", example="ok = crypto.verify(m, sig, spk)")
-def _verify(m: ValueType, sig: ValueType, pk: ValueType) -> TensorType:
+def _verify(m: TensorType, sig: TensorType, pk: PublicKey) -> TensorType:
     """Whether a signature of a tensor's raw bytes is valid under an Ed25519 public key: a
     bool scalar, False (never an error) for a bad signature."""
     op = "crypto.verify"
-    _tensor(op, "the message", m)
     _bytes_tensor(op, "the signature", sig, SIGNATURE_BYTES)
-    if not (isinstance(pk, PublicKey) and pk.algorithm == "ed25519"):
-        raise MPTypeError(f"{op}: the key must be an ed25519 public key, got {pk}")
+    _algorithm(op, "the key", pk, "ed25519")
     return TensorType("bool", ())
 
 
@@ -403,21 +377,18 @@ def verify(m: Any, sig: Any, pk: MPObject) -> MPObject:
 
 
 @dialect.simple_op(example="b = crypto.public_bytes(pk)")
-def public_bytes(pk: ValueType) -> TensorType:
+def public_bytes(pk: PublicKey) -> TensorType:
     """The raw 32 bytes (u8[32]) of public key ``pk``, to hash or send as a tensor."""
-    if not isinstance(pk, PublicKey):
-        raise MPTypeError(f"crypto.public_bytes: expected a public key, got {pk}")
     return TensorType("uint8", (PUBLIC_KEY_BYTES,))
 
 
-@dialect.simple_op("public_key", example='pk = crypto.public_key(b, algorithm="x25519")')
-def _public_key_rule(b: ValueType, *, algorithm: str) -> PublicKey:
+@dialect.simple_op("public_key", attrs={"algorithm": Attr(str, required=True,
+                                                         choices=ALGORITHMS)},
+                   example='pk = crypto.public_key(b, algorithm="x25519")')
+def _public_key_rule(b: TensorType, *, algorithm: str) -> PublicKey:
     """The public key of an algorithm whose raw bytes are a u8[32] tensor (the inverse of
     ``public_bytes``)."""
-    op = "crypto.public_key"
-    if algorithm not in ALGORITHMS:
-        raise MPTypeError(f"{op}: algorithm must be one of {list(ALGORITHMS)}, got {algorithm!r}")
-    _bytes_tensor(op, "the raw key", b, PUBLIC_KEY_BYTES)
+    _bytes_tensor("crypto.public_key", "the raw key", b, PUBLIC_KEY_BYTES)
     return PublicKey(algorithm)
 
 

@@ -25,19 +25,21 @@ error naming the op, never a silently wrapped number.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from mplang.analysis.cost_model import local_cost
 from mplang.dialects.tensor import constant
+from mplang.edsl.attrs import Attr, NoneType
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject, register_type_operator
-from mplang.edsl.primitive import Primitive
+from mplang.edsl.primitive import Constraint, Operand, Primitive, Result, Signature, of_type
 from mplang.edsl.tracer import current_tracer
+from mplang.edsl.traits import LOCAL_PURE, OpTraits
 from mplang.edsl.typing import (
     BaseType,
     TensorType,
@@ -46,9 +48,8 @@ from mplang.edsl.typing import (
     ValueType,
     register_type,
 )
-from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import feop
-from mplang.edsl.traits import LOCAL_PURE, OpTraits
+from mplang.policy.flows import local_conservative
 
 mark_library(__file__)
 
@@ -187,44 +188,84 @@ class Ciphertext(BaseType):
 
 # ---------------------------------------------------------------- primitives
 
-keygen_p = Primitive("phe.keygen", kind="source", execution_model="single_rank",
-                     traits=_LOCAL_RANDOM, doc="Generate a PHE key pair on one party.")
-encrypt_p = Primitive("phe.encrypt", kind="compute", execution_model="single_rank",
-                      traits=_LOCAL_RANDOM, doc="Encrypt a tensor under a public key.")
-decrypt_p = Primitive("phe.decrypt", kind="compute", execution_model="single_rank",
-                      traits=LOCAL_PURE,
-                      doc="Decrypt a ciphertext with its private key, range-checked.")
-add_p = Primitive("phe.add", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
-                  doc="Add ciphertexts, or a ciphertext and a plaintext.")
-sub_p = Primitive("phe.sub", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
-                  doc="Subtract a ciphertext or a plaintext from a ciphertext.")
-mul_plain_p = Primitive("phe.mul_plain", kind="compute", execution_model="single_rank",
-                        traits=LOCAL_PURE, doc="Multiply a ciphertext by a plaintext.")
-sum_p = Primitive("phe.sum", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
-                  doc="Sum a ciphertext's elements, all or along an axis.")
-dot_p = Primitive("phe.dot", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
-                  doc="A ciphertext vector or matrix times a plaintext vector or matrix.")
-bucket_sum_p = Primitive("phe.bucket_sum", kind="compute", execution_model="single_rank",
-                         traits=LOCAL_PURE,
-                         doc="Sum a ciphertext's rows per (group, feature, bin): histograms.")
 MAX_BUCKET_BINS = 127
 """The most bins `bucket_sum` takes per feature (sf-heu indexes bins with int8)."""
 MAX_BUCKET_GROUPS = 1 << 16
 """The most groups `bucket_sum` takes."""
 _INDEX_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_TARGETS = ("PPU",)
+_CT = of_type(Ciphertext, name="a PHE ciphertext")
+_PLAIN = Constraint(f"a plaintext tensor of {', '.join(DTYPES)} or bool",
+                    lambda t: isinstance(t, TensorType) and t.dtype in (*DTYPES, "bool"))
+_CT_OR_PLAIN = Constraint(f"{_CT} or {_PLAIN}", lambda t: _CT.test(t) or _PLAIN.test(t))
+_INDEX = Constraint("an integer tensor",
+                    lambda t: isinstance(t, TensorType) and t.dtype in _INDEX_DTYPES)
+_PK = of_type(PublicKey, name="a PHE public key")
+_SK = of_type(PrivateKey, name="a PHE private key")
+_OUT = [Result("out", _CT)]
+_PLAIN_SCALE = Attr((int, NoneType), default=None, min=1,
+                    doc="the plaintext's fixed-point scale (None: FLOAT_SCALE for floats, "
+                        "1 for integers)")
 
-
-def _ct(op: str, t: ValueType, what: str) -> Ciphertext:
-    if not isinstance(t, Ciphertext):
-        raise MPTypeError(f"{op}: {what} must be a ciphertext, got {t}")
-    return t
-
-
-def _plain(op: str, t: ValueType, what: str) -> TensorType:
-    if not isinstance(t, TensorType) or t.dtype not in (*DTYPES, "bool"):
-        raise MPTypeError(f"{op}: {what} must be a plaintext tensor of {', '.join(DTYPES)}, "
-                          f"got {t}")
-    return t
+keygen_p = Primitive(
+    "phe.keygen", kind="source", execution_model="single_rank", traits=_LOCAL_RANDOM,
+    operands=[],
+    attrs={"scheme": Attr(str, default="paillier", choices=SCHEMES, doc="the PHE scheme"),
+           "key_bits": Attr(int, default=2048, min=MIN_KEY_BITS, max=MAX_KEY_BITS,
+                            doc="the modulus size in bits"),
+           "key": Attr(str, required=True, doc="the key pair's id, unique in the program")},
+    results=[Result("pk", _PK), Result("sk", _SK)],
+    targets=_TARGETS, cost=local_cost, doc="Generate a PHE key pair on one party.")
+encrypt_p = Primitive(
+    "phe.encrypt", kind="compute", execution_model="single_rank", traits=_LOCAL_RANDOM,
+    operands=[Operand("x", _PLAIN), Operand("pk", _PK)],
+    attrs={"scale": Attr(int, required=True, min=1,
+                         doc="the fixed-point scale (1 for integer tensors)")},
+    results=_OUT, targets=_TARGETS, cost=local_cost,
+    doc="Encrypt a tensor under a public key.")
+decrypt_p = Primitive(
+    "phe.decrypt", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("c", _CT), Operand("sk", _SK)],
+    attrs={}, results=[Result("out", of_type(TensorType, name="a tensor"))],
+    targets=_TARGETS, cost=local_cost,
+    doc="Decrypt a ciphertext with its private key, range-checked.")
+add_p = Primitive(
+    "phe.add", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("a", _CT), Operand("b", _CT_OR_PLAIN)], attrs={}, results=_OUT,
+    targets=_TARGETS, cost=local_cost, doc="Add ciphertexts, or a ciphertext and a plaintext.")
+sub_p = Primitive(
+    "phe.sub", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("a", _CT), Operand("b", _CT_OR_PLAIN)], attrs={}, results=_OUT,
+    targets=_TARGETS, cost=local_cost,
+    doc="Subtract a ciphertext or a plaintext from a ciphertext.")
+mul_plain_p = Primitive(
+    "phe.mul_plain", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("c", _CT),
+              Operand("x", _CT_OR_PLAIN, doc="a plaintext (a ciphertext is refused with a hint)")],
+    attrs={"scale": _PLAIN_SCALE}, results=_OUT, targets=_TARGETS, cost=local_cost,
+    doc="Multiply a ciphertext by a plaintext.")
+sum_p = Primitive(
+    "phe.sum", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("c", _CT)],
+    attrs={"axis": Attr((int, NoneType), default=None, doc="the axis (None: every element)")},
+    results=_OUT, targets=_TARGETS, cost=local_cost,
+    doc="Sum a ciphertext's elements, all or along an axis.")
+dot_p = Primitive(
+    "phe.dot", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("c", _CT), Operand("x", _PLAIN)], attrs={"scale": _PLAIN_SCALE},
+    results=_OUT, targets=_TARGETS, cost=local_cost,
+    doc="A ciphertext vector or matrix times a plaintext vector or matrix.")
+bucket_sum_p = Primitive(
+    "phe.bucket_sum", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("c", _CT), Operand("bins", _INDEX, doc="each row's bin per feature"),
+              Operand("groups", _INDEX, variadic=True,
+                      doc="at most one: each row's group id (none: every row in group 0)")],
+    attrs={"n_bins": Attr(int, required=True, min=1, max=MAX_BUCKET_BINS,
+                          doc="the bins per feature"),
+           "n_groups": Attr(int, default=1, min=1, max=MAX_BUCKET_GROUPS,
+                            doc="the number of groups")},
+    results=_OUT, targets=_TARGETS, cost=local_cost,
+    doc="Sum a ciphertext's rows per (group, feature, bin): histograms.")
 
 
 def plain_scale(t: TensorType, scale: int | None = None) -> int:
@@ -233,12 +274,6 @@ def plain_scale(t: TensorType, scale: int | None = None) -> int:
     if scale is not None:
         return scale
     return FLOAT_SCALE if t.dtype in FLOAT_DTYPES else 1
-
-
-def _check_plain_scale(op: str, scale: Any) -> None:
-    if scale is not None and (type(scale) is not int or not 1 <= scale < (1 << MAX_SCALE_BITS)):
-        raise MPTypeError(f"{op}: the plaintext's scale must be an int in [1, "
-                          f"2**{MAX_SCALE_BITS}), got {scale!r}")
 
 
 def _scaled(op: str, scale: int) -> int:
@@ -251,49 +286,47 @@ def _scaled(op: str, scale: int) -> int:
 
 @keygen_p.def_type_rule
 def _keygen_rule(sig: Signature) -> list[ValueType]:
-    if sig.inputs or sig.regions:
-        raise MPTypeError("phe.keygen: takes no inputs")
     try:
-        return [PublicKey(sig.attrs["scheme"], sig.attrs["key_bits"], sig.attrs["key"]),
-                PrivateKey(sig.attrs["scheme"], sig.attrs["key_bits"], sig.attrs["key"])]
+        return [PublicKey(sig.scheme, sig.key_bits, sig.key),
+                PrivateKey(sig.scheme, sig.key_bits, sig.key)]
     except MPTypeError as e:
         raise MPTypeError(f"phe.keygen: {e}") from None
+
+
+keygen_p.def_local_flow(local_conservative)
 
 
 @encrypt_p.def_type_rule
 def _encrypt_rule(sig: Signature) -> list[ValueType]:
     op = "phe.encrypt"
-    if len(sig.inputs) != 2:
-        raise MPTypeError(f"{op}: takes a tensor and a public key")
-    x, pk = sig.inputs
-    x = _plain(op, x, "the value")
-    if not isinstance(pk, PublicKey):
-        raise MPTypeError(f"{op}: the key must be a PHE public key, got {pk}")
+    x: TensorType = sig.x
+    pk: PublicKey = sig.pk
     if x.dtype == "bool":
         raise MPTypeError(f"{op}: cast booleans to an integer dtype before encrypting")
-    scale = sig.attrs["scale"]
-    if x.dtype in INT_DTYPES and scale != 1:
-        raise MPTypeError(f"{op}: integer tensors are encrypted at scale 1, got scale={scale}")
+    if x.dtype in INT_DTYPES and sig.scale != 1:
+        raise MPTypeError(f"{op}: integer tensors are encrypted at scale 1, got "
+                          f"scale={sig.scale}")
     try:
-        return [Ciphertext(x.dtype, x.shape, pk.key, scale)]
+        return [Ciphertext(x.dtype, x.shape, pk.key, sig.scale)]
     except MPTypeError as e:
         raise MPTypeError(f"{op}: {e}") from None
 
 
+encrypt_p.def_local_flow(local_conservative)
+
+
 @decrypt_p.def_type_rule
 def _decrypt_rule(sig: Signature) -> list[ValueType]:
-    op = "phe.decrypt"
-    if len(sig.inputs) != 2:
-        raise MPTypeError(f"{op}: takes a ciphertext and a private key")
-    c = _ct(op, sig.inputs[0], "the value")
-    sk = sig.inputs[1]
-    if not isinstance(sk, PrivateKey):
-        raise MPTypeError(f"{op}: the key must be a PHE private key, got {sk}")
+    c: Ciphertext = sig.c
+    sk: PrivateKey = sig.sk
     if sk.key != c.key:
-        raise MPTypeError(f"{op}: {c} is under key pair {c.key}, but the private key is of "
-                          f"key pair {sk.key}; only the owner of {c.key}'s private key can "
-                          "decrypt it")
+        raise MPTypeError(f"phe.decrypt: {c} is under key pair {c.key}, but the private key "
+                          f"is of key pair {sk.key}; only the owner of {c.key}'s private key "
+                          "can decrypt it")
     return [TensorType(c.dtype, c.shape)]
+
+
+decrypt_p.def_local_flow(local_conservative)
 
 
 def _broadcast(op: str, c: Ciphertext, x: TensorType) -> None:
@@ -302,56 +335,53 @@ def _broadcast(op: str, c: Ciphertext, x: TensorType) -> None:
                           f"ciphertext's {list(c.shape)} or be a scalar")
 
 
-def _additive_rule(op: str) -> Any:
-    def rule(sig: Signature) -> list[ValueType]:
-        if len(sig.inputs) != 2:
-            raise MPTypeError(f"{op}: takes two operands")
-        a = _ct(op, sig.inputs[0], "the first operand")
-        b = sig.inputs[1]
-        if isinstance(b, Ciphertext):
-            if b.key != a.key:
-                raise MPTypeError(f"{op}: the operands are under different key pairs ({a} and "
-                                  f"{b}); both must be encrypted under one public key")
-            if b.scale != a.scale:
-                raise MPTypeError(f"{op}: the operands have different fixed-point scales ({a} "
-                                  f"and {b}); multiply the one of lower scale by an integer "
-                                  "to match, or decrypt and re-encrypt")
-            if b.dtype != a.dtype or b.shape != a.shape:
-                raise MPTypeError(f"{op}: the operands must have one dtype and shape, got {a} "
-                                  f"and {b}")
-            return [a]
-        p = _plain(op, b, "the second operand")
-        _broadcast(op, a, p)
-        if a.dtype in INT_DTYPES and p.dtype in FLOAT_DTYPES:
-            raise MPTypeError(f"{op}: cannot add float {p} to integer ciphertext {a}; encrypt "
-                              "a float tensor instead")
+@add_p.def_type_rule
+@sub_p.def_type_rule
+def _additive_rule(sig: Signature) -> list[ValueType]:
+    op = sig.prim.name
+    a: Ciphertext = sig.a
+    b: Ciphertext | TensorType = sig.b
+    if isinstance(b, Ciphertext):
+        if b.key != a.key:
+            raise MPTypeError(f"{op}: the operands are under different key pairs ({a} and "
+                              f"{b}); both must be encrypted under one public key")
+        if b.scale != a.scale:
+            raise MPTypeError(f"{op}: the operands have different fixed-point scales ({a} "
+                              f"and {b}); multiply the one of lower scale by an integer "
+                              "to match, or decrypt and re-encrypt")
+        if b.dtype != a.dtype or b.shape != a.shape:
+            raise MPTypeError(f"{op}: the operands must have one dtype and shape, got {a} "
+                              f"and {b}")
         return [a]
+    _broadcast(op, a, b)
+    if a.dtype in INT_DTYPES and b.dtype in FLOAT_DTYPES:
+        raise MPTypeError(f"{op}: cannot add float {b} to integer ciphertext {a}; encrypt "
+                          "a float tensor instead")
+    return [a]
 
-    return rule
 
-
-add_p.def_type_rule(_additive_rule("phe.add"))
-sub_p.def_type_rule(_additive_rule("phe.sub"))
+add_p.def_local_flow(local_conservative)
+sub_p.def_local_flow(local_conservative)
 
 
 @mul_plain_p.def_type_rule
 def _mul_plain_rule(sig: Signature) -> list[ValueType]:
     op = "phe.mul_plain"
-    if len(sig.inputs) != 2:
-        raise MPTypeError(f"{op}: takes a ciphertext and a plaintext")
-    c = _ct(op, sig.inputs[0], "the first operand")
-    if isinstance(sig.inputs[1], Ciphertext):
+    c: Ciphertext = sig.c
+    x: Ciphertext | TensorType = sig.x
+    if isinstance(x, Ciphertext):
         raise MPTypeError(f"{op}: cannot multiply two ciphertexts (additive homomorphic "
                           "encryption multiplies by plaintexts only); multiply on a secret-sharing "
                           "device instead")
-    x = _plain(op, sig.inputs[1], "the plaintext")
     _broadcast(op, c, x)
-    return [_product(op, c, x, c.shape, sig.attrs["scale"])]
+    return [_product(op, c, x, c.shape, sig.scale)]
+
+
+mul_plain_p.def_local_flow(local_conservative)
 
 
 def _product(op: str, c: Ciphertext, x: TensorType, shape: tuple[int, ...],
              scale: int | None) -> Ciphertext:
-    _check_plain_scale(op, scale)
     factor = plain_scale(x, scale)
     dtype = c.dtype if c.dtype in FLOAT_DTYPES or factor == 1 else "float64"
     try:
@@ -363,70 +393,64 @@ def _product(op: str, c: Ciphertext, x: TensorType, shape: tuple[int, ...],
 @sum_p.def_type_rule
 def _sum_rule(sig: Signature) -> list[ValueType]:
     op = "phe.sum"
-    if len(sig.inputs) != 1:
-        raise MPTypeError(f"{op}: takes one ciphertext")
-    c = _ct(op, sig.inputs[0], "the value")
-    axis = sig.attrs["axis"]
+    c: Ciphertext = sig.c
+    axis: int | None = sig.axis
     if axis is None:
         return [Ciphertext(c.dtype, (), c.key, c.scale)]
     if len(c.shape) > 2:
         raise MPTypeError(f"{op}: sums along an axis take ciphertexts of at most 2 dimensions "
                           f"(got {c}); sum(c) adds every element")
-    if type(axis) is not int or not -len(c.shape) <= axis < len(c.shape):
+    if not -len(c.shape) <= axis < len(c.shape):
         raise MPTypeError(f"{op}: axis {axis!r} is out of range for {c}")
     axis %= len(c.shape)
     shape = tuple(d for i, d in enumerate(c.shape) if i != axis)
     return [Ciphertext(c.dtype, shape, c.key, c.scale)]
 
 
+sum_p.def_local_flow(local_conservative)
+
+
 @dot_p.def_type_rule
 def _dot_rule(sig: Signature) -> list[ValueType]:
     op = "phe.dot"
-    if len(sig.inputs) != 2:
-        raise MPTypeError(f"{op}: takes a ciphertext and a plaintext")
-    c = _ct(op, sig.inputs[0], "the first operand")
-    x = _plain(op, sig.inputs[1], "the second operand")
+    c: Ciphertext = sig.c
+    x: TensorType = sig.x
     if len(c.shape) not in (1, 2) or len(x.shape) not in (1, 2):
         raise MPTypeError(f"{op}: takes a ciphertext vector or matrix and a plaintext vector "
                           f"or matrix, got {c} and {x}")
     if c.shape[-1] != x.shape[0]:
         raise MPTypeError(f"{op}: inner dimensions differ: {c} and {x}")
     shape = c.shape[:-1] + x.shape[1:]
-    return [_product(op, c, x, shape, sig.attrs["scale"])]
+    return [_product(op, c, x, shape, sig.scale)]
+
+
+dot_p.def_local_flow(local_conservative)
 
 
 @bucket_sum_p.def_type_rule
 def _bucket_sum_rule(sig: Signature) -> list[ValueType]:
     op = "phe.bucket_sum"
-    if len(sig.inputs) not in (2, 3):
-        raise MPTypeError(f"{op}: takes a ciphertext, a bin-index matrix and optionally "
-                          "group ids")
-    c = _ct(op, sig.inputs[0], "the value")
+    c: Ciphertext = sig.c
+    bins: TensorType = sig.bins
+    groups: list[TensorType] = sig.groups
+    if len(groups) > 1:
+        raise MPTypeError(f"{op}: takes at most one group-id vector, got {len(groups)}")
     if len(c.shape) not in (1, 2):
         raise MPTypeError(f"{op}: sums the rows of a ciphertext vector (n) or matrix (n, k), "
                           f"got {c}")
     n = c.shape[0]
-    bins = sig.inputs[1]
-    if not isinstance(bins, TensorType) or bins.dtype not in _INDEX_DTYPES \
-            or len(bins.shape) != 2 or bins.shape[0] != n or bins.shape[1] < 1:
+    if len(bins.shape) != 2 or bins.shape[0] != n or bins.shape[1] < 1:
         raise MPTypeError(f"{op}: the bins must be an integer matrix of shape [{n}, features] "
                           f"(row i: the bin of each feature of row i of the ciphertext), got "
                           f"{bins}")
-    if len(sig.inputs) == 3:
-        groups = sig.inputs[2]
-        if not isinstance(groups, TensorType) or groups.dtype not in _INDEX_DTYPES \
-                or groups.shape != (n,):
-            raise MPTypeError(f"{op}: the group ids must be an integer vector of shape [{n}] "
-                              f"(-1: in no group), got {groups}")
-    n_bins, n_groups = sig.attrs["n_bins"], sig.attrs["n_groups"]
-    if type(n_bins) is not int or not 1 <= n_bins <= MAX_BUCKET_BINS:
-        raise MPTypeError(f"{op}: n_bins must be an int in [1, {MAX_BUCKET_BINS}], "
-                          f"got {n_bins!r}")
-    if type(n_groups) is not int or not 1 <= n_groups <= MAX_BUCKET_GROUPS:
-        raise MPTypeError(f"{op}: n_groups must be an int in [1, {MAX_BUCKET_GROUPS}], "
-                          f"got {n_groups!r}")
-    shape = (n_groups, bins.shape[1], n_bins, *c.shape[1:])
+    if groups and groups[0].shape != (n,):
+        raise MPTypeError(f"{op}: the group ids must be an integer vector of shape [{n}] "
+                          f"(-1: in no group), got {groups[0]}")
+    shape = (sig.n_groups, bins.shape[1], sig.n_bins, *c.shape[1:])
     return [Ciphertext(c.dtype, shape, c.key, c.scale)]
+
+
+bucket_sum_p.def_local_flow(local_conservative)
 
 
 # ---------------------------------------------------------------- the frontend

@@ -6,9 +6,6 @@ Each op is declared once here, with its type, flow and cost rules; kernels live 
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -17,20 +14,19 @@ import numpy as np
 from mplang.analysis.cost_model import CostModel, OpCost, local_cost, value_bytes
 from mplang.dialects import tensor
 from mplang.dialects.common import as_array, canonical_type
+from mplang.dialects.regions import holders, trace_body, unify_regions
 from mplang.edsl.attrs import Attr, NoneType
 from mplang.edsl.context import current_context
-from mplang.edsl.errors import MPLangError, MPTypeError
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.location import locate_error
 from mplang.edsl.object import OPERATORS, MPObject
 from mplang.edsl.primitive import SIMP, Operand, Primitive, Result, Signature
-from mplang.edsl.private import value_tensor_type
-from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
+from mplang.edsl.private import Commitment, value_tensor_type
+from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.sources import declared_type, looked_up_type
 from mplang.edsl.tracer import (
-    NeedsJaxTrace,
-    TracedFunction,
     Tracer,
     current_tracer,
     mp_leaves,
@@ -70,13 +66,14 @@ _MANY = [Result("outs", SIMP, variadic=True)]
 constant_p = Primitive(
     "simp.constant", kind="source", execution_model="multi_party", traits=_LOCAL,
     attrs={"parties": Attr(Mask, required=True, doc="the parties that hold the value"),
-           "value": Attr(np.ndarray, required=True, doc="the value (compile-time)")},
+           "value": Attr((np.ndarray, Commitment), required=True,
+                         doc="the value (compile-time; a commitment where it is private)")},
     results=_ONE, cost=local_cost,
     doc="A compile-time constant held by the given parties.")
 prank_p = Primitive(
     "simp.prank", kind="source", execution_model="multi_party", traits=_LOCAL,
     results=_ONE, cost=local_cost,
-    doc="Each party's own rank, as an int32 scalar held by every party.")
+    attrs={}, doc="Each party's own rank, as an int32 scalar held by every party.")
 load_p = Primitive(
     "simp.load", kind="source", execution_model="multi_party",
     traits=OpTraits(pure=False, communicates=False, runtimes=WORKER_AND_DRIVER),
@@ -106,11 +103,11 @@ shuffle_p = Primitive(
     "simp.shuffle", kind="communication", execution_model="multi_party",
     traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER),
     operands=[Operand("x", SIMP), Operand("index", SIMP)], results=_ONE, cost=_shuffle_cost,
-    doc="Each party holding an index receives the value of party `index`.")
+    attrs={}, doc="Each party holding an index receives the value of party `index`.")
 converge_p = Primitive(
     "simp.converge", kind="compute", execution_model="multi_party", traits=_LOCAL,
     operands=[Operand("xs", SIMP, variadic=True)], results=_ONE, cost=local_cost,
-    doc="Merge values held by disjoint sets of parties into one.")
+    attrs={}, doc="Merge values held by disjoint sets of parties into one.")
 uniform_cond_p = Primitive(
     "simp.uniform_cond", kind="control_flow", execution_model="multi_party",
     traits=OpTraits(pure=True, regions="branch", runtimes=WORKER_AND_DRIVER),
@@ -125,7 +122,7 @@ while_loop_p = Primitive(
     traits=OpTraits(pure=True, regions="loop", runtimes=WORKER_AND_DRIVER),
     operands=[Operand("state", SIMP, variadic=True)], results=_MANY, regions=["cond", "body"],
     cost=_region_cost,
-    doc="All parties iterate while a uniform predicate holds.")
+    attrs={}, doc="All parties iterate while a uniform predicate holds.")
 
 
 def _feop(prim: Primitive, example: str) -> Callable[[Any], Any]:
@@ -283,81 +280,6 @@ def _pcall_rule(sig: Signature) -> list[ValueType]:
     return outs
 
 
-def _constant_leaf(leaf: Any) -> Any:
-    """A concrete array or number a body returns, as a local constant."""
-    if isinstance(leaf, MPObject) or callable(leaf) or leaf is None \
-            or isinstance(leaf, str | bytes):
-        return leaf
-    return tensor.constant(leaf)
-
-
-_JAX_BODIES: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
-"""Bodies found to be JAX functions: later pcalls trace them with JAX directly."""
-
-
-def _known_jax(fn: Callable[..., Any]) -> bool:
-    module = getattr(fn, "__module__", None) or ""
-    if module == "jax" or module.startswith(("jax.", "jaxlib")):
-        return True
-    try:
-        return fn in _JAX_BODIES
-    except TypeError:  # not weakly referenceable
-        return False
-
-
-def _trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any],
-                parties: Mask | None = None) -> TracedFunction:
-    """Trace a pcall body.
-
-    JAX's own functions, and bodies found earlier to be JAX functions, are traced
-    once, by JAX, as ``tensor.run_jax(fn, *args)``. Other bodies run as MPLang
-    code (concrete arrays they return become local constants); if JAX rejects an
-    MPLang value on the way, the partial trace is dropped and the body is traced
-    by JAX instead, and remembered as a JAX function.
-    """
-    def as_jax() -> TracedFunction:
-        return trace_function(tracer.child(local=True, parties=parties),
-                              lambda *a: tensor.run_jax(fn, *a), args)
-
-    if _known_jax(fn):
-        return as_jax()
-
-    @functools.wraps(fn)
-    def body(*a: Any) -> Any:
-        return tree_map(_constant_leaf, fn(*a))
-
-    try:
-        return trace_function(tracer.child(local=True, parties=parties), body, args)
-    except MPLangError as e:
-        if not isinstance(e, NeedsJaxTrace):
-            raise
-        error: Exception = e
-    except Exception as e:  # JAX refused an MPLang value: a JAX function
-        error = e
-    try:
-        traced = as_jax()
-    except MPTypeError as jax_error:
-        name = getattr(fn, "__name__", "fn")
-        raise MPTypeError(
-            f"simp.pcall: body {name!r} could not be traced, neither as an MPLang function "
-            f"({type(error).__name__}: {error}) nor as a JAX function ({jax_error})"
-        ) from error
-    with contextlib.suppress(TypeError):
-        _JAX_BODIES.add(fn)
-    return traced
-
-
-def _holders(args: Sequence[Any]) -> Mask | None:
-    """The parties holding every MPLang value among ``args`` (None: not known statically)."""
-    held: Mask | None = None
-    for x in mp_leaves(args):
-        mask: Mask | None = getattr(x.mptype, "pmask", None)
-        if mask is None:
-            return None
-        held = mask if held is None else held & mask
-    return held
-
-
 @_feop(pcall_p, "y = simp.pcall((0,), jnp.square, x)")
 @function
 def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: Any) -> Any:
@@ -368,7 +290,7 @@ def pcall(parties: Iterable[int] | Mask | None, fn: Callable[..., Any], *args: A
     """
     tracer = current_tracer("simp.pcall")
     mask = None if parties is None else _to_mask("simp.pcall", parties)
-    traced = _trace_body(tracer, fn, args, mask if mask is not None else _holders(args))
+    traced = trace_body(tracer, fn, args, mask if mask is not None else holders(args))
     operands = mp_leaves(args) + traced.captured
     name = getattr(fn, "__name__", "fn")
     outs = pcall_p.bind(operands, {"parties": mask, "fn": name}, [traced.graph])
@@ -474,25 +396,6 @@ def converge(*xs: MPObject) -> MPObject:
 # ---------------------------------------------------------------- control flow
 
 
-def _unify_regions(tracer: Tracer, traced: list[TracedFunction], num_args: int
-                   ) -> tuple[list[Graph], list[MPObject]]:
-    """Give every region the same inputs: the explicit ones, then the union of captures."""
-    union: list[MPObject] = []
-    seen: set[int] = set()
-    for t in traced:
-        for obj in t.captured:
-            if id(obj) not in seen:
-                seen.add(id(obj))
-                union.append(obj)
-    graphs = []
-    for t in traced:
-        own = {id(o): v for o, v in zip(t.captured, t.graph.inputs[num_args:], strict=True)}
-        capture_inputs: list[Value] = [own.get(id(o)) or tracer.new_value(o.mptype) for o in union]
-        graphs.append(Graph(t.graph.inputs[:num_args] + capture_inputs,
-                            t.graph.operations, t.graph.outputs))
-    return graphs, union
-
-
 def _check_predicate(op: str, pred: ValueType, world_size: int) -> None:
     if not isinstance(pred, MPType):
         raise MPTypeError(f"{op}: the predicate must be a simp-level value, got {pred}")
@@ -549,7 +452,7 @@ def uniform_cond(pred: MPObject, then_fn: Callable[..., Any], else_fn: Callable[
         raise MPTypeError("simp.uniform_cond: branches return different structures: "
                           f"{traced[0].out_tree} vs {traced[1].out_tree}")
     arg_leaves = mp_leaves(args)
-    graphs, captured = _unify_regions(tracer, traced, len(arg_leaves))
+    graphs, captured = unify_regions(tracer, traced, len(arg_leaves))
     outs = uniform_cond_p.bind([pred, *arg_leaves, *captured],
                                {"verify_uniform": bool(verify_uniform)}, graphs)
     return tree_unflatten(traced[0].out_tree, outs)
@@ -591,7 +494,7 @@ def while_loop(cond_fn: Callable[[Any], Any], body_fn: Callable[[Any], Any], ini
     if body_t.out_tree != init_tree:
         raise MPTypeError("simp.while_loop: body_fn must return the same structure as the "
                           f"initial state; got {body_t.out_tree}, expected {init_tree}")
-    graphs, captured = _unify_regions(tracer, [cond_t, body_t], len(leaves))
+    graphs, captured = unify_regions(tracer, [cond_t, body_t], len(leaves))
     outs = while_loop_p.bind([*leaves, *captured], {}, graphs)
     return tree_unflatten(body_t.out_tree, outs)
 

@@ -2,18 +2,22 @@
 
 ``seal`` secret-shares a plaintext tensor held by one party among an SPU's
 members, ``run`` executes a JAX function compiled by libspu on those shares,
-and ``reveal`` reconstructs a result for one party. Every op carries the SPU's
+``reveal`` reconstructs a result for one party, and ``shares`` gives one member
+its share of a constant the driver secret-shared. Every op carries the SPU's
 configuration (members, protocol, field, fixed-point bits and, for SEMI2K, the
-Beaver source) as attributes, so a program is self-contained. The share type,
-the ops' type rules, traits and cost rules live here; kernels and the share
-codec in ``backends/spu_impl.py``, the device kind in ``device/spu.py``.
+Beaver source) as attributes, so a program is self-contained. ``run`` also
+carries the StableHLO its executable was compiled from: the flow rule and the
+round estimate read it, and workers check that it compiles to the executable.
+The share type, the ops' declarations, type, flow and cost rules live here;
+kernels, the share codec and the payload check in ``backends/spu_impl.py``, the
+device kind in ``device/spu.py``.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,17 +26,22 @@ import numpy as np
 import spu as spu_api
 import spu.libspu as libspu
 import spu.utils.frontend as spu_frontend
+from jax.extend.mlir import hlo_to_stablehlo
+from jax.extend.mlir import ir as _ir
+from jax.interpreters.mlir import make_ir_context
 
 from mplang.dialects.common import trace_failure
+from mplang.dialects.simp import converge_p
+from mplang.edsl.attrs import Attr, NoneType
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.graph import Operation
 from mplang.edsl.object import MPObject
-from mplang.edsl.primitive import Primitive, Signature
-from mplang.policy.flows import Analysis, PartyLabels, everywhere
-from mplang.policy.tensor_flows import through
-from mplang.analysis.spu_rounds import executable_code
+from mplang.edsl.primitive import Operand, Primitive, Result, Signature, held
+from mplang.edsl.private import Commitment
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
+from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import (
     DTYPES,
     BaseType,
@@ -46,10 +55,11 @@ from mplang.edsl.typing import (
     register_type,
 )
 from mplang.frontend.cache import CompileCache
-from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import feop
-from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
+from mplang.policy.flows import Analysis, PartyLabels, conservative, everywhere
+from mplang.policy.tensor_flows import labels_through
 
+ir: Any = _ir  # the MLIR bindings ship no type stubs
 SHARE_SCHEME = "spu"
 SUPPORTED_DTYPES = DTYPES - {"bfloat16", "complex64", "complex128"}
 """Dtypes libspu can secret-share."""
@@ -91,12 +101,17 @@ def _message_cost(op: Operation, model: Any) -> Any:
     return OpCost(model.message_s(sum(value_bytes(v.type, model) for v in shares)), 1)
 
 
+def stablehlo_text(op: Operation) -> str:
+    """The StableHLO of an ``spu.run`` as text (bytes that are no UTF-8 replaced: such text
+    does not parse)."""
+    return bytes(op.attrs["stablehlo"]).decode(errors="replace")
+
+
 def run_rounds(op: Operation, model: Any) -> int:
     """Estimated protocol rounds of an ``spu.run`` (see `mplang.analysis.spu_rounds`)."""
     from mplang.analysis.spu_rounds import estimate_spu_rounds
 
-    return estimate_spu_rounds(bytes(op.attrs["executable"]), str(op.attrs.get("field", "FM64")),
-                               model.loop_iterations)
+    return estimate_spu_rounds(stablehlo_text(op), op.attrs["field"], model.loop_iterations)
 
 
 def _run_cost(op: Operation, model: Any) -> Any:
@@ -108,15 +123,70 @@ def _run_cost(op: Operation, model: Any) -> Any:
     return OpCost(local_cost(op, model).seconds + rounds * model.message_s(largest), rounds)
 
 
-seal_p = Primitive("spu.seal", kind="communication", execution_model="multi_party",
-                   traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER), cost=_message_cost,
-                   doc="Secret-share one party's tensor among the SPU's members.")
-run_p = Primitive("spu.run", kind="compute", execution_model="multi_party",
-                  traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER), cost=_run_cost,
-                  doc="Run a libspu executable on secret shares held by the SPU's members.")
-reveal_p = Primitive("spu.reveal", kind="communication", execution_model="multi_party",
-                     traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER), cost=_message_cost,
-                     doc="Reconstruct secret shares for one party only.")
+def _shares_cost(op: Operation, model: Any) -> Any:
+    """Local: the share arrives inside the program."""
+    from mplang.analysis.cost_model import local_cost
+
+    return local_cost(op, model)
+
+
+PROTOCOLS = {"SEMI2K": None, "ABY3": 3, "CHEETAH": 2}
+"""Protocol name -> the exact number of members it needs (None: two or more)."""
+FIELDS = ("FM32", "FM64", "FM128")
+"""libspu's rings."""
+BEAVERS = ("TrustedFirstParty", "TrustedThirdParty")
+"""SEMI2K's Beaver sources in this libspu (its MultiParty source is refused by libspu
+0.10's SEMI2K: "unsupported beaver type")."""
+CONFIG_ATTRS = {
+    "device": Attr(str, required=True, doc="the SPU device's name"),
+    "members": Attr(tuple, required=True, doc="the member ranks, in device order"),
+    "protocol": Attr(str, required=True, choices=tuple(PROTOCOLS), doc="libspu's protocol"),
+    "field": Attr(str, required=True, choices=FIELDS, doc="libspu's ring"),
+    "fxp_fraction_bits": Attr(int, default=0, min=0, max=63,
+                              doc="fixed-point fraction bits (0: libspu's default)"),
+    "beaver": Attr(str, default="", choices=("", *BEAVERS),
+                   doc="SEMI2K's Beaver source (empty for other protocols)"),
+    "ttp": Attr((dict, NoneType), default=None,
+                doc="libspu TTPBeaverConfig fields for beaver TrustedThirdParty"),
+}
+"""The attributes every ``spu`` op carries: its SPU's configuration (`SpuConfig.attrs`)."""
+SHARE = held(SecretShareType, name="mp<share>")
+PLAIN = held(TensorType, name="mp<tensor>")
+_TRAITS = OpTraits(pure=True, runtimes=WORKER_AND_DRIVER)
+
+seal_p = Primitive(
+    "spu.seal", kind="communication", execution_model="multi_party", traits=_TRAITS,
+    operands=[Operand("x", PLAIN, doc="the plaintext, held by one party")],
+    attrs=CONFIG_ATTRS, results=[Result("share", SHARE)], targets=("SPU",),
+    cost=_message_cost, doc="Secret-share one party's tensor among the SPU's members.")
+run_p = Primitive(
+    "spu.run", kind="compute", execution_model="multi_party", traits=_TRAITS,
+    operands=[Operand("args", SHARE, variadic=True)],
+    attrs={**CONFIG_ATTRS,
+           "fn": Attr(str, default="fn", doc="the function's name, for readers"),
+           "executable": Attr(bytes, required=True, doc="the serialized libspu Executable"),
+           "stablehlo": Attr(bytes, required=True,
+                             doc="the StableHLO text (UTF-8) the executable compiles from"),
+           "in_types": Attr(tuple, required=True, doc="the plaintext types of the inputs"),
+           "out_types": Attr(tuple, required=True, doc="the plaintext types of the results")},
+    results=[Result("outs", SHARE, variadic=True)], targets=("SPU",), cost=_run_cost,
+    doc="Run a libspu executable on secret shares held by the SPU's members.")
+reveal_p = Primitive(
+    "spu.reveal", kind="communication", execution_model="multi_party", traits=_TRAITS,
+    operands=[Operand("x", SHARE)],
+    attrs={**CONFIG_ATTRS, "to": Attr(int, required=True, min=0, doc="the receiving rank")},
+    results=[Result("y", PLAIN)], targets=("SPU",), cost=_message_cost,
+    doc="Reconstruct secret shares for one party only.")
+shares_p = Primitive(
+    "spu.shares", kind="source", execution_model="multi_party", traits=_TRAITS,
+    operands=[],
+    attrs={**CONFIG_ATTRS,
+           "plaintext": Attr(TensorType, required=True, doc="the secret's type"),
+           "member": Attr(int, required=True, min=0, doc="the rank receiving this share"),
+           "share": Attr((tuple, Commitment), required=True,
+                         doc="libspu's share (meta, then chunks), private to the member")},
+    results=[Result("share", SHARE)], targets=("SPU",), cost=_shares_cost,
+    doc="One member's share of a driver constant the driver secret-shared.")
 
 
 DEFAULT_PROTOCOLS = {2: "CHEETAH", 3: "ABY3"}
@@ -170,33 +240,32 @@ class SpuConfig:
                          if config.get("ttp") else ())
 
     def attrs(self) -> dict[str, Any]:
-        """The config as op attributes (what `from_attrs` reads back)."""
-        attrs = {"device": self.device, "members": self.members, "protocol": self.protocol,
-                 "field": self.field, "fxp_fraction_bits": self.fxp_fraction_bits}
-        if self.beaver:
-            attrs["beaver"] = self.beaver
-        if self.ttp:
-            attrs["ttp"] = dict(self.ttp)
-        return attrs
+        """The config as op attributes (`CONFIG_ATTRS`; what `from_attrs` reads back)."""
+        return {"device": self.device, "members": self.members, "protocol": self.protocol,
+                "field": self.field, "fxp_fraction_bits": self.fxp_fraction_bits,
+                "beaver": self.beaver, "ttp": dict(self.ttp) if self.ttp else None}
 
     @staticmethod
     def from_attrs(attrs: Any) -> SpuConfig:
         """The config stored in an op's attributes by `attrs`."""
         return SpuConfig(attrs["device"], tuple(attrs["members"]), attrs["protocol"],
-                         attrs["field"], attrs["fxp_fraction_bits"], attrs.get("beaver", ""),
-                         tuple(sorted(dict(attrs.get("ttp") or {}).items())))
+                         attrs["field"], attrs["fxp_fraction_bits"], attrs["beaver"],
+                         tuple(sorted((attrs["ttp"] or {}).items())))
 
     @property
     def mask(self) -> Mask:
         """The member ranks as a party mask."""
         return Mask.of(self.members)
 
-    def share_type(self, plaintext: TensorType) -> MPType:
-        """The type of ``plaintext`` secret-shared among this device's members."""
-        return MPType(SecretShareType(SHARE_SCHEME, plaintext), self.mask)
+    def share_type(self, plaintext: TensorType, holders: Mask | None = None) -> MPType:
+        """The type of ``plaintext`` secret-shared among this device's members (held by
+        ``holders``, default all members)."""
+        return MPType(SecretShareType(SHARE_SCHEME, plaintext),
+                      self.mask if holders is None else holders)
 
 
 def _share(op: str, config: SpuConfig, t: ValueType, i: int) -> TensorType:
+    """The plaintext type of input ``i``, a share among ``config``'s members."""
     if not (isinstance(t, MPType) and isinstance(t.base, SecretShareType)):
         raise MPTypeError(f"{op} on {config.device}: input {i} must be a secret share, got {t}")
     if t.pmask != config.mask:
@@ -205,20 +274,27 @@ def _share(op: str, config: SpuConfig, t: ValueType, i: int) -> TensorType:
     return t.base.plaintext_type
 
 
+def _check_device(where: str, config: SpuConfig, dtype: str, world_size: int) -> None:
+    """Refuse a dtype libspu cannot hold and members outside the world."""
+    if dtype not in SUPPORTED_DTYPES:
+        raise MPTypeError(f"{where}: SPU cannot hold dtype {dtype}; supported: "
+                          f"{', '.join(sorted(SUPPORTED_DTYPES))}")
+    if not config.mask.issubset(Mask.all(world_size)):
+        raise MPTypeError(f"{where}: members {config.members} are outside the world")
+
+
+# ---------------------------------------------------------------- seal / reveal / shares
+
+
 @seal_p.def_type_rule
 def _seal_rule(sig: Signature) -> list[ValueType]:
     config = SpuConfig.from_attrs(sig.attrs)
-    (x,) = sig.inputs
+    x: MPType = sig.x
     where = f"spu.seal into {config.device}"
-    if not (isinstance(x, MPType) and isinstance(x.base, TensorType)):
-        raise MPTypeError(f"{where}: expected a plaintext tensor, got {x}")
     if x.pmask is None or len(x.pmask) != 1:
         raise MPTypeError(f"{where}: the value ({x}) must be held by exactly one party")
-    if x.base.dtype not in SUPPORTED_DTYPES:
-        raise MPTypeError(f"{where}: SPU cannot hold dtype {x.base.dtype} ({x}); supported: "
-                          f"{', '.join(sorted(SUPPORTED_DTYPES))}")
-    if not config.mask.issubset(Mask.all(sig.world_size)):
-        raise MPTypeError(f"{where}: members {config.members} are outside the world")
+    assert isinstance(x.base, TensorType)
+    _check_device(where, config, x.base.dtype, sig.world_size)
     return [config.share_type(x.base)]
 
 
@@ -232,11 +308,11 @@ def seal(x: MPObject, config: SpuConfig) -> MPObject:
 @reveal_p.def_type_rule
 def _reveal_rule(sig: Signature) -> list[ValueType]:
     config = SpuConfig.from_attrs(sig.attrs)
-    plaintext = _share("spu.reveal", config, sig.inputs[0], 0)
-    to: int = sig.attrs["to"]
-    if not 0 <= to < sig.world_size:
-        raise MPTypeError(f"spu.reveal from {config.device}: party {to} is outside the world")
-    return [MPType(plaintext, Mask.of([to]))]
+    plaintext = _share("spu.reveal", config, sig.x, 0)
+    if sig.to >= sig.world_size:
+        raise MPTypeError(f"spu.reveal from {config.device}: party {sig.to} is outside the "
+                          "world")
+    return [MPType(plaintext, Mask.of([sig.to]))]
 
 
 @feop(reveal_p, example="y = spu.reveal(s, config, to=0)")
@@ -246,73 +322,65 @@ def reveal(x: MPObject, config: SpuConfig, to: int) -> MPObject:
     return reveal_p.bind([x], {**config.attrs(), "to": int(to)})[0]
 
 
-shares_p = Primitive("spu.shares", kind="source", execution_model="multi_party",
-                     traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER),
-                     doc="A driver constant the driver secret-shared: each member receives "
-                         "only its own share.")
-
-
-def share_attr(i: int) -> str:
-    """The attribute of ``spu.shares`` holding member ``i``'s share (libspu meta, chunks)."""
-    return f"share{i}"
-
-
 @shares_p.def_type_rule
 def _shares_rule(sig: Signature) -> list[ValueType]:
     config = SpuConfig.from_attrs(sig.attrs)
     where = f"spu.shares on {config.device}"
-    plaintext = sig.attrs["plaintext"]
-    if sig.inputs or not isinstance(plaintext, TensorType):
-        raise MPTypeError(f"{where}: takes no inputs and a plaintext tensor type")
-    if plaintext.dtype not in SUPPORTED_DTYPES:
-        raise MPTypeError(f"{where}: SPU cannot hold dtype {plaintext.dtype}")
-    if not config.mask.issubset(Mask.all(sig.world_size)):
-        raise MPTypeError(f"{where}: members {config.members} are outside the world")
-    missing = [share_attr(i) for i in range(len(config.members)) if share_attr(i) not in sig.attrs]
-    if missing:
-        raise MPTypeError(f"{where}: missing {', '.join(missing)}")
-    return [config.share_type(plaintext)]
+    _check_device(where, config, sig.plaintext.dtype, sig.world_size)
+    if sig.member not in config.members:
+        raise MPTypeError(f"{where}: party {sig.member} is not one of its members "
+                          f"{config.members}")
+    return [config.share_type(sig.plaintext, Mask.of([sig.member]))]
 
 
 @shares_p.def_private
 def _shares_private(op: Operation) -> dict[str, Mask | None]:
-    """Each member's share is private to that member."""
-    members = SpuConfig.from_attrs(op.attrs).members
-    return {share_attr(i): Mask.of([m]) for i, m in enumerate(members)}
+    """The share is private to its member."""
+    return {"share": Mask.of([op.attrs["member"]])}
 
 
-@feop(shares_p, example="s = spu.share_constant(np.arange(3, dtype=np.int32), config)")
+shares_p.def_flow(conservative)
+
+
+@feop(shares_p, converge_p,
+      example="s = spu.share_constant(np.arange(3, dtype=np.int32), config)")
 def share_constant(value: np.ndarray, config: SpuConfig) -> MPObject:
     """``value``, a driver constant, secret-shared now (by the driver) among ``config``'s
-    members: each member's share is private to it, so no member receives the plaintext."""
+    members: one ``spu.shares`` per member, private to it (no member receives the
+    plaintext), merged by ``simp.converge``."""
     shares = io_for(config).make_shares(value, libspu.Visibility.VIS_SECRET)
     attrs = {**config.attrs(), "plaintext": TensorType.of(value.dtype, value.shape)}
-    for i, share in enumerate(shares):
-        attrs[share_attr(i)] = (bytes(share.meta), *(bytes(c) for c in share.share_chunks))
-    return shares_p.bind([], attrs)[0]
+    parts = [shares_p.bind([], {**attrs, "member": member, "share": (
+        bytes(share.meta), *(bytes(c) for c in share.share_chunks))})[0]
+        for member, share in zip(config.members, shares, strict=True)]
+    return converge_p.bind(parts)[0]
+
+
+# ---------------------------------------------------------------- run
 
 
 @run_p.def_type_rule
 def _run_rule(sig: Signature) -> list[ValueType]:
     config = SpuConfig.from_attrs(sig.attrs)
-    op = f"spu.run[{sig.attrs['fn']}]"
-    ins = [_share(op, config, t, i) for i, t in enumerate(sig.inputs)]
-    expected = list(sig.attrs["in_types"])
-    if ins != expected:
+    op = f"spu.run[{sig.fn}]"
+    ins = [_share(op, config, t, i) for i, t in enumerate(sig.args)]
+    if ins != list(sig.in_types):
         raise MPTypeError(f"{op} on {config.device}: inputs are ({', '.join(map(str, ins))}) "
-                          f"but the executable expects ({', '.join(map(str, expected))})")
-    return [config.share_type(t) for t in sig.attrs["out_types"]]
+                          f"but the executable expects ({', '.join(map(str, sig.in_types))})")
+    return [config.share_type(t) for t in sig.out_types]
 
 
 @dataclass(frozen=True)
 class _Compiled:
+    stablehlo: bytes
     executable: bytes
     out_types: tuple[TensorType, ...]
     out_tree: Any  # jax PyTreeDef of the function's result
 
 
 _COMPILED: CompileCache[_Compiled] = CompileCache(
-    "spu.run", 1024, same=lambda a, b: a.executable == b.executable)
+    "spu.run", 1024,
+    same=lambda a, b: (a.stablehlo, a.executable) == (b.stablehlo, b.executable))
 """(fn, arg tree, static leaves, input types) -> `_Compiled`; reused functions compile once."""
 _DYNAMIC = object()
 
@@ -325,7 +393,35 @@ def output_name(i: int) -> str:
     return f"out{i}"
 
 
-def _compile(fn: Callable[..., Any], label: str, tree: Any, spec: tuple[Any, ...],
+def lower(fn: Callable[..., Any], avals: list[Any]) -> tuple[str, Any]:
+    """``fn`` on ``avals`` as StableHLO text (lowered as libspu's JAX frontend lowers it,
+    with its patch of JAX's float sort, then through XLA's HLO, which legalizes the ops
+    libspu cannot parse) and its output avals."""
+    with spu_frontend._jax_lock:
+        patches = spu_frontend._patch_jax()
+        try:
+            hlo, out_avals = spu_frontend._jax_compilation(fn, (), None, avals, {})
+        finally:
+            spu_frontend._restore_jax_patch(patches)
+    with make_ir_context():
+        return str(ir.Module.parse(hlo_to_stablehlo(hlo))), out_avals
+
+
+def executable_of(stablehlo: str, inputs: int, outputs: int, name: str) -> bytes:
+    """The serialized libspu executable that StableHLO ``stablehlo`` compiles to, with
+    ``inputs`` secret inputs and ``outputs`` results (named by `input_name`,
+    `output_name`)."""
+    source = libspu.CompilationSource(libspu.SourceIRType.STABLEHLO, stablehlo.encode(),
+                                      [libspu.Visibility.VIS_SECRET] * inputs)
+    code = spu_api.compile(source, libspu.CompilerOptions())
+    executable = libspu.Executable(name=name, code=code,
+                                   input_names=[input_name(i) for i in range(inputs)],
+                                   output_names=[output_name(i) for i in range(outputs)])
+    data: bytes = executable.SerializeToString()
+    return data
+
+
+def _compile(fn: Callable[..., Any], name: str, label: str, tree: Any, spec: tuple[Any, ...],
              in_types: tuple[TensorType, ...]) -> _Compiled:
     def flat(*arrays: Any) -> Any:
         it = iter(arrays)
@@ -334,21 +430,21 @@ def _compile(fn: Callable[..., Any], label: str, tree: Any, spec: tuple[Any, ...
         return fn(*args, **kwargs)
 
     avals = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in in_types]
-    secret = libspu.Visibility.VIS_SECRET
     try:
-        executable, out_avals = spu_frontend.compile(
-            spu_frontend.Kind.JAX, flat, avals, {}, [input_name(i) for i in range(len(avals))],
-            [secret] * len(avals), lambda outs: [output_name(i) for i in range(len(outs))])
+        stablehlo, out_avals = lower(flat, avals)
+        leaves, out_tree = jax.tree_util.tree_flatten(out_avals)
+        executable = executable_of(stablehlo, len(avals), len(leaves), name)
     except Exception as e:
         types = ", ".join(map(str, in_types))
         raise MPTypeError(f"{label}: could not compile the function for SPU on ({types}): "
                           f"{trace_failure(e)}") from None
-    leaves, out_tree = jax.tree_util.tree_flatten(out_avals)
     out_types = tuple(TensorType.of(a.dtype, a.shape) for a in leaves)
-    return _Compiled(executable.SerializeToString(), out_types, out_tree)
+    return _Compiled(stablehlo.encode(), executable, out_types, out_tree)
 
 
-@feop(run_p, op_kind="compiler", capabilities={"caching": {"scope": "process", "key_strategy": "signature"}}, example="z = spu.run(lambda a, b: a < b, config, x, y)", dialects=["pphlo"])
+@feop(run_p, op_kind="compiler", dialects=["spu", "stablehlo"],
+      capabilities={"caching": {"scope": "process", "key_strategy": "signature"}},
+      example="z = spu.run(lambda a, b: a < b, config, x, y)")
 def run(fn: Callable[..., Any], config: SpuConfig, *args: Any, label: str | None = None,
         **kwargs: Any) -> Any:
     """Run JAX function ``fn`` on secret shares; returns ``fn``'s output pytree of shares.
@@ -370,9 +466,10 @@ def run(fn: Callable[..., Any], config: SpuConfig, *args: Any, label: str | None
     in_types = tuple(_share(label, config, x.mptype, i) for i, x in enumerate(inputs))
     key = (fn, tree, tuple(spec), tuple(type(s) for s in spec), in_types)
     entry = _COMPILED.get_or_compile(
-        key, lambda: _compile(fn, label, tree, tuple(spec), in_types), label)
+        key, lambda: _compile(fn, name, label, tree, tuple(spec), in_types), label)
     attrs = {**config.attrs(), "fn": name, "executable": entry.executable,
-             "in_types": in_types, "out_types": entry.out_types}
+             "stablehlo": entry.stablehlo, "in_types": in_types,
+             "out_types": entry.out_types}
     outs = run_p.bind(inputs, attrs)
     return entry.out_tree.unflatten(outs)
 
@@ -422,11 +519,12 @@ def reconstruct(config: SpuConfig, shares: list[Any], plaintext: TensorType) -> 
     value = io_for(config).reconstruct(shares)
     return np.asarray(value).astype(numpy_dtype(plaintext.dtype), copy=False)
 
+
 # ---------------------------------------------------------------- flow rules
 # Sealing sends secret shares (not plaintext), so the label follows the shares to
-# every member unchecked; ``spu.run`` carries labels through the pphlo of its
-# executable; ``spu.reveal`` is a declassification to the receiving party, which
-# the data owner's policy must allow.
+# every member unchecked; ``spu.run`` carries labels through the StableHLO its
+# executable compiles from; ``spu.reveal`` is a declassification to the receiving
+# party, which the data owner's policy must allow.
 
 
 def _device_use(a: Analysis, op: Operation, sealed_from: int | None = None) -> None:
@@ -446,19 +544,21 @@ def _seal_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
 
 @run_p.def_flow
 def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """Labels through the StableHLO of the executable, to every member."""
     _device_use(a, op)
-    outs = through(executable_code, op.attrs["executable"], [everywhere(v) for v in ins],
-                    len(op.outputs))
+    outs = labels_through(stablehlo_text(op), [everywhere(v) for v in ins], len(op.outputs))
     members = op.attrs["members"]
     return [{} if lab is None else dict.fromkeys(members, lab) for lab in outs]
 
 
 @reveal_p.def_flow
 def _reveal_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """A declassification to the receiving party."""
     _device_use(a, op)
     to: int = op.attrs["to"]
     label = everywhere(ins[0])
     a.send(op, to, label, f"the value revealed from {op.attrs['device']}")
     return [{} if label is None else {to: label}]
+
 
 __all__ = ["SecretShareType", "SpuConfig", "reveal", "run", "seal"]

@@ -15,9 +15,13 @@ while tracing (constants, `from_tensor`); tables read from files or made by SQL
 have a row count known at run time only. A table's value is a ``pyarrow.Table``
 whose schema is exactly its type's. ``table.sql`` computes its result's type
 while tracing, with DuckDB binding the query against empty tables of the input
-types in a locked-down in-memory database (`sql_connection`); the parties run the
-query in the same kind of database, which sees only the tables passed in. The
-type map and what the lockdown refuses: ``docs/tables.md``.
+types in a locked-down in-memory database (`mplang.dialects.table_sql`); the
+parties run the query in the same kind of database, which sees only the tables
+passed in. The type map and what the lockdown refuses: ``docs/tables.md``.
+
+This module declares the types, primitives and their rules, and the frontend ops;
+Arrow values are in `mplang.dialects.table_arrow`, the kernels and files in
+`mplang.backends.table_impl`, the wire codec in `mplang.backends.table_wire`.
 """
 
 from __future__ import annotations
@@ -25,19 +29,22 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from mplang.util.lru import LRUCache
+from mplang.analysis.cost_model import local_cost
 from mplang.dialects.common import canonical_type
+from mplang.edsl.attrs import Attr
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.graph import Operation
 from mplang.edsl.object import MPObject
-from mplang.edsl.primitive import Primitive
+from mplang.edsl.primitive import Operand, Primitive, Result, Signature, of_type
 from mplang.edsl.private import Commitment
 from mplang.edsl.sources import InputDescriber, looked_up_type
 from mplang.edsl.tracer import current_tracer
+from mplang.edsl.traits import LOCAL_EFFECT, LOCAL_PURE
 from mplang.edsl.typing import (
     BaseType,
     Mask,
@@ -47,13 +54,9 @@ from mplang.edsl.typing import (
     ValueType,
     register_type,
 )
-from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import feop
-from mplang.edsl.traits import LOCAL_PURE, OpTraits
-
-if TYPE_CHECKING:
-    import duckdb
-    import pyarrow as pa
+from mplang.policy.flows import Analysis, local_conservative
+from mplang.policy.labels import Label, source
 
 _SHORT = {"bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
           "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
@@ -71,6 +74,8 @@ MAX_NAME = 256
 MAX_ROWS = (1 << 40) - 1
 MAX_QUERY = 1 << 20
 """The longest SQL query (characters)."""
+MAX_PATH = 4096
+"""The longest file path (characters)."""
 MAX_TABLE_BYTES = 2 << 30
 """The most bytes a table may take on the wire (the default largest request body): the
 bound of a table whose size the type cannot tell (unknown rows, string columns)."""
@@ -201,236 +206,58 @@ def table_type(op: str, t: ValueType, what: str = "the input") -> TableType:
     return t
 
 
-# ---------------------------------------------------------------- Arrow
-
-
-def arrow_type(dtype: str) -> pa.DataType:
-    """The Arrow type of column dtype ``dtype``."""
-    import pyarrow as pa
-
-    return pa.string() if dtype == "string" else pa.from_numpy_dtype(np.dtype(dtype))
-
-
-def arrow_schema(t: TableType) -> pa.Schema:
-    """The exact Arrow schema of a table of type ``t``."""
-    import pyarrow as pa
-
-    return pa.schema([pa.field(name, arrow_type(dtype)) for name, dtype in t.columns])
-
-
-def column_dtype(t: pa.DataType) -> str | None:
-    """The column dtype of Arrow type ``t`` (string-like types are ``"string"``); None
-    when a table column cannot have it."""
-    import pyarrow as pa
-
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_integer(t) or pa.types.is_float32(t) or pa.types.is_float64(t):
-        return str(np.dtype(t.to_pandas_dtype()).name)
-    return None
-
-
-def normalized(table: pa.Table) -> pa.Table:
-    """``table`` with string-like columns as ``pa.string()`` and no schema metadata."""
-    import pyarrow as pa
-
-    schema = pa.schema([pa.field(f.name, pa.string() if column_dtype(f.type) == "string"
-                                 else f.type) for f in table.schema])
-    if table.schema.equals(schema, check_metadata=True):
-        return table
-    return table.cast(schema)
-
-
-def type_of_table(op: str, table: pa.Table) -> TableType:
-    """The type of Arrow table ``table`` (its row count known); `MPTypeError` naming the
-    first column of a type a table cannot have."""
-    cols = []
-    for f in table.schema:
-        dtype = column_dtype(f.type)
-        if dtype is None:
-            raise MPTypeError(f"{op}: column {f.name!r} has Arrow type {f.type}, which a table "
-                              f"cannot hold; use one of {', '.join(TABLE_DTYPES)}")
-        cols.append((f.name, dtype))
-    try:
-        return TableType(tuple(cols), table.num_rows)
-    except MPTypeError as e:
-        raise MPTypeError(f"{op}: {e}") from None
-
-
-def ipc_bytes(table: pa.Table) -> bytes:
-    """``table`` in the Arrow IPC stream format (uncompressed)."""
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-# ---------------------------------------------------------------- DuckDB
-
-SQL_CONFIG: dict[str, Any] = {
-    "enable_external_access": False,
-    "autoload_known_extensions": False,
-    "autoinstall_known_extensions": False,
-    "allow_community_extensions": False,
-    "allow_unsigned_extensions": False,
-    "allow_persistent_secrets": False,
-    "python_enable_replacements": False,
-    "enable_external_file_cache": False,
-    "temp_directory": "",
-    "memory_limit": "4GB",
-    "lock_configuration": True,
-}
-"""The configuration of every DuckDB database of this dialect: no files, network,
-extensions, secrets or temporary files; no Python variables as tables (replacement
-scans); a memory limit; and the configuration locked (``SET`` is refused)."""
-
-DUCKDB_DTYPES = {
-    "BOOLEAN": "bool", "TINYINT": "int8", "SMALLINT": "int16", "INTEGER": "int32",
-    "BIGINT": "int64", "UTINYINT": "uint8", "USMALLINT": "uint16", "UINTEGER": "uint32",
-    "UBIGINT": "uint64", "FLOAT": "float32", "DOUBLE": "float64", "VARCHAR": "string",
-}
-"""DuckDB result types -> column dtypes (``REAL`` is DuckDB's ``FLOAT``); any other type
-of a result column is refused while tracing, with the CAST that fixes it."""
-
-_CAST_HINTS = {
-    "hugeint": ("SUM of integers", "CAST(SUM(...) AS BIGINT)"),
-    "uhugeint": ("SUM of unsigned integers", "CAST(SUM(...) AS UBIGINT)"),
-    "decimal": ("a decimal literal such as 1.5, or SUM/AVG of decimals",
-                "CAST(... AS DOUBLE)"),
-    "date": ("a date", "CAST(... AS VARCHAR)"),
-    "time": ("a time of day", "CAST(... AS VARCHAR)"),
-    "timestamp": ("a timestamp", "CAST(... AS VARCHAR)"),
-    "timestamp with time zone": ("a timestamp", "CAST(... AS VARCHAR)"),
-    "interval": ("an interval", "CAST(... AS VARCHAR)"),
-    "null": ("an untyped NULL", "CAST(NULL AS BIGINT)"),
-}
-"""DuckDB type id -> (what usually makes it, the CAST that fixes it)."""
-
-
-def sql_connection() -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB database, locked down by `SQL_CONFIG`."""
-    import duckdb
-
-    return duckdb.connect(":memory:", config=SQL_CONFIG)
-
-
-def query_problem(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
-    """Why ``query`` may not run (None: it is one SELECT statement)."""
-    import duckdb
-
-    try:
-        statements = con.extract_statements(query)
-    except duckdb.Error as e:
-        return first_line(e)
-    if len(statements) != 1:
-        return f"expected one SELECT statement, got {len(statements)} statements"
-    kind = statements[0].type.name
-    if kind != "SELECT":
-        return f"only SELECT statements run, not {kind}"
-    return None
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of ``e``'s message (DuckDB adds the query and a caret below)."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def short_query(query: str) -> str:
-    return repr(query if len(query) <= 200 else query[:200] + "...")
-
-
-def _result_dtype(query: str, name: str, duck_type: Any) -> str:
-    dtype = DUCKDB_DTYPES.get(str(duck_type))
-    if dtype is not None:
-        return dtype
-    hint = _CAST_HINTS.get(str(getattr(duck_type, "id", "")))
-    fix = f" ({hint[0]}); {hint[1]} AS {name}" if hint is not None else \
-        f", which no table column holds; CAST it to one of {', '.join(DUCKDB_DTYPES)}"
-    raise MPTypeError(f"table.sql: column {name!r} is {duck_type}{fix} (query "
-                      f"{short_query(query)})")
-
-
-_SQL_TYPES = LRUCache(1024)
-"""(query, input names and types) -> the result's `TableType`."""
-
-
-def sql_result_type(query: str, inputs: Mapping[str, TableType]) -> TableType:
-    """The type of ``query``'s result on tables of types ``inputs`` (by name), as DuckDB
-    binds it in a locked-down database of empty tables; `MPTypeError` naming the query
-    if it does not bind or a result column has no table dtype (`DUCKDB_DTYPES`)."""
-    import duckdb
-    import pyarrow as pa
-
-    key = (query, tuple((name, t.columns) for name, t in inputs.items()))
-    found: TableType | None = _SQL_TYPES.lookup(key)
-    if found is not None:
-        return found
-    con = sql_connection()
-    try:
-        problem = query_problem(con, query)
-        if problem is not None:
-            raise MPTypeError(f"table.sql: {problem} (query {short_query(query)})")
-        for name, t in inputs.items():
-            con.register(name, pa.Table.from_batches([], schema=arrow_schema(t)))
-        try:
-            rel = con.sql(query)
-            columns, types = rel.columns, rel.types
-        except duckdb.Error as e:
-            raise MPTypeError(f"table.sql: {first_line(e)} (query {short_query(query)})"
-                              ) from None
-    finally:
-        con.close()
-    if len(set(columns)) != len(columns):
-        dup = next(c for c in columns if columns.count(c) > 1)
-        raise MPTypeError(f"table.sql: the result has two columns named {dup!r}; name them "
-                          f"apart with AS (query {short_query(query)})")
-    result = TableType(tuple((name, _result_dtype(query, name, t))
-                             for name, t in zip(columns, types, strict=True)))
-    _SQL_TYPES.store(key, result)
-    return result
-
-
 # ---------------------------------------------------------------- primitives
 
-_LOCAL_IO = OpTraits(pure=False, communicates=False)
+TABLE = of_type(TableType, name="a table")
+TENSOR = of_type(TensorType, name="a local tensor")
+_TABLE = [Result("out", TABLE)]
+_TYPE = Attr(TableType, required=True, doc="the result's type")
+_PATH = Attr(str, required=True, doc="a file in the party's data root")
+_FORMAT = Attr(str, required=True, choices=tuple(FORMATS), doc="the file's format")
+_COLUMNS = Attr(tuple, required=True, doc="column names, in order")
 
-constant_p = Primitive("table.constant", kind="source", execution_model="single_rank",
-                       traits=LOCAL_PURE, doc="A small table given while tracing.")
-read_p = Primitive("table.read", kind="source", execution_model="single_rank",
-                   traits=_LOCAL_IO,
-                   doc="Read a table (CSV or Parquet) from the party's own data root.")
-write_p = Primitive("table.write", kind="compute", execution_model="single_rank",
-                    traits=_LOCAL_IO,
-                    doc="Write a table (CSV or Parquet) into the party's own data root.")
-sql_p = Primitive("table.sql", kind="compute", execution_model="single_rank",
-                  traits=LOCAL_PURE, doc="Run one SQL SELECT on local tables (DuckDB).")
-to_tensor_p = Primitive("table.to_tensor", kind="compute", execution_model="single_rank",
-                        traits=LOCAL_PURE, doc="Numeric columns of a table as a 2-D tensor.")
-from_tensor_p = Primitive("table.from_tensor", kind="compute", execution_model="single_rank",
-                          traits=LOCAL_PURE, doc="A tensor's columns as a table.")
+constant_p = Primitive(
+    "table.constant", kind="source", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[], results=_TABLE, targets=("PPU",), cost=local_cost,
+    attrs={"data": Attr((bytes, Commitment), required=True,
+                        doc="the rows as an Arrow IPC stream (a commitment for parties that "
+                            "may not see them)"),
+           "type": _TYPE},
+    local_flow=local_conservative, doc="A small table given while tracing.")
+read_p = Primitive(
+    "table.read", kind="source", execution_model="single_rank", traits=LOCAL_EFFECT,
+    operands=[], attrs={"path": _PATH, "format": _FORMAT, "type": _TYPE}, results=_TABLE,
+    targets=("PPU",), cost=local_cost,
+    doc="Read a table (CSV or Parquet) from the party's own data root.")
+write_p = Primitive(
+    "table.write", kind="compute", execution_model="single_rank", traits=LOCAL_EFFECT,
+    operands=[Operand("t", TABLE)], attrs={"path": _PATH, "format": _FORMAT}, results=[],
+    targets=("PPU",), cost=local_cost, local_flow=local_conservative,
+    doc="Write a table (CSV or Parquet) into the party's own data root.")
+sql_p = Primitive(
+    "table.sql", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("tables", TABLE, variadic=True)],
+    attrs={"query": Attr(str, required=True, doc="one SELECT statement (DuckDB's dialect)"),
+           "names": Attr(tuple, required=True, doc="each input table's name in the query"),
+           "type": _TYPE},
+    results=_TABLE, targets=("PPU",), cost=local_cost, local_flow=local_conservative,
+    doc="Run one SQL SELECT on local tables (DuckDB).")
+to_tensor_p = Primitive(
+    "table.to_tensor", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("t", TABLE)],
+    attrs={"columns": _COLUMNS,
+           "rows": Attr(int, required=True, min=0, max=MAX_ROWS, doc="the table's row count")},
+    results=[Result("out", TENSOR)], targets=("PPU",), cost=local_cost,
+    local_flow=local_conservative, doc="Numeric columns of a table as a 2-D tensor.")
+from_tensor_p = Primitive(
+    "table.from_tensor", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("x", TENSOR)], attrs={"columns": _COLUMNS}, results=_TABLE,
+    targets=("PPU",), cost=local_cost, local_flow=local_conservative,
+    doc="A tensor's columns as a table.")
 
 
-def _no_regions(op: str, regions: Sequence[Graph]) -> None:
-    if regions:
-        raise MPTypeError(f"{op}: takes no regions")
-
-
-def _attr_type(op: str, attrs: dict[str, Any]) -> TableType:
-    t = attrs["type"]
-    if not isinstance(t, TableType):
-        raise MPTypeError(f"{op}: attribute 'type' must be a table type, got {t!r}")
-    return t
-
-
-def _check_path(op: str, path: Any, fmt: Any) -> None:
-    if fmt not in FORMATS:
-        raise MPTypeError(f"{op}: format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if not isinstance(path, str) or not path or len(path) > 4096:
+def _check_path(op: str, path: Any, fmt: str) -> None:
+    if not isinstance(path, str) or not path or len(path) > MAX_PATH:
         raise MPTypeError(f"{op}: the path must be a non-empty string, got {path!r}")
     if not path.endswith(FORMATS[fmt]):
         raise MPTypeError(f"{op}: path {path!r} must name a {FORMATS[fmt]} file")
@@ -438,15 +265,9 @@ def _check_path(op: str, path: Any, fmt: Any) -> None:
 
 @constant_p.def_type_rule
 def _constant_rule(sig: Signature) -> list[ValueType]:
-    op = "table.constant"
-    _no_regions(op, sig.regions)
-    if sig.inputs:
-        raise MPTypeError(f"{op}: takes no inputs")
-    if not isinstance(sig.attrs["data"], bytes | Commitment):
-        raise MPTypeError(f"{op}: attribute 'data' must be Arrow IPC bytes")
-    t = _attr_type(op, sig.attrs)
+    t: TableType = sig.type
     if t.rows is None:
-        raise MPTypeError(f"{op}: a constant's row count is known: {t} has none")
+        raise MPTypeError(f"table.constant: a constant's row count is known: {t} has none")
     return [t]
 
 
@@ -458,42 +279,41 @@ def _constant_private(op: Operation) -> dict[str, Mask | None]:
 
 @read_p.def_type_rule
 def _read_rule(sig: Signature) -> list[ValueType]:
-    op = f"table.read_{sig.attrs['format']}" if sig.attrs["format"] in FORMATS else "table.read"
-    _no_regions(op, sig.regions)
-    if sig.inputs:
-        raise MPTypeError(f"{op}: takes no inputs")
-    _check_path(op, sig.attrs["path"], sig.attrs["format"])
-    return [_attr_type(op, sig.attrs)]
+    _check_path(f"table.read_{sig.format}", sig.path, sig.format)
+    return [sig.type]
+
+
+@read_p.def_local_flow
+def _read_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
+    """A table read from p's data root is p's data (raw), like ``tensor.load``."""
+    if not own:
+        return [None]
+    name = str(op.attrs["path"])
+    a.source(op, name)
+    return [source(name)]
 
 
 @write_p.def_type_rule
 def _write_rule(sig: Signature) -> list[ValueType]:
-    op = f"table.write_{sig.attrs['format']}" if sig.attrs["format"] in FORMATS else "table.write"
-    _no_regions(op, sig.regions)
-    if len(sig.inputs) != 1:
-        raise MPTypeError(f"{op}: takes one table, got {len(sig.inputs)} inputs")
-    table_type(op, sig.inputs[0], "the value to write")
-    _check_path(op, sig.attrs["path"], sig.attrs["format"])
+    _check_path(f"table.write_{sig.format}", sig.path, sig.format)
     return []
 
 
 @sql_p.def_type_rule
 def _sql_rule(sig: Signature) -> list[ValueType]:
     op = "table.sql"
-    _no_regions(op, sig.regions)
-    query, names = sig.attrs["query"], sig.attrs["names"]
-    if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY:
+    query: str = sig.query
+    names: tuple[Any, ...] = sig.names
+    if not query.strip() or len(query) > MAX_QUERY:
         raise MPTypeError(f"{op}: the query must be a non-empty string of at most "
                           f"{MAX_QUERY} characters")
-    if not isinstance(names, tuple) or len(names) != len(sig.inputs):
-        raise MPTypeError(f"{op}: expected one name per input table ({len(sig.inputs)}), got "
+    if len(names) != len(sig.tables):
+        raise MPTypeError(f"{op}: expected one name per input table ({len(sig.tables)}), got "
                           f"{names!r}")
     for name in names:
         _check_sql_name(op, name)
     _check_names(names, "table name", op)
-    for name, t in zip(names, sig.inputs, strict=True):
-        table_type(op, t, f"table {name!r}")
-    return [_attr_type(op, sig.attrs)]
+    return [sig.type]
 
 
 def _check_sql_name(op: str, name: Any) -> str:
@@ -519,8 +339,6 @@ def to_tensor_type(op: str, t: TableType, columns: tuple[str, ...], rows: int) -
             raise MPTypeError(f"{op}: column {name!r} of {t} is {dtype}; only numeric and "
                               "bool columns become tensors (encode strings in SQL first)")
         dtypes.append(np.dtype(dtype))
-    if type(rows) is not int or not 0 <= rows <= MAX_ROWS:
-        raise MPTypeError(f"{op}: rows must be an int in [0, {MAX_ROWS}], got {rows!r}")
     if t.rows is not None and t.rows != rows:
         raise MPTypeError(f"{op}: {t} has {t.rows} rows, not rows={rows}")
     common = np.result_type(*dtypes)
@@ -530,21 +348,12 @@ def to_tensor_type(op: str, t: TableType, columns: tuple[str, ...], rows: int) -
 @to_tensor_p.def_type_rule
 def _to_tensor_rule(sig: Signature) -> list[ValueType]:
     op = "table.to_tensor"
-    _no_regions(op, sig.regions)
-    if len(sig.inputs) != 1:
-        raise MPTypeError(f"{op}: takes one table, got {len(sig.inputs)} inputs")
-    columns = sig.attrs["columns"]
-    if not isinstance(columns, tuple):
-        raise MPTypeError(f"{op}: columns must be a tuple of names, got {columns!r}")
-    _check_names(columns, op=op)
-    return [to_tensor_type(op, table_type(op, sig.inputs[0]), columns, sig.attrs["rows"])]
+    return [to_tensor_type(op, sig.t, _check_names(sig.columns, op=op), sig.rows)]
 
 
-def from_tensor_type(op: str, x: ValueType, columns: tuple[str, ...]) -> TableType:
+def from_tensor_type(op: str, x: TensorType, columns: tuple[str, ...]) -> TableType:
     """The table ``table.from_tensor`` makes of tensor ``x``: column ``i`` of a 2-D
     ``x``, or a 1-D ``x`` as the one column."""
-    if not isinstance(x, TensorType):
-        raise MPTypeError(f"{op}: the input must be a tensor, got {x}")
     if x.dtype not in NUMERIC_DTYPES:
         raise MPTypeError(f"{op}: {x} has dtype {x.dtype}; table columns take "
                           f"{', '.join(NUMERIC_DTYPES)}")
@@ -561,14 +370,7 @@ def from_tensor_type(op: str, x: ValueType, columns: tuple[str, ...]) -> TableTy
 
 @from_tensor_p.def_type_rule
 def _from_tensor_rule(sig: Signature) -> list[ValueType]:
-    op = "table.from_tensor"
-    _no_regions(op, sig.regions)
-    if len(sig.inputs) != 1:
-        raise MPTypeError(f"{op}: takes one tensor, got {len(sig.inputs)} inputs")
-    columns = sig.attrs["columns"]
-    if not isinstance(columns, tuple):
-        raise MPTypeError(f"{op}: columns must be a tuple of names, got {columns!r}")
-    return [from_tensor_type(op, sig.inputs[0], columns)]
+    return [from_tensor_type("table.from_tensor", sig.x, sig.columns)]
 
 
 # ---------------------------------------------------------------- the frontend
@@ -588,33 +390,23 @@ def _columns(op: str, columns: Any) -> tuple[str, ...]:
     return tuple(columns)
 
 
-def _as_arrow(op: str, value: Any) -> pa.Table:
-    import pyarrow as pa
-
-    if isinstance(value, pa.Table):
-        return value
-    if isinstance(value, Mapping):
-        try:
-            return pa.table(dict(value))
-        except (pa.ArrowException, TypeError, ValueError) as e:
-            raise MPTypeError(f"{op}: cannot make a table of the columns given: {e}") from None
-    if type(value).__module__.startswith("pandas") and hasattr(value, "columns"):
-        try:
-            return pa.Table.from_pandas(value, preserve_index=False)
-        except (pa.ArrowException, TypeError, ValueError) as e:
-            raise MPTypeError(f"{op}: cannot convert the DataFrame: {e}") from None
-    raise MPTypeError(f"{op}: expected a pandas DataFrame, a pyarrow Table or a dict of "
-                      f"columns, got {type(value).__name__}")
-
-
-@feop(constant_p, example='c = table.constant(pd.DataFrame({"id": [1, 2], "name": ["a", "b"]}))')
+@feop(constant_p,
+      example='c = table.constant(pd.DataFrame({"id": [1, 2], "name": ["a", "b"]}))')
 @function
 def constant(value: Any) -> MPObject:
     """A small table given while tracing (a pandas DataFrame, a pyarrow Table or a dict of
     columns); its rows travel in the program to the parties that run the body only."""
+    from mplang.dialects.table_arrow import (  # they import this module
+        arrow_schema,
+        as_arrow,
+        ipc_bytes,
+        normalized,
+        type_of_table,
+    )
+
     op = "table.constant"
     _local(op)
-    table = normalized(_as_arrow(op, value))
+    table = normalized(as_arrow(op, value))
     t = type_of_table(op, table)
     return constant_p.bind([], {"data": ipc_bytes(table.cast(arrow_schema(t))),
                                 "type": t})[0]
@@ -652,7 +444,8 @@ def _read(fmt: str, path: str, schema: Any) -> MPObject:
     return read_p.bind([], {"path": path, "format": fmt, "type": t})[0]
 
 
-@feop(read_p, name="table.read_csv", example='t = simp.pcall((0,), lambda: table.read_csv("a.csv"))')
+@feop(read_p, name="table.read_csv",
+      example='t = simp.pcall((0,), lambda: table.read_csv("a.csv"))')
 @function
 def read_csv(path: str, schema: Any = None) -> MPObject:
     """A private input: a CSV file (a header line of column names, then rows) in the data
@@ -666,7 +459,8 @@ def read_csv(path: str, schema: Any = None) -> MPObject:
     return _read("csv", path, schema)
 
 
-@feop(read_p, name="table.read_parquet", example='t = simp.pcall((0,), lambda: table.read_parquet("a.parquet"))')
+@feop(read_p, name="table.read_parquet",
+      example='t = simp.pcall((0,), lambda: table.read_parquet("a.parquet"))')
 @function
 def read_parquet(path: str, schema: Any = None) -> MPObject:
     """A private input: a Parquet file in the data root of the party running this body
@@ -681,7 +475,8 @@ def _write(fmt: str, t: MPObject, path: str) -> None:
     write_p.bind([t], {"path": path, "format": fmt})
 
 
-@feop(write_p, name="table.write_csv", example='simp.pcall((0,), lambda t: table.write_csv(t, "out/r.csv"), t)')
+@feop(write_p, name="table.write_csv",
+      example='simp.pcall((0,), lambda t: table.write_csv(t, "out/r.csv"), t)')
 @function
 def write_csv(t: MPObject, path: str) -> None:
     """Write table ``t`` as CSV (a header line, then rows) to ``path`` in the data root of
@@ -690,7 +485,8 @@ def write_csv(t: MPObject, path: str) -> None:
     _write("csv", t, path)
 
 
-@feop(write_p, name="table.write_parquet", example='simp.pcall((0,), lambda t: table.write_parquet(t, "r.parquet"), t)')
+@feop(write_p, name="table.write_parquet",
+      example='simp.pcall((0,), lambda t: table.write_parquet(t, "r.parquet"), t)')
 @function
 def write_parquet(t: MPObject, path: str) -> None:
     """Write table ``t`` as Parquet to ``path`` in the party's data root (as `write_csv`)."""
@@ -708,6 +504,8 @@ def sql(query: str, **tables: MPObject) -> MPObject:
     a column no table can hold (HUGEINT, DECIMAL, DATE, ...: CAST it) is an
     `MPTypeError` naming the query. Its row count is known at run time only.
     """
+    from mplang.dialects.table_sql import sql_result_type  # it imports this module
+
     op = "table.sql"
     _local(op)
     if not isinstance(query, str) or not query.strip():
@@ -766,8 +564,6 @@ def from_tensor(x: MPObject, columns: Sequence[str]) -> MPObject:
 
 
 __all__ = [
-    "DUCKDB_DTYPES",
-    "SQL_CONFIG",
     "TABLE_DTYPES",
     "TableType",
     "constant",

@@ -20,19 +20,18 @@ hardware or the code the TEE node really runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
+from mplang.analysis.cost_model import local_cost
 from mplang.dialects.crypto import PublicKey
+from mplang.edsl.attrs import Attr, NoneType
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
-from mplang.edsl.primitive import Primitive
-from mplang.edsl.typing import TensorType, ValueType
-from mplang.edsl.errors import MPTypeError
-from mplang.frontend.feop import feop
+from mplang.edsl.primitive import Constraint, Operand, Primitive, Result, Signature
 from mplang.edsl.traits import OpTraits
+from mplang.edsl.typing import TensorType, ValueType
+from mplang.frontend.feop import feop
+from mplang.policy.flows import local_conservative
 
 mark_library(__file__)
 
@@ -42,42 +41,60 @@ DIGEST_BYTES = 32
 QUOTE_BYTES = len(QUOTE_MAGIC) + 2 * DIGEST_BYTES + 64
 """magic ‖ measurement (32) ‖ TEE X25519 public key (32) ‖ Ed25519 signature (64)."""
 _CHECK = OpTraits(pure=False, communicates=False)
+_KEY_BYTES = TensorType("uint8", (DIGEST_BYTES,))
+_QUOTE = TensorType("uint8", (QUOTE_BYTES,))
+_TEE_KEY = PublicKey("x25519")
+_DIGEST_DOC = f"hex SHA-256 ({2 * DIGEST_BYTES} lowercase hex digits)"
 
-mock_quote_p = Primitive("tee.mock_quote", kind="compute", execution_model="single_rank",
-                         traits=_CHECK, doc="A MOCK attestation quote of this TEE party.")
-verify_quote_p = Primitive("tee.verify_quote", kind="compute", execution_model="single_rank",
-                           traits=_CHECK, doc="Check a MOCK quote; give the TEE's X25519 key.")
+mock_quote_p = Primitive(
+    "tee.mock_quote", kind="compute", execution_model="single_rank", traits=_CHECK,
+    operands=[Operand("tee_public_key", Constraint(f"{_KEY_BYTES} (an X25519 public key)",
+                                                   lambda t: t == _KEY_BYTES))],
+    attrs={"computation": Attr(str, required=True,
+                               doc=f"the TEE function's digest, {_DIGEST_DOC}")},
+    results=[Result("quote", Constraint(str(_QUOTE), lambda t: t == _QUOTE))],
+    targets=("TEE",), cost=local_cost, doc="A MOCK attestation quote of this TEE party.")
+verify_quote_p = Primitive(
+    "tee.verify_quote", kind="compute", execution_model="single_rank", traits=_CHECK,
+    operands=[Operand("quote", Constraint(f"{_QUOTE} (a mock quote)", lambda t: t == _QUOTE))],
+    attrs={"computation": Attr(str, required=True,
+                               doc=f"the expected computation digest, {_DIGEST_DOC}"),
+           "code": Attr((str, NoneType), default=None,
+                        doc=f"the expected code digest, {_DIGEST_DOC} (None: this party's "
+                            "own MPLang code)"),
+           "vendor_key": Attr((str, NoneType), default=None,
+                              doc="the vendor's Ed25519 public key, hex (None: the built-in "
+                                  "mock vendor)")},
+    results=[Result("tee_public_key", Constraint(str(_TEE_KEY), lambda t: t == _TEE_KEY))],
+    targets=("PPU",), cost=local_cost, doc="Check a MOCK quote; give the TEE's X25519 key.")
 
 
-def _hex(op: str, name: str, value: Any, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if not (isinstance(value, str) and len(value) == 2 * DIGEST_BYTES
-            and all(c in "0123456789abcdef" for c in value)):
+def _hex(op: str, name: str, value: str | None) -> None:
+    if value is not None and not (len(value) == 2 * DIGEST_BYTES
+                                  and all(c in "0123456789abcdef" for c in value)):
         raise MPTypeError(f"{op}: '{name}' must be {2 * DIGEST_BYTES} lowercase hex digits, "
                           f"got {value!r}")
 
 
 @mock_quote_p.def_type_rule
 def _quote_rule(sig: Signature) -> list[ValueType]:
-    op = "tee.mock_quote"
-    if len(sig.inputs) != 1 or sig.inputs[0] != TensorType("uint8", (DIGEST_BYTES,)):
-        raise MPTypeError(f"{op}: takes the TEE's X25519 public key as u8[32], got "
-                          f"{', '.join(map(str, sig.inputs))}")
-    _hex(op, "computation", sig.attrs["computation"])
-    return [TensorType("uint8", (QUOTE_BYTES,))]
+    _hex("tee.mock_quote", "computation", sig.computation)
+    return [_QUOTE]
+
+
+mock_quote_p.def_local_flow(local_conservative)
 
 
 @verify_quote_p.def_type_rule
 def _verify_rule(sig: Signature) -> list[ValueType]:
     op = "tee.verify_quote"
-    if len(sig.inputs) != 1 or sig.inputs[0] != TensorType("uint8", (QUOTE_BYTES,)):
-        raise MPTypeError(f"{op}: takes a quote u8[{QUOTE_BYTES}], got "
-                          f"{', '.join(map(str, sig.inputs))}")
-    _hex(op, "computation", sig.attrs["computation"])
-    _hex(op, "code", sig.attrs["code"], optional=True)
-    _hex(op, "vendor_key", sig.attrs["vendor_key"], optional=True)
-    return [PublicKey("x25519")]
+    _hex(op, "computation", sig.computation)
+    _hex(op, "code", sig.code)
+    _hex(op, "vendor_key", sig.vendor_key)
+    return [_TEE_KEY]
+
+
+verify_quote_p.def_local_flow(local_conservative)
 
 
 @feop(mock_quote_p, example="q = tee.mock_quote(crypto.public_bytes(pk), computation=digest)")

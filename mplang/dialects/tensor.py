@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -24,39 +25,63 @@ import jax.numpy as jnp
 import numpy as np
 from jax import export as jax_export
 from jax._src.config import traceback_in_locations_limit
+from jax._src.lib import xla_client
 
-from mplang.util.lru import LRUCache
+from mplang.analysis.cost_model import local_cost
+from mplang.analysis.stablehlo import hlo, ir, make_ir_context
 from mplang.dialects.common import as_array, canonical_type, trace_failure
+from mplang.edsl.attrs import Attr, NoneType
+from mplang.edsl.errors import MPSerializationError, MPTypeError
 from mplang.edsl.function import function
-from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.graph import Operation
 from mplang.edsl.object import MPObject, type_operator
-from mplang.edsl.primitive import Primitive, Signature
+from mplang.edsl.primitive import Operand, Primitive, Result, Signature, of_type
+from mplang.edsl.private import Commitment, value_tensor_type
+from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
+from mplang.edsl.sources import declared_type, looked_up_type
+from mplang.edsl.text_printer import AttrCodec, PayloadError, register_attr_codec
+from mplang.edsl.tracer import current_tracer
+from mplang.edsl.traits import LOCAL_EFFECT, LOCAL_PURE
+from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, numpy_dtype
+from mplang.frontend.cache import CompileCache
+from mplang.frontend.feop import feop
+from mplang.frontend.pyfuncs import name_of, register_pyfunc
 from mplang.policy.flows import Analysis, local_conservative
 from mplang.policy.labels import Label, source
 from mplang.policy.tensor_flows import through
-from mplang.edsl.private import value_tensor_type
-from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
-from mplang.edsl.sources import declared_type, looked_up_type
-from mplang.edsl.tracer import current_tracer
-from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, numpy_dtype
-from mplang.frontend.cache import CompileCache
-from mplang.edsl.errors import MPSerializationError, MPTypeError
-from mplang.frontend.feop import feop
-from mplang.frontend.pyfuncs import name_of, register_pyfunc
-from mplang.edsl.traits import LOCAL_PURE, OpTraits
+from mplang.util.lru import LRUCache
 
-constant_p = Primitive("tensor.constant", kind="source", execution_model="single_rank",
-                       traits=LOCAL_PURE,
-                       doc="A compile-time constant tensor inside a party-local region.")
-run_jax_p = Primitive("tensor.run_jax", kind="compute", execution_model="single_rank",
-                      traits=LOCAL_PURE,
-                      doc="Run a JAX function, stored as serialized StableHLO, on local tensors.")
-pyfunc_p = Primitive("tensor.pyfunc", kind="compute", execution_model="single_rank",
-                     traits=OpTraits(pure=False, communicates=False),
-                     doc="Call a named host function (I/O, a local service) on local tensors.")
-load_p = Primitive("tensor.load", kind="source", execution_model="single_rank",
-                   traits=OpTraits(pure=False, communicates=False),
-                   doc="Read a private input: an array from the party's own data root.")
+TENSOR = of_type(TensorType, name="a local tensor")
+_OUT = [Result("out", TENSOR)]
+constant_p = Primitive(
+    "tensor.constant", kind="source", execution_model="single_rank", traits=LOCAL_PURE,
+    attrs={"value": Attr((np.ndarray, Commitment), required=True,
+                         doc="the value (compile-time; a commitment where it is private)")},
+    results=_OUT, targets=("PPU",), cost=local_cost,
+    doc="A compile-time constant tensor inside a party-local region.")
+run_jax_p = Primitive(
+    "tensor.run_jax", kind="compiler", execution_model="single_rank", traits=LOCAL_PURE,
+    operands=[Operand("args", TENSOR, variadic=True)],
+    attrs={"fn": Attr(str, default="fn", doc="the JAX function's name, for readers"),
+           "module": Attr(bytes, required=True,
+                          doc="the function as an MPLang module: metadata and StableHLO")},
+    results=[Result("outs", TENSOR, variadic=True)], targets=("PPU",), cost=local_cost,
+    doc="Run a JAX function, stored as serialized StableHLO, on local tensors.")
+pyfunc_p = Primitive(
+    "tensor.pyfunc", kind="compute", execution_model="single_rank", traits=LOCAL_EFFECT,
+    operands=[Operand("args", TENSOR, variadic=True)],
+    attrs={"fn": Attr(str, required=True, doc="the registered host function's name"),
+           "out_types": Attr(tuple, required=True, doc="the result types")},
+    results=[Result("outs", TENSOR, variadic=True)], targets=("PPU",), cost=local_cost,
+    local_flow=local_conservative,
+    doc="Call a named host function (I/O, a local service) on local tensors.")
+load_p = Primitive(
+    "tensor.load", kind="source", execution_model="single_rank", traits=LOCAL_EFFECT,
+    attrs={"path": Attr(str, required=True, doc="an .npy or .npz file in the data root"),
+           "key": Attr((str, NoneType), default=None, doc="the member of an .npz archive"),
+           "type": Attr(TensorType, required=True, doc="the declared type")},
+    results=_OUT, targets=("PPU",), cost=local_cost,
+    doc="Read a private input: an array from the party's own data root.")
 
 _EXPORTS: CompileCache[_Exported] = CompileCache(
     "tensor.run_jax", 4096, same=lambda a, b: a.module == b.module)
@@ -225,7 +250,8 @@ def _encode_module(name: str, exp: jax_export.Exported) -> bytes:
             "calling_convention": exp.calling_convention_version, "in": types(exp.in_avals),
             "out": types(exp.out_avals), "kept": list(exp.module_kept_var_idx)}
     text = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
-    return _MODULE_HEADER.pack(MODULE_MAGIC, len(text)) + text + exp.mlir_module_serialized
+    return _MODULE_HEADER.pack(MODULE_MAGIC, len(text)) + text + canonical_bytecode(
+        exp.mlir_module_serialized)
 
 
 def exported_module(module: bytes) -> jax_export.Exported:
@@ -260,7 +286,7 @@ def _tensor_type(op: str, t: ValueType, i: int) -> TensorType:
 
 @constant_p.def_type_rule
 def _constant_rule(sig: Signature) -> list[ValueType]:
-    return [value_tensor_type("tensor.constant", sig.attrs["value"])]
+    return [value_tensor_type("tensor.constant", sig.value)]
 
 
 @constant_p.def_private
@@ -272,10 +298,10 @@ def _constant_private(op: Operation) -> dict[str, Mask | None]:
 
 @run_jax_p.def_type_rule
 def _run_jax_rule(sig: Signature) -> list[ValueType]:
-    op = f"tensor.run_jax[{sig.attrs['fn']}]"
-    ins = [_tensor_type(op, t, i) for i, t in enumerate(sig.inputs)]
+    op = f"tensor.run_jax[{sig.fn}]"
+    ins: list[TensorType] = sig.args
     try:
-        info = module_info(sig.attrs["module"])
+        info = module_info(sig.module)
     except MPSerializationError as e:
         raise MPSerializationError(f"{op}: {e}") from None
     expected = list(info.in_types)
@@ -328,7 +354,9 @@ def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, .
     return _Exported(_encode_module(name, exp), exp.out_tree)
 
 
-@feop(run_jax_p, op_kind="compiler", capabilities={"caching": {"scope": "process", "key_strategy": "signature"}}, example="y = tensor.run_jax(jnp.square, x)", dialects=["stablehlo"])
+@feop(run_jax_p, dialects=["stablehlo"],
+      capabilities={"caching": {"scope": "process", "key_strategy": "signature"}},
+      example="y = tensor.run_jax(jnp.square, x)")
 @function
 def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Run JAX-traceable ``fn`` on local tensors; returns ``fn``'s output pytree.
@@ -362,9 +390,10 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 @pyfunc_p.def_type_rule
 def _pyfunc_rule(sig: Signature) -> list[ValueType]:
-    for i, t in enumerate(sig.inputs):
-        _tensor_type(f"tensor.pyfunc[{sig.attrs['fn']}]", t, i)
-    return list(sig.attrs["out_types"])
+    if not all(isinstance(t, TensorType) for t in sig.out_types):
+        raise MPTypeError(f"tensor.pyfunc[{sig.fn}]: out_types must be tensor types, got "
+                          f"{sig.out_types!r}")
+    return list(sig.out_types)
 
 
 def _out_type(spec: Any) -> TensorType:
@@ -376,7 +405,8 @@ def _out_type(spec: Any) -> TensorType:
                       f"got {spec!r}")
 
 
-@feop(pyfunc_p, example="y = tensor.pyfunc(load_rows, x, out=jax.ShapeDtypeStruct((3,), jnp.float32))")
+@feop(pyfunc_p,
+      example="y = tensor.pyfunc(load_rows, x, out=jax.ShapeDtypeStruct((3,), jnp.float32))")
 @function
 def pyfunc(fn: Callable[..., Any] | str, *args: MPObject, out: Any) -> Any:
     """Call host function ``fn`` on local tensors (as numpy arrays) on the party.
@@ -402,14 +432,9 @@ def pyfunc(fn: Callable[..., Any] | str, *args: MPObject, out: Any) -> Any:
 
 @load_p.def_type_rule
 def _load_rule(sig: Signature) -> list[ValueType]:
-    path, key, vtype = sig.attrs["path"], sig.attrs["key"], sig.attrs["type"]
-    if not isinstance(path, str) or not path:
-        raise MPTypeError(f"tensor.load: the path must be a non-empty string, got {path!r}")
-    if key is not None and not isinstance(key, str):
-        raise MPTypeError(f"tensor.load: key must be a string or None, got {key!r}")
-    if not isinstance(vtype, TensorType):
-        raise MPTypeError(f"tensor.load: the declared type must be a tensor type, got {vtype}")
-    return [vtype]
+    if not sig.path:
+        raise MPTypeError("tensor.load: the path must be a non-empty string, got ''")
+    return [sig.type]
 
 
 @feop(load_p, example='x = simp.pcall((0,), lambda: tensor.load("x.npy"))')
@@ -486,9 +511,6 @@ def _run_jax_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> li
     return through(_stablehlo, op.attrs["module"], ins, len(op.outputs))
 
 
-pyfunc_p.def_local_flow(local_conservative)
-
-
 @load_p.def_local_flow
 def _load_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """A file of the party's data root is a source of the party's data."""
@@ -499,3 +521,94 @@ def _load_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[
     return [source(name)]
 
 __all__ = ["constant", "load", "pyfunc", "run_jax"]
+
+
+# ---------------------------------------------------------------- the text form of modules
+
+_PRODUCER = re.compile(r"// StableHLO_v(\d+\.\d+\.\d+)")
+_MLIR_ERROR = re.compile(r'loc\("-":(\d+):(\d+)\)')
+
+
+def _producer(bytecode: bytes) -> str:
+    """The StableHLO version a portable artifact was written for (``1.12.1``)."""
+    start = len(_MLIR_BYTECODE_MAGIC)
+    while start < len(bytecode) and bytecode[start] & 0x80:
+        start += 1
+    end = bytecode.find(b"\0", start + 1)
+    producer = bytecode[start + 1:end].decode("ascii", "replace") if end > 0 else ""
+    if not producer.startswith("StableHLO_v"):
+        raise ValueError(f"not a StableHLO portable artifact (producer {producer!r})")
+    return producer.removeprefix("StableHLO_v")
+
+
+def _mlir_text(bytecode: bytes) -> str:
+    """A portable artifact's StableHLO as MLIR text, with its debug locations."""
+    with make_ir_context() as context:
+        module = hlo.deserialize_portable_artifact(context, bytecode)
+        return str(module.operation.get_asm(enable_debug_info=True))
+
+
+def _portable(text: str, version: str) -> bytes:
+    """MLIR text as a portable artifact for StableHLO ``version`` (`PayloadError` names
+    the line of the first error, counted in ``text``)."""
+    with make_ir_context():
+        try:
+            ir.Module.parse(text)
+        except ir.MLIRError as e:
+            diag = e.error_diagnostics[0] if e.error_diagnostics else None
+            where = _MLIR_ERROR.fullmatch(str(diag.location)) if diag is not None else None
+            message = diag.message if diag is not None else e.message
+            if where is None:
+                raise PayloadError(f"StableHLO: {message}") from None
+            raise PayloadError(f"StableHLO: {message}", int(where[1]), int(where[2])) from None
+    try:
+        bytecode: bytes = xla_client._xla.mlir.serialize_portable_artifact(text, version, True)
+    except Exception as e:  # the serializer raises JaxRuntimeError
+        raise PayloadError(f"StableHLO: {str(e).splitlines()[0]}") from None
+    if _producer(bytecode) != version:
+        raise PayloadError(f"StableHLO version {version} is not supported here (versions "
+                           f"{hlo.get_minimum_version()} to {hlo.get_current_version()})")
+    return bytecode
+
+
+def canonical_bytecode(bytecode: bytes) -> bytes:
+    """The portable artifact that printing ``bytecode`` as text and parsing it back gives:
+    a fixed point of that round trip (the printed text drops some locations), so a
+    program's text form reads back to the same bytes."""
+    return _portable(_mlir_text(bytecode), _producer(bytecode))
+
+
+def _print_module(module: bytes) -> str:
+    """A run_jax module as text: its metadata JSON, ``// StableHLO_vX.Y.Z`` (the version
+    its bytecode targets) and the StableHLO as MLIR text."""
+    info = module_info(module)
+    meta = module[_MODULE_HEADER.size:len(module) - len(info.bytecode)].decode()
+    return "\n".join([meta, f"// StableHLO_v{_producer(info.bytecode)}",
+                      _mlir_text(info.bytecode)])
+
+
+def _parse_module_text(text: str) -> bytes:
+    """The module of `_print_module`'s text: the metadata JSON (which may span lines),
+    the line ``// StableHLO_vX.Y.Z``, then the MLIR text."""
+    lines = text.split("\n")
+    at = next((i for i, line in enumerate(lines) if _PRODUCER.fullmatch(line)), None)
+    if at is None or at == 0:
+        raise PayloadError("expected the metadata, then the line // StableHLO_vX.Y.Z")
+    version = _PRODUCER.fullmatch(lines[at])
+    assert version is not None
+    try:
+        bytecode = _portable("\n".join(lines[at + 1:]), version[1])
+    except PayloadError as e:
+        raise PayloadError(str(e), None if e.line is None else e.line + at + 1,
+                           e.column) from None
+    meta = "\n".join(lines[:at]).encode()
+    module = _MODULE_HEADER.pack(MODULE_MAGIC, len(meta)) + meta + bytecode
+    try:
+        module_info(module)
+    except MPSerializationError as e:
+        raise PayloadError(str(e), 1, 1) from None
+    return module
+
+
+register_attr_codec(run_jax_p, "module", AttrCodec("stablehlo", _print_module,
+                                                    _parse_module_text))

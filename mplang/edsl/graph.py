@@ -1,9 +1,9 @@
 """The graph IR: SSA values, operations with nested regions, and graphs.
 
 One node shape: ``Operation(opcode, inputs, outputs, attrs, regions)``. Every
-op names a declared `Primitive` (resolved once, when the op is made), never a subclass. Regions are closed: a region
-graph reads only its own inputs and the outputs of its own ops, so captured
-outer values arrive as explicit region inputs.
+op names a declared `Primitive` (resolved once, when the op is made), never a
+subclass. Regions are closed: a region graph reads only its own inputs and the
+outputs of its own ops, so captured outer values arrive as explicit region inputs.
 """
 
 from __future__ import annotations

@@ -64,9 +64,9 @@ def held(*classes: type, name: str | None = None) -> Constraint:
 
 ANY = Constraint("any", lambda t: True)
 """Any type, at either level."""
-LOCAL = of_type(BaseType, name="local")
+LOCAL = of_type(BaseType, name="a party-local value")
 """A party-local value (a bare base type)."""
-SIMP = of_type(MPType, name="mp")
+SIMP = of_type(MPType, name="a simp-level value")
 """A simp-level value (an `MPType`: a base type and its holders)."""
 
 
@@ -178,7 +178,7 @@ class Primitive:
         *,
         kind: OpKind,
         execution_model: ExecutionModel,
-        operands: Sequence[Operand] | None = None,
+        operands: Sequence[Operand] = (),
         attrs: Mapping[str, Attr] | None = None,
         results: Sequence[Result] | None = None,
         regions: Sequence[str] | None = None,
@@ -194,15 +194,15 @@ class Primitive:
             raise ValueError(f"op {name!r} must be named DIALECT.OP")
         if name in _PRIMITIVES:
             raise ValueError(f"op {name!r} is already declared")
-        for decls, what in ((operands or (), "operand"), (results or (), "result")):
+        for decls, what in ((operands, "operand"), (results or (), "result")):
             if sum(d.variadic for d in decls) > 1:
                 raise ValueError(f"{name}: at most one variadic {what}")
         self.name = name
         self.dialect = dialect
         self.kind: OpKind = kind
         self.execution_model: ExecutionModel = execution_model
-        self.declared = operands is not None and attrs is not None and results is not None
-        self.operands = tuple(operands or ())
+        self.declared = attrs is not None and results is not None
+        self.operands = tuple(operands)
         self.attrs: dict[str, Attr] = dict(attrs or {})
         self.results = tuple(results or ())
         self.regions = tuple(regions or ())

@@ -5,7 +5,7 @@ A primitive declares which of its attributes hold private data with
 value is replaced by a `Commitment` (a hash binding the value and a random
 nonce, plus the value's type) for every party that may not see it; the
 others receive the value and its nonce and check it against the commitment
-(`mplang.runtime.commitments`).
+(`mplang.cluster.commitments`).
 """
 
 from __future__ import annotations

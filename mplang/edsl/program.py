@@ -11,15 +11,17 @@ from typing import Any
 import graphviz
 
 from mplang.edsl.dot import render_svg, svg_element, to_digraph
+from mplang.edsl.errors import MPLangError, MPSerializationError, MPVerifyError
 from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import check_types
 from mplang.edsl.printer import format_graph
 from mplang.edsl.pytree import TreeDef
 from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
+from mplang.edsl.text_parser import parse_program
+from mplang.edsl.text_printer import format_program
 from mplang.edsl.tracer import Tracer, trace_function
 from mplang.edsl.typing import MAX_PARTIES, ValueType
-from mplang.edsl.errors import MPLangError, MPSerializationError, MPVerifyError
 
 
 @dataclass(eq=False)
@@ -89,32 +91,50 @@ class Program:
     def from_bytes(data: bytes) -> Program:
         """The program `to_bytes` wrote; every field is checked (`MPSerializationError`
         names the first malformed one) and nothing is unpickled or evaluated."""
-        graph, meta = decode_graph_bundle(data)
-        try:
-            name, world_size = meta["name"], meta["world_size"]
-            out_tree = TreeDef.from_json(meta["out_tree"])
-            out_devices = tuple(meta["out_devices"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise MPSerializationError(f"malformed program metadata: {e}") from None
-        if not (isinstance(name, str) and type(world_size) is int
-                and 0 < world_size <= MAX_PARTIES):
-            raise MPSerializationError(f"malformed program metadata (world_size is 1 to "
-                                       f"{MAX_PARTIES})")
-        if out_tree.num_leaves != len(graph.outputs) or len(out_devices) != len(graph.outputs):
-            raise MPSerializationError("output tree does not match the graph outputs")
-        if not all(d is None or isinstance(d, str) for d in out_devices):
-            raise MPSerializationError("malformed program metadata: output devices")
-        try:
-            graph.verify()
-            check_types(graph, world_size)
-        except MPVerifyError as e:
-            raise MPSerializationError(f"invalid program: {e}") from None
-        return Program(graph, out_tree, world_size, name, out_devices)
+        return _checked_program(*decode_graph_bundle(data))
+
+    def to_text(self) -> str:
+        """The whole program as text (`mplang.edsl.text_printer`): its name, world size,
+        output tree and devices, and every op with all its attributes, regions, types
+        and location. `from_text` reads it back to the same program (the same bytes)."""
+        return format_program(self.graph, self.name, self.world_size, self.out_tree.to_json(),
+                              self.out_devices)
+
+    @staticmethod
+    def from_text(text: str) -> Program:
+        """The program `to_text` wrote (or a hand-edited one), checked like `from_bytes`;
+        a malformed text raises `MPSerializationError` naming its line and column."""
+        return _checked_program(*parse_program(text))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the program's serialized bytes (deterministic, no pickle) to ``path``."""
         with open(path, "wb") as f:
             f.write(self.to_bytes())
+
+
+def _checked_program(graph: Graph, meta: Any) -> Program:
+    """The program of a decoded graph and its metadata, checked field by field, then
+    verified and type-checked (`MPSerializationError` names what is wrong)."""
+    try:
+        name, world_size = meta["name"], meta["world_size"]
+        out_tree = TreeDef.from_json(meta["out_tree"])
+        out_devices = tuple(meta["out_devices"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise MPSerializationError(f"malformed program metadata: {e}") from None
+    if not (isinstance(name, str) and type(world_size) is int
+            and 0 < world_size <= MAX_PARTIES):
+        raise MPSerializationError(f"malformed program metadata (world_size is 1 to "
+                                   f"{MAX_PARTIES})")
+    if out_tree.num_leaves != len(graph.outputs) or len(out_devices) != len(graph.outputs):
+        raise MPSerializationError("output tree does not match the graph outputs")
+    if not all(d is None or isinstance(d, str) for d in out_devices):
+        raise MPSerializationError("malformed program metadata: output devices")
+    try:
+        graph.verify()
+        check_types(graph, world_size)
+    except MPVerifyError as e:
+        raise MPSerializationError(f"invalid program: {e}") from None
+    return Program(graph, out_tree, world_size, name, out_devices)
 
 
 def load(path: str | os.PathLike[str]) -> Program:

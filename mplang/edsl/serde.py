@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.primitive import get_primitive
 from mplang.edsl.private import DIGEST_BYTES, Commitment
 from mplang.edsl.typing import DTYPES, BaseType, Mask, MPType, ValueType, numpy_dtype, type_for_tag
-from mplang.edsl.errors import MPSerializationError
-from mplang.edsl.primitive import get_primitive
 
 MAGIC = b"MPLANG\x00\x01"
 _HEADER = struct.Struct("<8sQ")

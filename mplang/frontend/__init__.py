@@ -5,7 +5,7 @@ The registry API: `register`, `list_ops`, `get`, `find`, `capabilities`,
 `config_schema`, `list_frontends`, `describe`, `is_feop`, `feop`.
 """
 
-from mplang.frontend.cache import CompileCache, compile_caches, determinism_check
+from mplang.edsl.attrs import Attr, ConfigField, ConfigSchema
 from mplang.edsl.errors import (
     FeCapabilityError,
     FeConfigError,
@@ -20,7 +20,8 @@ from mplang.edsl.errors import (
     MPTypeError,
     MPVerifyError,
 )
-from mplang.edsl.attrs import Attr, ConfigField, ConfigSchema
+from mplang.edsl.traits import OpTraits
+from mplang.frontend.cache import CompileCache, compile_caches, determinism_check
 from mplang.frontend.feop import (
     FeOpInfo,
     feop,
@@ -38,7 +39,6 @@ from mplang.frontend.introspect import (
     routes,
 )
 from mplang.frontend.plugins import discover, load_plugin, load_plugins
-from mplang.edsl.traits import OpTraits
 
 __all__ = [
     "Attr",

@@ -140,6 +140,7 @@ def feop(*emits: Primitive, name: str | None = None, family: str | None = None,
          dialects: Sequence[str] | None = None, version: str = "1",
          inputs: Sequence[Mapping[str, Any]] = (), outputs: Sequence[Mapping[str, Any]] = (),
          config_schema: ConfigSchema | None = None, targets: Sequence[str] | None = None,
+         side_effects: bool | None = None,
          capabilities: Mapping[str, Any] | None = None, state_scope: StateScope = "none",
          example: str = "") -> Callable[[F], F]:
     """Decorate a frontend op that emits the primitives ``emits``: attach its metadata and
@@ -168,7 +169,8 @@ def feop(*emits: Primitive, name: str | None = None, family: str | None = None,
                            else dict.fromkeys(p.dialect for p in emits)),
             primitives=tuple(dict.fromkeys(p.name for p in emits)), version=version,
             inputs=tuple(inputs), outputs=tuple(outputs), config_schema=config_schema,
-            side_effects=any(p.side_effects for p in emits),
+            side_effects=side_effects if side_effects is not None
+            else any(p.side_effects for p in emits),
             targets=tuple(targets if targets is not None else (lead.targets if lead else ())),
             capabilities=dict(capabilities or {}), state_scope=state_scope,
             doc=(fn.__doc__ or "").strip().split("\n\n")[0], example=example)

@@ -9,7 +9,7 @@ from typing import Any
 
 from mplang.edsl.attrs import ConfigSchema
 from mplang.edsl.primitive import Primitive, get_primitive, primitives
-from mplang.frontend.feop import FeOpInfo, get, meta, registered
+from mplang.frontend.feop import FeOpInfo, meta, registered
 from mplang.frontend.routing import mismatch
 
 DeviceProfile = tuple[str, bool, int]
@@ -80,22 +80,31 @@ def list_primitives(dialect: str | None = None) -> list[dict[str, Any]]:
 
 
 def describe(op: Callable[..., Any] | str) -> dict[str, Any]:
-    """Everything known about a frontend op or a primitive, as plain data.
+    """Everything known about a primitive or a frontend op, as plain data.
 
-    A primitive's name gives its contract (`describe_primitive`). A frontend op (or
-    its name) gives its metadata, the device kinds it routes to (``routes``) with the
-    security model of each (``security``: who must be honest for such a device to keep
-    its inputs private), an example, and the contracts of the primitives it emits."""
-    if isinstance(op, str) and get_primitive(op) is not None:
+    A frontend op (or its name) gives its metadata, the device kinds it routes to
+    (``routes``) with the security model of each (``security``: who must be honest for
+    such a device to keep its inputs private), an example, and the contracts of the
+    primitives it emits. A primitive's name gives its contract (`describe_primitive`),
+    together with the metadata of the frontend op of the same name if there is one."""
+    try:
+        info = meta(op)
+    except KeyError:
+        if not isinstance(op, str) or get_primitive(op) is None:
+            raise
         return describe_primitive(op)
-    info = meta(op)
+    prim = get_primitive(info.name)
     out = asdict(info)
     out["config_schema"] = None if info.config_schema is None else info.config_schema.to_dict()
     out["routes"] = routes(info)
     out["security"] = {kind: _SECURITY_MODELS.get(kind, "") for kind in out["routes"]}
     out["primitives"] = [describe_primitive(p) for p in info.primitives
                          if get_primitive(p) is not None]
-    if out["primitives"] and len(info.primitives) == 1:
+    if prim is not None:
+        contract = describe_primitive(prim)
+        contract["security"] = out["security"] | contract["security"]
+        out.update(contract)
+    elif out["primitives"] and len(info.primitives) == 1:
         first = out["primitives"][0]
         out.update(dialect=first["dialect"], kind=first["kind"], traits=first["traits"])
     return out

@@ -44,11 +44,11 @@ from typing import Any
 
 from mplang.device.kinds import place
 from mplang.dialects import psi as _psi
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import MPType
-from mplang.edsl.errors import MPTypeError
 
 mark_library(__file__)
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from mplang.edsl.errors import MPVerifyError
 from mplang.edsl.graph import Graph
 from mplang.edsl.program import Program
-from mplang.edsl.errors import MPVerifyError
 from mplang.passes.batch_shuffles import batch_shuffles
 from mplang.passes.cse import eliminate_common_subexpressions
 from mplang.passes.dce import eliminate_dead_code

@@ -10,7 +10,7 @@ from mplang.edsl.program import load
 from mplang.policy.check import check
 from mplang.policy.enforce import node_policy
 from mplang.policy.policy import Policy
-from mplang.runtime.commitments import program_digest
+from mplang.cluster.commitments import program_digest
 
 
 def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.PathLike[str],

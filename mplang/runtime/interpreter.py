@@ -9,10 +9,10 @@ import queue
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mplang.edsl.errors import MPLangError, MPRuntimeError
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.traits import Runtime
-from mplang.edsl.errors import MPLangError, MPRuntimeError
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
 from mplang.runtime.scheduler import Scheduler, plan
 from mplang.runtime.timeline import DRIVER

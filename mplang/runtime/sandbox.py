@@ -20,8 +20,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-from mplang.util.lru import LRUCache
 from mplang.edsl.errors import MPLangError, MPSerializationError
+from mplang.util.lru import LRUCache
 
 MAX_MESSAGE = 500
 """Characters of a helper's error message kept in the refusal."""

@@ -7,7 +7,7 @@ the execution. It keeps:
 - per party: the op running now, ops done, bytes and messages moved (what a
   progress display shows);
 - with ``record=True``, one event per op (a slice of a Chrome / Perfetto
-  trace, see `mplang.runtime.trace_file`) carrying the op's source line and the
+  trace, see `mplang.records.trace_file`) carrying the op's source line and the
   messages and bytes it sent and received.
 
 Messages are attributed to ops by their tag: a message of op key ``K`` is

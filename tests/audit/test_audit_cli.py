@@ -14,7 +14,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.runtime.audit import read_events
+from mplang.records.audit import read_events
 from tests.http import support
 
 

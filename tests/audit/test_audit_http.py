@@ -18,9 +18,9 @@ import mplang as mp
 from mplang import simp
 from mplang.backends.upload_client import put
 from mplang.backends.wire import encode_value_bytes
-from mplang.runtime.audit import plaintext_received, read_events, summarize
-from mplang.runtime.identity import load_certificate
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.identity import load_certificate
+from mplang.cluster.local import LocalCluster
+from mplang.records.audit import plaintext_received, read_events, summarize
 from tests.http import support
 
 SECRET = "secret share"

@@ -1,4 +1,4 @@
-"""The audit log writer (`mplang.runtime.audit.AuditLog`), op names from message keys,
+"""The audit log writer (`mplang.records.audit.AuditLog`), op names from message keys,
 the kinds values are logged as, the summary and ``mplang audit``."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from mplang.backends.wire import ValueCodec, privacy_kind, register_value_codec, value_codecs
-from mplang.cli import main
+from mplang.cli.main import main
 from mplang.edsl.graph import Graph, Operation
-from mplang.runtime.audit import (
+from mplang.records.audit import (
     AuditLog,
     default_path,
     op_at,

@@ -12,8 +12,8 @@ import pytest
 
 import mplang as mp
 from mplang import tensor
-from mplang.runtime.audit import plaintext_received, read_events, summarize
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
+from mplang.records.audit import plaintext_received, read_events, summarize
 from tests.http import support
 
 WEALTH = {"node_0": 5_000_000, "node_1": 7_000_000}

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import mplang as mp
-from mplang.runtime.audit import SECRET_SHARE, plaintext_received, read_events, summarize
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
+from mplang.records.audit import SECRET_SHARE, plaintext_received, read_events, summarize
 from tests.examples.test_examples import load
 from tests.http import support
 

@@ -513,13 +513,13 @@ def test_compiled_program_takes_new_device_inputs(sim: mp.Simulator, mode: str) 
 def test_reused_spu_function_compiles_once(sim: mp.Simulator,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
-    real_compile = spu_dialect.spu_frontend.compile
+    real_compile = spu_dialect.executable_of
 
     def counting_compile(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real_compile(*args, **kwargs)
 
-    monkeypatch.setattr(spu_dialect.spu_frontend, "compile", counting_compile)
+    monkeypatch.setattr(spu_dialect, "executable_of", counting_compile)
 
     def scaled_sum(u: Any, v: Any) -> Any:  # fresh per test, reused by both compiles
         return jnp.sum(u * v, axis=0)

@@ -15,6 +15,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp
+from mplang.dialects import spu as spu_dialect
 from mplang.edsl.graph import Operation
 from mplang.runtime.backend import get_backend, worker_kernels
 from mplang.runtime.interpreter import Interpreter
@@ -228,7 +229,7 @@ class FailingSpuRun:
     waiting for it); the others run the original kernel."""
 
     def __init__(self, members: int):
-        self.original = worker_kernels().get("spu.run")
+        self.original = worker_kernels().get(spu_dialect.run_p)
         assert self.original is not None
         self.entered = threading.Semaphore(0)
         self.others = members - 1
@@ -248,12 +249,12 @@ class FailingSpuRun:
 @pytest.fixture
 def failing_spu_run() -> Iterator[FailingSpuRun]:
     failing = FailingSpuRun(members=3)
-    SPU_BACKEND.kernel("spu.run", override=True)(failing)
+    SPU_BACKEND.kernel(spu_dialect.run_p, override=True)(failing)
     try:
         yield failing
     finally:
         assert failing.original is not None
-        SPU_BACKEND.kernel("spu.run", override=True)(failing.original)
+        SPU_BACKEND.kernel(spu_dialect.run_p, override=True)(failing.original)
 
 
 def joint(a: Any, b: Any) -> Any:
@@ -274,7 +275,7 @@ def test_failing_spu_kernel_fails_fast_and_names_party_and_op(failing_spu_run: F
         elapsed = time.monotonic() - start
         # restore the real kernel; the same simulator must run the next program correctly
         assert failing_spu_run.original is not None
-        SPU_BACKEND.kernel("spu.run", override=True)(failing_spu_run.original)
+        SPU_BACKEND.kernel(spu_dialect.run_p, override=True)(failing_spu_run.original)
         out = mp.evaluate(sim, joint, a, b, mode=mode)
         np.testing.assert_allclose(mp.fetch(sim, out), a * b + 1, atol=1e-3)
     finally:
@@ -289,7 +290,7 @@ def test_failing_spu_kernel_fails_fast_and_names_party_and_op(failing_spu_run: F
 
 def test_failing_spu_kernel_immediately(mode: str) -> None:
     """The simplest form: party 1 raises as soon as its spu.run starts."""
-    original = worker_kernels().get("spu.run")
+    original = worker_kernels().get(spu_dialect.run_p)
     assert original is not None
 
     def fail_on_party_1(interp: Interpreter, op: Operation, args: list[Any],
@@ -301,14 +302,14 @@ def test_failing_spu_kernel_immediately(mode: str) -> None:
 
     sim = mp.Simulator(CLUSTER, timeout=3)
     a = np.array([2.0, -1.0], np.float32)
-    SPU_BACKEND.kernel("spu.run", override=True)(fail_on_party_1)
+    SPU_BACKEND.kernel(spu_dialect.run_p, override=True)(fail_on_party_1)
     try:
         start = time.monotonic()
         with pytest.raises(mp.MPRuntimeError) as info:
             mp.evaluate(sim, joint, a, a, mode=mode)
         elapsed = time.monotonic() - start
     finally:
-        SPU_BACKEND.kernel("spu.run", override=True)(original)
+        SPU_BACKEND.kernel(spu_dialect.run_p, override=True)(original)
     try:
         out = mp.evaluate(sim, joint, a, a, mode=mode)
         np.testing.assert_allclose(mp.fetch(sim, out), a * a + 1, atol=1e-3)

@@ -15,6 +15,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp, tensor
+from mplang.analysis.cost_model import local_cost
 from mplang.backends import wire
 from mplang.backends.crypto_impl import (
     AUTH_FAILED,
@@ -31,11 +32,12 @@ from mplang.backends.crypto_impl import (
 )
 from mplang.dialects import crypto
 from mplang.dialects.crypto import PrivateKey, PublicKey, SharedSecret, SymmetricKey
+from mplang.edsl.primitive import primitive
 from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import TensorType
 from mplang.frontend import list_ops
-from mplang.frontend.registry import get_op
 from mplang.passes import optimize
+from mplang.policy.flows import local_conservative
 
 X = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
 """A float32 plaintext: 48 bytes, so its ciphertext is u8[76]."""
@@ -148,9 +150,24 @@ def test_randomized_ops_are_not_pure_and_the_rest_are() -> None:
                             "crypto.hkdf", "crypto.sign", "crypto.verify",
                             "crypto.public_bytes", "crypto.public_key"}
     for name in ops:
-        traits = get_op(name).traits
+        traits = primitive(name).traits
         assert traits.pure is (name not in impure), name
         assert traits.communicates is False, name
+
+
+def test_every_op_is_declared_once() -> None:
+    prims = vars(crypto.dialect.prims)
+    assert {p.name for p in prims.values()} == {i.name for i in list_ops("crypto")}
+    for prim in prims.values():
+        assert prim.declared and prim.rule("local_flow") is local_conservative, prim.name
+        assert prim.rule("cost") is local_cost, prim.name
+    hkdf = prims["hkdf"]
+    assert [(o.name, str(o.type)) for o in hkdf.operands] == [
+        ("ikm", "SharedSecret | SymmetricKey")]
+    assert {n: (a.default, a.min, a.max) for n, a in hkdf.attrs.items()} == {
+        "info": (b"", None, None), "length": (32, 16, 8160), "salt": (None, None, None)}
+    assert prims["public_key"].attrs["algorithm"].choices == crypto.ALGORITHMS
+    assert [str(r.type) for r in prims["x25519_keygen"].results] == ["PublicKey", "PrivateKey"]
 
 
 # ---------------------------------------------------------------- type rules while tracing
@@ -224,11 +241,11 @@ def test_aes_decrypt_with_a_like_of_another_size_fails_while_tracing() -> None:
 
 @pytest.mark.parametrize("body, message", [
     (lambda: crypto.aes_encrypt(tensor.constant(X), crypto.x25519_keygen()[0]),
-     "crypto.aes_encrypt: the key must be a 32-byte symmetric key, got x25519.pk"),
+     "crypto.aes_encrypt: operand key must be SymmetricKey, got x25519.pk"),
     (lambda: crypto.aes_encrypt(tensor.constant(X), crypto.hkdf(crypto.aes_keygen(), length=16)),
      "crypto.aes_encrypt: the key must be a 32-byte symmetric key, got symkey[16]"),
     (lambda: crypto.aes_encrypt(crypto.aes_keygen(), crypto.aes_keygen()),
-     "crypto.aes_encrypt: the plaintext must be a tensor, got symkey[32]"),
+     "crypto.aes_encrypt: operand x must be TensorType, got symkey[32]"),
     (lambda: crypto.aes_encrypt(tensor.constant(X), crypto.aes_keygen(), aad="text"),
      "crypto.aes_encrypt: aad must be bytes, got str"),
     (lambda: crypto.aes_decrypt(tensor.constant(np.zeros(76, np.float32)), crypto.aes_keygen(),
@@ -237,16 +254,15 @@ def test_aes_decrypt_with_a_like_of_another_size_fails_while_tracing() -> None:
      "f32[3,4]), got f32[76]"),
     (lambda: crypto.aes_decrypt(tensor.constant(np.zeros(76, np.uint8)),
                                 crypto.ed25519_keygen()[1], like=X),
-     "crypto.aes_decrypt: the key must be a 32-byte symmetric key, got ed25519.sk"),
+     "crypto.aes_decrypt: operand key must be SymmetricKey, got ed25519.sk"),
     (lambda: crypto.x25519_shared(crypto.ed25519_keygen()[1], crypto.x25519_keygen()[0]),
      "crypto.x25519_shared: the key must be an x25519 private key, got ed25519.sk"),
     (lambda: crypto.x25519_shared(crypto.x25519_keygen()[1], crypto.ed25519_keygen()[0]),
      "crypto.x25519_shared: the peer key must be an x25519 public key, got ed25519.pk"),
     (lambda: crypto.hkdf(tensor.constant(X)),
-     "crypto.hkdf: the input key material must be a shared secret or a symmetric key, "
-     "got f32[3,4]"),
+     "crypto.hkdf: operand ikm must be SharedSecret | SymmetricKey, got f32[3,4]"),
     (lambda: crypto.hkdf(crypto.aes_keygen(), length=8),
-     "crypto.hkdf: length must be an int in [16, 8160], got 8"),
+     "crypto.hkdf: attribute 'length' must lie in [16, 8160], got 8"),
     (lambda: crypto.hkdf(crypto.aes_keygen(), salt=7),
      "crypto.hkdf: salt must be bytes, got int"),
     (lambda: crypto.sign(tensor.constant(X), crypto.x25519_keygen()[1]),
@@ -258,11 +274,12 @@ def test_aes_decrypt_with_a_like_of_another_size_fails_while_tracing() -> None:
                            crypto.x25519_keygen()[0]),
      "crypto.verify: the key must be an ed25519 public key, got x25519.pk"),
     (lambda: crypto.public_bytes(crypto.x25519_keygen()[1]),
-     "crypto.public_bytes: expected a public key, got x25519.sk"),
+     "crypto.public_bytes: operand pk must be PublicKey, got x25519.sk"),
     (lambda: crypto.public_key(tensor.constant(np.zeros(31, np.uint8)), algorithm="x25519"),
      "crypto.public_key: the raw key must be u8[32], got u8[31]"),
     (lambda: crypto.public_key(tensor.constant(np.zeros(32, np.uint8)), algorithm="rsa"),
-     "crypto.public_key: algorithm must be one of ['x25519', 'ed25519'], got 'rsa'"),
+     "crypto.public_key: attribute 'algorithm' must be one of ['x25519', 'ed25519'], "
+     "got 'rsa'"),
 ])
 def test_ill_typed_crypto_ops_fail_while_tracing(body: Any, message: str) -> None:
     msg = compile_error(lambda: simp.pcall((0,), body))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mplang import apidoc
+from mplang.cli import apidoc
+from mplang.cli.main import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 API_MD = ROOT / "docs" / "api.md"
@@ -84,7 +85,7 @@ def test_api_md_is_current() -> None:
         old, new = committed.splitlines(), generated.splitlines()
         line = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
                     min(len(old), len(new)))
-        pytest.fail("docs/api.md is stale: run python -m mplang.apidoc -o docs/api.md "
+        pytest.fail("docs/api.md is stale: run mplang apidoc -o docs/api.md "
                     f"(first difference at line {line + 1})")
 
 
@@ -134,6 +135,12 @@ def test_main_writes_the_file_or_stdout(tmp_path: Path, capsys: pytest.CaptureFi
     assert apidoc.main(["-o", str(out)]) == 0
     assert apidoc.main([]) == 0
     assert out.read_text(encoding="utf-8") == capsys.readouterr().out == apidoc.generate()
+
+
+def test_the_mplang_command_writes_the_same_file(tmp_path: Path) -> None:
+    out = tmp_path / "api.md"
+    assert cli_main(["apidoc", "-o", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == apidoc.generate()
 
 
 def _github_anchors(markdown: str) -> set[str]:

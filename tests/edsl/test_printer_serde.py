@@ -620,9 +620,17 @@ def test_pickle_in_a_buffer_stays_data(valid, tmp_path):
     payload = evil_pickle(marker)
     doc["buffers"].append([len(tail), len(payload)])
     index = len(doc["buffers"]) - 1
-    doc["graph"]["ops"][0]["attrs"]["note"] = {"$bytes": index}
-    doc["graph"]["ops"][1]["attrs"]["module"] = {"$bytes": index}  # the run_jax "code"
-    program = mp.Program.from_bytes(pack(doc, tail + payload))
-    assert program.graph.operations[0].attrs["note"] == payload
+    noted = copy.deepcopy(doc)
+    noted["graph"]["ops"][0]["attrs"]["note"] = {"$bytes": index}  # an undeclared attribute
+    with pytest.raises(mp.MPSerializationError, match=r"op #0 simp\.constant.*attributes do "
+                                                      r"not match the declaration \(missing "
+                                                      r"\[\], unknown \['note'\]\)"):
+        mp.Program.from_bytes(pack(noted, tail + payload))
+    body = doc["graph"]["ops"][1]["regions"][0]["ops"][0]
+    assert body["op"] == "tensor.run_jax"
+    body["attrs"]["module"] = {"$bytes": index}  # the run_jax "code" is a pickle
+    with pytest.raises(mp.MPSerializationError, match="malformed run_jax module: header: bad "
+                                                      "magic"):
+        mp.Program.from_bytes(pack(doc, tail + payload))
     assert not marker.exists()
 

@@ -3,9 +3,8 @@
 import pytest
 
 import mplang as mp
-from mplang.edsl.primitive import Primitive
-from mplang.frontend import FeOpInfo, registry
-from mplang.frontend.registry import OpInfo, get_op, is_registered, register_op
+from mplang.edsl.primitive import Primitive, get_primitive, primitives
+from mplang.frontend import FeOpInfo
 
 SIMP_OPS = [
     "simp.constant",
@@ -53,14 +52,14 @@ def test_list_ops_filters_by_family():
 
 
 def test_primitives_are_listed_with_their_traits():
-    prims = registry.list_primitives("simp")
+    prims = primitives("simp")
     assert [p.name for p in prims] == sorted(SIMP_OPS)
-    assert all(isinstance(p, OpInfo) for p in prims)
-    pcall = registry.get_op("simp.pcall").traits
-    assert (pcall.pure, pcall.communicates, pcall.regions, pcall.fusable) == (
+    assert [d["name"] for d in mp.list_primitives("simp")] == sorted(SIMP_OPS)
+    pcall = mp.describe("simp.pcall")["traits"]
+    assert (pcall["pure"], pcall["communicates"], pcall["regions"], pcall["fusable"]) == (
         True, False, "call", True)
-    assert registry.get_op("simp.shuffle_static").traits.batchable
-    assert not registry.get_op("tensor.pyfunc").traits.pure
+    assert mp.describe("simp.shuffle_static")["traits"]["batchable"]
+    assert not mp.describe("tensor.pyfunc")["traits"]["pure"]
 
 
 def test_list_ops_unknown_dialect_is_empty():
@@ -89,7 +88,7 @@ def test_describe_pcall():
         ("simp.shuffle", "communication", "multi_party"),
         ("simp.uniform_cond", "control_flow", "multi_party"),
         ("simp.while_loop", "control_flow", "multi_party"),
-        ("tensor.run_jax", "compute", "single_rank"),
+        ("tensor.run_jax", "compiler", "single_rank"),
         ("tensor.constant", "source", "single_rank"),
     ],
 )
@@ -117,31 +116,18 @@ def test_describe_unknown_op():
         mp.describe("simp.nope")
 
 
-def test_is_registered():
-    assert is_registered("simp.pcall")
-    assert not is_registered("simp.nope")
-    assert get_op("simp.pcall").dialect == "simp"
-
-
-def test_registering_a_duplicate_name_raises():
-    before = registry.describe_primitive("simp.pcall")
-    dup = OpInfo("simp.pcall", "simp", "compute", "any", "impostor")
-    with pytest.raises(ValueError, match="already registered"):
-        register_op(dup)
-    assert registry.describe_primitive("simp.pcall") == before  # unchanged
-
-
-def test_creating_a_primitive_with_a_taken_name_raises():
-    with pytest.raises(ValueError, match="already registered"):
+def test_declaring_a_taken_name_raises():
+    before = mp.describe("tensor.run_jax")
+    with pytest.raises(ValueError, match="'tensor.run_jax' is already declared"):
         Primitive("tensor.run_jax", kind="compute", execution_model="single_rank")
-    assert mp.describe("tensor.run_jax")["kind"] == "compute"
+    assert get_primitive("tensor.run_jax") is not None
+    assert mp.describe("tensor.run_jax") == before  # unchanged
 
 
 def test_op_name_must_carry_its_dialect_prefix():
-    bad = OpInfo("mismatch_test.op", "other", "compute", "any", "")
-    with pytest.raises(ValueError, match="prefixed"):
-        register_op(bad)
-    assert not is_registered("mismatch_test.op")
+    with pytest.raises(ValueError, match="must be named DIALECT.OP"):
+        Primitive("nodialect", kind="compute", execution_model="any")
+    assert get_primitive("nodialect") is None
 
 
 # ---------------------------------------------------------------- errors

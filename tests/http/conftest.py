@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 import mplang as mp
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
 from tests.http import support
 
 

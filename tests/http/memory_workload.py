@@ -25,7 +25,7 @@ import numpy as np
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.simp_worker.http import WorkerServer
+from mplang.backends.simp_worker.server import WorkerServer
 
 KINDS = ("pcall", "shuffle", "spu", "drop")
 
@@ -99,7 +99,7 @@ def held(server: WorkerServer) -> dict[str, int]:
         "objects": len(server.worker.store),
         "messages": server.mailbox.pending(),
         "running": executions.running(),
-        "prepared": len(server._prepared),
+        "prepared": len(server.prepared),
         "remembered_executions": len(executions._owners),
-        "programs_cached": len(server._programs),
+        "programs_cached": len(server.programs),
     }

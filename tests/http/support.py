@@ -28,12 +28,13 @@ import mplang as mp
 from mplang import simp
 from mplang.backends.mux_client import SPEC_HEADER
 from mplang.backends.simp_worker.executions import WorkerLimits
-from mplang.backends.simp_worker.http import WorkerServer, uvicorn_server
+from mplang.backends.simp_worker.http import uvicorn_server
+from mplang.backends.simp_worker.server import WorkerServer
 from mplang.backends.wire import encode_value_bytes, pack_message
+from mplang.cluster.identity import LocalIdentity, keygen, load_identity
+from mplang.cluster.local import LocalCluster, write_dev_cluster
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.runtime.identity import LocalIdentity, keygen, load_identity
-from mplang.runtime.local_cluster import LocalCluster, write_dev_cluster
 
 DRIVERS = ("driver", "driver2")
 """The drivers every test spec lists."""

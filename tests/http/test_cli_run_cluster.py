@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mplang.cli import main
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cli.main import main
+from mplang.cluster.local import LocalCluster
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run_me.py"
 

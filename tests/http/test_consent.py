@@ -19,10 +19,10 @@ import pytest
 import mplang as mp
 from mplang import simp, tensor
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
+from mplang.cluster.commitments import commit, decode_vote, encode_openings, vote_message
+from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.edsl.errors import MPRefusedError
-from mplang.runtime.commitments import commit, decode_vote, encode_openings, vote_message
 from tests.http import support
 
 SECRET0 = np.array([3.14159, -2.71828, 1.41421], dtype=np.float32)
@@ -193,7 +193,7 @@ def test_a_party_refusing_in_prepare_means_nothing_runs_anywhere(
                                              "may not"):
         mp.evaluate(driver, secret_sum)
     assert ran == []
-    assert all(not w.server._prepared for w in workers)
+    assert all(not w.server.prepared for w in workers)
 
 
 def test_driver_constant_on_spu_reaches_each_member_as_its_share_only(

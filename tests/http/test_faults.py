@@ -25,8 +25,8 @@ from jax import lax
 
 import mplang as mp
 from mplang import simp, tensor
-from mplang.frontend.registry import list_primitives
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
+from mplang.edsl.primitive import primitives
 from tests.http import support
 
 FAIL_WITHIN_S = 10.0
@@ -71,7 +71,7 @@ def assert_names_party_1_and_an_op(error: BaseException) -> None:
     assert isinstance(error, mp.MPRuntimeError), repr(error)
     message = str(error)
     assert "party 1" in message, message
-    assert error.op in {op.name for op in list_primitives()}, (error.op, message)
+    assert error.op in {prim.name for prim in primitives()}, (error.op, message)
     assert f"op {error.op}" in message, message
 
 

@@ -21,7 +21,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.runtime.identity import format_fingerprint, load_certificate
+from mplang.cluster.identity import format_fingerprint, load_certificate
 from tests.http import support
 
 

@@ -22,8 +22,8 @@ from mplang import simp
 from mplang.backends.mux import ALPN
 from mplang.backends.mux_client import MuxClients, StatusError, host_port
 from mplang.backends.wire import encode_value_bytes, pack_message
-from mplang.runtime.identity import load_identity
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.identity import load_identity
+from mplang.cluster.local import LocalCluster
 from tests.http import support
 
 

@@ -17,9 +17,9 @@ import pytest
 
 import mplang as mp
 from mplang import tensor
+from mplang.cluster.local import LocalCluster
 from mplang.edsl.errors import MPRefusedError
-from mplang.runtime.audit import read_events
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.records.audit import read_events
 from tests.http import support
 
 NODES = ("node_0", "node_1", "node_2")

@@ -38,12 +38,14 @@ import mplang as mp
 from mplang import simp
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.wire import decode_value, encode_value_bytes
+from mplang.cluster.identity import keygen
+from mplang.edsl import primitive as primitive_registry
+from mplang.edsl.attrs import ConfigField as Attr
 from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.primitive import Primitive, Result, Signature
 from mplang.edsl.serde import MAGIC as PROGRAM_MAGIC
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.typing import Mask, MPType, TensorType
-from mplang.frontend import registry
-from mplang.runtime.identity import keygen
 from tests.http import support
 
 # ---------------------------------------------------------------- fixtures and helpers
@@ -526,10 +528,18 @@ def test_malformed_message_values_get_400(dev: support.DevCluster, workers: Any,
 
 def test_program_whose_op_has_no_kernel_gets_400(as_driver: httpx.Client,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """An op known to the registry (so the decoder accepts it) but without a worker kernel."""
+    """A declared op (so the decoder and the type check accept it) without a worker kernel."""
     name = "httptest.no_kernel"
-    monkeypatch.setitem(registry._OPS, name, registry.OpInfo(
-        name, "httptest", "compute", "multi_party", False, "an op no backend implements"))
+    monkeypatch.setattr(primitive_registry, "_PRIMITIVES", dict(primitive_registry._PRIMITIVES))
+    prim = Primitive(name, kind="source", execution_model="multi_party",
+                     attrs={"parties": Attr(Mask, required=True),
+                            "value": Attr(int, required=True)},
+                     results=[Result("out")], doc="an op no backend implements")
+
+    @prim.def_type_rule
+    def _one_int(sig: Signature) -> list[MPType]:
+        return [MPType(TensorType("int32", ()), sig.parties)]
+
     response = post(as_driver, "/run", program_frame(encode_graph_bundle(one_op_graph(name),
                                                                          {})))
     assert response.status_code == 400, response.text
@@ -637,10 +647,9 @@ def test_a_prepared_run_that_never_starts_leaves_nothing_behind(
     assert sent.status_code == 200
     server = workers[0].server
     assert server.mailbox.pending() == 1
-    for prepared in server._prepared.values():
+    for prepared in server.prepared.runs.values():
         prepared.expires = 0.0
-    with server._lock:
-        server._sweep()
+    server.prepared.sweep()
     assert server.mailbox.pending() == 0 and server.executions.running() == 0
     with dev.client("node_1", 0) as client:
         late = post(client, "/msg", encode_value_bytes(np.int32(5)),

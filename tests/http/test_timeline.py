@@ -14,9 +14,9 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.cli import main
+from mplang.cli.main import main
 from mplang.edsl.errors import MPLangError
-from mplang.runtime.trace_file import events_from_wire, load_trace, self_times
+from mplang.records.trace_file import events_from_wire, load_trace, self_times
 
 THIS = Path(__file__).name
 

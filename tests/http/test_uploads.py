@@ -18,7 +18,7 @@ from mplang import simp, tensor
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.upload_client import put
 from mplang.backends.wire import encode_value_bytes
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
 from tests.http import support
 from tests.test_private_inputs import assert_missing_name_refused
 

@@ -202,7 +202,7 @@ def test_on_worker_processes(tmp_path: Path) -> None:
     """Two HTTP workers over mutual TLS, each reading its columns from its data root, with
     policies that allow SecureBoost's reveals: the simulator's result, within 2 points of
     sklearn's accuracy."""
-    from mplang.runtime.local_cluster import LocalCluster
+    from mplang.cluster.local import LocalCluster
     from tests.http.support import free_ports
 
     x, y = make_classification(n_samples=300, n_features=20, random_state=0)

@@ -18,7 +18,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
 from tests.passes import programs
 
 

@@ -116,7 +116,7 @@ def _compile_body(body: Any) -> None:
 
 @pytest.mark.parametrize(("body", "message"), [
     (lambda k: phe.bucket_sum(VALUES, BINS, n_bins=B),
-     r"phe\.bucket_sum: the value must be a ciphertext, got f32\[40,2\]"),
+     r"phe\.bucket_sum: operand c must be a PHE ciphertext, got f32\[40,2\]"),
     (lambda k: phe.bucket_sum(phe.encrypt(np.zeros((2, 2, 2)), k), np.zeros((2, 1), np.int8),
                               n_bins=B),
      r"phe\.bucket_sum: sums the rows of a ciphertext vector \(n\) or matrix \(n, k\), got "
@@ -124,14 +124,14 @@ def _compile_body(body: Any) -> None:
     (lambda k: phe.bucket_sum(phe.encrypt(VALUES, k), BINS[:5], n_bins=B),
      r"phe\.bucket_sum: the bins must be an integer matrix of shape \[40, features\]"),
     (lambda k: phe.bucket_sum(phe.encrypt(VALUES, k), BINS.astype(np.float32), n_bins=B),
-     r"phe\.bucket_sum: the bins must be an integer matrix"),
+     r"phe\.bucket_sum: operand bins must be an integer tensor, got f32\[40,3\]"),
     (lambda k: phe.bucket_sum(phe.encrypt(VALUES, k), BINS, GROUPS[:3], n_groups=G, n_bins=B),
      r"phe\.bucket_sum: the group ids must be an integer vector of shape \[40\] \(-1: in no "
      r"group\)"),
     (lambda k: phe.bucket_sum(phe.encrypt(VALUES, k), BINS, n_bins=128),
-     r"phe\.bucket_sum: n_bins must be an int in \[1, 127\], got 128"),
+     r"phe\.bucket_sum: attribute 'n_bins' must lie in \[1, 127\], got 128"),
     (lambda k: phe.bucket_sum(phe.encrypt(VALUES, k), BINS, n_groups=0, n_bins=B),
-     r"phe\.bucket_sum: n_groups must be an int in \[1, 65536\], got 0"),
+     r"phe\.bucket_sum: attribute 'n_groups' must lie in \[1, 65536\], got 0"),
 ])
 def test_type_errors_name_the_op(body: Any, message: str) -> None:
     with pytest.raises(MPTypeError, match=message):

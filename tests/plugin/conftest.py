@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 import mplang as mp
+from mplang.cluster.local import LocalCluster
 from mplang.frontend.plugins import discover, load_plugin
-from mplang.runtime.local_cluster import LocalCluster
 from tests.http import support
 
 ROOT = Path(__file__).resolve().parents[2]

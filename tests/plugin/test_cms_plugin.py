@@ -21,15 +21,17 @@ import pytest
 
 import mplang as mp
 from mplang import simp
+from mplang.analysis.cost_model import local_cost
 from mplang.backends.wire import decode_value, encode_value, encode_value_bytes
-from mplang.cli import main
+from mplang.cli.main import main
+from mplang.cluster.local import LocalCluster
 from mplang.dialects import tensor
+from mplang.edsl.errors import FeConfigError
 from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import MPType, TensorType
-from mplang.edsl.errors import FeConfigError
 from mplang.frontend.introspect import describe
+from mplang.policy.flows import conservative, local_conservative
 from mplang.runtime.backend import missing_kernels
-from mplang.runtime.local_cluster import LocalCluster
 from tests.http import support
 from tests.plugin.conftest import SKETCH, cms_spec_dict
 
@@ -257,6 +259,35 @@ def test_every_op_has_its_kernels_and_metadata(cms: ModuleType) -> None:
     build = describe("cms.build")
     assert build["execution_model"] == "single_rank" and "PPU" in build["routes"]
     assert set(build["config_schema"]) == {"width", "depth", "seed"}
+
+
+def test_every_op_is_declared_once(cms: ModuleType) -> None:
+    build, merge, query = (cms.dialect.prims.build, cms.dialect.prims.merge,
+                           cms.dialect.prims.query)
+    assert build.attrs == dict(cms.SKETCH_CONFIG.fields)  # the schema declares the attributes
+    assert [(o.name, str(o.type)) for o in build.operands] == [("x", "TensorType")]
+    assert [str(r.type) for r in build.results] == ["SketchType"]
+    assert [o.name for o in merge.operands] == ["a", "b"]
+    assert all(p.rule("local_flow") is local_conservative for p in (build, merge, query))
+    assert all(p.rule("cost") is local_cost for p in (build, merge, query))
+    agg = cms.aggregate_p
+    assert agg.targets == ("CMS",) and agg.rule("flow") is conservative
+    assert agg.attrs["to"].required and [o.name for o in agg.operands] == ["s"]
+
+    def merge_items() -> Any:
+        x = simp.constant((0,), np.arange(3, dtype=np.int32))
+        return simp.pcall((0,), lambda v: cms.merge(v, v), x)
+
+    with pytest.raises(mp.MPTypeError, match=r"^cms\.merge: operand a must be SketchType, "
+                                             r"got i32\[3\]"):
+        mp.compile(merge_items, world_size=2)
+
+    def aggregate_items() -> Any:
+        return cms.aggregate(simp.constant((0,), np.arange(3, dtype=np.int32)), to=1)
+
+    with pytest.raises(mp.MPTypeError, match=r"^cms\.aggregate: operand s must be a sketch at "
+                                             r"the simp level, got i32\[3\]@\{0\}"):
+        mp.compile(aggregate_items, world_size=2)
 
 
 # ---------------------------------------------------------------- codecs

@@ -11,8 +11,8 @@ import pytest
 
 import mplang as mp
 from mplang import tensor
-from mplang.cli import main
-from mplang.runtime.local_cluster import init_cluster
+from mplang.cli.main import main
+from mplang.cluster.local import init_cluster
 
 
 def _sum_program(tmp_path: Path, reveal: str) -> tuple[Path, Path]:

@@ -17,9 +17,10 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends import psi_impl
+from mplang.backends import psi_count, psi_impl, psi_session
 from mplang.backends.simp_worker.mailbox import Mailbox
 from mplang.backends.simp_worker.mem import ThreadCommunicator
+from mplang.dialects import psi as psi_dialect
 from mplang.dialects import table
 from mplang.edsl.errors import MPRefusedError
 from mplang.libs import psi
@@ -264,9 +265,9 @@ def test_intersection_size_protocol_alone() -> None:
 
     def party(rank: int) -> None:
         comm = ThreadCommunicator(rank, boxes, 10.0)
-        plan = psi_impl.size_plan(rank, (0, 1), (2,))
-        session = psi_impl.Session(comm, "e1", "/0", 10.0, plan)
-        out[rank] = psi_impl.count_shared(rank, (0, 1), (2,),
+        plan = psi_count.size_plan(rank, (0, 1), (2,))
+        session = psi_session.Session(comm, "e1", "/0", 10.0, plan)
+        out[rank] = psi_count.count_shared(rank, (0, 1), (2,),
                                           keys[rank] if rank < 2 else None, session)
         assert session.pending == []
 
@@ -283,14 +284,14 @@ def test_intersection_size_protocol_alone() -> None:
 
 def test_encoded_keys_are_injective_and_sort_like_the_keys() -> None:
     words = ["", "a", "a\x00", "ab", "b", "é", "€", "x,y", "\n"]
-    encoded = psi_impl.encode_keys(pa.array(words)).to_pylist()
+    encoded = psi_session.encode_keys(pa.array(words)).to_pylist()
     assert encoded[:3] == ["x", "x61", "x6100"]
     assert len(set(encoded)) == len(words)
     assert sorted(encoded) == [encoded[words.index(w)] for w in
                                sorted(words, key=lambda w: w.encode())]
-    sliced = psi_impl.encode_keys(pa.chunked_array([pa.array(words).slice(3, 4)]))
+    sliced = psi_session.encode_keys(pa.chunked_array([pa.array(words).slice(3, 4)]))
     assert sliced.to_pylist() == encoded[3:7]
-    assert psi_impl.encode_keys(pa.array([-0.0, 1.5])).to_pylist() == [0.0, 1.5]
+    assert psi_session.encode_keys(pa.array([-0.0, 1.5])).to_pylist() == [0.0, 1.5]
 
 
 @pytest.mark.parametrize("side", [0, 1])
@@ -360,6 +361,24 @@ def test_tables_of_one_party_and_bad_receivers_fail_when_tracing() -> None:
     with pytest.raises(mp.MPTypeError, match=r"reveal_to must be distinct parties of a "
                        r"3-party world in increasing order, got \(0, 5\)"):
         mp.compile(far, world_size=3)
+
+
+def test_both_ops_are_declared_with_their_flow_rules() -> None:
+    for prim in (psi_dialect.join_p, psi_dialect.size_p):
+        assert prim.declared and [o.name for o in prim.operands] == ["a", "b"]
+        where = prim.registered_at("flow")
+        assert where is not None and where.startswith("mplang/dialects/psi.py:"), prim.name
+    attrs = psi_dialect.join_p.attrs
+    assert (attrs["how"].default, attrs["protocol"].default) == ("inner", "rr22")
+    assert attrs["how"].choices == psi.JOINS and attrs["protocol"].choices == psi.PROTOCOLS
+
+    def local_table() -> Any:
+        _, tb = held((0, 1), (A, B))
+        return psi_dialect.join(simp.constant((0,), np.arange(3)), tb, key="id")
+
+    with pytest.raises(mp.MPTypeError, match=r"^psi\.join: operand a must be a table at the "
+                                             r"simp level, got i\d+\[3\]@\{0\}"):
+        mp.compile(local_table, world_size=3)
 
 
 @pytest.mark.parametrize("op", ["join", "size"])

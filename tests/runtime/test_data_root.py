@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mplang.edsl.typing import TensorType
 from mplang.edsl.errors import MPRuntimeError
-from mplang.runtime import data_root
-from mplang.runtime.data_root import MissingData
-from mplang.runtime.named_objects import NamedObjects
+from mplang.edsl.typing import TensorType
+from mplang.storage import data_root
+from mplang.storage.data_root import MissingData
+from mplang.storage.named_objects import NamedObjects
 
 
 @pytest.fixture

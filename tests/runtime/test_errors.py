@@ -14,8 +14,9 @@ import pytest
 
 import mplang as mp
 from mplang import simp
+from mplang.edsl.attrs import ConfigField as Attr
 from mplang.edsl.graph import Operation
-from mplang.edsl.primitive import Primitive
+from mplang.edsl.primitive import Operand, Primitive, Result, Signature
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 
@@ -25,16 +26,18 @@ from mplang.runtime.interpreter import Interpreter
 FAIL_OP = "testing.runtime_fail_on"
 
 fail_on_p = Primitive(FAIL_OP, kind="compute", execution_model="single_rank",
+                      operands=[Operand("x")],
+                      attrs={"party": Attr(int, required=True, doc="the party that raises")},
+                      results=[Result("out")],
                       doc="Test-only: identity, except that it raises on party `party`.")
 
 
 @fail_on_p.def_type_rule
-def _fail_on_rule(in_types: list[Any], attrs: dict[str, Any], regions: Any,
-                  world_size: int) -> list[Any]:
-    return [in_types[0]]
+def _fail_on_rule(sig: Signature) -> list[Any]:
+    return [sig.x]
 
 
-@register_backend("testing").kernel(FAIL_OP)
+@register_backend("testing").kernel(fail_on_p)
 def _fail_on_kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     if interp.party == op.attrs["party"]:
         raise ValueError("injected failure")  # the message itself names no party

@@ -11,14 +11,14 @@ import pytest
 import yaml
 
 import mplang as mp
-from mplang.runtime.identity import (
+from mplang.cluster.identity import (
     IdentityError,
     format_fingerprint,
     keygen,
     load_certificate,
     load_identity,
 )
-from mplang.runtime.local_cluster import init_cluster
+from mplang.cluster.local import init_cluster
 
 
 def test_keygen_writes_a_private_key_and_a_certificate(tmp_path: Path) -> None:

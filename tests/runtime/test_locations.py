@@ -345,6 +345,6 @@ def test_malformed_attributes_of_a_loaded_op_name_its_index_and_line() -> None:
 
     with pytest.raises(mp.MPSerializationError,
                        match=rf"^invalid program: graph: op #2 simp\.shuffle_static \(traced at "
-                             rf"{FILE}:{line_of('shuffle')}\): malformed attributes "
-                             r"\(KeyError: 'routes'\)"):
+                             rf"{FILE}:{line_of('shuffle')}\): attributes do not match the "
+                             r"declaration \(missing \['routes'\], unknown \[\]\)"):
         mp.Program.from_bytes(_mutated(drop_routes))

@@ -17,7 +17,7 @@ from rich.console import Console
 import mplang as mp
 import mplang.api
 from mplang import simp
-from mplang.runtime.progress import ProgressDisplay, startup_progress
+from mplang.cli.progress import ProgressDisplay, startup_progress
 from mplang.runtime.timeline import RunMonitor
 
 

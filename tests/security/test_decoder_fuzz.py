@@ -41,7 +41,7 @@ from mplang.edsl.primitive import check_types
 from mplang.edsl.serde import decode_graph_bundle, numpy_can_hold
 from mplang.edsl.typing import DTYPES, numpy_dtype
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
-from mplang.runtime.commitments import canonical_bytes
+from mplang.cluster.commitments import canonical_bytes
 
 FUZZ = settings(max_examples=400, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -16,7 +16,8 @@ import pytest
 import schemathesis
 from fastapi.routing import APIRoute
 
-from mplang.backends.simp_worker.http import WorkerServer, create_app
+from mplang.backends.simp_worker.http import create_app
+from mplang.backends.simp_worker.server import WorkerServer
 from mplang.backends.simp_worker.openapi import WORKER_API, worker_api
 from tests.http import support
 from tests.security import worker_api_fuzz

@@ -72,7 +72,7 @@ from mplang.backends.wire import encode_value_bytes, split_frame
 from mplang.edsl.graph import Graph, communicates
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.frontend import errors
-from mplang.runtime.local_cluster import LocalCluster
+from mplang.cluster.local import LocalCluster
 from tests.http import support
 
 TARGET = 0

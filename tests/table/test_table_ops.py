@@ -17,12 +17,15 @@ import pytest
 
 import mplang as mp
 from mplang import simp
+from mplang.analysis.cost_model import local_cost
 from mplang.backends import wire
-from mplang.backends.table_impl import decode_ipc
+from mplang.backends.table_wire import decode_ipc
 from mplang.dialects import table
-from mplang.dialects.table import TableType, ipc_bytes
+from mplang.dialects.table import TableType
+from mplang.dialects.table_arrow import ipc_bytes
 from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import MPType, TensorType
+from mplang.policy.flows import local_conservative
 
 RNG = np.random.default_rng(11)
 SALES = [pd.DataFrame({"region": RNG.choice(["north", "south", "east"], n),
@@ -364,6 +367,37 @@ def test_to_tensor_of_a_sql_result_declares_its_rows(sim: mp.Simulator) -> None:
 def test_tensor_bridge_errors(sim: mp.Simulator, body: Any, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         mp.evaluate(sim, lambda: simp.pcall((0,), lambda: body(table.constant(PEOPLE))))
+
+
+def test_every_op_is_declared_with_its_rules() -> None:
+    prims = [table.constant_p, table.read_p, table.write_p, table.sql_p, table.to_tensor_p,
+             table.from_tensor_p]
+    for prim in prims:
+        assert prim.declared and prim.targets == ("PPU",), prim.name
+        assert prim.rule("cost") is local_cost and prim.rule("type") is not None, prim.name
+        assert (prim.rule("local_flow") is local_conservative) is (prim is not table.read_p)
+    where = table.read_p.registered_at("local_flow")
+    assert where is not None and where.startswith("mplang/dialects/table.py:")
+    assert table.read_p.attrs["format"].choices == ("csv", "parquet")
+    assert [o.name for o in table.sql_p.operands] == ["tables"] and table.sql_p.operands[0].variadic
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (lambda t: table.to_tensor(t, ["id"], rows=-1),
+     r"^table\.to_tensor: attribute 'rows' must lie in \[0, 1099511627775\], got -1"),
+    (lambda t: table.write_p.bind([t], {"path": "x.json", "format": "json"}),
+     r"^table\.write: attribute 'format' must be one of \['csv', 'parquet'\], got 'json'"),
+    (lambda t: table.write_p.bind([t, t], {"path": "x.csv", "format": "csv"}),
+     r"^table\.write: takes 1 operands \(t\), got 2"),
+    (lambda t: table.from_tensor_p.bind([t], {"columns": ("a",)}),
+     r"^table\.from_tensor: operand x must be a local tensor, got table<"),
+    (lambda t: table.sql_p.bind([t], {"query": "SELECT 1", "names": ("t",)}),
+     r"^table\.sql: attribute 'type' is required"),
+])
+def test_ops_are_checked_against_their_declarations(body: Any, message: str) -> None:
+    with pytest.raises(mp.MPTypeError, match=message):
+        mp.compile(lambda: simp.pcall((0,), lambda: body(table.constant(PEOPLE))),
+                   world_size=2)
 
 
 # ---------------------------------------------------------------- the program and the wire

@@ -17,9 +17,10 @@ import pytest
 import mplang as mp
 from mplang import simp
 from mplang.backends import wire
-from mplang.backends.table_impl import conform, decode_ipc
-from mplang.dialects import table
-from mplang.dialects.table import TableType, ipc_bytes, sql_p
+from mplang.backends.table_wire import decode_ipc
+from mplang.dialects import table, table_sql
+from mplang.dialects.table import TableType, sql_p
+from mplang.dialects.table_arrow import conform, ipc_bytes
 from mplang.edsl.errors import MPRefusedError
 from mplang.policy import PolicyRefusedError
 
@@ -110,7 +111,7 @@ def test_the_worker_refuses_forged_queries_at_run_time(sim: mp.Simulator, base: 
 
 
 def test_the_locked_configuration_cannot_be_changed() -> None:
-    con = table.sql_connection()
+    con = table_sql.sql_connection()
     try:
         with pytest.raises(Exception, match="the configuration has been locked"):
             con.execute("SET enable_external_access=true")
@@ -287,4 +288,4 @@ def test_docs_tables_md_states_the_lockdown_in_force() -> None:
     section = doc.split("## What DuckDB may do", 1)[1].split("|", 1)[0]
     stated = dict(re.findall(r"`(\w+)=([^`]*)`", section))
     assert stated == {k: repr(v) if isinstance(v, str) else str(v).lower()
-                      for k, v in table.SQL_CONFIG.items()}
+                      for k, v in table_sql.SQL_CONFIG.items()}

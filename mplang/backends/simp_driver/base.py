@@ -27,10 +27,10 @@ from mplang.backends.simp_driver.values import DriverObject, HostVar
 from mplang.device.cluster import ClusterSpec
 from mplang.dialects.func import call_p
 from mplang.edsl.context import ExecutionContext
+from mplang.edsl.errors import MPCommunicationError, MPLangError, MPRuntimeError
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program
-from mplang.edsl.errors import MPCommunicationError, MPLangError, MPRuntimeError
 from mplang.runtime.backend import driver_kernels
 from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.options import DEFAULT_OPTIONS, Mode, RunOptions

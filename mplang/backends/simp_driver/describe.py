@@ -4,7 +4,7 @@ the data), which the driver needs to trace a program that loads it.
 
 Arrays and uploaded objects are answered as ``{"dtype", "shape"}``; other kinds of
 input (``{"what": "table", ...}``, any kind a worker registered with
-`mplang.runtime.data_root.register_describer`) as ``{"type": T}``, a type in its
+`mplang.storage.data_root.register_describer`) as ``{"type": T}``, a type in its
 serialized form (`mplang.edsl.serde.encode_type`), decoded and checked here."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from mplang.backends.mux_client import (
     start_worker_hint,
 )
 from mplang.backends.wire import pack_message
+from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 from mplang.edsl.serde import decode_type
 from mplang.edsl.typing import DTYPES, BaseType, TensorType
-from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 
 MAX_RANK = 64
 

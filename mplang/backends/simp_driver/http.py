@@ -29,21 +29,21 @@ from mplang.backends.simp_driver.base import SimpDriver
 from mplang.backends.simp_driver.describe import describe_remote, describe_remote_input
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
 from mplang.backends.wire import decode_value, pack_message
+from mplang.cluster.commitments import commit, encode_openings
+from mplang.cluster.identity import LocalIdentity, load_identity
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
-from mplang.edsl.graph import Graph
-from mplang.edsl.serde import encode_graph_bundle
-from mplang.edsl.typing import BaseType, TensorType
 from mplang.edsl.errors import (
     MPCommunicationError,
     MPLangError,
     MPRefusedError,
     MPRuntimeError,
 )
-from mplang.runtime.commitments import commit, encode_openings
-from mplang.runtime.identity import LocalIdentity, load_identity
+from mplang.edsl.graph import Graph
+from mplang.edsl.serde import encode_graph_bundle
+from mplang.edsl.typing import BaseType, TensorType
+from mplang.records.trace_file import events_from_wire
 from mplang.runtime.options import Mode, RunOptions
 from mplang.runtime.timeline import RunMonitor, now_ns
-from mplang.runtime.trace_file import events_from_wire
 
 DEFAULT_DRIVER_KEY = Path("keys") / "driver.key"
 """Where `Driver` looks for its key, next to the spec file, when none is given."""

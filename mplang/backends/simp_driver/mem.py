@@ -11,15 +11,15 @@ from typing import Any
 from mplang.backends.simp_driver.base import SimpDriver, to_host_value
 from mplang.backends.simp_worker.mem import LocalMesh
 from mplang.backends.simp_worker.network import NetworkModel
+from mplang.cluster.commitments import commit
 from mplang.device.cluster import ClusterSpec
+from mplang.edsl.errors import MPLangError
 from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import BaseType, TensorType
-from mplang.edsl.errors import MPLangError
 from mplang.policy.enforce import install_guards
-from mplang.runtime import data_root
-from mplang.runtime.commitments import commit
 from mplang.runtime.options import Mode, RunOptions
+from mplang.storage import data_root
 
 
 class SimpMemDriver(SimpDriver):

@@ -20,12 +20,12 @@ from mplang.backends.control_flow import run_while
 from mplang.backends.func_impl import BACKEND as FUNC_BACKEND
 from mplang.backends.simp_driver.values import HostVar
 from mplang.backends.simp_worker.ops import BACKEND
-from mplang.edsl.graph import Graph, Operation
-from mplang.edsl.typing import Mask, MPType
-from mplang.edsl.errors import MPRuntimeError
-from mplang.runtime.interpreter import Interpreter, Kernel
 from mplang.dialects import func as _func
 from mplang.dialects import simp as _simp
+from mplang.edsl.errors import MPRuntimeError
+from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.typing import Mask, MPType
+from mplang.runtime.interpreter import Interpreter, Kernel
 
 if TYPE_CHECKING:
     from mplang.backends.simp_driver.base import SimpDriver

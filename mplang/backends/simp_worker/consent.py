@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from mplang.edsl.errors import MPRefusedError, MPSerializationError
-from mplang.runtime.commitments import (
+from mplang.cluster.commitments import (
     Openings,
     decode_openings,
     decode_vote,
     encode_vote,
     vote_message,
 )
-from mplang.runtime.identity import LocalIdentity
-from mplang.runtime.peers import PeerDirectory
+from mplang.cluster.identity import LocalIdentity
+from mplang.cluster.peers import PeerDirectory
+from mplang.edsl.errors import MPRefusedError, MPSerializationError
 
 PROGRAM_BYTES = "program_bytes"
 """Header field: the length of the program part of a ``/prepare`` or ``/run`` body."""

@@ -6,7 +6,7 @@
 - ``POST /describe``: a driver this node's policy accepts asks for the type (dtype and shape) of a
   file in this node's data root or of an uploaded object, to trace a program that
   loads it; or (``what``: a kind registered with
-  `mplang.runtime.data_root.register_describer`, e.g. ``table``) for the type of
+  `mplang.storage.data_root.register_describer`, e.g. ``table``) for the type of
   another kind of input, answered as ``{"type": T}`` in its serialized form. The data
   itself never leaves the worker.
 """
@@ -20,17 +20,18 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from mplang.backends.simp_worker.request import read_body
 from mplang.backends.wire import decode_value, split_frame
+from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
 from mplang.edsl.serde import encode_type
 from mplang.edsl.typing import BaseType, TensorType
-from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
-from mplang.runtime import data_root
-from mplang.runtime.data_root import MissingData
-from mplang.runtime.named_objects import check_name
+from mplang.storage import data_root
+from mplang.storage.data_root import MissingData
+from mplang.storage.named_objects import check_name
 
 if TYPE_CHECKING:
-    from mplang.backends.simp_worker.http import WorkerServer
-    from mplang.runtime.peers import Peer
+    from mplang.backends.simp_worker.server import WorkerServer
+    from mplang.cluster.peers import Peer
 
 _HEADER_LIMIT = 1 << 16
 
@@ -94,7 +95,7 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
             raise MPRefusedError(f"{owner} may not upload to {server.node}: only the node's "
                                  "own key may", 403)
         limit = min(server.limits.max_body_bytes, server.limits.max_value_bytes + _HEADER_LIMIT)
-        header, payload = split_frame(await server.body(request, limit))
+        header, payload = split_frame(await read_body(request, limit))
         try:
             name = check_name(header.get("name"), "upload")
         except MPRuntimeError as e:
@@ -109,7 +110,7 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
     async def describe(request: Request) -> JSONResponse:
         driver = server.peer(request, "driver")
         _check_driver(server, driver)
-        header, _ = split_frame(await server.body(request, _HEADER_LIMIT))
+        header, _ = split_frame(await read_body(request, _HEADER_LIMIT))
         loop = asyncio.get_running_loop()
         try:
             vtype = await loop.run_in_executor(server.pool, _describe, server, header)
@@ -118,7 +119,7 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
         except MPRuntimeError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         if server.audit is not None:
-            server.audit.describe((driver.name, driver.certificate.fingerprint),
+            server.audit.describe(driver.audit_id,
                                   str(header.get("path") or header.get("name")),
                                   _type_json(vtype))
         return JSONResponse(_type_json(vtype))

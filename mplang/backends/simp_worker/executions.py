@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph, communicates
 from mplang.edsl.typing import MPType
-from mplang.edsl.errors import MPRefusedError
 
 log = logging.getLogger("mplang.worker")
 

@@ -26,8 +26,8 @@ from mplang.backends.mux_client import SPEC_HEADER
 from mplang.edsl.errors import MPRefusedError, MPSerializationError
 
 if TYPE_CHECKING:
-    from mplang.backends.simp_worker.http import WorkerServer
-    from mplang.runtime.peers import Peer
+    from mplang.backends.simp_worker.messages import Admitted
+    from mplang.backends.simp_worker.server import WorkerServer
 
 log = logging.getLogger("mplang.worker")
 
@@ -55,7 +55,7 @@ class WorkerMuxHandler:
         self.protocol = MuxProtocol(self)
         self._refused: set[int] = set()
         """Streams refused from their HEAD: their bodies are read and dropped."""
-        self._messages: dict[int, tuple[Peer, str, str, bool]] = {}
+        self._messages: dict[int, Admitted] = {}
         self._in_flight = 0
         """Bytes announced by the bodies being received."""
 
@@ -69,9 +69,9 @@ class WorkerMuxHandler:
         limit = self.server.limits.max_body_bytes
         try:
             if path == "/msg":
-                sender = self.server.peer_for(self.fingerprint, headers.get(SPEC_HEADER),
-                                              "node", path)
-                admitted = self.server.admit_message(sender, headers, size)
+                sender = self.server.peers.authorize(
+                    self.fingerprint, headers.get(SPEC_HEADER), "node", path, self.server.node)
+                admitted = self.server.inbox.admit(sender, headers, size)
             elif size > limit:
                 raise MPRefusedError(f"body of {size} bytes exceeds the limit of {limit}", 413)
             if self._in_flight + size > limit:
@@ -97,7 +97,7 @@ class WorkerMuxHandler:
             asyncio.get_running_loop().create_task(self._serve(stream, head, body))
             return
         try:
-            self.server.deliver_message(*message, body)
+            self.server.inbox.deliver(*message, body)
         except MPRefusedError as e:
             self._refuse(stream, head, head["headers"], e.status, str(e))
         except MPSerializationError as e:

@@ -9,12 +9,12 @@ import numpy as np
 
 from mplang.backends.control_flow import run_while
 from mplang.backends.simp_worker.state import SimpWorker
+from mplang.dialects import simp as _simp
+from mplang.edsl.errors import MPRuntimeError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import Mask
-from mplang.edsl.errors import MPRuntimeError
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
-from mplang.dialects import simp as _simp
 
 BACKEND = register_backend("simp")
 

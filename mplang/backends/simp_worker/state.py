@@ -8,18 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from mplang.backends.wire import privacy_kind
-from mplang.edsl.graph import Graph
+from mplang.cluster.commitments import Openings, open_program, program_digest
 from mplang.edsl.errors import MPRefusedError
+from mplang.edsl.graph import Graph
 from mplang.policy.check import Guard, PolicyRefusedError
-from mplang.runtime.audit import PLAINTEXT
+from mplang.records.audit import PLAINTEXT
 from mplang.runtime.backend import Communicator, WorkerEnv, WorkerStates, worker_kernels
-from mplang.runtime.commitments import Openings, open_program, program_digest
-from mplang.runtime.data_root import default_root
 from mplang.runtime.interpreter import Interpreter, KernelTable
-from mplang.runtime.named_objects import NamedObjects
 from mplang.runtime.object_store import LOCAL_OWNER, ObjectStore
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
 from mplang.runtime.scheduler import Scheduler
+from mplang.storage.data_root import default_root
+from mplang.storage.named_objects import NamedObjects
 
 
 class SimpWorker:

@@ -21,7 +21,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from mplang.backends.mux import ALPN
-from mplang.runtime.identity import peer_certificate
+from mplang.cluster.identity import peer_certificate
 
 MuxFactory = Callable[[str | None], asyncio.BaseProtocol]
 """Makes the ``mplang/1`` protocol of a connection from a peer's fingerprint."""

@@ -1,5 +1,6 @@
 """The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``keygen``, ``init``, ``worker``,
-``up``, ``ops``, ``audit``, ``run`` (`mplang.cli_run`) and ``trace`` (`mplang.cli_trace`)."""
+``up``, ``put``, ``check``, ``ops``, ``audit``, ``run`` (`mplang.cli.run`), ``trace``
+(`mplang.cli.trace`) and ``apidoc`` (`mplang.cli.apidoc`)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import mplang as mp
-from mplang.cli_run import add_run_parser, run_script
-from mplang.cli_trace import add_trace_parser, run_trace
+from mplang.cli.apidoc import add_apidoc_parser, run_apidoc
+from mplang.cli.run import add_run_parser, run_script
+from mplang.cli.trace import add_trace_parser, run_trace
 from mplang.edsl.dot import html_page
 from mplang.edsl.location import raised_at
 from mplang.frontend.pyfuncs import import_pyfunc
@@ -105,9 +107,10 @@ def _exit_with_parent() -> None:
 
 def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
     from mplang.backends.simp_worker.executions import WorkerLimits
-    from mplang.backends.simp_worker.http import WorkerServer, serve
-    from mplang.runtime.audit import default_path as default_audit_path
-    from mplang.runtime.identity import format_fingerprint, load_identity
+    from mplang.backends.simp_worker.http import serve
+    from mplang.backends.simp_worker.server import WorkerServer
+    from mplang.cluster.identity import format_fingerprint, load_identity
+    from mplang.records.audit import default_path as default_audit_path
 
     for spec in args.register:
         import_pyfunc(spec)
@@ -132,8 +135,8 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from mplang.runtime.local_cluster import LocalCluster
-    from mplang.runtime.progress import is_terminal, startup_progress
+    from mplang.cli.progress import is_terminal, startup_progress
+    from mplang.cluster.local import LocalCluster
 
     local = LocalCluster(args.cluster, keys=args.keys, register=args.register,
                          plugins=args.plugin, audit_dir=args.audit_dir or "audit",
@@ -176,7 +179,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _keygen(args: argparse.Namespace) -> int:
-    from mplang.runtime.identity import format_fingerprint, keygen
+    from mplang.cluster.identity import format_fingerprint, keygen
 
     try:
         cert = keygen(args.name, args.out, days=args.days)
@@ -191,7 +194,7 @@ def _keygen(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from mplang.runtime.local_cluster import init_cluster
+    from mplang.cluster.local import init_cluster
 
     try:
         path = init_cluster(args.nodes, args.out)
@@ -237,7 +240,7 @@ def _ops(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from mplang.runtime.audit import format_summary, summarize
+    from mplang.records.audit import format_summary, summarize
 
     try:
         summary = summarize(args.logs)
@@ -358,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="load only these plugins (repeatable; default: every installed one)")
     add_run_parser(commands)
     add_trace_parser(commands)
+    add_apidoc_parser(commands)
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -383,8 +387,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_script(args)
     if args.command == "trace":
         return run_trace(args)
+    if args.command == "apidoc":
+        return run_apidoc(args)
     return _ir(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

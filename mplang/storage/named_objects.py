@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from mplang.edsl.typing import DTYPES, TensorType
 from mplang.edsl.errors import MPRuntimeError
-from mplang.runtime.data_root import MissingData
+from mplang.edsl.typing import DTYPES, TensorType
+from mplang.storage.data_root import MissingData
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 """A valid object name: 1 to 128 letters, digits or ``_.-``."""

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from mplang.edsl.errors import MPLangError
-from mplang.runtime.trace_file import summarize
+from mplang.records.trace_file import summarize
 
 
 def add_trace_parser(commands: Any) -> None:

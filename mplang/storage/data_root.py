@@ -20,8 +20,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from mplang.edsl.typing import DTYPES, BaseType, TensorType
 from mplang.edsl.errors import MPRuntimeError, MPSerializationError
+from mplang.edsl.typing import DTYPES, BaseType, TensorType
 
 OP = "tensor.load"
 EXTENSIONS = (".npy", ".npz")

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from mplang.edsl.errors import MPRefusedError, MPSerializationError
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.primitive import get_primitive
 from mplang.edsl.private import Commitment
 from mplang.edsl.serde import decode_attrs, encode_attrs, encode_graph_bundle
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType
-from mplang.edsl.errors import MPRefusedError, MPSerializationError
 
 NONCE_BYTES = 16
 Opening = tuple[Any, bytes]

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mplang.cluster.identity import Certificate
 from mplang.device.cluster import ClusterSpec
-from mplang.runtime.identity import Certificate
+from mplang.edsl.errors import MPRefusedError
 
 Role = Literal["node", "driver"]
 
@@ -27,6 +28,11 @@ class Peer:
 
     def __str__(self) -> str:
         return f"{self.role} {self.name!r}"
+
+    @property
+    def audit_id(self) -> tuple[str, str]:
+        """Name and certificate fingerprint: how an audit log records this party."""
+        return self.name, self.certificate.fingerprint
 
 
 class PeerDirectory:
@@ -50,6 +56,25 @@ class PeerDirectory:
         peer = self._peers.get(fingerprint or "")
         if peer is None or peer.certificate.expired():
             return None
+        return peer
+
+    def authorize(self, fingerprint: str | None, digest: str | None, role: Role, path: str,
+                  here: str) -> Peer:
+        """The party presenting certificate ``fingerprint`` and spec ``digest``, if it may
+        use ``path`` on node ``here`` as ``role``. Refused (`MPRefusedError`): an unknown
+        or expired certificate (403), another spec (409), another role (403)."""
+        peer = self.lookup(fingerprint)
+        if peer is None:
+            shown = (fingerprint or "none")[:16]
+            raise MPRefusedError(f"certificate {shown}... is not in {here}'s cluster spec "
+                                 "(or has expired, or was revoked)", 403)
+        if digest != self.digest:
+            raise MPRefusedError(f"cluster spec mismatch: {here} has spec "
+                                 f"{self.digest[:16]}..., {peer} sent "
+                                 f"{(digest or 'none')[:16]}...: both must load the same spec",
+                                 409)
+        if peer.role != role:
+            raise MPRefusedError(f"{peer} may not use {path} (only a {role} may)", 403)
         return peer
 
     def node_certificate(self, rank: int) -> Certificate:

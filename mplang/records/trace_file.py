@@ -20,8 +20,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from mplang.edsl.graph import Operation
 from mplang.edsl.errors import MPLangError
+from mplang.edsl.graph import Operation
 from mplang.runtime.timeline import DRIVER, OpEvent, RunMonitor, Traffic, to_ns
 
 MAX_WIRE_EVENTS = 1_000_000

@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
+from mplang.cluster.identity import keygen
 from mplang.device.cluster import ClusterSpec, Node
 from mplang.edsl.errors import MPLangError
-from mplang.runtime.identity import keygen
 
 READY = "ready at"
 """What a worker's one ready line contains (``mplang worker node_0 ready at ...``)."""

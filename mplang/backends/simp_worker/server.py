@@ -1,0 +1,250 @@
+"""`WorkerServer`: the state of one party's worker and what its requests do.
+
+It ties together the parts a worker is made of: the peer directory of its
+cluster spec (who is asking), the executions it takes part in and their
+messages (`Inbox`, `PeerCommunicator`), the programs it accepted (`Programs`,
+`PreparedRuns`), the two-phase accept (`mplang.backends.simp_worker.consent`),
+the values leaving it (`Outputs`), its spec file (`SpecFile`) and its audit log.
+The HTTP routes (`mplang.backends.simp_worker.http`) only read requests and call it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mplang.backends.mux import ALPN
+from mplang.backends.mux_client import SPEC_HEADER, MuxClients
+from mplang.backends.simp_worker.consent import check_votes, sign_vote, split_program
+from mplang.backends.simp_worker.executions import Executions, WorkerLimits
+from mplang.backends.simp_worker.mailbox import Mailbox
+from mplang.backends.simp_worker.messages import Inbox, PeerCommunicator
+from mplang.backends.simp_worker.outputs import Outputs
+from mplang.backends.simp_worker.prepared import Prepared, PreparedRuns
+from mplang.backends.simp_worker.programs import Programs, program_digest
+from mplang.backends.simp_worker.request import (
+    ID,
+    KEY_LIMIT,
+    check_exec_id,
+    inline_limit,
+    require_str,
+    run_options,
+    str_or_none_list,
+)
+from mplang.backends.simp_worker.spec_reload import SpecFile
+from mplang.backends.simp_worker.state import SimpWorker
+from mplang.backends.simp_worker.tls import peer_of
+from mplang.cluster.identity import LocalIdentity, trust
+from mplang.cluster.peers import Peer, PeerDirectory, Role
+from mplang.device.cluster import ClusterSpec, ClusterSpecError
+from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
+from mplang.policy.enforce import worker_policy
+from mplang.records.audit import AuditLog
+from mplang.runtime.object_store import ObjectStore
+from mplang.runtime.timeline import monitoring
+
+if TYPE_CHECKING:  # the HTTP layer brings the web framework in
+    from starlette.requests import Request
+
+log = logging.getLogger("mplang.worker")
+
+
+def _refused_digest(header: dict[str, Any], payload: memoryview) -> str:
+    """The digest of a refused request's program (of its whole payload if malformed)."""
+    try:
+        program, _ = split_program(header, payload)
+    except MPLangError:
+        program = payload
+    return program_digest(program)
+
+
+class WorkerServer:
+    """The state behind one worker's HTTP app."""
+
+    def __init__(self, cluster: ClusterSpec, node: str, identity: LocalIdentity, *,
+                 timeout: float = 60.0, limits: WorkerLimits | None = None,
+                 spec_path: str | Path | None = None, audit_log: str | Path | None = None,
+                 data_root: str | Path | None = None, policy: str | Path | None = None):
+        self.peers = PeerDirectory(cluster)
+        self.rank = cluster.rank_of(node)
+        if identity.fingerprint != self.peers.node_certificate(self.rank).fingerprint:
+            raise ClusterSpecError(f"the key given for {node} does not belong to the "
+                                   f"certificate the spec lists for {node}")
+        self.node = node
+        self.identity = identity
+        self.limits = limits or WorkerLimits()
+        self.timeout = timeout
+        self.spec_file = SpecFile(spec_path) if spec_path else None
+        self.ssl_context = identity.server_context(self.peers.certificates())
+        self.ssl_context.set_alpn_protocols([ALPN, "http/1.1"])
+        self.mailbox = Mailbox(self.rank, self.limits.mailbox_bytes)
+        self.executions = Executions(self.rank, self.limits)
+        self.audit = AuditLog(audit_log, node, [n.name for n in cluster.nodes]) \
+            if audit_log is not None else None
+        """This node's audit log (none when ``audit_log`` is not given)."""
+        self.inbox = Inbox(self.executions, self.mailbox, self.audit)
+        self.communicator = PeerCommunicator(self.rank, lambda: self._clients, self.mailbox,
+                                             timeout, self.executions.program_of, self.audit)
+        self._clients = MuxClients(cluster, identity, timeout, self.communicator.refused)
+        self.worker = SimpWorker(self.rank, cluster.world_size, self.communicator,
+                                 ObjectStore(node), timeout=timeout, in_process=False,
+                                 node=node, data_root=data_root)
+        self.worker.guard = worker_policy(cluster, node, policy, spec_path)
+        self.programs = Programs(cluster.world_size, self.worker.kernels,
+                                 self.limits.max_body_bytes)
+        self.prepared = PreparedRuns(self.executions, self.mailbox)
+        self.outputs = Outputs(self.worker, self.audit)
+        self.pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix=f"mplang-{node}")
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return self.peers.spec
+
+    def peer(self, request: Request, role: Role) -> Peer:
+        """The party whose certificate opened this connection, if it may act as ``role``."""
+        return self.peers.authorize(peer_of(request.scope), request.headers.get(SPEC_HEADER),
+                                    role, request.url.path, self.node)
+
+    # -- programs
+    def prepare(self, header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
+        """Accept a run: decode and check its program, register it for its messages."""
+        exec_id = check_exec_id(header.get("exec"))
+        scope = require_str(header, "scope", KEY_LIMIT)
+        inputs = str_or_none_list(header.get("inputs"), "inputs")
+        parties = header.get("parties", [self.rank])
+        world = self.cluster.world_size
+        if not isinstance(parties, list) or not parties or self.rank not in parties or not all(
+                type(p) is int and 0 <= p < world for p in parties):
+            raise MPSerializationError(f"field 'parties' must list party ranks including "
+                                       f"{self.rank}")
+        program, openings = split_program(header, payload)
+        graph, digest = self.programs.get(program)
+        if len(inputs) != len(graph.inputs):
+            raise MPSerializationError("the number of inputs does not match the graph")
+        options = run_options(header, exec_id)
+        graph = self.worker.accept(graph, openings, driver.certificate.fingerprint)
+        run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint, digest,
+                                    graph, frozenset(parties), options.timeout)
+        return Prepared(run, graph, inputs, options, time.monotonic() + self.timeout,
+                        inline_limit(header))
+
+    def prepare_audited(self, header: dict[str, Any], payload: memoryview,
+                        driver: Peer) -> Prepared:
+        """`prepare`, recording the verdict in the audit log."""
+        try:
+            prepared = self.prepare(header, payload, driver)
+        except MPLangError as e:
+            if self.audit is not None:
+                exec_id, scope = header.get("exec"), header.get("scope")
+                self.audit.execution(
+                    exec_id if isinstance(exec_id, str) and ID.fullmatch(exec_id) else "",
+                    scope[:KEY_LIMIT] if isinstance(scope, str) else "",
+                    _refused_digest(header, payload), driver.audit_id, "refused", str(e))
+            raise
+        if self.audit is not None:
+            run = prepared.run
+            self.audit.execution(run.exec_id, run.scope, run.program, driver.audit_id,
+                                 "accepted", graph=prepared.graph)
+        return prepared
+
+    # -- consent
+    def vote(self, prepared: Prepared) -> str:
+        """This node's signed acceptance of a prepared run."""
+        run = prepared.run
+        return sign_vote(self.identity, run.exec_id, run.scope, run.program, self.peers.digest)
+
+    def check_votes(self, prepared: Prepared, votes: Any) -> None:
+        """Before a prepared run starts: every other party must have accepted the same
+        program (`check_votes`); if not, the run is dropped and refused."""
+        run = prepared.run
+        try:
+            check_votes(votes, self.peers, self.rank, run.parties, run.exec_id, run.scope,
+                        run.program)
+        except MPRefusedError as e:
+            self.executions.end(run)
+            self.mailbox.drop(run.exec_id, run.scope)
+            if self.audit is not None:
+                self.audit.end(run.exec_id, run.scope, str(e), refused=True)
+            raise
+
+    # -- runs
+    def execute(self, prepared: Prepared, driver: Peer) -> list[str | None]:
+        """Run a prepared run to its end; the URIs of its outputs here."""
+        run = prepared.run
+        options = prepared.options
+        try:
+            with contextlib.ExitStack() as stack:
+                if options.monitor is not None:  # concurrent runs of one execution share one
+                    shared = stack.enter_context(monitoring(run.exec_id, options.monitor))
+                    options = replace(options, monitor=shared)
+                outputs = self.worker.run(prepared.graph, prepared.inputs, run.exec_id,
+                                          run.scope, options,
+                                          owner=driver.certificate.fingerprint)
+                if options.monitor is not None:
+                    prepared.events = options.monitor.drain()
+        except Exception as e:
+            if self.audit is not None:
+                self.audit.end(run.exec_id, run.scope, f"{type(e).__name__}: {e}")
+            raise
+        finally:
+            self.executions.end(run)
+            self.mailbox.drop(run.exec_id, run.scope)
+        if self.audit is not None:
+            self.audit.end(run.exec_id, run.scope)
+        return outputs
+
+    def abort(self, exec_id: str, driver: Peer, reason: str) -> None:
+        """End execution ``exec_id`` of ``driver`` here: its runs, prepared or going on,
+        stop and wait no longer for messages."""
+        self.executions.abort(exec_id, driver.certificate.fingerprint)
+        if self.audit is not None:
+            self.audit.abort(exec_id, driver.audit_id, reason)
+        self.prepared.drop(exec_id)
+        self.mailbox.abort(exec_id, reason)
+
+    def delete(self, uris: list[str], driver: Peer) -> int:
+        """Delete ``driver``'s stored objects ``uris``; how many existed."""
+        deleted = sum(self.worker.delete(uri, driver.certificate.fingerprint) for uri in uris)
+        if self.audit is not None:
+            self.audit.delete(driver.audit_id, uris, deleted)
+        return deleted
+
+    # -- spec reload
+    def reload_if_changed(self) -> bool:
+        """Reload the spec file if it changed (`SpecFile`); whether it reloaded."""
+        if self.spec_file is None:
+            return False
+        try:
+            peers = self.spec_file.changed_peers(self.peers, self.rank,
+                                                 self.identity.fingerprint)
+        except MPLangError as e:
+            log.error("not reloading %s: %s", self.spec_file.path, e)
+            return False
+        if peers is None:
+            return False
+        trust(self.ssl_context, peers.certificates())
+        old_clients, self._clients = self._clients, MuxClients(
+            peers.spec, self.identity, self.timeout, self.communicator.refused)
+        self.peers = peers
+        old_clients.close()
+        log.warning("reloaded %s (spec %s...)", self.spec_file.path, peers.digest[:16])
+        return True
+
+    def watch_spec(self, stop: threading.Event, interval: float = 1.0) -> None:
+        """Every ``interval``: reload the spec if it changed, forget expired prepared runs."""
+        while not stop.wait(interval):
+            self.reload_if_changed()
+            self.prepared.sweep()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.worker.scheduler.shutdown()
+        self._clients.close()
+        if self.audit is not None:
+            self.audit.close()

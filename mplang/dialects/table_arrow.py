@@ -1,0 +1,113 @@
+"""Tables as Arrow values: the Arrow schema of a `TableType`, the type of an Arrow table,
+and the check that a table is exactly of its type.
+
+A table's runtime value is a ``pyarrow.Table`` whose schema is exactly its type's
+(`arrow_schema`): string-like columns as ``pa.string()``, no schema metadata. The
+frontend uses this module to turn the small tables given while tracing into
+constants; the kernels use it to check every table they receive (`conform`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mplang.dialects.table import TABLE_DTYPES, TableType
+from mplang.edsl.errors import MPTypeError
+
+
+def arrow_type(dtype: str) -> pa.DataType:
+    """The Arrow type of column dtype ``dtype``."""
+    return pa.string() if dtype == "string" else pa.from_numpy_dtype(np.dtype(dtype))
+
+
+def arrow_schema(t: TableType) -> pa.Schema:
+    """The exact Arrow schema of a table of type ``t``."""
+    return pa.schema([pa.field(name, arrow_type(dtype)) for name, dtype in t.columns])
+
+
+def column_dtype(t: pa.DataType) -> str | None:
+    """The column dtype of Arrow type ``t`` (string-like types are ``"string"``); None
+    when a table column cannot have it."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t) or pa.types.is_float32(t) or pa.types.is_float64(t):
+        return str(np.dtype(t.to_pandas_dtype()).name)
+    return None
+
+
+def normalized(table: pa.Table) -> pa.Table:
+    """``table`` with string-like columns as ``pa.string()`` and no schema metadata."""
+    schema = pa.schema([pa.field(f.name, pa.string() if column_dtype(f.type) == "string"
+                                 else f.type) for f in table.schema])
+    if table.schema.equals(schema, check_metadata=True):
+        return table
+    return table.cast(schema)
+
+
+def type_of_table(op: str, table: pa.Table) -> TableType:
+    """The type of Arrow table ``table`` (its row count known); `MPTypeError` naming the
+    first column of a type a table cannot have."""
+    cols = []
+    for f in table.schema:
+        dtype = column_dtype(f.type)
+        if dtype is None:
+            raise MPTypeError(f"{op}: column {f.name!r} has Arrow type {f.type}, which a table "
+                              f"cannot hold; use one of {', '.join(TABLE_DTYPES)}")
+        cols.append((f.name, dtype))
+    try:
+        return TableType(tuple(cols), table.num_rows)
+    except MPTypeError as e:
+        raise MPTypeError(f"{op}: {e}") from None
+
+
+def as_arrow(op: str, value: Any) -> pa.Table:
+    """``value`` (a pandas DataFrame, a pyarrow Table or a dict of columns) as an Arrow
+    table; `MPTypeError` naming ``op`` if it is none of them or does not convert."""
+    if isinstance(value, pa.Table):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return pa.table(dict(value))
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise MPTypeError(f"{op}: cannot make a table of the columns given: {e}") from None
+    if type(value).__module__.startswith("pandas") and hasattr(value, "columns"):
+        try:
+            return pa.Table.from_pandas(value, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise MPTypeError(f"{op}: cannot convert the DataFrame: {e}") from None
+    raise MPTypeError(f"{op}: expected a pandas DataFrame, a pyarrow Table or a dict of "
+                      f"columns, got {type(value).__name__}")
+
+
+def ipc_bytes(table: pa.Table) -> bytes:
+    """``table`` in the Arrow IPC stream format (uncompressed)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def conform(table: pa.Table, t: TableType) -> pa.Table:
+    """``table`` with the exact schema of type ``t`` (string-like columns as strings, no
+    metadata); ValueError saying how it differs."""
+    if not isinstance(table, pa.Table):
+        raise ValueError(f"expected a table, got {type(table).__name__}")
+    names = tuple(table.column_names)
+    if names != t.names:
+        raise ValueError(f"its columns are ({', '.join(map(repr, names))}), not "
+                         f"({', '.join(map(repr, t.names))})")
+    table = normalized(table)
+    want = arrow_schema(t)
+    for field, expected in zip(table.schema, want, strict=True):
+        if field.type != expected.type:
+            raise ValueError(f"column {field.name!r} is {field.type}, not {expected.type} "
+                             f"({t.dtype(field.name)})")
+    if t.rows is not None and table.num_rows != t.rows:
+        raise ValueError(f"it has {table.num_rows} rows, not {t.rows}")
+    return table if table.schema.equals(want, check_metadata=True) else table.cast(want)

@@ -1,0 +1,147 @@
+"""SQL on tables in a locked-down DuckDB database, and the type of a query's result.
+
+Every DuckDB database of the table dialect is made by `sql_connection`: in memory,
+with no files, network, extensions, secrets or temporary files (`SQL_CONFIG`), and
+it sees only the tables registered with it. ``table.sql`` types its result while
+tracing (`sql_result_type`: DuckDB binds the query against empty tables of the
+input types); the parties run the query in the same kind of database. The type
+map and what the lockdown refuses: ``docs/tables.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from mplang.dialects.table import TableType
+from mplang.dialects.table_arrow import arrow_schema
+from mplang.edsl.errors import MPTypeError
+from mplang.util.lru import LRUCache
+
+if TYPE_CHECKING:
+    import duckdb
+
+SQL_CONFIG: dict[str, Any] = {
+    "enable_external_access": False,
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "allow_community_extensions": False,
+    "allow_unsigned_extensions": False,
+    "allow_persistent_secrets": False,
+    "python_enable_replacements": False,
+    "enable_external_file_cache": False,
+    "temp_directory": "",
+    "memory_limit": "4GB",
+    "lock_configuration": True,
+}
+"""The configuration of every DuckDB database of the table dialect: no files, network,
+extensions, secrets or temporary files; no Python variables as tables (replacement
+scans); a memory limit; and the configuration locked (``SET`` is refused)."""
+
+DUCKDB_DTYPES = {
+    "BOOLEAN": "bool", "TINYINT": "int8", "SMALLINT": "int16", "INTEGER": "int32",
+    "BIGINT": "int64", "UTINYINT": "uint8", "USMALLINT": "uint16", "UINTEGER": "uint32",
+    "UBIGINT": "uint64", "FLOAT": "float32", "DOUBLE": "float64", "VARCHAR": "string",
+}
+"""DuckDB result types -> column dtypes (``REAL`` is DuckDB's ``FLOAT``); any other type
+of a result column is refused while tracing, with the CAST that fixes it."""
+
+_CAST_HINTS = {
+    "hugeint": ("SUM of integers", "CAST(SUM(...) AS BIGINT)"),
+    "uhugeint": ("SUM of unsigned integers", "CAST(SUM(...) AS UBIGINT)"),
+    "decimal": ("a decimal literal such as 1.5, or SUM/AVG of decimals",
+                "CAST(... AS DOUBLE)"),
+    "date": ("a date", "CAST(... AS VARCHAR)"),
+    "time": ("a time of day", "CAST(... AS VARCHAR)"),
+    "timestamp": ("a timestamp", "CAST(... AS VARCHAR)"),
+    "timestamp with time zone": ("a timestamp", "CAST(... AS VARCHAR)"),
+    "interval": ("an interval", "CAST(... AS VARCHAR)"),
+    "null": ("an untyped NULL", "CAST(NULL AS BIGINT)"),
+}
+"""DuckDB type id -> (what usually makes it, the CAST that fixes it)."""
+
+
+def sql_connection() -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB database, locked down by `SQL_CONFIG`."""
+    import duckdb
+
+    return duckdb.connect(":memory:", config=SQL_CONFIG)
+
+
+def query_problem(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
+    """Why ``query`` may not run (None: it is one SELECT statement)."""
+    import duckdb
+
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as e:
+        return first_line(e)
+    if len(statements) != 1:
+        return f"expected one SELECT statement, got {len(statements)} statements"
+    kind = statements[0].type.name
+    if kind != "SELECT":
+        return f"only SELECT statements run, not {kind}"
+    return None
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (DuckDB adds the query and a caret below)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def short_query(query: str) -> str:
+    """``query`` quoted for an error message, cut after 200 characters."""
+    return repr(query if len(query) <= 200 else query[:200] + "...")
+
+
+def _result_dtype(query: str, name: str, duck_type: Any) -> str:
+    dtype = DUCKDB_DTYPES.get(str(duck_type))
+    if dtype is not None:
+        return dtype
+    hint = _CAST_HINTS.get(str(getattr(duck_type, "id", "")))
+    fix = f" ({hint[0]}); {hint[1]} AS {name}" if hint is not None else \
+        f", which no table column holds; CAST it to one of {', '.join(DUCKDB_DTYPES)}"
+    raise MPTypeError(f"table.sql: column {name!r} is {duck_type}{fix} (query "
+                      f"{short_query(query)})")
+
+
+_SQL_TYPES = LRUCache(1024)
+"""(query, input names and types) -> the result's `TableType`."""
+
+
+def sql_result_type(query: str, inputs: Mapping[str, TableType]) -> TableType:
+    """The type of ``query``'s result on tables of types ``inputs`` (by name), as DuckDB
+    binds it in a locked-down database of empty tables; `MPTypeError` naming the query
+    if it does not bind or a result column has no table dtype (`DUCKDB_DTYPES`)."""
+    import duckdb
+
+    key = (query, tuple((name, t.columns) for name, t in inputs.items()))
+    found: TableType | None = _SQL_TYPES.lookup(key)
+    if found is not None:
+        return found
+    con = sql_connection()
+    try:
+        problem = query_problem(con, query)
+        if problem is not None:
+            raise MPTypeError(f"table.sql: {problem} (query {short_query(query)})")
+        for name, t in inputs.items():
+            con.register(name, pa.Table.from_batches([], schema=arrow_schema(t)))
+        try:
+            rel = con.sql(query)
+            columns, types = rel.columns, rel.types
+        except duckdb.Error as e:
+            raise MPTypeError(f"table.sql: {first_line(e)} (query {short_query(query)})"
+                              ) from None
+    finally:
+        con.close()
+    if len(set(columns)) != len(columns):
+        dup = next(c for c in columns if columns.count(c) > 1)
+        raise MPTypeError(f"table.sql: the result has two columns named {dup!r}; name them "
+                          f"apart with AS (query {short_query(query)})")
+    result = TableType(tuple((name, _result_dtype(query, name, t))
+                             for name, t in zip(columns, types, strict=True)))
+    _SQL_TYPES.store(key, result)
+    return result
