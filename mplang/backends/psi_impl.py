@@ -26,13 +26,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pcsv
-from spu import psi as libpsi
 
 from mplang.backends.psi_count import count_shared, size_plan
 from mplang.backends.psi_session import (
@@ -51,13 +47,11 @@ from mplang.edsl.graph import Operation
 from mplang.runtime.backend import WorkerEnv, register_backend
 from mplang.runtime.interpreter import Interpreter
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 backend = register_backend("psi")
 
-_PROTOCOLS = {"rr22": libpsi.PsiProtocol.PROTOCOL_RR22, "kkrt": libpsi.PsiProtocol.PROTOCOL_KKRT,
-              "ecdh": libpsi.PsiProtocol.PROTOCOL_ECDH}
-_JOINS = {"inner": libpsi.ResultJoinType.JOIN_TYPE_INNER_JOIN,
-          "left": libpsi.ResultJoinType.JOIN_TYPE_LEFT_JOIN,
-          "full": libpsi.ResultJoinType.JOIN_TYPE_FULL_JOIN}
 _NULL = "NULL"
 """libpsi's text for a missing row in its output (only the row-number column is read)."""
 
@@ -110,18 +104,25 @@ def run_libpsi(run: JoinRun, keys: pa.Array, link: Any, folder: Path) -> np.ndar
     """libpsi's output for this party, given its encoded ``keys``: for each result row,
     the number of this party's row it shows, or -1 where libpsi puts an empty row (this
     party has no match there)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    from spu import psi as libpsi
+
     source, result = folder / "keys.csv", folder / "result.csv"
     rows = pa.array(np.arange(len(keys), dtype=np.int64))
     pcsv.write_csv(pa.table({"k": keys, "i": rows}), source,
                    pcsv.WriteOptions(quoting_style="none"))
     config = libpsi.PsiExecuteConfig(
         protocol_conf=libpsi.PsiProtocolConfig(
-            protocol=_PROTOCOLS[run.protocol], receiver_rank=0, broadcast_result=True,
+            protocol=getattr(libpsi.PsiProtocol, f"PROTOCOL_{run.protocol.upper()}"),
+            receiver_rank=0, broadcast_result=True,
             ecdh_params=libpsi.EcdhParams(curve=libpsi.EllipticCurveType.CURVE_25519)),
         input_params=libpsi.InputParams(path=str(source), selected_keys=["k"],
                                         keys_unique=False),
         output_params=libpsi.OutputParams(path=str(result), csv_null_rep=_NULL),
-        join_conf=libpsi.ResultJoinConfig(type=_JOINS[run.how], left_side_rank=0))
+        join_conf=libpsi.ResultJoinConfig(
+            type=getattr(libpsi.ResultJoinType, f"JOIN_TYPE_{run.how.upper()}_JOIN"),
+            left_side_rank=0))
     started = time.time()
     try:
         libpsi.psi_execute(config, link)
@@ -153,6 +154,9 @@ def sections(how: str, total: int, mine_missing: int, peer_missing: int, side: i
 def _sorted_rows(index: np.ndarray, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``index`` (row numbers, repeats allowed) sorted by (encoded key, row), and where
     each run of equal keys starts."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     part_keys = keys.take(pa.array(index))
     order = pc.sort_indices(pa.table({"k": part_keys, "i": index}),
                             sort_keys=[("k", "ascending"), ("i", "ascending")]).to_numpy()
@@ -219,6 +223,8 @@ def trivial_index(run: JoinRun, rows: int, peer_rows: int) -> np.ndarray:
 
 def take_rows(table: pa.Table, index: np.ndarray) -> pa.Table:
     """The rows ``index`` of ``table``; -1 gives a row of nulls."""
+    import pyarrow as pa
+
     missing = index < 0
     picked = pa.array(np.where(missing, 0, index), mask=missing if missing.any() else None)
     return table.take(picked)

@@ -12,16 +12,17 @@ from __future__ import annotations
 import contextlib
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from mplang.edsl.errors import MPCommunicationError, MPRuntimeError
 from mplang.edsl.graph import Operation
 from mplang.runtime.backend import Communicator
 from mplang.runtime.interpreter import Interpreter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 OK, BAD_INPUT, NULL_KEYS, FAILED = 0, 1, 2, 3
 """Status codes of a message frame: a peer learns why another party stopped, never more."""
@@ -36,6 +37,8 @@ U64 = struct.Struct("<Q")
 
 def _hex_strings(arr: pa.Array) -> pa.Array:
     """``"x" + hex(utf8(s))`` for every string: CSV-safe, never empty, injective."""
+    import pyarrow as pa
+
     arr = arr.cast(pa.large_string())
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset: arr.offset + n + 1]
@@ -59,6 +62,9 @@ def encode_keys(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     equal dtypes encode equally, and encoded keys sort like the keys. Integers as
     themselves; booleans as 0/1; floats with -0.0 as 0.0 (NaN matches NaN); strings as
     ``x`` + hex of their UTF-8 bytes. Raises ValueError for other types."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     t = arr.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -75,6 +81,8 @@ def encode_keys(column: pa.ChunkedArray | pa.Array) -> pa.Array:
 def check_table(table: Any, key: str, rank: int) -> tuple[int, str] | None:
     """Why this party's table cannot enter a PSI, as (status code, message); None if
     it can."""
+    import pyarrow as pa
+
     if not isinstance(table, pa.Table):
         return BAD_INPUT, f"party {rank} holds {type(table).__name__}, not a table"
     if key not in table.column_names:

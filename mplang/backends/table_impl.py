@@ -16,10 +16,9 @@ import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.backends.table_wire import decode_ipc
@@ -33,6 +32,9 @@ from mplang.edsl.typing import TensorType
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 from mplang.storage import data_root
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 BACKEND = register_backend("table")
 SQL_BATCH_ROWS = 1 << 16
@@ -103,6 +105,7 @@ def _csv_options(t: T.TableType | None) -> tuple[Any, Any, Any, list[str]]:
 def _read_csv(real: Path, t: T.TableType | None, relpath: str, node: str) -> pa.Table:
     """CSV file ``real`` read strictly (a ragged row is an error naming its line), with
     the columns and dtypes of ``t`` (None: all columns, types inferred)."""
+    import pyarrow as pa
     import pyarrow.csv as pcsv
 
     read, parse, convert, problems = _csv_options(t)
@@ -119,6 +122,7 @@ def _read_csv(real: Path, t: T.TableType | None, relpath: str, node: str) -> pa.
 
 
 def _read_parquet(real: Path, t: T.TableType | None, relpath: str, node: str) -> pa.Table:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -138,6 +142,8 @@ def inferred_type(table: pa.Table, fmt: str, relpath: str, node: str,
     """The type of a table read without a schema (with ``rows`` rows, if given). CSV
     columns pyarrow infers as dates, times or all-empty are read as strings; other types
     no table holds are refused."""
+    import pyarrow as pa
+
     cols = []
     for field in table.schema:
         dtype = column_dtype(field.type)
@@ -159,6 +165,8 @@ def describe_table(root: Path, fields: Mapping[str, Any], node: str) -> T.TableT
     """The type of table file ``fields["path"]`` (``fields["format"]``: csv or parquet)
     in data root ``root``: a Parquet file's own schema, a CSV file's columns as
     pyarrow infers them over the whole file (what `read_csv` then reads them as)."""
+    import pyarrow as pa
+
     path, fmt = fields.get("path"), fields.get("format")
     if not isinstance(path, str):
         raise MPSerializationError(f"field 'path' must be a string, got {str(path)[:40]!r}")
@@ -221,6 +229,8 @@ def _write_file(table: pa.Table, target: Path, fmt: str) -> None:
 
 @BACKEND.kernel(T.write_p)
 def _write(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    import pyarrow as pa
+
     worker = _worker(interp)
     path, fmt = op.attrs["path"], op.attrs["format"]
     table = _input(interp, op, args[0], 0)
@@ -245,6 +255,7 @@ def run_sql(query: str, tables: Mapping[str, pa.Table], max_rows: int = T.MAX_RO
     """``query`` over ``tables`` (by name) in a locked-down DuckDB database; ValueError
     (its message free of data) if it may not run, fails, or gives over ``max_rows`` rows."""
     import duckdb
+    import pyarrow as pa
 
     con = sql_connection()
     try:
@@ -316,6 +327,8 @@ def _to_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) ->
 
 @BACKEND.kernel(T.from_tensor_p)
 def _from_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    import pyarrow as pa
+
     x = np.asarray(args[0])
     t = op.outputs[0].type
     assert isinstance(t, T.TableType)

@@ -5,18 +5,21 @@ decoded without pickle and without trusting its framing: at most
 `mplang.dialects.table.MAX_TABLE_BYTES` bytes, a schema of allowed column types
 only, at most `MAX_BATCHES` uncompressed record batches (compression is read from
 the message's flatbuffer, never guessed), and ``validate(full=True)`` before use.
+The codec names its class (``pyarrow.lib.Table``): registering it does not import pyarrow.
 """
 
 from __future__ import annotations
 
 import struct
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from mplang.backends.wire import ValueCodec, register_value_codec
 from mplang.dialects import table as T
 from mplang.dialects.table_arrow import column_dtype, conform, normalized
 from mplang.edsl.errors import MPSerializationError, MPTypeError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 MAX_BATCHES = 1 << 16
 """The most record batches a received table may have."""
@@ -56,6 +59,8 @@ def decode_ipc(data: bytes | memoryview) -> pa.Table:
     """A table from an Arrow IPC stream that may come from anyone: at most
     `mplang.dialects.table.MAX_TABLE_BYTES` bytes, a schema of allowed column types,
     at most `MAX_BATCHES` uncompressed record batches, fully validated."""
+    import pyarrow as pa
+
     if len(data) > T.MAX_TABLE_BYTES:
         raise MPSerializationError(f"{MALFORMED}: {len(data)} bytes, over the limit of "
                                    f"{T.MAX_TABLE_BYTES}")
@@ -91,6 +96,8 @@ def decode_ipc(data: bytes | memoryview) -> pa.Table:
 
 
 def _wire_dtype(t: pa.DataType) -> str:
+    import pyarrow as pa
+
     dtype = column_dtype(t)
     if dtype is None or (dtype == "string" and not pa.types.is_string(t)):
         raise ValueError(f"column type {t} is not allowed")
@@ -98,6 +105,8 @@ def _wire_dtype(t: pa.DataType) -> str:
 
 
 def _encode(table: pa.Table) -> list[memoryview]:
+    import pyarrow as pa
+
     table = normalized(table)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -112,4 +121,4 @@ def _decode(chunks: list[memoryview]) -> pa.Table:
     return decode_ipc(chunks[0])
 
 
-register_value_codec(ValueCodec(CODEC, pa.Table, _encode, _decode))
+register_value_codec(ValueCodec(CODEC, "pyarrow.lib.Table", _encode, _decode))

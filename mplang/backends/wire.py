@@ -13,9 +13,11 @@ size against the header.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import struct
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +25,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.serde import numpy_can_hold
 from mplang.edsl.typing import DTYPES, numpy_dtype
-from mplang.edsl.errors import MPSerializationError
 from mplang.records.audit import PLAINTEXT, SECRET_SHARE
 
 MAGIC = b"MPV1"
@@ -41,7 +43,7 @@ Buffer = bytes | memoryview
 
 @dataclass(frozen=True)
 class ValueCodec:
-    """How runtime values of class ``cls`` cross the wire, under the name ``kind``.
+    """How runtime values of class ``value_class`` cross the wire, under the name ``kind``.
 
     ``encode(value)`` gives byte chunks; ``decode(chunks)`` rebuilds the value and
     raises (any exception) on malformed chunks: it sees bytes from the network,
@@ -49,7 +51,9 @@ class ValueCodec:
     """
 
     kind: str
-    cls: type
+    value_class: type | str
+    """The class of the values, or its qualified name (``"pyarrow.lib.Table"``) so that
+    registering the codec does not import the class's module."""
     encode: Callable[[Any], Sequence[Buffer]]
     decode: Callable[[list[memoryview]], Any]
     nbytes: Callable[[Any], int] | None = None
@@ -59,17 +63,54 @@ class ValueCodec:
     (the default, assumed unless a codec declares otherwise), ``"secret share"`` or
     ``"ciphertext"``."""
 
+    @property
+    def cls(self) -> type:
+        """The class of the values (imports its module when given by name)."""
+        if isinstance(self.value_class, type):
+            return self.value_class
+        module, _, name = self.value_class.rpartition(".")
+        cls: type = getattr(importlib.import_module(module), name)
+        return cls
+
 
 _CODECS: dict[str, ValueCodec] = {}
 _BY_CLASS: dict[type, ValueCodec] = {}
+_BY_NAME: dict[str, ValueCodec] = {}
+"""Codecs given by class name whose module is not imported yet (no value of it exists)."""
+
+
+def _qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def register_value_codec(codec: ValueCodec) -> ValueCodec:
-    """Make values of ``codec.cls`` sendable; one codec per kind and per class."""
-    if codec.kind in _BUILTIN_KINDS or codec.kind in _CODECS or codec.cls in _BY_CLASS:
-        raise ValueError(f"a value codec for {codec.kind!r} / {codec.cls.__name__} exists")
+    """Make values of ``codec.value_class`` sendable; one codec per kind and per class."""
+    name = codec.value_class if isinstance(codec.value_class, str) else \
+        _qualified_name(codec.value_class)
+    if codec.kind in _BUILTIN_KINDS or codec.kind in _CODECS or name in _BY_NAME or \
+            any(_qualified_name(c) == name for c in _BY_CLASS):
+        raise ValueError(f"a value codec for {codec.kind!r} / {name.rpartition('.')[2]} "
+                         "exists")
     _CODECS[codec.kind] = codec
-    _BY_CLASS[codec.cls] = codec
+    if isinstance(codec.value_class, type):
+        _BY_CLASS[codec.value_class] = codec
+    else:
+        _BY_NAME[name] = codec
+    return codec
+
+
+def _codec_for(cls: type) -> ValueCodec | None:
+    """The codec of values of class ``cls``; codecs given by name are bound to their
+    class once its module is imported."""
+    codec = _BY_CLASS.get(cls)
+    if codec is None and _BY_NAME:
+        for name in list(_BY_NAME):
+            module, _, attr = name.rpartition(".")
+            if module in sys.modules:
+                found = _BY_NAME.pop(name, None)
+                if found is not None:
+                    _BY_CLASS[getattr(sys.modules[module], attr)] = found
+        codec = _BY_CLASS.get(cls)
     return codec
 
 
@@ -88,7 +129,7 @@ def privacy_kind(value: Any) -> str:
     if isinstance(value, list | tuple):
         kinds = {privacy_kind(v) for v in value}
         return PLAINTEXT if PLAINTEXT in kinds or not kinds else "+".join(sorted(kinds))
-    codec = _BY_CLASS.get(type(value))
+    codec = _codec_for(type(value))
     return codec.privacy if codec is not None else PLAINTEXT
 
 
@@ -102,7 +143,7 @@ def payload_bytes(value: Any) -> int:
         return len(value)
     if isinstance(value, list | tuple):
         return sum(payload_bytes(v) for v in value)
-    codec = _BY_CLASS.get(type(value))
+    codec = _codec_for(type(value))
     if codec is not None:
         if codec.nbytes is not None:
             return codec.nbytes(value)
@@ -123,7 +164,7 @@ def encode_value(value: Any) -> list[Buffer]:
         return _frame({"kind": "scalar", "value": value}, [])
     if isinstance(value, bytes):
         return _frame({"kind": "bytes", "size": len(value)}, [value])
-    codec = _BY_CLASS.get(type(value))
+    codec = _codec_for(type(value))
     if codec is not None:
         chunks = list(codec.encode(value))
         return _frame({"kind": codec.kind, "sizes": [memoryview(c).nbytes for c in chunks]},

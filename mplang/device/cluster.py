@@ -15,13 +15,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from mplang.device.kinds import get_kind, kind_names
 from mplang.edsl.errors import MPLangError
-from mplang.cluster.identity import Certificate, IdentityError, load_certificate
+
+if TYPE_CHECKING:
+    from mplang.cluster.identity import Certificate
 
 DEFAULT_BASE_PORT = 61920
 
@@ -190,6 +190,8 @@ class ClusterSpec:
                 f"cluster spec {os.path.abspath(path)} does not exist; write one with "
                 "`mplang init --nodes 3 --out dev` and pass 'dev/cluster.yaml' (or run on "
                 "one machine without workers: mp.Simulator(mp.ClusterSpec.simple(3)))")
+        import yaml
+
         with open(path, encoding="utf-8") as f:
             try:
                 data = yaml.safe_load(f)
@@ -225,6 +227,8 @@ class ClusterSpec:
 
 def _certificate(owner: str, entry: Mapping[str, Any],
                  base_dir: str | os.PathLike[str] | None) -> Certificate | None:
+    from mplang.cluster.identity import IdentityError, load_certificate
+
     value = entry.get("certificate")
     if value is None:
         return None

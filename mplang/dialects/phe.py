@@ -226,16 +226,16 @@ encrypt_p = Primitive(
 decrypt_p = Primitive(
     "phe.decrypt", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
     operands=[Operand("c", _CT), Operand("sk", _SK)],
-    attrs={}, results=[Result("out", of_type(TensorType, name="a tensor"))],
+    results=[Result("out", of_type(TensorType, name="a tensor"))],
     targets=_TARGETS, cost=local_cost,
     doc="Decrypt a ciphertext with its private key, range-checked.")
 add_p = Primitive(
     "phe.add", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
-    operands=[Operand("a", _CT), Operand("b", _CT_OR_PLAIN)], attrs={}, results=_OUT,
+    operands=[Operand("a", _CT), Operand("b", _CT_OR_PLAIN)], results=_OUT,
     targets=_TARGETS, cost=local_cost, doc="Add ciphertexts, or a ciphertext and a plaintext.")
 sub_p = Primitive(
     "phe.sub", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
-    operands=[Operand("a", _CT), Operand("b", _CT_OR_PLAIN)], attrs={}, results=_OUT,
+    operands=[Operand("a", _CT), Operand("b", _CT_OR_PLAIN)], results=_OUT,
     targets=_TARGETS, cost=local_cost,
     doc="Subtract a ciphertext or a plaintext from a ciphertext.")
 mul_plain_p = Primitive(

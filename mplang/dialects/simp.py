@@ -73,7 +73,7 @@ constant_p = Primitive(
 prank_p = Primitive(
     "simp.prank", kind="source", execution_model="multi_party", traits=_LOCAL,
     results=_ONE, cost=local_cost,
-    attrs={}, doc="Each party's own rank, as an int32 scalar held by every party.")
+    doc="Each party's own rank, as an int32 scalar held by every party.")
 load_p = Primitive(
     "simp.load", kind="source", execution_model="multi_party",
     traits=OpTraits(pure=False, communicates=False, runtimes=WORKER_AND_DRIVER),
@@ -103,11 +103,11 @@ shuffle_p = Primitive(
     "simp.shuffle", kind="communication", execution_model="multi_party",
     traits=OpTraits(pure=True, runtimes=WORKER_AND_DRIVER),
     operands=[Operand("x", SIMP), Operand("index", SIMP)], results=_ONE, cost=_shuffle_cost,
-    attrs={}, doc="Each party holding an index receives the value of party `index`.")
+    doc="Each party holding an index receives the value of party `index`.")
 converge_p = Primitive(
     "simp.converge", kind="compute", execution_model="multi_party", traits=_LOCAL,
     operands=[Operand("xs", SIMP, variadic=True)], results=_ONE, cost=local_cost,
-    attrs={}, doc="Merge values held by disjoint sets of parties into one.")
+    doc="Merge values held by disjoint sets of parties into one.")
 uniform_cond_p = Primitive(
     "simp.uniform_cond", kind="control_flow", execution_model="multi_party",
     traits=OpTraits(pure=True, regions="branch", runtimes=WORKER_AND_DRIVER),
@@ -122,7 +122,7 @@ while_loop_p = Primitive(
     traits=OpTraits(pure=True, regions="loop", runtimes=WORKER_AND_DRIVER),
     operands=[Operand("state", SIMP, variadic=True)], results=_MANY, regions=["cond", "body"],
     cost=_region_cost,
-    attrs={}, doc="All parties iterate while a uniform predicate holds.")
+    doc="All parties iterate while a uniform predicate holds.")
 
 
 def _feop(prim: Primitive, example: str) -> Callable[[Any], Any]:

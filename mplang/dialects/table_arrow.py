@@ -4,34 +4,43 @@ and the check that a table is exactly of its type.
 A table's runtime value is a ``pyarrow.Table`` whose schema is exactly its type's
 (`arrow_schema`): string-like columns as ``pa.string()``, no schema metadata. The
 frontend uses this module to turn the small tables given while tracing into
-constants; the kernels use it to check every table they receive (`conform`).
+constants; the kernels use it to check every table they receive (`conform`). Each
+function imports pyarrow when called, so importing this module does not load it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from mplang.dialects.table import TABLE_DTYPES, TableType
 from mplang.edsl.errors import MPTypeError
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 
 def arrow_type(dtype: str) -> pa.DataType:
     """The Arrow type of column dtype ``dtype``."""
+    import pyarrow as pa
+
     return pa.string() if dtype == "string" else pa.from_numpy_dtype(np.dtype(dtype))
 
 
 def arrow_schema(t: TableType) -> pa.Schema:
     """The exact Arrow schema of a table of type ``t``."""
+    import pyarrow as pa
+
     return pa.schema([pa.field(name, arrow_type(dtype)) for name, dtype in t.columns])
 
 
 def column_dtype(t: pa.DataType) -> str | None:
     """The column dtype of Arrow type ``t`` (string-like types are ``"string"``); None
     when a table column cannot have it."""
+    import pyarrow as pa
+
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return "string"
     if pa.types.is_boolean(t):
@@ -43,6 +52,8 @@ def column_dtype(t: pa.DataType) -> str | None:
 
 def normalized(table: pa.Table) -> pa.Table:
     """``table`` with string-like columns as ``pa.string()`` and no schema metadata."""
+    import pyarrow as pa
+
     schema = pa.schema([pa.field(f.name, pa.string() if column_dtype(f.type) == "string"
                                  else f.type) for f in table.schema])
     if table.schema.equals(schema, check_metadata=True):
@@ -69,6 +80,8 @@ def type_of_table(op: str, table: pa.Table) -> TableType:
 def as_arrow(op: str, value: Any) -> pa.Table:
     """``value`` (a pandas DataFrame, a pyarrow Table or a dict of columns) as an Arrow
     table; `MPTypeError` naming ``op`` if it is none of them or does not convert."""
+    import pyarrow as pa
+
     if isinstance(value, pa.Table):
         return value
     if isinstance(value, Mapping):
@@ -87,6 +100,8 @@ def as_arrow(op: str, value: Any) -> pa.Table:
 
 def ipc_bytes(table: pa.Table) -> bytes:
     """``table`` in the Arrow IPC stream format (uncompressed)."""
+    import pyarrow as pa
+
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -96,6 +111,8 @@ def ipc_bytes(table: pa.Table) -> bytes:
 def conform(table: pa.Table, t: TableType) -> pa.Table:
     """``table`` with the exact schema of type ``t`` (string-like columns as strings, no
     metadata); ValueError saying how it differs."""
+    import pyarrow as pa
+
     if not isinstance(table, pa.Table):
         raise ValueError(f"expected a table, got {type(table).__name__}")
     names = tuple(table.column_names)

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from mplang.dialects.table import TableType
 from mplang.dialects.table_arrow import arrow_schema
 from mplang.edsl.errors import MPTypeError
@@ -117,6 +115,7 @@ def sql_result_type(query: str, inputs: Mapping[str, TableType]) -> TableType:
     binds it in a locked-down database of empty tables; `MPTypeError` naming the query
     if it does not bind or a result column has no table dtype (`DUCKDB_DTYPES`)."""
     import duckdb
+    import pyarrow as pa
 
     key = (query, tuple((name, t.columns) for name, t in inputs.items()))
     found: TableType | None = _SQL_TYPES.lookup(key)

@@ -531,11 +531,12 @@ _MLIR_ERROR = re.compile(r'loc\("-":(\d+):(\d+)\)')
 
 def _producer(bytecode: bytes) -> str:
     """The StableHLO version a portable artifact was written for (``1.12.1``)."""
-    start = len(_MLIR_BYTECODE_MAGIC)
-    while start < len(bytecode) and bytecode[start] & 0x80:
-        start += 1
-    end = bytecode.find(b"\0", start + 1)
-    producer = bytecode[start + 1:end].decode("ascii", "replace") if end > 0 else ""
+    at = len(_MLIR_BYTECODE_MAGIC)
+    first = bytecode[at] if len(bytecode) > at else 1
+    # the bytecode version, a prefix varint: its first byte's trailing zeros say its size
+    start = at + ((first & -first).bit_length() if first else 9)
+    end = bytecode.find(b"\0", start)
+    producer = bytecode[start:end].decode("ascii", "replace") if end > 0 else ""
     if not producer.startswith("StableHLO_v"):
         raise ValueError(f"not a StableHLO portable artifact (producer {producer!r})")
     return producer.removeprefix("StableHLO_v")

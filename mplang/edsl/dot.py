@@ -33,13 +33,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape as html_escape
+from typing import TYPE_CHECKING
 
-import graphviz
-
+from mplang.edsl.errors import MPLangError
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.printer import format_attr
 from mplang.edsl.typing import Mask, MPType
-from mplang.edsl.errors import MPLangError
+
+if TYPE_CHECKING:
+    import graphviz
 
 Lane = int | None
 """A party's rank, or None: the dynamic lane."""
@@ -62,6 +64,8 @@ def _clip(text: str, limit: int) -> str:
 
 def _label(lines: Sequence[str]) -> str:
     """A DOT label of ``lines``, taken literally (no escapes, no HTML)."""
+    import graphviz
+
     return graphviz.nohtml("\\n".join(line.replace("\\", "\\\\") for line in lines))
 
 
@@ -241,6 +245,8 @@ def to_digraph(graph: Graph, name: str = "main",
 
     ``party_names[i]`` (e.g. a cluster's node names) labels party i's lane.
     """
+    import graphviz
+
     picture = _Picture(graph, party_names)
     picture.inputs(graph)
     picture.ops(graph.operations, (), (None,))
@@ -261,6 +267,8 @@ def render_svg(digraph: graphviz.Digraph) -> str:
 
     Raises `MPLangError` when ``dot`` is not installed or fails.
     """
+    import graphviz
+
     try:
         svg: str = digraph.pipe(format="svg", encoding="utf-8")
     except graphviz.ExecutableNotFound:

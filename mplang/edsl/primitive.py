@@ -22,7 +22,7 @@ registration of the same rule is refused, naming both places.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -165,8 +165,6 @@ the simp level and inside party-local regions, the cost rule, the private-attrib
 and the check of native payloads (bytes that C++ code parses)."""
 
 _PRIMITIVES: dict[str, Primitive] = {}
-_GENERATION = [0]
-"""Bumped by every kernel registration, so kernel tables know when to re-resolve."""
 
 
 class Primitive:
@@ -178,10 +176,10 @@ class Primitive:
         *,
         kind: OpKind,
         execution_model: ExecutionModel,
+        results: Sequence[Result],
         operands: Sequence[Operand] = (),
         attrs: Mapping[str, Attr] | None = None,
-        results: Sequence[Result] | None = None,
-        regions: Sequence[str] | None = None,
+        regions: Sequence[str] = (),
         traits: OpTraits | None = None,
         targets: Sequence[str] = (),
         doc: str = "",
@@ -194,18 +192,17 @@ class Primitive:
             raise ValueError(f"op {name!r} must be named DIALECT.OP")
         if name in _PRIMITIVES:
             raise ValueError(f"op {name!r} is already declared")
-        for decls, what in ((operands, "operand"), (results or (), "result")):
+        for decls, what in ((operands, "operand"), (results, "result")):
             if sum(d.variadic for d in decls) > 1:
                 raise ValueError(f"{name}: at most one variadic {what}")
         self.name = name
         self.dialect = dialect
         self.kind: OpKind = kind
         self.execution_model: ExecutionModel = execution_model
-        self.declared = attrs is not None and results is not None
         self.operands = tuple(operands)
         self.attrs: dict[str, Attr] = dict(attrs or {})
-        self.results = tuple(results or ())
-        self.regions = tuple(regions or ())
+        self.results = tuple(results)
+        self.regions = tuple(regions)
         self.traits = traits or OpTraits()
         self.targets = tuple(targets)
         self.doc = doc
@@ -228,7 +225,6 @@ class Primitive:
         self._places[slot] = place
         if slot.startswith("kernel:"):
             self.kernels[slot.split(":", 1)[1]] = fn  # type: ignore[index]
-            _GENERATION[0] += 1
         else:
             self.rules[slot] = fn
 
@@ -298,8 +294,6 @@ class Primitive:
 
     def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """``attrs`` checked against the declaration, defaults filled (`MPTypeError`)."""
-        if not self.declared:
-            return dict(attrs)
         unknown = sorted(set(attrs) - set(self.attrs))
         if unknown:
             raise MPTypeError(f"{self.name}: unknown attribute(s) {unknown}; it declares "
@@ -339,15 +333,13 @@ class Primitive:
         rule = self.rules.get("type")
         if rule is None:
             raise NotImplementedError(f"{self.name} has no type rule")
-        if self.declared:
-            self._check_arity("operand", self.operands, in_types)
-        if self.declared and len(regions) != len(self.regions):
+        self._check_arity("operand", self.operands, in_types)
+        if len(regions) != len(self.regions):
             raise MPTypeError(f"{self.name}: takes {len(self.regions)} region(s) "
                               f"({', '.join(self.regions) or 'none'}), got {len(regions)}")
         checked = self.check_attrs(attrs)
         outs = list(rule(Signature(self, in_types, checked, regions, world_size)))
-        if self.declared:
-            self._check_arity("result", self.results, outs)
+        self._check_arity("result", self.results, outs)
         return outs
 
     def bind(self, operands: Sequence[Any], attrs: Mapping[str, Any] | None = None,
@@ -443,11 +435,6 @@ def primitives(dialect: str | None = None) -> list[Primitive]:
                   key=lambda p: p.name)
 
 
-def kernel_generation() -> int:
-    """A number that changes whenever a kernel is registered."""
-    return _GENERATION[0]
-
-
 def check_types(graph: Graph, world_size: int, where: str = "graph") -> None:
     """Re-derive every op's output types with its type rule (recursively into regions).
 
@@ -462,7 +449,7 @@ def check_types(graph: Graph, world_size: int, where: str = "graph") -> None:
             raise MPVerifyError(f"{label}: unknown op")
         for region_index, region in enumerate(op.regions):
             check_types(region, world_size, f"{where}: op #{index} region {region_index}")
-        if prim.declared and set(op.attrs) != set(prim.attrs):
+        if set(op.attrs) != set(prim.attrs):
             missing = sorted(set(prim.attrs) - set(op.attrs))
             extra = sorted(set(op.attrs) - set(prim.attrs))
             raise MPVerifyError(f"{label}: attributes do not match the declaration "
@@ -479,10 +466,3 @@ def check_types(graph: Graph, world_size: int, where: str = "graph") -> None:
         if found != list(expected):
             raise MPVerifyError(f"{label}: outputs are typed ({', '.join(map(str, found))}) but "
                                 f"its type rule gives ({', '.join(map(str, expected))})")
-
-
-def walk_primitives(graph: Graph) -> Iterator[tuple[Operation, Primitive]]:
-    """Every op of ``graph`` (regions included) with its primitive; unknown ops skipped."""
-    for op in graph.walk():
-        if op.prim is not None:
-            yield op, op.prim

@@ -6,9 +6,7 @@ import html
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import graphviz
+from typing import TYPE_CHECKING, Any
 
 from mplang.edsl.dot import render_svg, svg_element, to_digraph
 from mplang.edsl.errors import MPLangError, MPSerializationError, MPVerifyError
@@ -22,6 +20,9 @@ from mplang.edsl.text_parser import parse_program
 from mplang.edsl.text_printer import format_program
 from mplang.edsl.tracer import Tracer, trace_function
 from mplang.edsl.typing import MAX_PARTIES, ValueType
+
+if TYPE_CHECKING:
+    import graphviz
 
 
 @dataclass(eq=False)

@@ -107,13 +107,20 @@ def codec_named(name: str) -> AttrCodec | None:
 # ---------------------------------------------------------------- scalars and names
 
 
-def quote(text: str) -> str:
-    """``text`` as a JSON string literal (non-ASCII kept unless it cannot be encoded)."""
+def to_json(value: Any, separators: tuple[str, str] = (", ", ": ")) -> str:
+    """``value`` as JSON text; non-ASCII characters are kept unless one cannot be encoded
+    (a lone surrogate), then all are escaped."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=separators)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(text)
-    return json.dumps(text, ensure_ascii=False)
+        return json.dumps(value, allow_nan=False, separators=separators)
+    return text
+
+
+def quote(text: str) -> str:
+    """``text`` as a JSON string literal."""
+    return to_json(text)
 
 
 def format_name(name: str, pattern: re.Pattern[str] = BARE_NAME) -> str:
@@ -145,8 +152,7 @@ def format_type(t: ValueType) -> str:
         return str(t)
     encoded = encode_type(t)
     (tag, body), = encoded.items()
-    return (f"!{format_name(tag, IDENTIFIER)}<"
-            f"{json.dumps(body, ensure_ascii=False, allow_nan=False)}>")
+    return f"!{format_name(tag, IDENTIFIER)}<{to_json(body)}>"
 
 
 # ---------------------------------------------------------------- arrays
@@ -310,7 +316,7 @@ def format_program(graph: Graph, name: str, world_size: int, out_tree: Any,
     """The text of a program: its header (``out_tree`` is the `TreeDef` JSON), then its
     graph as ``func(inputs) -> (output types) { ops; return outputs }``."""
     devices = ", ".join("none" if d is None else quote(d) for d in out_devices)
-    tree = json.dumps(out_tree, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    tree = to_json(out_tree, (",", ":"))
     out_types = ", ".join(format_type(v.type) for v in graph.outputs)
     lines = [f"program @{format_name(name)} {{world_size = {world_size}, "
              f"out_devices = [{devices}], out_tree = {tree}}}",

@@ -61,15 +61,27 @@ def routes(op: Callable[..., Any] | str | FeOpInfo) -> list[str]:
             if mismatch(info, kind, joint, members) is None]
 
 
+PLAINTEXT_MODEL = ("plaintext across parties: each party holding a value sees it; a value "
+                   "that moves travels in the clear inside mutual TLS, and its owner's "
+                   "policy decides where it may go")
+"""The security model of simp-level ops, which run on no device."""
+
+
 def describe_primitive(prim: Primitive | str) -> dict[str, Any]:
     """A primitive's whole contract as plain data (JSON-able): its declaration (operands,
     attributes, results, regions, traits, targets), kernels per runtime, its type,
-    flow and cost rules, and ``security``: the model of each device kind it targets."""
+    flow and cost rules, and ``security``: the model of each device kind it targets (a
+    party-local op without targets runs on a PPU; a simp-level one on no device)."""
     p = prim if isinstance(prim, Primitive) else get_primitive(prim)
     if p is None:
         raise KeyError(f"unknown primitive {prim!r}")
     out = p.describe()
-    out["security"] = {kind: _SECURITY_MODELS.get(kind, "") for kind in p.targets}
+    if p.targets:
+        out["security"] = {kind: _SECURITY_MODELS.get(kind, "") for kind in p.targets}
+    elif p.execution_model == "single_rank":
+        out["security"] = {"PPU": _SECURITY_MODELS.get("PPU", "")}
+    else:
+        out["security"] = {"simp": PLAINTEXT_MODEL}
     return out
 
 

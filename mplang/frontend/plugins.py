@@ -14,7 +14,6 @@ kinds. Nothing is loaded automatically: a program's author imports the plugin
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 from types import ModuleType
 
 from mplang.edsl.errors import MPLangError
@@ -24,6 +23,8 @@ GROUP = "mplang.plugins"
 
 def discover() -> dict[str, str]:
     """Installed plugins: entry-point name -> module name."""
+    from importlib.metadata import entry_points
+
     return {ep.name: ep.value for ep in entry_points(group=GROUP)}
 
 

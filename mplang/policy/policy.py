@@ -30,10 +30,12 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import yaml
+from typing import TYPE_CHECKING
 
 from mplang.edsl.errors import MPLangError
+
+if TYPE_CHECKING:
+    import yaml
 
 DRIVER = "driver"
 """The receiver name standing for any driver the policy accepts."""
@@ -97,6 +99,8 @@ class Policy:
     @staticmethod
     def parse(text: str, source: str = "<policy>") -> Policy:
         """Parse policy YAML ``text`` (``source`` names it in errors)."""
+        import yaml
+
         try:
             root = yaml.compose(text, Loader=yaml.SafeLoader)
         except yaml.YAMLError as e:
@@ -170,6 +174,8 @@ class _Parser:
         return PolicyError(f"{self.source}:{node.start_mark.line + 1}: {message}")
 
     def mapping(self, node: yaml.Node, what: str) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        import yaml
+
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, f"{what} must be a mapping")
         out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
@@ -182,11 +188,15 @@ class _Parser:
         return out
 
     def items(self, node: yaml.Node) -> Sequence[yaml.Node]:
+        import yaml
+
         if not isinstance(node, yaml.SequenceNode):
             raise self.error(node, "expected a list ([a, b] or '- a' lines)")
         return node.value
 
     def strings(self, node: yaml.Node, key: str) -> list[str]:
+        import yaml
+
         out = []
         for item in self.items(node):
             if not isinstance(item, yaml.ScalarNode) or not item.value or \
@@ -196,6 +206,8 @@ class _Parser:
         return out
 
     def count(self, node: yaml.Node, key: str, low: int) -> int:
+        import yaml
+
         if not (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:int"):
             raise self.error(node, f"{key} must be an integer")
         value = int(node.value)
@@ -204,6 +216,8 @@ class _Parser:
         return value
 
     def rule(self, node: yaml.Node) -> DeclassifyRule:
+        import yaml
+
         entries = self.mapping(node, "a declassify rule")
         unknown = [k for k in entries if k not in ("to", "when", "min_elements")]
         if unknown:

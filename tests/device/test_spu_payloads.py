@@ -83,9 +83,10 @@ def test_a_stablehlo_of_another_function_is_refused() -> None:
             "the executable is not what libspu compiles its StableHLO to")
 
 
-@pytest.mark.parametrize(("text", "error"), [(b"module { garbage", "ValueError: unparsable "
-                                                                  "StableHLO"),
-                                            (b"\xff\xfe", "UnicodeDecodeError")])
+@pytest.mark.parametrize(("text", "error"), [
+    (b"module { garbage", "ValueError: unparsable StableHLO"),
+    (b"\xff\xfe", "UnicodeDecodeError"),
+])
 def test_unparsable_stablehlo_is_refused(text: bytes, error: str) -> None:
     refused(with_run_attrs(spu_graph(add), stablehlo=text),
             rf"^spu\.run\[add\]: spu\.run StableHLO rejected: {error}")

@@ -99,7 +99,8 @@ def test_variadic_operands_and_constraints() -> None:
             prim.infer([a, b, F32], {}, (), 2)
         with pytest.raises(ValueError, match="at most one variadic operand"):
             Primitive("probe.two", kind="compute", execution_model="any",
-                      operands=[Operand("a", variadic=True), Operand("b", variadic=True)])
+                      operands=[Operand("a", variadic=True), Operand("b", variadic=True)],
+                      results=[])
     finally:
         del registry._PRIMITIVES[prim.name]
 

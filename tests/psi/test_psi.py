@@ -365,7 +365,7 @@ def test_tables_of_one_party_and_bad_receivers_fail_when_tracing() -> None:
 
 def test_both_ops_are_declared_with_their_flow_rules() -> None:
     for prim in (psi_dialect.join_p, psi_dialect.size_p):
-        assert prim.declared and [o.name for o in prim.operands] == ["a", "b"]
+        assert [o.name for o in prim.operands] == ["a", "b"]
         where = prim.registered_at("flow")
         assert where is not None and where.startswith("mplang/dialects/psi.py:"), prim.name
     attrs = psi_dialect.join_p.attrs

@@ -262,12 +262,12 @@ def mutated(module: bytes, offset: int, value: int) -> bytes:
 
 def test_an_fft_whose_length_does_not_fit_its_shape_is_refused() -> None:
     """XLA compiles it; DUCC would abort the worker on the first run (found by the fuzzer:
-    byte 190 of this module's bytecode holds the FFT length)."""
+    byte 190 of this module's bytecode falls in the FFT length)."""
     graph = one_party_graph(lambda s: jnp.abs(jnp.fft.fft(s)).astype(jnp.float32), A)
     bad = with_module(graph, mutated(run_jax_module(graph), 190, 0x80))
     check_types(bad, 1)
     expected = (r"^tensor\.run_jax\[<lambda>\]: run_jax module rejected: uses stablehlo\.fft "
-                r"FFT of length \[128\] on shapes \[3, 3\] -> \[3, 3\]")
+                r"FFT of length \[\d+\] on shapes \[3, 3\] -> \[3, 3\]")
     with pytest.raises(MPSerializationError, match=expected):
         check_payloads(bad)
     check_payloads(graph)

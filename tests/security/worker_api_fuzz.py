@@ -71,7 +71,7 @@ from mplang.backends.simp_worker.openapi import worker_api
 from mplang.backends.wire import encode_value_bytes, split_frame
 from mplang.edsl.graph import Graph, communicates
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.frontend import errors
+from mplang.edsl import errors
 from mplang.cluster.local import LocalCluster
 from tests.http import support
 

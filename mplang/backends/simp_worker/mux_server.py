@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from mplang.backends.mux import MuxProtocol
 from mplang.backends.mux_client import SPEC_HEADER
+from mplang.backends.simp_worker.messages import H_EXEC, H_KEY, Admitted
 from mplang.edsl.errors import MPRefusedError, MPSerializationError
 
 if TYPE_CHECKING:
-    from mplang.backends.simp_worker.messages import Admitted
     from mplang.backends.simp_worker.server import WorkerServer
 
 log = logging.getLogger("mplang.worker")
@@ -121,7 +121,7 @@ class WorkerMuxHandler:
         if head.get("path") != "/msg":
             log.warning("refused %s over mplang/1: %s", str(head.get("path"))[:64], error)
         answer = {"status": status, "error": error[:2000],
-                  "exec": headers.get("x-mplang-exec"), "key": headers.get("x-mplang-key")}
+                  "exec": headers.get(H_EXEC), "key": headers.get(H_KEY)}
         if not self.protocol.closed:
             self.protocol.send(stream, answer, [json.dumps({"error": answer["error"]}).encode()])
 

@@ -1,0 +1,92 @@
+"""``import mplang`` stays light: heavy libraries are imported where they are used (in
+kernels, codecs and functions), each check run in a fresh process."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+LAZY = ("pyarrow", "duckdb", "graphviz", "heu", "yaml", "importlib.metadata",
+        "cryptography.hazmat.primitives.ciphers.aead", "cryptography.hazmat.primitives.kdf.hkdf")
+"""Modules that ``import mplang`` must not load."""
+
+
+def lazy_loaded_after(code: str) -> list[str]:
+    """The modules of `LAZY` in ``sys.modules`` after running ``code`` in a fresh process."""
+    script = f"import sys\n{code}\nprint(','.join(m for m in {LAZY!r} if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    return [m for m in result.stdout.strip().split(",") if m]
+
+
+def test_importing_mplang_loads_no_heavy_library() -> None:
+    assert lazy_loaded_after("import mplang") == []
+
+
+PROGRAM = """
+import jax.numpy as jnp
+def prog(a):
+    x = mplang.simp.constant((0,), a)
+    y = mplang.simp.pcall((0,), lambda v: mplang.tensor.run_jax(jnp.square, v), x)
+    return mplang.simp.shuffle_static(y, {1: 0})
+mplang.compile(prog, 3, world_size=3).to_dot()
+"""
+
+
+USES = [
+    ("from mplang.dialects.table_arrow import arrow_type\narrow_type('int64')", "pyarrow"),
+    ("from mplang.dialects.table_sql import sql_connection\nsql_connection().close()",
+     "duckdb"),
+    (PROGRAM, "graphviz"),
+    ("from mplang.backends.phe_impl import heu\nheu()", "heu"),
+    ("mplang.policy.Policy.parse('drivers: [alice]')", "yaml"),
+    ("mplang.frontend.plugins.discover()", "importlib.metadata"),
+    ("from mplang.backends.crypto_impl import aes_gcm_seal\naes_gcm_seal(bytes(32), b'x', b'')",
+     "cryptography.hazmat.primitives.ciphers.aead"),
+    ("from mplang.backends.crypto_impl import hkdf_sha256\nhkdf_sha256(b'k', b'', 16)",
+     "cryptography.hazmat.primitives.kdf.hkdf"),
+]
+"""Code that needs a library of `LAZY`, and the library."""
+
+
+@pytest.mark.parametrize(("code", "library"), USES, ids=[library for _, library in USES])
+def test_the_code_that_needs_a_library_loads_it(code: str, library: str) -> None:
+    """The check above can fail: using what needs a library loads it."""
+    assert library in lazy_loaded_after("import mplang\nimport mplang.policy\n"
+                                        "import mplang.frontend.plugins\n" + code)
+
+
+def test_a_table_crosses_the_wire_when_pyarrow_is_imported_after_mplang() -> None:
+    """The table codec names its class, so it applies to tables made after it registered."""
+    code = ("import mplang\nimport pyarrow as pa\nfrom mplang.backends import wire\n"
+            "t = pa.table({'a': [1, 2]})\ndata = wire.encode_value_bytes(t)\n"
+            "assert wire.split_frame(data)[0]['kind'] == 'table.arrow'\n"
+            "assert wire.decode_value(data).equals(t)\n"
+            "assert wire.payload_bytes(t) == sum(wire.split_frame(data)[0]['sizes'])\n"
+            "assert [c.cls for c in wire.value_codecs() if c.kind == 'table.arrow'] == "
+            "[pa.Table]")
+    assert lazy_loaded_after(code)[:1] == ["pyarrow"]
+
+
+def test_a_codec_named_by_class_is_refused_twice() -> None:
+    import mplang.backends.table_wire  # noqa: F401  (it registers the table codec)
+    from mplang.backends.wire import ValueCodec, register_value_codec
+
+    with pytest.raises(ValueError, match=r"a value codec for 'test_import_time.table' / "
+                                         r"Table exists"):
+        register_value_codec(ValueCodec("test_import_time.table", "pyarrow.lib.Table",
+                                        list, list))
+
+
+def test_the_mock_vendor_key_is_the_public_key_of_its_seed() -> None:
+    """``MOCK_VENDOR_PUBLIC_KEY`` is written out (no cryptography at import): it must stay
+    the public key of ``MOCK_VENDOR_SEED``."""
+    from mplang.backends.crypto_impl import ed25519_public
+    from mplang.backends.tee_impl import MOCK_VENDOR_PUBLIC_KEY, MOCK_VENDOR_SEED
+
+    assert ed25519_public(MOCK_VENDOR_SEED).hex() == MOCK_VENDOR_PUBLIC_KEY
