@@ -31,8 +31,8 @@ import jax.numpy as jnp
 from bench_http import cluster_spec, latency, throughput
 
 import mplang as mp
-from mplang.records.audit import AuditLog, read_events
 from mplang.cluster.local import LocalCluster
+from mplang.records.audit import AuditLog, read_events
 
 _NO_AUDIT = ("import sys, runpy; import mplang.backends.simp_worker.server as h; "
              "h.AuditLog = lambda *a, **k: None; sys.argv = ['mplang'] + sys.argv[3:]; "

@@ -35,8 +35,8 @@ import numpy as np
 
 import mplang as mp
 from mplang import tensor
-from mplang.libs.groupby import groupby_sum
 from mplang.cluster.local import LocalCluster
+from mplang.libs.groupby import groupby_sum
 
 KEYS, VALUES = "keys.npy", "values.npy"
 

@@ -26,8 +26,8 @@ import numpy as np
 from bench_http import free_ports
 
 import mplang as mp
-from mplang.records.audit import read_events
 from mplang.cluster.local import LocalCluster
+from mplang.records.audit import read_events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import secure_mean_devices as example

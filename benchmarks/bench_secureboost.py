@@ -31,8 +31,8 @@ from sklearn.datasets import make_classification
 from sklearn.ensemble import HistGradientBoostingClassifier
 
 import mplang as mp
-from mplang.libs.secureboost import SecureBoost
 from mplang.cluster.local import LocalCluster
+from mplang.libs.secureboost import SecureBoost
 
 CASES = {"a": (10_000, 1, 3), "b": (100_000, 5, 5)}
 """name: (training rows, trees, depth)."""

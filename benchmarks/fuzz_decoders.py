@@ -696,8 +696,8 @@ def seed_consent() -> dict[str, bytes]:
     private constants (those of `private_constants`, `secret_sum` and the shared test
     programs that have some), for each party, and ``/run`` bodies with valid and wrong votes."""
     import mplang as mp
-    from mplang.edsl.serde import encode_graph_bundle
     from mplang.cluster.commitments import commit, encode_openings
+    from mplang.edsl.serde import encode_graph_bundle
     from tests.http.programs import CASES
 
     makers = {"private": private_constants, "secret_sum": secret_sum} | \
@@ -823,8 +823,8 @@ def _edit_value(ch: Chooser, value: Any, donors: Sequence[Any]) -> Any:
 def _edit_openings(ch: Chooser, prep: Prepare, donors: Sequence[Prepare]) -> None:
     """Edit one opening of ``prep`` (its nonce, value or path), drop or add one; with the
     commitment digest re-forged to match (or not), so the checks after it are reached."""
-    from mplang.edsl.errors import MPLangError
     from mplang.cluster.commitments import canonical_bytes
+    from mplang.edsl.errors import MPLangError
 
     others = [(path, o) for d in donors for path, o in d.openings.items()]
     if not prep.openings:
@@ -1066,9 +1066,9 @@ def decode_consent_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
     program must re-encode opened. With a ``/run`` body: check the others' votes."""
     from mplang.backends.simp_worker.consent import check_votes, split_program
     from mplang.backends.wire import split_frame
+    from mplang.cluster.commitments import open_program, program_digest
     from mplang.edsl.primitive import check_types
     from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
-    from mplang.cluster.commitments import open_program, program_digest
 
     kind, rank = mode[:-1], int(mode[-1])
     stage("split_frame")

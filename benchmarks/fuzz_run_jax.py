@@ -211,9 +211,9 @@ def run_as_worker(worker: Any, bundle: bytes,
     """(outcome, detail) of ``bundle`` received and run by ``worker`` the way the HTTP
     worker does it (`WorkerServer.program`, then the payload checks, then the run);
     ``at(stage)`` is called as each stage starts."""
+    from mplang.edsl.errors import MPLangError, MPSerializationError
     from mplang.edsl.primitive import check_types
     from mplang.edsl.serde import decode_graph_bundle
-    from mplang.edsl.errors import MPLangError, MPSerializationError
     from mplang.runtime import backend
     from mplang.runtime.options import RunOptions
 

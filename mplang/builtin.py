@@ -16,9 +16,8 @@ SIMP_BACKEND = ("mplang.backends.simp_worker.ops", "mplang.backends.simp_driver.
 
 
 def _modules() -> list[str]:
-    """Every dialect module, every ``*_impl`` backend module, the simp backend, every
-    ``*_flows`` module (a dialect's policy flow rules) and every device module (the kinds
-    among them register themselves)."""
+    """Every dialect module, every ``*_impl`` backend module, the simp backend and every
+    device module (the kinds among them register themselves)."""
     def members(package: object, suffix: str = "") -> list[str]:
         path = package.__path__  # type: ignore[attr-defined]
         prefix = package.__name__ + "."  # type: ignore[attr-defined]
@@ -26,7 +25,7 @@ def _modules() -> list[str]:
                       if not m.ispkg and m.name.endswith(suffix))
 
     return [*members(mplang.dialects), *members(mplang.backends, "_impl"), *SIMP_BACKEND,
-            *members(mplang.backends, "_flows"), *members(mplang.device)]
+            *members(mplang.device)]
 
 
 MODULES = tuple(_modules())

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+import mplang as mp
+
 from mplang.cli.main import main
 from mplang.frontend.introspect import list_ops
 
@@ -52,3 +54,32 @@ def test_unknown_family_and_plugin_fail_clearly(capsys: pytest.CaptureFixture[st
     assert "no frontend ops in family 'no-such-family'" in capsys.readouterr().err
     assert main(["ops", "--plugin", "no_such_plugin_module"]) == 2
     assert "cannot load plugin 'no_such_plugin_module'" in capsys.readouterr().err
+
+
+def test_primitives_list_the_whole_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    prims = _ops(capsys, "--primitives")
+    assert prims == mp.list_primitives()
+    simp_only = _ops(capsys, "--primitives", "--dialect", "simp")
+    assert {p["dialect"] for p in simp_only} == {"simp"}
+    assert main(["ops", "--primitives", "--dialect", "simp"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "KIND", "MODEL", "OPERANDS", "ATTRIBUTES", "RESULTS",
+                                "KERNELS", "FLOW", "COST"]
+    shuffle = next(line.split() for line in lines if line.startswith("simp.shuffle_static"))
+    assert shuffle == ["simp.shuffle_static", "communication", "multi_party", "values...",
+                       "routes", "outs...", "worker,driver", "_shuffle_static_flow",
+                       "_shuffle_static_cost"]
+
+
+def test_one_op_is_described(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ops", "simp.shuffle", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == mp.describe("simp.shuffle")
+    assert main(["ops", "tensor.load"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("tensor.load: Read a private input: an array from the party's own "
+                           "data root.\n")
+    assert "  attribute key: str | None, default None - the member of an .npz archive\n" in text
+    assert "  security on PPU: plaintext on its one party" in text
+    assert main(["ops", "no.such_op"]) == 1
+    assert capsys.readouterr().err == "mplang ops: no primitive or frontend op named " \
+                                      "'no.such_op'\n"

@@ -70,7 +70,7 @@ def test_a_table_crosses_the_wire_when_pyarrow_is_imported_after_mplang() -> Non
             "assert wire.payload_bytes(t) == sum(wire.split_frame(data)[0]['sizes'])\n"
             "assert [c.cls for c in wire.value_codecs() if c.kind == 'table.arrow'] == "
             "[pa.Table]")
-    assert lazy_loaded_after(code)[:1] == ["pyarrow"]
+    assert "pyarrow" in lazy_loaded_after(code)
 
 
 def test_a_codec_named_by_class_is_refused_twice() -> None:

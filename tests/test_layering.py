@@ -34,7 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mplang"
 
 SPU_OWN = frozenset(["mplang/dialects/spu.py", "mplang/device/spu.py",
-                     "mplang/analysis/spu_rounds.py", "mplang/analysis/pphlo.py",
+                     "mplang/analysis/spu_rounds.py",
                      "mplang/backends/psi_impl.py"])
 """SPU's own modules (plus ``mplang/backends/spu_*.py``). ``psi_impl`` runs libpsi, which
 ships in the spu wheel (``spu.psi``): it names the package, not the SPU dialect."""

@@ -40,7 +40,6 @@ from mplang.backends.psi_session import (
     stopping,
     u64,
 )
-from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory
 from mplang.dialects import psi
 from mplang.edsl.errors import MPLangError, MPRuntimeError
 from mplang.edsl.graph import Operation
@@ -49,6 +48,8 @@ from mplang.runtime.interpreter import Interpreter
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory
 
 backend = register_backend("psi")
 
@@ -80,6 +81,8 @@ def _remove_traces(since: float) -> None:
 
 @backend.state
 def _state(env: WorkerEnv) -> PsiState:
+    from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory
+
     links = MemLinkFactory(env.timeout) if env.in_process else \
         ChannelLinkFactory(env.communicator, env.timeout)
     return PsiState(env, links)

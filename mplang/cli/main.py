@@ -1,6 +1,6 @@
 """The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``keygen``, ``init``, ``worker``,
-``up``, ``put``, ``check``, ``ops``, ``audit``, ``run`` (`mplang.cli.run`), ``trace``
-(`mplang.cli.trace`) and ``apidoc`` (`mplang.cli.apidoc`)."""
+``up``, ``put``, ``check``, ``ops`` (`mplang.cli.ops`), ``audit``, ``run``
+(`mplang.cli.run`), ``trace`` (`mplang.cli.trace`) and ``apidoc`` (`mplang.cli.apidoc`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import Any
 
 import mplang as mp
 from mplang.cli.apidoc import add_apidoc_parser, run_apidoc
+from mplang.cli.ops import add_ops_parser, run_ops
 from mplang.cli.run import add_run_parser, run_script
 from mplang.cli.trace import add_trace_parser, run_trace
 from mplang.edsl.dot import html_page
@@ -207,38 +208,6 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ops(args: argparse.Namespace) -> int:
-    from mplang.frontend.introspect import list_ops, routes
-    from mplang.frontend.plugins import discover, load_plugin
-
-    names = args.plugin or sorted(discover())
-    for name in names:
-        try:
-            load_plugin(name)
-        except mp.MPLangError as e:
-            if args.plugin:  # named on the command line: a hard error
-                print(f"mplang ops: {e}", file=sys.stderr)
-                return 2
-            print(f"mplang ops: skipping installed plugin {name!r}: {e}", file=sys.stderr)
-    rows = [{"name": i.name, "family": i.family, "op_kind": i.op_kind,
-             "execution_model": i.execution_model, "routes": routes(i),
-             "primitives": list(i.primitives), "doc": i.doc}
-            for i in list_ops(args.family)]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
-        print(f"no frontend ops{f' in family {args.family!r}' if args.family else ''}",
-              file=sys.stderr)
-        return 1
-    columns = ("name", "family", "op_kind", "execution_model", "routes", "doc")
-    cells = [[", ".join(r[c]) if c == "routes" else str(r[c]) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    for row in [[c.upper() for c in columns], *cells]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    return 0
-
-
 def _audit(args: argparse.Namespace) -> int:
     from mplang.records.audit import format_summary, summarize
 
@@ -354,11 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "policies/NODE.yaml next to the spec, else the default policy)")
     check.add_argument("--node", help="check only this node (default: every node)")
     check.add_argument("program", help="a program written by Program.save (.mpl)")
-    ops = commands.add_parser("ops", help="list the frontend ops (built-in and plugins')")
-    ops.add_argument("--family", help="only this family's ops (simp, tensor, a plugin's name)")
-    ops.add_argument("--json", action="store_true", help="print a JSON list")
-    ops.add_argument("--plugin", action="append", default=[], metavar="NAME",
-                     help="load only these plugins (repeatable; default: every installed one)")
+    add_ops_parser(commands)
     add_run_parser(commands)
     add_trace_parser(commands)
     add_apidoc_parser(commands)
@@ -376,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "init":
         return _init(args)
     if args.command == "ops":
-        return _ops(args)
+        return run_ops(args)
     if args.command == "audit":
         return _audit(args)
     if args.command == "put":

@@ -61,6 +61,15 @@ def routes(op: Callable[..., Any] | str | FeOpInfo) -> list[str]:
             if mismatch(info, kind, joint, members) is None]
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with tuples as lists, so a description compares equal to its JSON."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
 PLAINTEXT_MODEL = ("plaintext across parties: each party holding a value sees it; a value "
                    "that moves travels in the clear inside mutual TLS, and its owner's "
                    "policy decides where it may go")
@@ -106,7 +115,7 @@ def describe(op: Callable[..., Any] | str) -> dict[str, Any]:
             raise
         return describe_primitive(op)
     prim = get_primitive(info.name)
-    out = asdict(info)
+    out = _plain(asdict(info))
     out["config_schema"] = None if info.config_schema is None else info.config_schema.to_dict()
     out["routes"] = routes(info)
     out["security"] = {kind: _SECURITY_MODELS.get(kind, "") for kind in out["routes"]}
