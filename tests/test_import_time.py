@@ -11,8 +11,10 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAZY = ("pyarrow", "duckdb", "graphviz", "heu", "yaml", "importlib.metadata",
-        "cryptography.hazmat.primitives.ciphers.aead", "cryptography.hazmat.primitives.kdf.hkdf")
-"""Modules that ``import mplang`` must not load."""
+        "cryptography.hazmat.primitives.ciphers.aead", "cryptography.hazmat.primitives.kdf.hkdf",
+        "cryptography.x509", "cryptography.hazmat.primitives.serialization", "spu",
+        "spu.libspu", "asyncio", "uvloop", "multiprocessing")
+"""Modules that ``import mplang`` must not load. (Not ``ssl``: jax's profiler loads it.)"""
 
 
 def lazy_loaded_after(code: str) -> list[str]:
@@ -36,6 +38,20 @@ def prog(a):
     return mplang.simp.shuffle_static(y, {1: 0})
 mplang.compile(prog, 3, world_size=3).to_dot()
 """
+KEYGEN = """
+import tempfile
+from mplang.cluster.identity import keygen
+with tempfile.TemporaryDirectory() as d:
+    keygen("alice", d)
+"""
+SPU_CONFIG = "from mplang.dialects.spu import runtime_config\nruntime_config('SEMI2K', 'FM64', 0)"
+SANDBOX = """
+import json
+from mplang.runtime.sandbox import NativePayloadChecker
+checker = NativePayloadChecker(json.loads, "json")
+checker.check(b"[1]", "op")
+checker.close()
+"""
 
 
 USES = [
@@ -50,6 +66,13 @@ USES = [
      "cryptography.hazmat.primitives.ciphers.aead"),
     ("from mplang.backends.crypto_impl import hkdf_sha256\nhkdf_sha256(b'k', b'', 16)",
      "cryptography.hazmat.primitives.kdf.hkdf"),
+    (KEYGEN, "cryptography.x509"),
+    (KEYGEN, "cryptography.hazmat.primitives.serialization"),
+    (SPU_CONFIG, "spu"),
+    (SPU_CONFIG, "spu.libspu"),
+    ("from mplang.backends.mux_client import MuxClients", "asyncio"),
+    ("from mplang.backends.mux_client import MuxClients", "uvloop"),
+    (SANDBOX, "multiprocessing"),
 ]
 """Code that needs a library of `LAZY`, and the library."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import ssl
 import threading
 from collections.abc import Callable, Sequence
@@ -25,66 +24,16 @@ from typing import Any
 import uvloop
 
 from mplang.backends.mux import ALPN, MuxProtocol
+from mplang.backends.transport_errors import Reply, StatusError, TransportError, UnreachableError
+from mplang.cluster.identity import LocalIdentity
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError
-from mplang.cluster.identity import LocalIdentity
 
 SPEC_HEADER = "x-mplang-spec"
 """The sender's spec digest: a worker refuses requests from a party whose spec differs."""
 CONNECT_TIMEOUT = 5.0
 UNSOLICITED_LIMIT = 64 << 10
 """The largest answer to a message sent without waiting (a refusal) that is read."""
-
-
-class TransportError(Exception):
-    """The worker could not be reached, or the connection broke or timed out."""
-
-
-class UnreachableError(TransportError):
-    """No connection to the worker could be made: nothing listens at its endpoint, the
-    connection was refused, or the connection attempt timed out."""
-
-
-def start_worker_hint(node: str) -> str:
-    """What to tell a user whose request found no worker for node ``node``."""
-    return (f"is its worker running? Start the cluster's workers with `mplang up --cluster "
-            f"cluster.yaml`, or this node's with `mplang worker --cluster cluster.yaml --node "
-            f"{node} --key keys/{node}.key`")
-
-
-class Reply:
-    """A worker's answer: its status and body (a view of the received bytes)."""
-
-    def __init__(self, status_code: int, content: memoryview):
-        self.status_code = status_code
-        self.content = content
-
-    @property
-    def text(self) -> str:
-        return bytes(self.content).decode("utf-8", "replace")
-
-    def json(self) -> Any:
-        """The body as JSON; raises ValueError if it is not."""
-        return json.loads(bytes(self.content))
-
-
-class StatusError(Exception):
-    """A worker answered with a 4xx status."""
-
-    def __init__(self, message: str, response: Reply):
-        super().__init__(message)
-        self.response = response
-
-
-def error_message(response: Reply, limit: int = 2000) -> str | None:
-    """The ``error`` a worker's JSON answer gives (at most ``limit`` characters), or None
-    if the answer is not such a JSON object."""
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    error = body.get("error") if isinstance(body, dict) else None
-    return error[:limit] if isinstance(error, str) else None
 
 
 class _IoLoop:

@@ -14,11 +14,8 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import spu
-import spu.libspu as libspu
 
 from mplang.analysis.stablehlo import parse
-from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory, SpuLinkFactory
 from mplang.backends.tensor_impl import REFUSED_OPS, SAFE_CUSTOM_CALLS
 from mplang.backends.wire import ValueCodec, register_value_codec
 from mplang.dialects import spu as _spu
@@ -45,9 +42,9 @@ from mplang.util.lru import LRUCache
 
 if TYPE_CHECKING:
     from mplang.backends.simp_worker.state import SimpWorker
+    from mplang.backends.spu_channel import SpuLinkFactory
 
 BACKEND = register_backend("spu")
-_SECRET = libspu.Visibility.VIS_SECRET
 
 
 class SpuShare:
@@ -80,6 +77,8 @@ class SpuShare:
 
     @staticmethod
     def from_parts(meta: bytes, chunks: list[bytes]) -> SpuShare:
+        import spu.libspu as libspu
+
         share = libspu.Share()
         share.meta = meta
         share.share_chunks = chunks
@@ -220,6 +219,8 @@ class SpuState:
 def _state(env: WorkerEnv) -> SpuState:
     """In-memory libspu links when all parties share this process; otherwise links over
     the worker's own communicator (authenticated, tagged by execution, abortable)."""
+    from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory
+
     channel = ChannelLinkFactory(env.communicator, env.timeout)
     if env.in_process:
         return SpuState(MemLinkFactory(env.timeout), channel)
@@ -232,6 +233,8 @@ _EXECUTABLES = LRUCache(1024)
 def _executable(data: bytes) -> Any:
     exe = _EXECUTABLES.lookup(data)
     if exe is None:
+        import spu.libspu as libspu
+
         exe = libspu.Executable()
         if not exe.ParseFromString(data):
             raise ValueError("malformed SPU executable")
@@ -310,6 +313,8 @@ def _plaintext(op: Operation) -> TensorType:
 
 @BACKEND.kernel(_spu.seal_p)
 def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    import spu.libspu as libspu
+
     worker = _worker(interp)
     config = SpuConfig.from_attrs(op.attrs)
     owner_type = op.inputs[0].type
@@ -321,7 +326,7 @@ def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
         (x,) = args
         if x is None:
             raise RuntimeError("the owner does not hold the value to seal")
-        shares = io_for(config).make_shares(np.asarray(x), _SECRET)
+        shares = io_for(config).make_shares(np.asarray(x), libspu.Visibility.VIS_SECRET)
         for member, share in zip(config.members, shares, strict=True):
             if member == worker.rank:
                 mine = SpuShare(share)
@@ -352,6 +357,8 @@ def _shares(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
 
 @BACKEND.kernel(_spu.run_p)
 def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    import spu
+
     worker = _worker(interp)
     config = SpuConfig.from_attrs(op.attrs)
     if worker.rank not in config.members:

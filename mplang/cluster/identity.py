@@ -13,20 +13,18 @@ import datetime as dt
 import functools
 import hashlib
 import os
-import ssl
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
-
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mplang.edsl.errors import MPLangError
+
+if TYPE_CHECKING:
+    import ssl
+
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 DEFAULT_VALIDITY_DAYS = 365
 NAME_LIMIT = 64
@@ -58,6 +56,10 @@ class Certificate:
     def verify(self, signature: bytes, data: bytes) -> bool:
         """Whether ``signature`` is this certificate's key's ECDSA (SHA-256) signature
         of ``data``."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         key = _public_key(self.pem)
         if not isinstance(key, ec.EllipticCurvePublicKey):
             return False
@@ -71,6 +73,8 @@ class Certificate:
 @functools.lru_cache(maxsize=1024)
 def _public_key(pem: str) -> Any:
     """The public key of certificate ``pem`` (parsed once per certificate)."""
+    from cryptography import x509
+
     return x509.load_pem_x509_certificate(pem.encode()).public_key()
 
 
@@ -86,6 +90,10 @@ def format_fingerprint(fingerprint: str) -> str:
 
 def parse_certificate(pem: str | bytes, where: str = "certificate") -> Certificate:
     """A `Certificate` from PEM text; raises `IdentityError` naming ``where``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import NameOID
+
     data = pem.encode() if isinstance(pem, str) else pem
     try:
         cert = x509.load_pem_x509_certificate(data)
@@ -124,6 +132,11 @@ def keygen(name: str, out_dir: str | os.PathLike[str], *,
            days: int = DEFAULT_VALIDITY_DAYS, overwrite: bool = False) -> Certificate:
     """Write ``out_dir/NAME.key`` (mode 0600) and ``out_dir/NAME.crt``: a new ECDSA P-256
     key and a self-signed certificate for ``name`` valid for ``days``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
     _check_name(name)
     if days <= 0:
         raise IdentityError("a certificate must be valid for at least one day")
@@ -149,8 +162,8 @@ def keygen(name: str, out_dir: str | os.PathLike[str], *,
                                          key_agreement=True, key_cert_sign=False,
                                          crl_sign=False, encipher_only=False,
                                          decipher_only=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
-                                                  x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]),
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]),
                            critical=False)
             .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
@@ -197,6 +210,9 @@ class LocalIdentity:
     def sign(self, data: bytes) -> bytes:
         """An ECDSA (SHA-256) signature of ``data`` by this identity's private key (read
         once, kept in this process like its TLS contexts' copy)."""
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         if self._signing_key is None:
             key = serialization.load_pem_private_key(self.key_path.read_bytes(), password=None)
             if not isinstance(key, ec.EllipticCurvePrivateKey):
@@ -207,6 +223,8 @@ class LocalIdentity:
     def server_context(self, trusted: Iterable[Certificate]) -> ssl.SSLContext:
         """A TLS 1.3 server context presenting this identity and requiring a client
         certificate among ``trusted`` (the caller maps the peer's fingerprint to a party)."""
+        import ssl
+
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._configure(ctx)
         ctx.verify_mode = ssl.CERT_REQUIRED
@@ -215,6 +233,8 @@ class LocalIdentity:
 
     def client_context(self, peer: Certificate) -> ssl.SSLContext:
         """A TLS 1.3 client context presenting this identity that accepts exactly ``peer``."""
+        import ssl
+
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         self._configure(ctx)
         ctx.check_hostname = False  # pinned to one certificate: names add nothing
@@ -223,6 +243,8 @@ class LocalIdentity:
         return ctx
 
     def _configure(self, ctx: ssl.SSLContext) -> None:
+        import ssl
+
         ctx.minimum_version = ssl.TLSVersion.TLSv1_3
         ctx.maximum_version = ssl.TLSVersion.TLSv1_3
         with _certificate_file(self.certificate) as cert_file:

@@ -23,9 +23,6 @@ from typing import Any
 
 import jax
 import numpy as np
-import spu as spu_api
-import spu.libspu as libspu
-import spu.utils.frontend as spu_frontend
 from jax.extend.mlir import hlo_to_stablehlo
 from jax.extend.mlir import ir as _ir
 from jax.interpreters.mlir import make_ir_context
@@ -348,6 +345,8 @@ def share_constant(value: np.ndarray, config: SpuConfig) -> MPObject:
     """``value``, a driver constant, secret-shared now (by the driver) among ``config``'s
     members: one ``spu.shares`` per member, private to it (no member receives the
     plaintext), merged by ``simp.converge``."""
+    import spu.libspu as libspu
+
     shares = io_for(config).make_shares(value, libspu.Visibility.VIS_SECRET)
     attrs = {**config.attrs(), "plaintext": TensorType.of(value.dtype, value.shape)}
     parts = [shares_p.bind([], {**attrs, "member": member, "share": (
@@ -397,6 +396,8 @@ def lower(fn: Callable[..., Any], avals: list[Any]) -> tuple[str, Any]:
     """``fn`` on ``avals`` as StableHLO text (lowered as libspu's JAX frontend lowers it,
     with its patch of JAX's float sort, then through XLA's HLO, which legalizes the ops
     libspu cannot parse) and its output avals."""
+    import spu.utils.frontend as spu_frontend
+
     with spu_frontend._jax_lock:
         patches = spu_frontend._patch_jax()
         try:
@@ -411,6 +412,9 @@ def executable_of(stablehlo: str, inputs: int, outputs: int, name: str) -> bytes
     """The serialized libspu executable that StableHLO ``stablehlo`` compiles to, with
     ``inputs`` secret inputs and ``outputs`` results (named by `input_name`,
     `output_name`)."""
+    import spu as spu_api
+    import spu.libspu as libspu
+
     source = libspu.CompilationSource(libspu.SourceIRType.STABLEHLO, stablehlo.encode(),
                                       [libspu.Visibility.VIS_SECRET] * inputs)
     code = spu_api.compile(source, libspu.CompilerOptions())
@@ -479,6 +483,9 @@ def runtime_config(protocol: str, field: str, fxp_fraction_bits: int, beaver: st
                    ttp: tuple[tuple[str, Any], ...] = ()) -> Any:
     """libspu's runtime configuration for one protocol, field, fixed-point setting and
     (SEMI2K) Beaver source with its trusted third party's ``TTPBeaverConfig`` fields."""
+    import spu as spu_api
+    import spu.libspu as libspu
+
     config = libspu.RuntimeConfig(protocol=spu_api.parse_protocol_kind(protocol),
                                   field=spu_api.parse_field_type(field))
     config.fxp_fraction_bits = fxp_fraction_bits
@@ -506,6 +513,8 @@ def runtime_config_for(config: SpuConfig) -> Any:
 
 @functools.lru_cache(maxsize=64)
 def _io(world: int, protocol: str, field: str, fxp_fraction_bits: int) -> Any:
+    import spu as spu_api
+
     return spu_api.Io(world, runtime_config(protocol, field, fxp_fraction_bits))
 
 

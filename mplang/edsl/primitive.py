@@ -63,6 +63,7 @@ def held(*classes: type, name: str | None = None) -> Constraint:
 
 
 ANY = Constraint("any", lambda t: True)
+_ANY_TEST = ANY.test
 """Any type, at either level."""
 LOCAL = of_type(BaseType, name="a party-local value")
 """A party-local value (a bare base type)."""
@@ -128,16 +129,20 @@ class Signature:
         self.attrs = attrs
         self.regions = regions
         self.world_size = world_size
-        self._named = _bind_names(prim.operands, inputs)
+        self._named: dict[str, Any] | None = None
 
     def __getattr__(self, name: str) -> Any:
+        prim: Primitive = object.__getattribute__(self, "prim")
         named = object.__getattribute__(self, "_named")
+        if named is None:
+            named = self._named = _bind_names(prim.operands,
+                                              object.__getattribute__(self, "inputs"))
         if name in named:
             return named[name]
         attrs = object.__getattribute__(self, "attrs")
         if name in attrs:
             return attrs[name]
-        raise AttributeError(f"{self.prim.name} declares no operand or attribute {name!r}")
+        raise AttributeError(f"{prim.name} declares no operand or attribute {name!r}")
 
 
 TypeRule = Callable[[Signature], Sequence[ValueType]]
@@ -202,6 +207,7 @@ class Primitive:
         self.operands = tuple(operands)
         self.attrs: dict[str, Attr] = dict(attrs or {})
         self.results = tuple(results)
+        self._arities = {"operand": _arity(self.operands), "result": _arity(self.results)}
         self.regions = tuple(regions)
         self.traits = traits or OpTraits()
         self.targets = tuple(targets)
@@ -313,23 +319,32 @@ class Primitive:
 
     def _check_arity(self, what: str, decls: Sequence[Operand] | Sequence[Result],
                      types: Sequence[ValueType]) -> None:
-        fixed, variadic = _arity(decls)
+        fixed, variadic = self._arities[what]
         if len(types) < fixed or (not variadic and len(types) != fixed):
             names = ", ".join(d.name + ("..." if d.variadic else "") for d in decls) or "none"
             count = f"at least {fixed}" if variadic else str(fixed)
             raise MPTypeError(f"{self.name}: takes {count} {what}s ({names}), got "
                               f"{len(types)}")
-        for d, t in _bind_names(decls, types).items():
-            decl = next(x for x in decls if x.name == d)
-            for i, one in enumerate(t if decl.variadic else [t]):
-                if not decl.type.test(one):
-                    label = f"{d}[{i}]" if decl.variadic else d
-                    raise MPTypeError(f"{self.name}: {what} {label} must be {decl.type}, "
-                                      f"got {one}")
+        extra = len(types) - fixed
+        i = 0
+        for decl in decls:
+            n = extra if decl.variadic else 1
+            test = decl.type.test
+            if test is not _ANY_TEST:
+                for j in range(i, i + n):
+                    if not test(types[j]):
+                        label = f"{decl.name}[{j - i}]" if decl.variadic else decl.name
+                        raise MPTypeError(f"{self.name}: {what} {label} must be {decl.type}, "
+                                          f"got {types[j]}")
+            i += n
 
     def infer(self, in_types: list[ValueType], attrs: Mapping[str, Any],
               regions: Sequence[Graph], world_size: int) -> list[ValueType]:
         """The output types of this op, after checking it against its declaration."""
+        return self._infer(in_types, self.check_attrs(attrs), regions, world_size)
+
+    def _infer(self, in_types: list[ValueType], checked: dict[str, Any],
+               regions: Sequence[Graph], world_size: int) -> list[ValueType]:
         rule = self.rules.get("type")
         if rule is None:
             raise NotImplementedError(f"{self.name} has no type rule")
@@ -337,7 +352,6 @@ class Primitive:
         if len(regions) != len(self.regions):
             raise MPTypeError(f"{self.name}: takes {len(self.regions)} region(s) "
                               f"({', '.join(self.regions) or 'none'}), got {len(regions)}")
-        checked = self.check_attrs(attrs)
         outs = list(rule(Signature(self, in_types, checked, regions, world_size)))
         self._check_arity("result", self.results, outs)
         return outs
@@ -364,8 +378,8 @@ class Primitive:
                     "region (a pcall body)")
             inputs = [tracer.lift(x) for x in operands]
             checked = self.check_attrs(attrs or {})
-            out_types = self.infer([v.type for v in inputs], checked, regions,
-                                   tracer.world_size)
+            out_types = self._infer([v.type for v in inputs], checked, regions,
+                                    tracer.world_size)
         except MPTypeError as e:
             locate_error(e)
             raise

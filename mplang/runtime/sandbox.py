@@ -12,16 +12,18 @@ what survived the helper is safe in this process too.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import resource
 import signal
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
 
 from mplang.edsl.errors import MPLangError, MPSerializationError
 from mplang.util.lru import LRUCache
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
 MAX_MESSAGE = 500
 """Characters of a helper's error message kept in the refusal."""
@@ -119,6 +121,8 @@ class NativePayloadChecker:
 
     def _start(self) -> str | None:
         """Start a helper; None once it is ready, else why it is not."""
+        import multiprocessing
+
         ctx = multiprocessing.get_context("spawn")
         ours, theirs = ctx.Pipe()
         proc = ctx.Process(target=_serve, args=(theirs, self._check, self.memory_limit),

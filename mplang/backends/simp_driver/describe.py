@@ -9,10 +9,9 @@ serialized form (`mplang.edsl.serde.encode_type`), decoded and checked here."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mplang.backends.mux_client import (
-    MuxClients,
+from mplang.backends.transport_errors import (
     Reply,
     StatusError,
     TransportError,
@@ -24,6 +23,9 @@ from mplang.backends.wire import pack_message
 from mplang.edsl.errors import MPRuntimeError, MPSerializationError
 from mplang.edsl.serde import decode_type
 from mplang.edsl.typing import DTYPES, BaseType, TensorType
+
+if TYPE_CHECKING:
+    from mplang.backends.mux_client import MuxClients
 
 MAX_RANK = 64
 

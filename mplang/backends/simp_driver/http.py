@@ -17,17 +17,16 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from mplang.backends.mux_client import (
-    MuxClients,
+from mplang.backends.simp_driver.base import SimpDriver
+from mplang.backends.simp_driver.describe import describe_remote, describe_remote_input
+from mplang.backends.simp_worker.consent import PROGRAM_BYTES
+from mplang.backends.transport_errors import (
     StatusError,
     TransportError,
     UnreachableError,
     error_message,
     start_worker_hint,
 )
-from mplang.backends.simp_driver.base import SimpDriver
-from mplang.backends.simp_driver.describe import describe_remote, describe_remote_input
-from mplang.backends.simp_worker.consent import PROGRAM_BYTES
 from mplang.backends.wire import decode_value, pack_message
 from mplang.cluster.commitments import commit, encode_openings
 from mplang.cluster.identity import LocalIdentity, load_identity
@@ -82,6 +81,8 @@ class SimpHttpDriver(SimpDriver):
                  None = None, timeout: float = 30.0, run_timeout: float = 600.0,
                  default_mode: Mode = "launch", spec_dir: Path | None = None,
                  inline_bytes: int = 64 << 10):
+        from mplang.backends.mux_client import MuxClients
+
         super().__init__(cluster, default_mode=default_mode,
                          pool_size=max(32, 8 * cluster.world_size), pool_name="mplang-driver")
         cluster.require_certificates()
