@@ -13,10 +13,6 @@ from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device, Node
 from mplang.device.kinds import InsecureDeviceWarning
 from mplang.dialects import crypto, func, phe, spu, table, tensor
 from mplang.edsl.context import active_execution_context as current_context
-from mplang.edsl.function import function
-from mplang.edsl.object import MPObject
-from mplang.edsl.program import Program, load
-from mplang.edsl.typing import Mask, MPType, TensorType
 from mplang.edsl.errors import (
     MPCommunicationError,
     MPLangError,
@@ -27,6 +23,10 @@ from mplang.edsl.errors import (
     MPTypeError,
     MPVerifyError,
 )
+from mplang.edsl.function import function
+from mplang.edsl.object import MPObject
+from mplang.edsl.program import Program, load
+from mplang.edsl.typing import Mask, MPType, TensorType
 from mplang.frontend.introspect import describe, list_ops, list_primitives
 from mplang.frontend.module import FeModule
 from mplang.passes import optimize

@@ -8,20 +8,20 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from mplang.cli.progress import ProgressDisplay, is_terminal
 from mplang.device.cluster import ClusterSpec
 from mplang.device.fetch import fetch_device_object
 from mplang.edsl.context import ExecutionContext
+from mplang.edsl.errors import MPLangError, MPTraceError, MPTypeError
 from mplang.edsl.function import run_function
 from mplang.edsl.location import locate_error
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program, trace_program
 from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
 from mplang.edsl.tracer import TraceObject
-from mplang.edsl.errors import MPLangError, MPTraceError, MPTypeError
-from mplang.runtime.options import Mode, RunOptions, make_options
-from mplang.cli.progress import ProgressDisplay, is_terminal
-from mplang.runtime.timeline import RunMonitor
 from mplang.records.trace_file import check_trace_path, write_trace
+from mplang.runtime.options import Mode, RunOptions, make_options
+from mplang.runtime.timeline import RunMonitor
 
 
 def compile(fn: Callable[..., Any], *args: Any, world_size: int | None = None,

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 import mplang as mp
-
 from mplang.cli.main import main
 from mplang.frontend.introspect import list_ops
 

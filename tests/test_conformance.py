@@ -24,19 +24,19 @@ import pytest
 import mplang as mp
 from mplang import builtin, crypto, func, phe, simp, tensor
 from mplang.backends import wire
+from mplang.cluster.commitments import program_digest
 from mplang.dialects import table, tee
 from mplang.dialects.spu import SecretShareType, SpuConfig, reconstruct
+from mplang.edsl import registry as primitive_registry
 from mplang.edsl.graph import Graph
-from mplang.edsl import primitive as primitive_registry
 from mplang.edsl.primitive import Primitive, primitives
 from mplang.edsl.private import Commitment
 from mplang.edsl.serde import decode_type, encode_type
+from mplang.edsl.traits import OpTraits
 from mplang.edsl.typing import BaseType, MPType, TensorType, registered_types
 from mplang.frontend import list_ops
-from mplang.edsl.traits import OpTraits
 from mplang.libs import psi as psi_lib
 from mplang.runtime.backend import missing_kernels
-from mplang.cluster.commitments import program_digest
 
 CLUSTER = mp.ClusterSpec.simple(3)
 
@@ -306,7 +306,7 @@ def test_the_conformance_check_can_fail() -> None:
         assert missing == ["type", "cost", "local_flow"]
         assert ("conformance_probe.bare", "worker") in missing_kernels()
     finally:
-        del primitive_registry._PRIMITIVES[bare.name]
+        del primitive_registry.PRIMITIVES[bare.name]
 
 
 def test_every_claimed_runtime_has_a_kernel() -> None:

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 import mplang as mp
+from mplang.cluster.local import free_ports, write_dev_cluster
 from mplang.device.cluster import ClusterSpecError
 from mplang.edsl.errors import MPConcreteValueError
 from mplang.storage.data_root import MissingData
-from mplang.cluster.local import free_ports, write_dev_cluster
 
 
 @dataclass(frozen=True)

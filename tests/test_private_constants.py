@@ -13,10 +13,6 @@ import pytest
 
 import mplang as mp
 from mplang import simp, tensor
-from mplang.edsl.graph import Graph
-from mplang.edsl.private import Commitment
-from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
-from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
 from mplang.cluster.commitments import (
     commit,
     decode_openings,
@@ -24,6 +20,10 @@ from mplang.cluster.commitments import (
     open_program,
     program_digest,
 )
+from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
+from mplang.edsl.graph import Graph
+from mplang.edsl.private import Commitment
+from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
 
 SECRET0 = np.array([3.14159, -2.71828, 1.41421], dtype=np.float32)
 SECRET1 = np.array([[1234567, -7654321]], dtype=np.int32)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from mplang.analysis.cost_model import CostModel
 from mplang.analysis.report import AnalysisReport, build_report
 from mplang.analysis.schedule import schedule
+from mplang.edsl.errors import MPLangError
 from mplang.edsl.graph import Graph
 from mplang.edsl.program import Program
-from mplang.edsl.errors import MPLangError
 
 
 def analyze(program: Program | Graph, cost_model: CostModel | None = None) -> AnalysisReport:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from mplang.edsl.errors import MPVerifyError
 from mplang.edsl.graph import Graph, effect_order
 from mplang.edsl.graph import op_dependencies as graph_op_dependencies
-from mplang.edsl.errors import MPVerifyError
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from mplang.edsl.graph import Graph, Value
 from mplang.edsl.errors import MPVerifyError
+from mplang.edsl.graph import Graph, Value
 
 GRAPH_INPUT = -1
 """The definer index of a graph input."""

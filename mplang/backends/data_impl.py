@@ -11,14 +11,14 @@ import numpy as np
 from mplang.backends.simp_worker.ops import BACKEND as SIMP_BACKEND
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.backends.tensor_impl import BACKEND as TENSOR_BACKEND
-from mplang.dialects.common import as_array, canonical_type
-from mplang.edsl.graph import Operation
-from mplang.edsl.typing import TensorType
-from mplang.edsl.errors import MPRuntimeError, MPTypeError
-from mplang.storage import data_root
-from mplang.runtime.interpreter import Interpreter
 from mplang.dialects import simp as _simp
 from mplang.dialects import tensor as _tensor
+from mplang.dialects.common import as_array, canonical_type
+from mplang.edsl.errors import MPRuntimeError, MPTypeError
+from mplang.edsl.graph import Operation
+from mplang.edsl.typing import TensorType
+from mplang.runtime.interpreter import Interpreter
+from mplang.storage import data_root
 
 
 def _worker(interp: Interpreter) -> SimpWorker:

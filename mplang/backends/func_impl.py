@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from mplang.dialects import func as _func
 from mplang.edsl.graph import Operation
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
-from mplang.dialects import func as _func
 
 BACKEND = register_backend("func")
 

@@ -14,15 +14,15 @@ import numpy as np
 from jax.extend.mlir import ir as _ir
 from jax.interpreters.mlir import make_ir_context
 
+from mplang.dialects import tensor as _tensor
 from mplang.dialects.tensor import exported_module, module_info
+from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
-from mplang.edsl.errors import MPSerializationError
 from mplang.frontend.pyfuncs import lookup_pyfunc
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.sandbox import NativePayloadChecker
-from mplang.dialects import tensor as _tensor
 
 BACKEND = register_backend("tensor")
 ir: Any = _ir  # the MLIR bindings ship no type stubs

@@ -11,9 +11,9 @@ import numpy as np
 
 from mplang.backends.mux_client import MuxClients, StatusError, TransportError
 from mplang.backends.wire import encode_value, pack_message
+from mplang.cluster.identity import load_identity
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError
-from mplang.cluster.identity import load_identity
 from mplang.storage.named_objects import check_name
 
 

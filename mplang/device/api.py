@@ -14,13 +14,13 @@ from typing import Any
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import get_kind, get_move, place, warn_if_trusted
 from mplang.dialects.common import as_array
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.location import locate_error
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import leaf_paths, tree_flatten, tree_unflatten
 from mplang.edsl.tracer import Tracer, current_tracer
 from mplang.edsl.typing import MPType
-from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import is_feop
 from mplang.frontend.routing import check_route
 

@@ -15,11 +15,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from mplang.edsl.errors import MPLangError, MPTypeError
 from mplang.edsl.location import user_stacklevel
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import TraceObject
 from mplang.edsl.typing import MPType
-from mplang.edsl.errors import MPLangError, MPTypeError
 from mplang.frontend.introspect import register_device_profile
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
 from mplang.dialects import simp, tensor
 from mplang.edsl.context import ExecutionContext
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.typing import Mask, MPType, TensorType
-from mplang.edsl.errors import MPTypeError
 from mplang.frontend.feop import is_feop
 
 

@@ -278,9 +278,9 @@ def _aval(t: TensorType) -> jax.core.ShapedArray:
     return jax.core.ShapedArray(t.shape, numpy_dtype(t.dtype))
 
 
-def _tensor_type(op: str, t: ValueType, i: int) -> TensorType:
+def _tensor_type(fn: str, t: ValueType, i: int) -> TensorType:
     if not isinstance(t, TensorType):
-        raise MPTypeError(f"{op}: input {i} must be a local tensor, got {t}")
+        raise MPTypeError(f"tensor.run_jax[{fn}]: input {i} must be a local tensor, got {t}")
     return t
 
 
@@ -298,16 +298,15 @@ def _constant_private(op: Operation) -> dict[str, Mask | None]:
 
 @run_jax_p.def_type_rule
 def _run_jax_rule(sig: Signature) -> list[ValueType]:
-    op = f"tensor.run_jax[{sig.fn}]"
-    ins: list[TensorType] = sig.args
     try:
         info = module_info(sig.module)
     except MPSerializationError as e:
-        raise MPSerializationError(f"{op}: {e}") from None
-    expected = list(info.in_types)
-    if ins != expected:
-        raise MPTypeError(f"{op}: inputs are ({', '.join(map(str, ins))}) but the module expects "
-                          f"({', '.join(map(str, expected))})")
+        raise MPSerializationError(f"tensor.run_jax[{sig.fn}]: {e}") from None
+    ins: list[TensorType] = sig.args
+    if len(ins) != len(info.in_types) or any(
+            a != b for a, b in zip(ins, info.in_types, strict=False)):
+        raise MPTypeError(f"tensor.run_jax[{sig.fn}]: inputs are ({', '.join(map(str, ins))}) "
+                          f"but the module expects ({', '.join(map(str, info.in_types))})")
     return list(info.out_types)
 
 
@@ -379,8 +378,8 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         else:
             spec.append(_static_leaf(name, leaf))
             spec_types.append(type(leaf))
-    in_types = tuple(_tensor_type(f"tensor.run_jax[{name}]", tracer.lift(x).type, i)
-                     for i, x in enumerate(inputs))
+    in_types = tuple([_tensor_type(name, tracer.lift(x).type, i)
+                      for i, x in enumerate(inputs)])
     key = (fn, tree, tuple(spec), tuple(spec_types), in_types)
     entry = _EXPORTS.get_or_compile(key, lambda: _export(fn, name, tree, tuple(spec), in_types),
                                     f"tensor.run_jax[{name}]")

@@ -57,7 +57,8 @@ def _stack() -> list[Context]:
 
 
 def current_context() -> Context | None:
-    stack = _stack()
+    """The innermost context entered on this thread (None: none)."""
+    stack: list[Context] | None = getattr(_local, "stack", None)
     return stack[-1] if stack else None
 
 

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from mplang.edsl.context import ExecutionContext, current_context
+from mplang.edsl.errors import MPTraceError
 from mplang.edsl.location import locate_error
 from mplang.edsl.program import trace_program
 from mplang.edsl.pytree import tree_unflatten
 from mplang.edsl.tracer import Tracer
-from mplang.edsl.errors import MPTraceError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

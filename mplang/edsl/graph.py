@@ -11,12 +11,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mplang.edsl.errors import MPVerifyError
-from mplang.edsl.primitive import Primitive, get_primitive
+from mplang.edsl.registry import PRIMITIVES
 from mplang.edsl.traits import OpTraits
 from mplang.edsl.typing import ValueType
+
+if TYPE_CHECKING:
+    from mplang.edsl.primitive import Primitive
 
 
 @dataclass(eq=False)
@@ -48,7 +51,7 @@ class Operation:
     """The op's primitive (None: no dialect declares ``opcode``; the verifier refuses it)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "prim", get_primitive(self.opcode))
+        object.__setattr__(self, "prim", PRIMITIVES.get(self.opcode))
 
     @property
     def traits(self) -> OpTraits:

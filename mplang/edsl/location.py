@@ -48,9 +48,16 @@ def user_location(skip: int = 1) -> str | None:
         if library is None:
             library = _is_library(filename)
         if not library:
-            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+            base = _BASENAMES.get(filename)
+            if base is None:
+                base = _BASENAMES[filename] = os.path.basename(filename)
+            return f"{base}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None
+
+
+_BASENAMES: dict[str, str] = {}
+"""Each user file's base name (looked up per traced op)."""
 
 
 _INSTALLED: tuple[str, ...] = tuple(sorted(

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mplang.edsl.errors import MPConcreteValueError, MPTraceError
 from mplang.edsl.location import caller_location, locate_error
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType
-from mplang.edsl.errors import MPConcreteValueError, MPTraceError
 
 OperatorImpl = Callable[..., Any]
 OPERATORS: dict[str, OperatorImpl] = {}

@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from mplang.edsl.attrs import Attr
 from mplang.edsl.errors import MPLangError, MPTypeError, MPVerifyError
+from mplang.edsl.location import locate_error, user_location
+from mplang.edsl.registry import PRIMITIVES, get_primitive, primitive, primitives
+from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import RUNTIMES, ExecutionModel, OpKind, OpTraits, Runtime
 from mplang.edsl.typing import BaseType, Mask, MPType, ValueType
 
@@ -35,16 +38,21 @@ if TYPE_CHECKING:
     from mplang.edsl.graph import Graph, Operation
     from mplang.edsl.tracer import TraceObject
 
+__all__ = ["ANY", "LOCAL", "SIMP", "Constraint", "Operand", "Primitive", "Result", "Signature",
+           "check_types", "get_primitive", "held", "of_type", "primitive", "primitives"]
+
 
 # ---------------------------------------------------------------- type constraints
 
 
 @dataclass(frozen=True)
 class Constraint:
-    """A predicate on an operand's or result's type, with the name errors use for it."""
+    """A predicate on an operand's or result's type, with the name errors use for it;
+    ``classes``: the test is exactly ``isinstance(t, classes)`` (checked inline)."""
 
     name: str
     test: Callable[[ValueType], bool]
+    classes: tuple[type, ...] | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -53,7 +61,7 @@ class Constraint:
 def of_type(*classes: type, name: str | None = None) -> Constraint:
     """Types that are instances of ``classes`` (party-local values)."""
     label = name or " | ".join(c.__name__ for c in classes)
-    return Constraint(label, lambda t: isinstance(t, classes))
+    return Constraint(label, lambda t: isinstance(t, classes), classes)
 
 
 def held(*classes: type, name: str | None = None) -> Constraint:
@@ -62,8 +70,7 @@ def held(*classes: type, name: str | None = None) -> Constraint:
     return Constraint(label, lambda t: isinstance(t, MPType) and isinstance(t.base, classes))
 
 
-ANY = Constraint("any", lambda t: True)
-_ANY_TEST = ANY.test
+ANY = Constraint("any", lambda t: True, (object,))
 """Any type, at either level."""
 LOCAL = of_type(BaseType, name="a party-local value")
 """A party-local value (a bare base type)."""
@@ -95,23 +102,6 @@ def _arity(decls: Sequence[Operand] | Sequence[Result]) -> tuple[int, bool]:
     return sum(1 for d in decls if not d.variadic), any(d.variadic for d in decls)
 
 
-def _bind_names(decls: Sequence[Operand] | Sequence[Result], values: Sequence[Any]
-                ) -> dict[str, Any]:
-    """Name -> value (a list for the variadic declaration)."""
-    fixed, _ = _arity(decls)
-    extra = len(values) - fixed
-    out: dict[str, Any] = {}
-    i = 0
-    for d in decls:
-        if d.variadic:
-            out[d.name] = list(values[i:i + extra])
-            i += extra
-        else:
-            out[d.name] = values[i]
-            i += 1
-    return out
-
-
 # ---------------------------------------------------------------- what a type rule sees
 
 
@@ -120,29 +110,23 @@ class Signature:
     attributes), attributes (checked, defaults filled; also by name), regions and the
     world size. Type rules are pure: they never see data."""
 
-    __slots__ = ("_named", "attrs", "inputs", "prim", "regions", "world_size")
-
     def __init__(self, prim: Primitive, inputs: list[ValueType], attrs: dict[str, Any],
                  regions: Sequence[Graph], world_size: int):
+        fields = self.__dict__
+        fields.update(attrs)
+        fields.update(prim.named_operands(inputs))
         self.prim = prim
         self.inputs = inputs
         self.attrs = attrs
         self.regions = regions
         self.world_size = world_size
-        self._named: dict[str, Any] | None = None
 
     def __getattr__(self, name: str) -> Any:
-        prim: Primitive = object.__getattribute__(self, "prim")
-        named = object.__getattribute__(self, "_named")
-        if named is None:
-            named = self._named = _bind_names(prim.operands,
-                                              object.__getattribute__(self, "inputs"))
-        if name in named:
-            return named[name]
-        attrs = object.__getattribute__(self, "attrs")
-        if name in attrs:
-            return attrs[name]
-        raise AttributeError(f"{prim.name} declares no operand or attribute {name!r}")
+        raise AttributeError(f"{self.prim.name} declares no operand or attribute {name!r}")
+
+
+_RESERVED = frozenset(["prim", "inputs", "attrs", "regions", "world_size"])
+"""Names a declaration may not give an operand or attribute (the `Signature`'s own)."""
 
 
 TypeRule = Callable[[Signature], Sequence[ValueType]]
@@ -169,7 +153,7 @@ RULES = ("type", "flow", "local_flow", "cost", "private", "payload_check")
 the simp level and inside party-local regions, the cost rule, the private-attribute rule
 and the check of native payloads (bytes that C++ code parses)."""
 
-_PRIMITIVES: dict[str, Primitive] = {}
+_MISSING: Any = object()
 
 
 class Primitive:
@@ -195,11 +179,15 @@ class Primitive:
         dialect, dot, short = name.partition(".")
         if not dot or not dialect.isidentifier() or not short:
             raise ValueError(f"op {name!r} must be named DIALECT.OP")
-        if name in _PRIMITIVES:
+        if name in PRIMITIVES:
             raise ValueError(f"op {name!r} is already declared")
         for decls, what in ((operands, "operand"), (results, "result")):
             if sum(d.variadic for d in decls) > 1:
                 raise ValueError(f"{name}: at most one variadic {what}")
+        taken = _RESERVED & ({d.name for d in operands} | set(attrs or {}))
+        if taken:
+            raise ValueError(f"{name}: {sorted(taken)} cannot name an operand or attribute "
+                             "(a type rule's signature uses them)")
         self.name = name
         self.dialect = dialect
         self.kind: OpKind = kind
@@ -208,6 +196,8 @@ class Primitive:
         self.attrs: dict[str, Attr] = dict(attrs or {})
         self.results = tuple(results)
         self._arities = {"operand": _arity(self.operands), "result": _arity(self.results)}
+        self._names = tuple(d.name for d in self.operands)
+        self._variadic = next((i for i, d in enumerate(self.operands) if d.variadic), -1)
         self.regions = tuple(regions)
         self.traits = traits or OpTraits()
         self.targets = tuple(targets)
@@ -218,7 +208,7 @@ class Primitive:
         for rule, fn in (("cost", cost), ("flow", flow), ("local_flow", local_flow)):
             if fn is not None:
                 self._attach(rule, fn)
-        _PRIMITIVES[name] = self
+        PRIMITIVES[name] = self
 
     # -- registration
 
@@ -298,23 +288,40 @@ class Primitive:
         rule = self.rules.get("private")
         return {} if rule is None else rule(op)
 
+    def named_operands(self, types: Sequence[Any]) -> dict[str, Any]:
+        """Operand name -> its type (a list for the variadic operand)."""
+        v = self._variadic
+        if v < 0:
+            return dict(zip(self._names, types, strict=True))
+        if len(self._names) == 1:
+            return {self._names[0]: list(types)}
+        after = len(self._names) - v - 1
+        end = len(types) - after
+        named = dict(zip(self._names[:v], types[:v], strict=True))
+        named[self._names[v]] = list(types[v:end])
+        named.update(zip(self._names[v + 1:], types[end:], strict=True))
+        return named
+
     def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """``attrs`` checked against the declaration, defaults filled (`MPTypeError`)."""
-        unknown = sorted(set(attrs) - set(self.attrs))
-        if unknown:
-            raise MPTypeError(f"{self.name}: unknown attribute(s) {unknown}; it declares "
-                              f"{sorted(self.attrs) or 'none'}")
         out: dict[str, Any] = {}
+        given = 0
         for name, spec in self.attrs.items():
-            if name not in attrs:
+            value = attrs.get(name, _MISSING)
+            if value is _MISSING:
                 if spec.required:
                     raise MPTypeError(f"{self.name}: attribute {name!r} is required")
-                out[name] = spec.default
-                continue
-            problem = spec.problem(attrs[name])
-            if problem is not None:
-                raise MPTypeError(f"{self.name}: attribute {name!r} {problem}")
-            out[name] = attrs[name]
+                value = spec.default
+            else:
+                given += 1
+                problem = spec.problem(value)
+                if problem is not None:
+                    raise MPTypeError(f"{self.name}: attribute {name!r} {problem}")
+            out[name] = value
+        if given != len(attrs):
+            unknown = sorted(set(attrs) - set(self.attrs))
+            raise MPTypeError(f"{self.name}: unknown attribute(s) {unknown}; it declares "
+                              f"{sorted(self.attrs) or 'none'}")
         return out
 
     def _check_arity(self, what: str, decls: Sequence[Operand] | Sequence[Result],
@@ -329,13 +336,13 @@ class Primitive:
         i = 0
         for decl in decls:
             n = extra if decl.variadic else 1
-            test = decl.type.test
-            if test is not _ANY_TEST:
-                for j in range(i, i + n):
-                    if not test(types[j]):
-                        label = f"{decl.name}[{j - i}]" if decl.variadic else decl.name
-                        raise MPTypeError(f"{self.name}: {what} {label} must be {decl.type}, "
-                                          f"got {types[j]}")
+            classes = decl.type.classes
+            for j in range(i, i + n):
+                one = types[j]
+                if not (isinstance(one, classes) if classes is not None else decl.type.test(one)):
+                    label = f"{decl.name}[{j - i}]" if decl.variadic else decl.name
+                    raise MPTypeError(f"{self.name}: {what} {label} must be {decl.type}, "
+                                      f"got {one}")
             i += n
 
     def infer(self, in_types: list[ValueType], attrs: Mapping[str, Any],
@@ -352,7 +359,11 @@ class Primitive:
         if len(regions) != len(self.regions):
             raise MPTypeError(f"{self.name}: takes {len(self.regions)} region(s) "
                               f"({', '.join(self.regions) or 'none'}), got {len(regions)}")
-        outs = list(rule(Signature(self, in_types, checked, regions, world_size)))
+        sig = Signature.__new__(Signature)
+        sig.__dict__ = {**checked, **self.named_operands(in_types), "prim": self,
+                        "inputs": in_types, "attrs": checked, "regions": regions,
+                        "world_size": world_size}
+        outs = list(rule(sig))
         self._check_arity("result", self.results, outs)
         return outs
 
@@ -361,9 +372,6 @@ class Primitive:
         """Record this op with ``operands`` in the current tracer; return its outputs.
 
         Attributes are stored with the declaration's defaults filled in."""
-        from mplang.edsl.location import locate_error, user_location
-        from mplang.edsl.tracer import current_tracer
-
         tracer = current_tracer(self.name)
         loc = user_location(2)
         try:
@@ -428,25 +436,6 @@ class Primitive:
 
 
 # ---------------------------------------------------------------- the registry
-
-
-def get_primitive(name: str) -> Primitive | None:
-    """The primitive called ``name`` (None if no dialect declares it)."""
-    return _PRIMITIVES.get(name)
-
-
-def primitive(name: str) -> Primitive:
-    """The primitive called ``name``; KeyError naming it if none is declared."""
-    prim = _PRIMITIVES.get(name)
-    if prim is None:
-        raise KeyError(f"unknown primitive {name!r}")
-    return prim
-
-
-def primitives(dialect: str | None = None) -> list[Primitive]:
-    """Every declared primitive (of one dialect if given), sorted by name."""
-    return sorted((p for p in _PRIMITIVES.values() if dialect is None or p.dialect == dialect),
-                  key=lambda p: p.name)
 
 
 def check_types(graph: Graph, world_size: int, where: str = "graph") -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from mplang.edsl.typing import BaseType, TensorType
 from mplang.edsl.errors import MPTypeError
+from mplang.edsl.typing import BaseType, TensorType
 
 DIGEST_BYTES = 32
 """A commitment is a sha256 digest."""

@@ -66,6 +66,18 @@ _ATOMIC_DATACLASSES = (BaseType, MPType, Mask)
 LEAF = TreeDef("leaf")
 
 
+_CONTAINER_CLASSES: dict[type, bool] = {}
+"""Class -> whether its instances are dataclasses to flatten (cached: leaves are common)."""
+
+
+def _is_container_dataclass(cls: type) -> bool:
+    known = _CONTAINER_CLASSES.get(cls)
+    if known is None:
+        known = _CONTAINER_CLASSES[cls] = (
+            dataclasses.is_dataclass(cls) and not issubclass(cls, (*_ATOMIC_DATACLASSES, type)))
+    return known
+
+
 def tree_flatten(tree: Any) -> tuple[list[Any], TreeDef]:
     """Leaves in a deterministic order (dict keys sorted) and the tree's structure."""
     leaves: list[Any] = []
@@ -82,7 +94,7 @@ def _flatten(tree: Any, leaves: list[Any]) -> TreeDef:
     if type(tree) is dict:
         keys = sorted(tree, key=repr)
         return TreeDef("dict", tuple(_flatten(tree[k], leaves) for k in keys), tuple(keys))
-    if dataclasses.is_dataclass(tree) and not isinstance(tree, (*_ATOMIC_DATACLASSES, type)):
+    if _is_container_dataclass(type(tree)):
         names = tuple(f.name for f in dataclasses.fields(tree))
         cls = type(tree)
         children = tuple(_flatten(getattr(tree, n), leaves) for n in names)

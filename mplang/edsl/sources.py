@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from mplang.edsl.context import execution_context
+from mplang.edsl.errors import MPLangError, MPTypeError
 from mplang.edsl.location import locate_error
 from mplang.edsl.tracer import Tracer
 from mplang.edsl.typing import BaseType, TensorType
-from mplang.edsl.errors import MPLangError, MPTypeError
 
 
 @runtime_checkable

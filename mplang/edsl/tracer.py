@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mplang.edsl.context import Context, current_context
+from mplang.edsl.errors import MPConcreteValueError, MPTraceError
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.location import locate_error
 from mplang.edsl.object import USES, MPObject
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.typing import Mask, MPType, ValueType
-from mplang.edsl.errors import MPConcreteValueError, MPTraceError
 
 
 class NeedsJaxTrace(MPTraceError, AttributeError):
@@ -178,7 +178,7 @@ class Tracer(Context):
         regions: Sequence[Graph] = (),
         loc: str | None = None,
     ) -> list[TraceObject]:
-        outputs = tuple(self.new_value(t) for t in out_types)
+        outputs = tuple([self.new_value(t) for t in out_types])
         self.operations.append(Operation(opcode, tuple(inputs), outputs, attrs, tuple(regions),
                                          loc))
         return [TraceObject(self, v) for v in outputs]

@@ -85,8 +85,10 @@ class CompileCache(Generic[V]):
                 if value is not _MISSING:
                     # lock-free hit (the tracing hot path); the LRU order and the hit
                     # count are best effort while several threads trace at once
-                    with contextlib.suppress(KeyError):
+                    try:  # noqa: SIM105 - contextlib.suppress costs an object per hit
                         self._entries.move_to_end(key)
+                    except KeyError:  # evicted by another thread meanwhile
+                        pass
                     self.hits += 1
                     return value
         # Both compilations run from this one call site: compilers that record their

@@ -22,12 +22,12 @@ import jax.numpy as jnp
 import mplang as mp
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import get_kind
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import TensorType
-from mplang.edsl.errors import MPTypeError
 
 __all__ = ["bind", "device_value", "on_party", "reveal", "secure_device", "secure_mean",
            "secure_sum"]

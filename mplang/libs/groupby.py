@@ -36,8 +36,8 @@ from typing import Any
 import jax.numpy as jnp
 
 import mplang as mp
-from mplang.edsl.function import function
 from mplang.edsl.errors import MPTypeError
+from mplang.edsl.function import function
 from mplang.libs.aggregation import bind, device_value, on_party, reveal, secure_device
 
 __all__ = ["digit_bases", "groupby_count", "groupby_mean", "groupby_sum"]

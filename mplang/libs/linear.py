@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 
 import mplang as mp
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import TensorType
-from mplang.edsl.errors import MPTypeError
 from mplang.libs.aggregation import bind, device_value, on_party, reveal, secure_device
 
 __all__ = ["predict", "predict_proba", "train_vertical_lr"]

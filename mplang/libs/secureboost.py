@@ -91,11 +91,11 @@ from mplang import phe, simp, tensor
 from mplang.device.cluster import ClusterSpec
 from mplang.device.kinds import describe, place
 from mplang.edsl.context import ExecutionContext
+from mplang.edsl.errors import MPLangError, MPTypeError
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import MPType, TensorType
-from mplang.edsl.errors import MPLangError, MPTypeError
 
 mark_library(__file__)
 

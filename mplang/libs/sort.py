@@ -26,9 +26,9 @@ import jax
 import jax.numpy as jnp
 
 import mplang as mp
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
-from mplang.edsl.errors import MPTypeError
 from mplang.libs.aggregation import bind, device_value, reveal, secure_device
 
 __all__ = ["argsort", "sort", "sort_with_indices", "top_k"]

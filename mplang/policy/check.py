@@ -8,8 +8,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mplang.edsl.graph import Graph
 from mplang.edsl.errors import MPLangError
+from mplang.edsl.graph import Graph
 from mplang.policy.flows import DRIVER, PartyLabels, Send, analyze
 from mplang.policy.labels import Flow, Label
 from mplang.policy.policy import DRIVER as DRIVER_NAME

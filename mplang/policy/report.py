@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from mplang.cluster.commitments import program_digest
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.program import load
 from mplang.policy.check import check
 from mplang.policy.enforce import node_policy
 from mplang.policy.policy import Policy
-from mplang.cluster.commitments import program_digest
 
 
 def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.PathLike[str],

@@ -13,7 +13,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.edsl import primitive as registry
+from mplang.edsl import registry
 from mplang.edsl.attrs import Attr, NoneType
 from mplang.edsl.errors import MPTypeError, MPVerifyError
 from mplang.edsl.graph import Graph
@@ -52,7 +52,7 @@ def probe() -> Iterator[Primitive]:
     try:
         yield prim
     finally:
-        del registry._PRIMITIVES[prim.name]
+        del registry.PRIMITIVES[prim.name]
 
 
 def test_the_declaration_checks_arity_attributes_and_defaults(probe: Primitive) -> None:
@@ -102,7 +102,7 @@ def test_variadic_operands_and_constraints() -> None:
                       operands=[Operand("a", variadic=True), Operand("b", variadic=True)],
                       results=[])
     finally:
-        del registry._PRIMITIVES[prim.name]
+        del registry.PRIMITIVES[prim.name]
 
 
 def test_a_second_registration_is_refused_naming_both_places(probe: Primitive) -> None:

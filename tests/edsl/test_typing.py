@@ -8,6 +8,7 @@ import pytest
 
 import mplang as mp
 from mplang.dialects.spu import SecretShareType
+from mplang.edsl.errors import MPTypeError
 from mplang.edsl.typing import (
     Mask,
     MPType,
@@ -16,7 +17,6 @@ from mplang.edsl.typing import (
     scalar,
     type_for_tag,
 )
-from mplang.edsl.errors import MPTypeError
 
 # ---------------------------------------------------------------- Mask
 

@@ -18,6 +18,7 @@ import pytest
 import mplang as mp
 from mplang import simp, tensor
 from mplang.edsl.graph import Operation
+from mplang.edsl.primitive import get_primitive
 from mplang.edsl.typing import TensorType
 from mplang.frontend import (
     CompileCache,
@@ -44,14 +45,14 @@ from mplang.frontend import (
 )
 from mplang.frontend.cache import CacheStats
 from mplang.frontend.module import FeModule
-from mplang.edsl.primitive import get_primitive
+from mplang.frontend.routing import check_route
+from mplang.runtime.backend import register_backend
+from mplang.runtime.interpreter import Interpreter
 
 
 def is_registered(name: str) -> bool:
     return get_primitive(name) is not None
-from mplang.frontend.routing import check_route
-from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter
+
 
 # ---------------------------------------------------------------- test ops
 

@@ -118,14 +118,14 @@ def test_describe_unknown_op():
 
 def test_declaring_a_taken_name_raises():
     before = mp.describe("tensor.run_jax")
-    with pytest.raises(ValueError, match="'tensor.run_jax' is already declared"):
+    with pytest.raises(ValueError, match=r"'tensor\.run_jax' is already declared"):
         Primitive("tensor.run_jax", kind="compute", execution_model="single_rank", results=[])
     assert get_primitive("tensor.run_jax") is not None
     assert mp.describe("tensor.run_jax") == before  # unchanged
 
 
 def test_op_name_must_carry_its_dialect_prefix():
-    with pytest.raises(ValueError, match="must be named DIALECT.OP"):
+    with pytest.raises(ValueError, match=r"must be named DIALECT\.OP"):
         Primitive("nodialect", kind="compute", execution_model="any", results=[])
     assert get_primitive("nodialect") is None
 

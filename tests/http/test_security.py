@@ -39,7 +39,7 @@ from mplang import simp
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.wire import decode_value, encode_value_bytes
 from mplang.cluster.identity import keygen
-from mplang.edsl import primitive as primitive_registry
+from mplang.edsl import registry as primitive_registry
 from mplang.edsl.attrs import ConfigField as Attr
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.primitive import Primitive, Result, Signature
@@ -530,20 +530,21 @@ def test_program_whose_op_has_no_kernel_gets_400(as_driver: httpx.Client,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A declared op (so the decoder and the type check accept it) without a worker kernel."""
     name = "httptest.no_kernel"
-    monkeypatch.setattr(primitive_registry, "_PRIMITIVES", dict(primitive_registry._PRIMITIVES))
     prim = Primitive(name, kind="source", execution_model="multi_party",
                      attrs={"parties": Attr(Mask, required=True),
                             "value": Attr(int, required=True)},
                      results=[Result("out")], doc="an op no backend implements")
+    try:
+        @prim.def_type_rule
+        def _one_int(sig: Signature) -> list[MPType]:
+            return [MPType(TensorType("int32", ()), sig.parties)]
 
-    @prim.def_type_rule
-    def _one_int(sig: Signature) -> list[MPType]:
-        return [MPType(TensorType("int32", ()), sig.parties)]
-
-    response = post(as_driver, "/run", program_frame(encode_graph_bundle(one_op_graph(name),
-                                                                         {})))
-    assert response.status_code == 400, response.text
-    assert name in response.json()["error"]
+        response = post(as_driver, "/run", program_frame(
+            encode_graph_bundle(one_op_graph(name), {})))
+        assert response.status_code == 400, response.text
+        assert name in response.json()["error"]
+    finally:
+        del primitive_registry.PRIMITIVES[name]
 
 
 def _with_attr(graph: Graph, opcode: str, key: str, value: Any) -> Graph:

@@ -74,8 +74,8 @@ def test_unknown_node_in_policies() -> None:
 
 
 def test_init_writes_a_policy_per_node_that_workers_load(tmp_path: Path) -> None:
-    from mplang.policy.policy import Policy
     from mplang.cluster.local import init_cluster
+    from mplang.policy.policy import Policy
 
     init_cluster(3, tmp_path)
     for i in range(3):

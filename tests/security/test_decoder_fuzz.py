@@ -37,11 +37,11 @@ from mplang.backends.wire import (
     pack_message,
     split_frame,
 )
+from mplang.cluster.commitments import canonical_bytes
+from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
 from mplang.edsl.primitive import check_types
 from mplang.edsl.serde import decode_graph_bundle, numpy_can_hold
 from mplang.edsl.typing import DTYPES, numpy_dtype
-from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
-from mplang.cluster.commitments import canonical_bytes
 
 FUZZ = settings(max_examples=400, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -392,10 +392,10 @@ def test_a_received_program_cannot_name_a_huge_party_rank() -> None:
     import numpy as np
 
     import mplang as mp
+    from mplang.edsl.errors import MPLangError
     from mplang.edsl.primitive import check_types
     from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
     from mplang.edsl.typing import MAX_PARTIES
-    from mplang.edsl.errors import MPLangError
 
     cluster = mp.ClusterSpec.simple(3)
     program = mp.compile(lambda: mp.device("SP0")(lambda a: a + 1)(

@@ -38,9 +38,9 @@ from mplang.dialects.tensor import (
     MODULE_MAGIC,
     module_info,
 )
+from mplang.edsl.errors import MPSerializationError, MPVerifyError
 from mplang.edsl.graph import Graph
 from mplang.edsl.primitive import check_types
-from mplang.edsl.errors import MPSerializationError, MPVerifyError
 from mplang.runtime.backend import check_payloads
 from mplang.runtime.sandbox import NativePayloadChecker
 

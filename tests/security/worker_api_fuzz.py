@@ -69,10 +69,10 @@ from mplang import simp
 from mplang.backends.mux_client import SPEC_HEADER
 from mplang.backends.simp_worker.openapi import worker_api
 from mplang.backends.wire import encode_value_bytes, split_frame
+from mplang.cluster.local import LocalCluster
+from mplang.edsl import errors
 from mplang.edsl.graph import Graph, communicates
 from mplang.edsl.serde import encode_graph_bundle
-from mplang.edsl import errors
-from mplang.cluster.local import LocalCluster
 from tests.http import support
 
 TARGET = 0
