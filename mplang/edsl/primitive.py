@@ -22,8 +22,10 @@ registration of the same rule is refused, naming both places.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from mplang.edsl.attrs import Attr
@@ -136,16 +138,23 @@ PrivateRule = Callable[["Operation"], dict[str, Mask | None]]
 hold private data (None: the parties that run the op)."""
 
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+def _place(path: str, line: int) -> str:
+    """``path:line``, the path relative to the package's parent folder when inside it."""
+    return f"{path[len(_ROOT):] if path.startswith(_ROOT) else path}:{line}"
+
+
 def _where(fn: Callable[..., Any]) -> str:
-    """``path:line`` of a rule's definition (relative to the package's parent folder)."""
+    """``path:line`` of a rule's definition."""
     code = getattr(fn, "__code__", None)
-    if code is None:
-        return repr(fn)
-    path = code.co_filename
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if path.startswith(root + os.sep):
-        path = os.path.relpath(path, root)
-    return f"{path}:{code.co_firstlineno}"
+    return repr(fn) if code is None else _place(code.co_filename, code.co_firstlineno)
+
+
+def _caller(frame: FrameType) -> str:
+    """``path:line`` of the code that declared a primitive."""
+    return _place(frame.f_code.co_filename, frame.f_lineno)
 
 
 RULES = ("type", "flow", "local_flow", "cost", "private", "payload_check")
@@ -179,8 +188,10 @@ class Primitive:
         dialect, dot, short = name.partition(".")
         if not dot or not dialect.isidentifier() or not short:
             raise ValueError(f"op {name!r} must be named DIALECT.OP")
+        here = _caller(sys._getframe(1))
         if name in PRIMITIVES:
-            raise ValueError(f"op {name!r} is already declared")
+            raise ValueError(f"op {name!r} is already declared (at {PRIMITIVES[name].declared_at});"
+                             f" a second declaration at {here} is refused")
         for decls, what in ((operands, "operand"), (results, "result")):
             if sum(d.variadic for d in decls) > 1:
                 raise ValueError(f"{name}: at most one variadic {what}")
@@ -189,6 +200,8 @@ class Primitive:
             raise ValueError(f"{name}: {sorted(taken)} cannot name an operand or attribute "
                              "(a type rule's signature uses them)")
         self.name = name
+        self.declared_at = here
+        """``path:line`` of the declaration."""
         self.dialect = dialect
         self.kind: OpKind = kind
         self.execution_model: ExecutionModel = execution_model
@@ -414,6 +427,7 @@ class Primitive:
         return {
             "name": self.name, "dialect": self.dialect, "kind": self.kind,
             "execution_model": self.execution_model, "doc": self.doc,
+            "declared_at": self.declared_at,
             "operands": [decl(d) for d in self.operands],
             "attributes": [{"name": n, **a.to_dict()} for n, a in self.attrs.items()],
             "results": [decl(d) for d in self.results],

@@ -118,7 +118,9 @@ def test_describe_unknown_op():
 
 def test_declaring_a_taken_name_raises():
     before = mp.describe("tensor.run_jax")
-    with pytest.raises(ValueError, match=r"'tensor\.run_jax' is already declared"):
+    with pytest.raises(ValueError, match=r"'tensor\.run_jax' is already declared \(at "
+                                         r"mplang/dialects/tensor\.py:\d+\); a second "
+                                         r"declaration at .*test_registry\.py:\d+ is refused"):
         Primitive("tensor.run_jax", kind="compute", execution_model="single_rank", results=[])
     assert get_primitive("tensor.run_jax") is not None
     assert mp.describe("tensor.run_jax") == before  # unchanged

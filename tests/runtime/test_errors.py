@@ -14,9 +14,11 @@ import pytest
 
 import mplang as mp
 from mplang import simp
+from mplang.analysis.cost_model import local_cost
 from mplang.edsl.attrs import ConfigField as Attr
 from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import Operand, Primitive, Result, Signature
+from mplang.policy.flows import local_conservative
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 
@@ -28,7 +30,7 @@ FAIL_OP = "testing.runtime_fail_on"
 fail_on_p = Primitive(FAIL_OP, kind="compute", execution_model="single_rank",
                       operands=[Operand("x")],
                       attrs={"party": Attr(int, required=True, doc="the party that raises")},
-                      results=[Result("out")],
+                      results=[Result("out")], cost=local_cost, local_flow=local_conservative,
                       doc="Test-only: identity, except that it raises on party `party`.")
 
 
