@@ -304,7 +304,7 @@ def _worker(interp: Interpreter) -> SimpWorker:
 
 
 def _plaintext(op: Operation) -> TensorType:
-    t = op.outputs[0].type if op.opcode == "spu.reveal" else op.inputs[0].type
+    t = op.outputs[0].type if op.prim is _spu.reveal_p else op.inputs[0].type
     assert isinstance(t, MPType)
     base = t.base.plaintext_type if isinstance(t.base, SecretShareType) else t.base
     assert isinstance(base, TensorType)

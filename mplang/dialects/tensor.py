@@ -303,8 +303,7 @@ def _run_jax_rule(sig: Signature) -> list[ValueType]:
     except MPSerializationError as e:
         raise MPSerializationError(f"tensor.run_jax[{sig.fn}]: {e}") from None
     ins: list[TensorType] = sig.args
-    if len(ins) != len(info.in_types) or any(
-            a != b for a, b in zip(ins, info.in_types, strict=False)):
+    if tuple(ins) != info.in_types:
         raise MPTypeError(f"tensor.run_jax[{sig.fn}]: inputs are ({', '.join(map(str, ins))}) "
                           f"but the module expects ({', '.join(map(str, info.in_types))})")
     return list(info.out_types)

@@ -35,9 +35,21 @@ class ConfigField:
     max: Any = None
     doc: str = ""
 
+    @property
+    def types(self) -> tuple[type, ...]:
+        """The field's Python types as a tuple."""
+        return self.type if isinstance(self.type, tuple) else (self.type,)
+
+    @property
+    def simple(self) -> bool:
+        """Whether an instance of `types` that is not a bool always fits (no choices, no
+        bounds, bool not among the types)."""
+        return (self.choices is None and self.min is None and self.max is None
+                and bool not in self.types)
+
     def problem(self, value: Any) -> str | None:
         """Why ``value`` does not fit this field (None: it fits)."""
-        types = self.type if isinstance(self.type, tuple) else (self.type,)
+        types = self.types
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             return f"must be {' or '.join(_type_names(self.type))}, got {value!r}"
         if self.choices is not None and value not in self.choices:

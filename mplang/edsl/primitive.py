@@ -210,6 +210,8 @@ class Primitive:
         self.results = tuple(results)
         self._arities = {"operand": _arity(self.operands), "result": _arity(self.results)}
         self._names = tuple(d.name for d in self.operands)
+        self._attr_checks = [(name, spec, spec.types, spec.simple)
+                             for name, spec in self.attrs.items()]
         self._variadic = next((i for i, d in enumerate(self.operands) if d.variadic), -1)
         self.regions = tuple(regions)
         self.traits = traits or OpTraits()
@@ -319,7 +321,7 @@ class Primitive:
         """``attrs`` checked against the declaration, defaults filled (`MPTypeError`)."""
         out: dict[str, Any] = {}
         given = 0
-        for name, spec in self.attrs.items():
+        for name, spec, types, simple in self._attr_checks:
             value = attrs.get(name, _MISSING)
             if value is _MISSING:
                 if spec.required:
@@ -327,9 +329,10 @@ class Primitive:
                 value = spec.default
             else:
                 given += 1
-                problem = spec.problem(value)
-                if problem is not None:
-                    raise MPTypeError(f"{self.name}: attribute {name!r} {problem}")
+                if not (simple and isinstance(value, types) and type(value) is not bool):
+                    problem = spec.problem(value)
+                    if problem is not None:
+                        raise MPTypeError(f"{self.name}: attribute {name!r} {problem}")
             out[name] = value
         if given != len(attrs):
             unknown = sorted(set(attrs) - set(self.attrs))
