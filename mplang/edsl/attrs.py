@@ -8,6 +8,7 @@ ops and device kinds validate user configuration with them.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ class ConfigField:
     doc: str = ""
 
     @property
-    def types(self) -> tuple[type, ...]:
+    def types(self) -> tuple[builtins.type, ...]:
         """The field's Python types as a tuple."""
         return self.type if isinstance(self.type, tuple) else (self.type,)
 

@@ -200,7 +200,7 @@ class Primitive:
             raise ValueError(f"{name}: {sorted(taken)} cannot name an operand or attribute "
                              "(a type rule's signature uses them)")
         self.name = name
-        self.declared_at = here
+        self.declared_at: str = here
         """``path:line`` of the declaration."""
         self.dialect = dialect
         self.kind: OpKind = kind

@@ -64,6 +64,9 @@ _KINDS = {"leaf", "none", "tuple", "list", "dict", "dataclass"}
 _ATOMIC_DATACLASSES = (BaseType, MPType, Mask)
 """MPLang's own value-like dataclasses are leaves, never containers."""
 LEAF = TreeDef("leaf")
+_NONE = TreeDef("none")
+_EMPTY_TUPLE = TreeDef("tuple")
+_EMPTY_DICT = TreeDef("dict")
 
 
 _CONTAINER_CLASSES: dict[type, bool] = {}
@@ -86,12 +89,15 @@ def tree_flatten(tree: Any) -> tuple[list[Any], TreeDef]:
 
 def _flatten(tree: Any, leaves: list[Any]) -> TreeDef:
     if tree is None:
-        return TreeDef("none")
+        return _NONE
     if type(tree) is tuple:
-        return TreeDef("tuple", tuple(_flatten(c, leaves) for c in tree))
+        return TreeDef("tuple", tuple([_flatten(c, leaves) for c in tree])) if tree else \
+            _EMPTY_TUPLE
     if type(tree) is list:
-        return TreeDef("list", tuple(_flatten(c, leaves) for c in tree))
+        return TreeDef("list", tuple([_flatten(c, leaves) for c in tree]))
     if type(tree) is dict:
+        if not tree:
+            return _EMPTY_DICT
         keys = sorted(tree, key=repr)
         return TreeDef("dict", tuple(_flatten(tree[k], leaves) for k in keys), tuple(keys))
     if _is_container_dataclass(type(tree)):
