@@ -91,13 +91,8 @@ class Operand:
 
 
 @dataclass(frozen=True)
-class Result:
+class Result(Operand):
     """A declared result; a ``variadic`` one stands for any number of outputs."""
-
-    name: str
-    type: Constraint = ANY
-    variadic: bool = False
-    doc: str = ""
 
 
 def _arity(decls: Sequence[Operand] | Sequence[Result]) -> tuple[int, bool]:

@@ -43,6 +43,7 @@ import numpy as np
 from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.primitive import Primitive
+from mplang.edsl.printer import Style, print_body, typed_values
 from mplang.edsl.private import Commitment
 from mplang.edsl.serde import MAX_DEPTH, encode_type
 from mplang.edsl.typing import DTYPES, BaseType, Mask, MPType, TensorType, ValueType, numpy_dtype
@@ -282,33 +283,19 @@ def format_attr(op: Operation, key: str, indent: str) -> str:
 # ---------------------------------------------------------------- graphs and programs
 
 
-def _refs(values: Sequence[Value]) -> str:
-    return ", ".join("%" + format_name(v.name) for v in values)
+def _ref(v: Value) -> str:
+    return "%" + format_name(v.name)
 
 
-def _typed(values: Sequence[Value]) -> str:
-    return ", ".join(f"%{format_name(v.name)}: {format_type(v.type)}" for v in values)
-
-
-def _op(op: Operation, indent: str, lines: list[str]) -> None:
-    lhs = f"{_refs(op.outputs)} = " if op.outputs else ""
+def _attrs(op: Operation, indent: str) -> str:
     attrs = ", ".join(format_attr(op, k, indent) for k in sorted(op.attrs))
-    attrs = f" {{{attrs}}}" if attrs else ""
-    types = ", ".join(format_type(v.type) for v in op.outputs)
-    loc = "" if op.loc is None else f" loc({quote(op.loc)})"
-    opcode = format_name(op.opcode, IDENTIFIER)
-    lines.append(f"{indent}{lhs}{opcode}({_refs(op.inputs)}){attrs} : ({types}){loc}")
-    for i, region in enumerate(op.regions):
-        lines.append(f"{indent}  region {i} ({_typed(region.inputs)}) {{")
-        _body(region, indent + "    ", lines)
-        lines.append(f"{indent}  }}")
+    return f" {{{attrs}}}" if attrs else ""
 
 
-def _body(graph: Graph, indent: str, lines: list[str]) -> None:
-    for op in graph.operations:
-        _op(op, indent, lines)
-    tail = _refs(graph.outputs)
-    lines.append(f"{indent}return" + (f" {tail}" if tail else ""))
+FULL = Style(ref=_ref, type=format_type, attrs=_attrs,
+             loc=lambda op: "" if op.loc is None else f" loc({quote(op.loc)})",
+             opcode=lambda name: format_name(name, IDENTIFIER), empty_return="return")
+"""The text IR: every attribute exactly, payloads through their codecs, locations."""
 
 
 def format_program(graph: Graph, name: str, world_size: int, out_tree: Any,
@@ -320,7 +307,7 @@ def format_program(graph: Graph, name: str, world_size: int, out_tree: Any,
     out_types = ", ".join(format_type(v.type) for v in graph.outputs)
     lines = [f"program @{format_name(name)} {{world_size = {world_size}, "
              f"out_devices = [{devices}], out_tree = {tree}}}",
-             f"func({_typed(graph.inputs)}) -> ({out_types}) {{"]
-    _body(graph, "  ", lines)
+             f"func({typed_values(graph.inputs, FULL)}) -> ({out_types}) {{"]
+    print_body(graph, "  ", lines, FULL)
     lines.append("}")
     return "\n".join(lines) + "\n"
