@@ -3,7 +3,7 @@ the two-phase accept (committed programs with openings, votes).
 
 A worker decodes what other parties send: a program (`decode_graph_bundle`, then
 ``graph.verify()`` and ``check_types``), a ``/run`` body around it (`split_frame`),
-values (`decode_value`, with the registered value codecs such as ``spu.share``) and
+values (`decode_value`, with the registered value codecs such as ``share`` (SPU shares)) and
 ``/msg`` bodies around them. Whatever the bytes, each must give a decoded object or an
 `MPLangError`; any other exception, a crash, a hang or a large allocation is a bug.
 
@@ -305,7 +305,7 @@ KNOWN_STRINGS = ("", "x", "0", "1", "%0", "int32", "bool", "bfloat16", "complex1
                  "tensor.run_jax", "spu.run", "spu.seal", "func.call", "func.func", "mp",
                  "tensor", "share", "spu", "$tuple", "$dict", "$bytes", "$array", "$mask",
                  "$type", "$float", "nan", "inf", "-inf", "none", "scalar", "bytes", "array",
-                 "list", "spu.share", "cms.sketch", "kind", "sizes", "shape", "dtype",
+                 "list", "share", "cms.sketch", "kind", "sizes", "shape", "dtype",
                  "version", "meta", "graph", "buffers", "inputs", "ops", "outputs", "in",
                  "out", "attrs", "regions", "loc", "x" * 5000)
 SPECIAL_VALUES: tuple[Any, ...] = (

@@ -558,23 +558,23 @@ def table_value(sim: mp.Simulator) -> tuple[list[Any], Callable[[list[Any]], Non
 
 VALUE_PRODUCERS: dict[str, Callable[[mp.Simulator],
                                     tuple[list[Any], Callable[[list[Any]], None]]]] = {
-    "spu.share": spu_value,
+    "share": spu_value,
     "crypto.public_key": crypto_public_key_value,
     "phe.public_key": lambda sim: phe_values(sim, 0),
     "phe.ciphertext": lambda sim: phe_values(sim, 2),
-    "table.arrow": table_value,
+    "table.table": table_value,
 }
 """Codec kind -> a program run giving values of that kind, and a check of decoded values."""
 
 
 def _builtin_codecs() -> list[wire.ValueCodec]:
-    return [c for c in wire.value_codecs() if _builtin(c.cls.__module__) or c.kind == "table.arrow"]
+    return [c for c in wire.value_codecs() if _builtin(c.cls.__module__) or c.kind == "table.table"]
 
 
 def test_every_builtin_value_codec_has_a_producer() -> None:
     """Key material has no wire form (its codecs refuse both ways): no producer for it."""
     kinds = [c.kind for c in _builtin_codecs() if c.privacy != "key material"]
-    assert "spu.share" in kinds
+    assert "share" in kinds
     assert sorted(set(kinds) - set(VALUE_PRODUCERS)) == []
 
 

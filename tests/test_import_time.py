@@ -88,10 +88,10 @@ def test_a_table_crosses_the_wire_when_pyarrow_is_imported_after_mplang() -> Non
     """The table codec names its class, so it applies to tables made after it registered."""
     code = ("import mplang\nimport pyarrow as pa\nfrom mplang.backends import wire\n"
             "t = pa.table({'a': [1, 2]})\ndata = wire.encode_value_bytes(t)\n"
-            "assert wire.split_frame(data)[0]['kind'] == 'table.arrow'\n"
+            "assert wire.split_frame(data)[0]['kind'] == 'table.table'\n"
             "assert wire.decode_value(data).equals(t)\n"
             "assert wire.payload_bytes(t) == sum(wire.split_frame(data)[0]['sizes'])\n"
-            "assert [c.cls for c in wire.value_codecs() if c.kind == 'table.arrow'] == "
+            "assert [c.cls for c in wire.value_codecs() if c.kind == 'table.table'] == "
             "[pa.Table]")
     assert "pyarrow" in lazy_loaded_after(code)
 
@@ -99,11 +99,10 @@ def test_a_table_crosses_the_wire_when_pyarrow_is_imported_after_mplang() -> Non
 def test_a_codec_named_by_class_is_refused_twice() -> None:
     import mplang.backends.table_wire  # noqa: F401  (it registers the table codec)
     from mplang.backends.wire import ValueCodec, register_value_codec
+    from mplang.dialects.table import TableType
 
-    with pytest.raises(ValueError, match=r"a value codec for 'test_import_time.table' / "
-                                         r"Table exists"):
-        register_value_codec(ValueCodec("test_import_time.table", "pyarrow.lib.Table",
-                                        list, list))
+    with pytest.raises(ValueError, match=r"a value codec for 'table\.table' / Table exists"):
+        register_value_codec(ValueCodec(TableType, "pyarrow.lib.Table", list, list))
 
 
 def test_the_mock_vendor_key_is_the_public_key_of_its_seed() -> None:

@@ -423,7 +423,7 @@ def _decode(chunks: list[memoryview]) -> Sketch:
     return Sketch(width, depth, seed, counts.reshape(depth, width))
 
 
-register_value_codec(ValueCodec("cms.sketch", Sketch, _encode, _decode,
+register_value_codec(ValueCodec(SketchType, Sketch, _encode, _decode,
                                 nbytes=lambda s: _HEADER.size + s.counts.nbytes))
 
 

@@ -305,14 +305,14 @@ def _refuse(kind: str) -> Any:
     return encode, decode
 
 
-register_value_codec(ValueCodec("crypto.public_key", PublicKeyValue, _encode_public,
+register_value_codec(ValueCodec(_crypto.PublicKey, PublicKeyValue, _encode_public,
                                 _decode_public,
                                 nbytes=lambda pk: len(pk.algorithm) + len(pk.raw)))
-for _kind, _cls in (("crypto.private_key", PrivateKeyValue),
-                    ("crypto.symmetric_key", SymmetricKeyValue),
-                    ("crypto.shared_secret", SharedSecretValue)):
-    _enc, _dec = _refuse(_kind.removeprefix("crypto.").replace("_", " "))
-    register_value_codec(ValueCodec(_kind, _cls, _enc, _dec, privacy=KEY_MATERIAL))
+for _type, _cls in ((_crypto.PrivateKey, PrivateKeyValue),
+                    (_crypto.SymmetricKey, SymmetricKeyValue),
+                    (_crypto.SharedSecret, SharedSecretValue)):
+    _enc, _dec = _refuse(_type.type_tag.removeprefix("crypto.").replace("_", " "))
+    register_value_codec(ValueCodec(_type, _cls, _enc, _dec, privacy=KEY_MATERIAL))
 
 
 # ---------------------------------------------------------------- kernels

@@ -29,6 +29,7 @@ from mplang.dialects.phe import (
     MAX_KEY_BITS,
     WIRE_KEY_BYTES,
     Ciphertext,
+    PrivateKey,
     PublicKey,
     add_p,
     bucket_sum_p,
@@ -499,10 +500,10 @@ def _refuse_private_decode(chunks: list[memoryview]) -> PhePrivateKey:
     raise ValueError("a PHE private key never crosses the wire")
 
 
-register_value_codec(ValueCodec("phe.public_key", PhePublicKey, _encode_public,
+register_value_codec(ValueCodec(PublicKey, PhePublicKey, _encode_public,
                                 _decode_public_chunks,
                                 nbytes=lambda pk: _KEY_HEAD.size + len(pk.raw)))
-register_value_codec(ValueCodec("phe.ciphertext", PheCiphertext, _encode_ciphertext,
+register_value_codec(ValueCodec(Ciphertext, PheCiphertext, _encode_ciphertext,
                                 _decode_ciphertext, privacy="ciphertext"))
-register_value_codec(ValueCodec("phe.private_key", PhePrivateKey, _refuse_private,
+register_value_codec(ValueCodec(PrivateKey, PhePrivateKey, _refuse_private,
                                 _refuse_private_decode, privacy="key material"))

@@ -192,7 +192,7 @@ def _decode_share(parts: list[memoryview]) -> SpuShare:
     return SpuShare.from_parts(meta, chunks)
 
 
-register_value_codec(ValueCodec("spu.share", SpuShare, _encode_share, _decode_share,
+register_value_codec(ValueCodec(_spu.SecretShareType, SpuShare, _encode_share, _decode_share,
                                 nbytes=lambda share: share.nbytes, privacy=SECRET_SHARE))
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 MAX_BATCHES = 1 << 16
 """The most record batches a received table may have."""
-CODEC = "table.arrow"
+CODEC = T.TableType.type_tag
 MALFORMED = f"malformed value: {CODEC}"
 _RECORD_BATCH = 3
 """``MessageHeader.RecordBatch`` in Arrow's ``Message.fbs``."""
@@ -121,4 +121,4 @@ def _decode(chunks: list[memoryview]) -> pa.Table:
     return decode_ipc(chunks[0])
 
 
-register_value_codec(ValueCodec(CODEC, "pyarrow.lib.Table", _encode, _decode))
+register_value_codec(ValueCodec(T.TableType, "pyarrow.lib.Table", _encode, _decode))

@@ -27,7 +27,7 @@ import numpy as np
 
 from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.serde import numpy_can_hold
-from mplang.edsl.typing import DTYPES, numpy_dtype
+from mplang.edsl.typing import DTYPES, BaseType, numpy_dtype
 from mplang.records.audit import PLAINTEXT, SECRET_SHARE
 
 MAGIC = b"MPV1"
@@ -43,14 +43,15 @@ Buffer = bytes | memoryview
 
 @dataclass(frozen=True)
 class ValueCodec:
-    """How runtime values of class ``value_class`` cross the wire, under the name ``kind``.
+    """How runtime values of class ``value_class``, the values of IR type ``carries``, cross
+    the wire; frames name them by that type's serialization tag (`kind`).
 
     ``encode(value)`` gives byte chunks; ``decode(chunks)`` rebuilds the value and
     raises (any exception) on malformed chunks: it sees bytes from the network,
     so it must check them and never unpickle or evaluate.
     """
 
-    kind: str
+    carries: type[BaseType]
     value_class: type | str
     """The class of the values, or its qualified name (``"pyarrow.lib.Table"``) so that
     registering the codec does not import the class's module."""
@@ -62,6 +63,11 @@ class ValueCodec:
     """What a value reveals of its data, as the audit log records it: ``"plaintext"``
     (the default, assumed unless a codec declares otherwise), ``"secret share"`` or
     ``"ciphertext"``."""
+
+    @property
+    def kind(self) -> str:
+        """The name frames carry: the serialization tag of the type it carries."""
+        return self.carries.type_tag
 
     @property
     def cls(self) -> type:

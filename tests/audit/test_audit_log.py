@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from mplang.backends.wire import ValueCodec, privacy_kind, register_value_codec, value_codecs
 from mplang.cli.main import main
 from mplang.edsl.graph import Graph, Operation
+from mplang.edsl.typing import BaseType, TypeDecoder, TypeEncoder, register_type
 from mplang.records.audit import (
     AuditLog,
     default_path,
@@ -191,6 +194,19 @@ class _Cipher:
         self.data = data
 
 
+@register_type("test_audit.cipher")
+@dataclass(frozen=True)
+class _CipherType(BaseType):
+    """The IR type of `_Cipher` values (a test's own)."""
+
+    def to_json(self, encode: TypeEncoder) -> Any:
+        return []
+
+    @classmethod
+    def from_json(cls, body: Any, decode: TypeDecoder, path: str) -> _CipherType:
+        return _CipherType()
+
+
 def test_kinds_come_from_the_value_and_its_codec() -> None:
     assert privacy_kind(np.arange(3)) == "plaintext"
     assert privacy_kind(np.float32(2.0)) == "plaintext"
@@ -198,8 +214,8 @@ def test_kinds_come_from_the_value_and_its_codec() -> None:
     assert privacy_kind(None) == "plaintext"
     assert privacy_kind(b"\x01\x02") == "secret share"  # SPU link traffic
     assert privacy_kind(memoryview(b"\x01")) == "secret share"
-    assert [c.privacy for c in value_codecs() if c.kind == "spu.share"] == ["secret share"]
-    register_value_codec(ValueCodec("test_audit.cipher", _Cipher, lambda c: [c.data],
+    assert [c.privacy for c in value_codecs() if c.kind == "share"] == ["secret share"]
+    register_value_codec(ValueCodec(_CipherType, _Cipher, lambda c: [c.data],
                                     lambda parts: _Cipher(bytes(parts[0])),
                                     privacy="ciphertext"))
     assert privacy_kind(_Cipher(b"x")) == "ciphertext"

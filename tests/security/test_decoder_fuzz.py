@@ -295,7 +295,7 @@ def test_wrong_value_magic(data: bytes) -> None:
     ({"kind": "array", "dtype": "int32", "shape": [2**20, 2**20]}, b"abcd",
      "array size does not match its shape"),
     ({"kind": "array", "dtype": "object", "shape": [1]}, b"abcd", "array dtype 'object'"),
-    ({"kind": "spu.share", "sizes": [2**60]}, b"", "spu.share sizes"),
+    ({"kind": "share", "sizes": [2**60]}, b"", "share sizes"),
     ({"kind": "pickle"}, b"", "unknown kind 'pickle'"),
     ({"kind": ["list"]}, b"", "unknown kind ['list']"),
     ([1, 2], b"", "header is not an object"),
@@ -360,7 +360,7 @@ def share_parts() -> list[bytes]:
 
 
 def share_frame(parts: list[bytes]) -> bytes:
-    return frame({"kind": "spu.share", "sizes": [len(p) for p in parts]}, b"".join(parts))
+    return frame({"kind": "share", "sizes": [len(p) for p in parts]}, b"".join(parts))
 
 
 def test_a_share_round_trips(share_parts: list[bytes]) -> None:
@@ -381,7 +381,7 @@ def test_a_share_round_trips(share_parts: list[bytes]) -> None:
 ])
 def test_malformed_shares(share_parts: list[bytes], edit: Any, message: str) -> None:
     assert rejected(share_frame(edit(share_parts))) == \
-        f"malformed value: spu.share: ValueError: {message}"
+        f"malformed value: share: ValueError: {message}"
 
 
 def test_a_received_program_cannot_name_a_huge_party_rank() -> None:

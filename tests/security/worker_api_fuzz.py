@@ -187,7 +187,7 @@ _FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "uris": st.one_of(st.lists(st.one_of(st.none(), _URI), max_size=4), _WEIRD),
     "reason": st.one_of(st.text(max_size=30), st.just("r" * 5000), _WEIRD),
     "kind": st.one_of(st.sampled_from(["none", "scalar", "bytes", "list", "ndarray",
-                                       "spu.share"]), _WEIRD),
+                                       "share"]), _WEIRD),
 }
 
 

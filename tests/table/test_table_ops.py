@@ -444,7 +444,7 @@ def test_tables_cross_the_wire_as_arrow_ipc(sim: mp.Simulator) -> None:
                       "f": pa.array([0.5, 1.5, 2.5], pa.float32()), "b": [True, False, True]})
     data = wire.encode_value_bytes(value)
     header, _ = wire.split_frame(data)
-    assert header["kind"] == "table.arrow"
+    assert header["kind"] == "table.table"
     back = wire.decode_value(data)
     assert back.equals(value) and wire.encode_value_bytes(back) == data
     moved = run(sim, lambda: simp.shuffle_static(
@@ -453,7 +453,7 @@ def test_tables_cross_the_wire_as_arrow_ipc(sim: mp.Simulator) -> None:
     large = pa.table({"s": pa.array(["a", "b"], pa.large_string())})
     sent = wire.decode_value(wire.encode_value_bytes(large))
     assert sent.schema == pa.schema([("s", pa.string())])
-    with pytest.raises(mp.MPSerializationError, match=r"table\.arrow: ValueError: column type "
+    with pytest.raises(mp.MPSerializationError, match=r"table\.table: ValueError: column type "
                                                       r"large_string is not allowed"):
         decode_ipc(ipc_bytes(large))
 

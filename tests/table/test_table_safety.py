@@ -233,9 +233,9 @@ def test_decoding_refuses_malformed_tables() -> None:
     }
     for message, data in cases.items():
         with pytest.raises(mp.MPSerializationError,
-                           match=rf"^malformed value: table\.arrow: .*{message}"):
+                           match=rf"^malformed value: table\.table: .*{message}"):
             decode_ipc(data)
-    frame = wire._frame({"kind": "table.arrow", "sizes": [len(good), 0]}, [good, b""])
+    frame = wire._frame({"kind": "table.table", "sizes": [len(good), 0]}, [good, b""])
     with pytest.raises(mp.MPSerializationError, match=r"expected 1 chunk \(an Arrow IPC "
                                                       r"stream\), got 2"):
         wire.decode_value(b"".join(bytes(b) for b in frame))
@@ -263,7 +263,7 @@ def test_random_damage_gives_serialization_errors_only() -> None:
 def test_oversized_tables_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     data = ipc_bytes(pa.table({"a": np.arange(1000)}))
     monkeypatch.setattr(table, "MAX_TABLE_BYTES", 1024)
-    with pytest.raises(mp.MPSerializationError, match=rf"malformed value: table\.arrow: "
+    with pytest.raises(mp.MPSerializationError, match=rf"malformed value: table\.table: "
                                                       rf"{len(data)} bytes, over the limit of "
                                                       r"1024"):
         decode_ipc(data)
