@@ -327,6 +327,11 @@ def test_reflection_gives_every_primitive_contract_as_json() -> None:
     for d in listed:
         assert set(d) >= {"name", "operands", "attributes", "results", "traits", "kernels",
                           "flow", "cost", "security"}, d["name"]
+        assert d["flow"] is not None and d["cost"] is not None and d["security"], d["name"]
+    assert mp.describe("tensor.run_jax")["flow"]["name"] == "_run_jax_flow"
+    call = mp.describe("func.call")
+    assert (call["flow"]["name"], call["local_flow"]["name"]) == ("_call_flow",
+                                                                  "_local_call_flow")
     shuffle = mp.describe("simp.shuffle_static")
     assert [o["name"] for o in shuffle["operands"]] == ["values"]
     assert shuffle["operands"][0]["variadic"] is True

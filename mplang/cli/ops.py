@@ -68,7 +68,7 @@ def _kernels(kernels: dict[str, bool]) -> str:
 def _primitive_rows(prims: list[dict[str, Any]]) -> list[list[str]]:
     return [[p["name"], p["kind"], p["execution_model"], _decls(p["operands"]),
              _decls(p["attributes"]), _decls(p["results"]), _kernels(p["kernels"]),
-             _rule(p["flow"] or p["local_flow"]), _rule(p["cost"])] for p in prims]
+             _rule(p["flow"]), _rule(p["cost"])] for p in prims]
 
 
 def _show(d: dict[str, Any]) -> None:

@@ -407,7 +407,9 @@ class Primitive:
     def describe(self) -> dict[str, Any]:
         """The whole contract as plain data: operands, attributes, results, regions,
         traits, targets, kernels per runtime, and the type, flow, cost, private-attribute
-        and payload rules (each with where it is defined, or None)."""
+        and payload rules (each with where it is defined, or None). ``flow`` is the op's
+        flow rule at its level (inside party-local regions for a single-rank op);
+        ``local_flow`` the rule inside local regions of an op that runs at both."""
         t = self.traits
 
         def decl(d: Operand | Result) -> dict[str, Any]:
@@ -438,7 +440,9 @@ class Primitive:
             "kernels": {r: r in self.kernels for r in RUNTIMES},
             "kernel_sources": {r: self._places[f"kernel:{r}"] for r in RUNTIMES
                                if r in self.kernels},
-            "type_rule": rule("type"), "flow": rule("flow"), "local_flow": rule("local_flow"),
+            "type_rule": rule("type"),
+            "flow": rule("flow") if "flow" in self.rules else rule("local_flow"),
+            "local_flow": rule("local_flow"),
             "cost": rule("cost"), "private": rule("private"),
             "payload_check": rule("payload_check"),
         }
