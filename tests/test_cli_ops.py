@@ -82,3 +82,13 @@ def test_one_op_is_described(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ops", "no.such_op"]) == 1
     assert capsys.readouterr().err == "mplang ops: no primitive or frontend op named " \
                                       "'no.such_op'\n"
+
+
+def test_the_json_listing_carries_the_contract_of_same_named_primitives(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    ops = {op["name"]: op for op in _ops(capsys)}
+    shuffle = ops["simp.shuffle_static"]
+    contract = mp.describe("simp.shuffle_static")
+    assert {k: shuffle[k] for k in ("operands", "attributes", "kernels", "flow", "cost")} == \
+        {k: contract[k] for k in ("operands", "attributes", "kernels", "flow", "cost")}
+    assert "operands" not in ops["func.func"]  # emits func.call: no primitive of its name

@@ -1,6 +1,7 @@
 """``mplang ops``: the frontend ops, the primitives they emit, and one op's whole contract.
 
-- ``mplang ops [--family F]``: frontend ops with their kinds, execution models and routes;
+- ``mplang ops [--family F]``: frontend ops with their kinds, execution models and routes
+  (with ``--json``, an op named like its primitive also carries the primitive's contract);
 - ``mplang ops --primitives [--dialect D]``: every primitive with its operands,
   attributes, results, kernels per runtime, flow and cost rules;
 - ``mplang ops NAME``: everything `mplang.describe` knows about one primitive or op.
@@ -94,6 +95,12 @@ def _show(d: dict[str, Any]) -> None:
         print(f"  security on {kind}: {model}")
 
 
+_CONTRACT = ("operands", "attributes", "results", "regions", "traits", "targets", "kernels",
+             "flow", "cost", "security")
+"""The keys of a primitive's contract that ``mplang ops --json`` adds to the row of the
+frontend op of the same name."""
+
+
 def run_ops(args: argparse.Namespace) -> int:
     """Run ``mplang ops``; exit code 1 when nothing matches, 2 for a bad plugin."""
     from mplang.frontend.introspect import describe, list_ops, list_primitives, routes
@@ -129,6 +136,10 @@ def run_ops(args: argparse.Namespace) -> int:
              "primitives": list(i.primitives), "doc": i.doc}
             for i in list_ops(args.family)]
     if args.json:
+        contracts = {p["name"]: p for p in list_primitives()}
+        for row in rows:  # an op named like its primitive carries that contract too
+            contract = contracts.get(row["name"], {})
+            row.update({k: contract[k] for k in _CONTRACT if k in contract})
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
