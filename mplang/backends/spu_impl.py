@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mplang.analysis.stablehlo import parse
-from mplang.backends.tensor_impl import REFUSED_OPS, SAFE_CUSTOM_CALLS
+from mplang.backends.tensor_impl import refuse_unsafe, refused_op
 from mplang.backends.wire import ValueCodec, register_value_codec
 from mplang.dialects import spu as _spu
 from mplang.dialects.common import canonical_type
@@ -262,16 +262,8 @@ def vet_run(payload: bytes) -> None:
     main = module.functions.get("main")
     if main is None:
         raise MPSerializationError("the StableHLO has no main function")
-    unsafe: set[str] = set()
-    for op in module.walk():
-        target = op.attrs.get("call_target_name")
-        if op.name == "stablehlo.custom_call" and target not in SAFE_CUSTOM_CALLS:
-            unsafe.add(f"custom call {target!r}")
-        elif op.name in REFUSED_OPS:
-            unsafe.add(op.name)
-    if unsafe:
-        raise MPSerializationError(f"uses {', '.join(sorted(unsafe))}, which a received "
-                                   "module may not")
+    refuse_unsafe({problem for op in module.walk()
+                   if (problem := refused_op(op.name, op.attrs.get("call_target_name")))})
     if executable_of(text, len(main.args), len(main.returned()), name) \
             != payload[_FRAME.size + size + name_size:]:
         raise MPSerializationError("the executable is not what libspu compiles its "

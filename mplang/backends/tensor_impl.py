@@ -57,6 +57,20 @@ def _fft_problem(op: Any) -> str | None:
     return None
 
 
+def refused_op(name: str, target: str | None) -> str | None:
+    """Why a received module may not use op ``name`` (a custom call's ``target``), or None."""
+    if name == "stablehlo.custom_call":
+        return None if target in SAFE_CUSTOM_CALLS else f"custom call {target!r}"
+    return name if name in REFUSED_OPS else None
+
+
+def refuse_unsafe(unsafe: set[str]) -> None:
+    """Raise `MPSerializationError` naming the ops in ``unsafe`` (when there are any)."""
+    if unsafe:
+        raise MPSerializationError(f"uses {', '.join(sorted(unsafe))}, which a received "
+                                   "module may not")
+
+
 def vet_module(module: bytes) -> None:
     """Parse ``module``, refuse unsafe ops (custom calls outside `SAFE_CUSTOM_CALLS`,
     `REFUSED_OPS`, FFTs whose lengths do not fit their shapes), then lower and compile
@@ -66,21 +80,18 @@ def vet_module(module: bytes) -> None:
     unsafe: set[str] = set()
 
     def visit(op: Any) -> Any:
-        if op.name == "stablehlo.custom_call":
-            target = ir.StringAttr(op.attributes["call_target_name"]).value
-            if target not in SAFE_CUSTOM_CALLS:
-                unsafe.add(f"custom call {target!r}")
-        elif op.name in REFUSED_OPS:
-            unsafe.add(op.name)
-        elif op.name == "stablehlo.fft" and (problem := _fft_problem(op)):
+        target = ir.StringAttr(op.attributes["call_target_name"]).value \
+            if op.name == "stablehlo.custom_call" else None
+        problem = refused_op(op.name, target)
+        if problem is None and op.name == "stablehlo.fft":
+            problem = _fft_problem(op)
+        if problem:
             unsafe.add(problem)
         return ir.WalkResult.ADVANCE
 
     with make_ir_context():
         ir.Module.parse(exp.mlir_module()).operation.walk(visit)
-    if unsafe:
-        raise MPSerializationError(f"uses {', '.join(sorted(unsafe))}, which a received "
-                                   "module may not")
+    refuse_unsafe(unsafe)
     specs = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype))
              for t in module_info(module).in_types]
     jax.jit(exp.call).lower(*specs).compile()
