@@ -63,8 +63,8 @@ class ConfigField:
     def to_dict(self) -> dict[str, Any]:
         """The field as plain data (type names, required, default, choices, bounds, doc)."""
         return {"type": _type_names(self.type), "required": self.required,
-                "default": _plain(self.default),
-                "choices": None if self.choices is None else [_plain(c) for c in self.choices],
+                "default": plain(self.default),
+                "choices": None if self.choices is None else [plain(c) for c in self.choices],
                 "min": self.min, "max": self.max, "doc": self.doc}
 
 
@@ -72,12 +72,15 @@ Attr = ConfigField
 """An op attribute's declaration (the same schema as a configuration field)."""
 
 
-def _plain(value: Any) -> Any:
-    """``value`` if JSON can hold it, else its repr."""
+def plain(value: Any) -> Any:
+    """``value`` as data JSON can hold: dicts and lists of scalars (tuples as lists),
+    anything else as its repr."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return repr(value)
 
 

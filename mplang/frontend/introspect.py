@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from mplang.edsl.attrs import ConfigSchema
+from mplang.edsl.attrs import ConfigSchema, plain
 from mplang.edsl.primitive import Primitive, get_primitive, primitives
 from mplang.frontend.feop import FeOpInfo, meta, registered
 from mplang.frontend.routing import mismatch
@@ -61,15 +61,6 @@ def routes(op: Callable[..., Any] | str | FeOpInfo) -> list[str]:
             if mismatch(info, kind, joint, members) is None]
 
 
-def _plain(value: Any) -> Any:
-    """``value`` with tuples as lists, so a description compares equal to its JSON."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
 PLAINTEXT_MODEL = ("plaintext across parties: each party holding a value sees it; a value "
                    "that moves travels in the clear inside mutual TLS, and its owner's "
                    "policy decides where it may go")
@@ -115,7 +106,7 @@ def describe(op: Callable[..., Any] | str) -> dict[str, Any]:
             raise
         return describe_primitive(op)
     prim = get_primitive(info.name)
-    out = _plain(asdict(info))
+    out = plain(asdict(info))
     out["config_schema"] = None if info.config_schema is None else info.config_schema.to_dict()
     out["routes"] = routes(info)
     out["security"] = {kind: _SECURITY_MODELS.get(kind, "") for kind in out["routes"]}
