@@ -107,16 +107,18 @@ class Signature:
     attributes), attributes (checked, defaults filled; also by name), regions and the
     world size. Type rules are pure: they never see data."""
 
+    prim: Primitive
+    inputs: list[ValueType]
+    attrs: dict[str, Any]
+    regions: Sequence[Graph]
+    world_size: int
+
     def __init__(self, prim: Primitive, inputs: list[ValueType], attrs: dict[str, Any],
                  regions: Sequence[Graph], world_size: int):
-        fields = self.__dict__
-        fields.update(attrs)
-        fields.update(prim.named_operands(inputs))
-        self.prim = prim
-        self.inputs = inputs
-        self.attrs = attrs
-        self.regions = regions
-        self.world_size = world_size
+        # one dict build: a type rule runs for every traced op
+        self.__dict__ = {**attrs, **prim.named_operands(inputs), "prim": prim,
+                         "inputs": inputs, "attrs": attrs, "regions": regions,
+                         "world_size": world_size}
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"{self.prim.name} declares no operand or attribute {name!r}")
@@ -370,11 +372,7 @@ class Primitive:
         if len(regions) != len(self.regions):
             raise MPTypeError(f"{self.name}: takes {len(self.regions)} region(s) "
                               f"({', '.join(self.regions) or 'none'}), got {len(regions)}")
-        sig = Signature.__new__(Signature)
-        sig.__dict__ = {**checked, **self.named_operands(in_types), "prim": self,
-                        "inputs": in_types, "attrs": checked, "regions": regions,
-                        "world_size": world_size}
-        outs = list(rule(sig))
+        outs = list(rule(Signature(self, in_types, checked, regions, world_size)))
         self._check_arity("result", self.results, outs)
         return outs
 
