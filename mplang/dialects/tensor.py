@@ -494,7 +494,8 @@ LOCAL_OPERATORS: dict[str, Callable[..., Any]] = {
 
 
 def _stablehlo(module: bytes) -> str:
-    return str(exported_module(module).mlir_module())
+    """A run_jax module's StableHLO as MLIR text."""
+    return _mlir_text(module_info(module).bytecode)
 
 
 @constant_p.def_local_flow
@@ -517,8 +518,6 @@ def _load_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[
     name = str(op.attrs["path"]) + (f"[{op.attrs['key']}]" if op.attrs.get("key") else "")
     a.source(op, name)
     return [source(name)]
-
-__all__ = ["constant", "load", "pyfunc", "run_jax"]
 
 
 # ---------------------------------------------------------------- the text form of modules
@@ -611,3 +610,5 @@ def _parse_module_text(text: str) -> bytes:
 
 register_attr_codec(run_jax_p, "module", AttrCodec("stablehlo", _print_module,
                                                     _parse_module_text))
+
+__all__ = ["constant", "load", "pyfunc", "run_jax"]

@@ -85,7 +85,7 @@ class AttrCodec:
     parse: Callable[[str], Any]
 
 
-_CODECS: dict[tuple[str, str], AttrCodec] = {}
+_CODECS: dict[tuple[Primitive, str], AttrCodec] = {}
 _CODEC_NAMES: dict[str, AttrCodec] = {}
 
 
@@ -93,10 +93,10 @@ def register_attr_codec(prim: Primitive, attr: str, codec: AttrCodec) -> None:
     """Print attribute ``attr`` of ``prim``'s ops with ``codec`` (written ``#NAME<...>``)."""
     if not IDENTIFIER.fullmatch(codec.name):
         raise ValueError(f"codec name {codec.name!r} is not an identifier")
-    if (prim.name, attr) in _CODECS or codec.name in _CODEC_NAMES:
+    if (prim, attr) in _CODECS or codec.name in _CODEC_NAMES:
         raise ValueError(f"{prim.name}.{attr}: a text codec is already registered "
                          f"(or the name {codec.name!r} is taken)")
-    _CODECS[prim.name, attr] = codec
+    _CODECS[prim, attr] = codec
     _CODEC_NAMES[codec.name] = codec
 
 
@@ -275,7 +275,7 @@ def _payload(codec: AttrCodec, value: Any, indent: str) -> str | None:
 def format_attr(op: Operation, key: str, indent: str) -> str:
     """``key = value`` of attribute ``key`` of ``op`` (a registered codec's form if any)."""
     value = op.attrs[key]
-    codec = _CODECS.get((op.opcode, key))
+    codec = None if op.prim is None else _CODECS.get((op.prim, key))
     text = None if codec is None else _payload(codec, value, indent)
     return f"{format_name(key)} = {format_value(value) if text is None else text}"
 

@@ -122,7 +122,8 @@ class FeModule:
                                 "(no *args or **kwargs)")
             positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
                                                            p.POSITIONAL_OR_KEYWORD)]
-            attr_names = {p.name for p in params if p.kind == p.KEYWORD_ONLY}
+            keyword = [p for p in params if p.kind == p.KEYWORD_ONLY]
+            attr_names = {p.name for p in keyword}
             schema = dict(config_schema.fields) if config_schema is not None else {}
             for given, what in ((schema, "config fields"), (attrs or {}, "attrs")):
                 if not set(given) <= attr_names:
@@ -131,7 +132,6 @@ class FeModule:
                                     "attributes of the op")
             multi = execution_model == "multi_party"
             hints = typing.get_type_hints(rule)
-            keyword = [p for p in params if p.kind == p.KEYWORD_ONLY]
             declared = {p.name: Attr(_attr_type(hints.get(p.name, object)),
                                      required=p.default is p.empty,
                                      default=None if p.default is p.empty else p.default)
@@ -181,7 +181,6 @@ class FeModule:
 
             op = feop(prim, config_schema=config_schema, capabilities=capabilities,
                       example=example)(function(call))
-            op.primitive = prim  # type: ignore[attr-defined]
             self.ops[op_name] = op
             return op
 
