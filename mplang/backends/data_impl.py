@@ -46,9 +46,8 @@ def _tensor_load(interp: Interpreter, op: Operation, args: list[Any], key: str) 
     path, member = op.attrs["path"], op.attrs["key"]
     try:
         array = data_root.read(worker.data_root, path, member, worker.node)
-    except MPRuntimeError as e:
-        raise MPRuntimeError(f"party {worker.rank}: {e}", party=worker.rank,
-                             op=op.opcode) from None
+    except MPRuntimeError as e:  # of its kind: missing data is told as it is
+        raise type(e)(f"party {worker.rank}: {e}", party=worker.rank, op=op.opcode) from None
     what = f"{path!r}" if member is None else f"{path!r}[{member!r}]"
     return [_checked(worker, op, what, array)]
 
@@ -62,7 +61,6 @@ def _simp_load(interp: Interpreter, op: Operation, args: list[Any], key: str) ->
     try:
         array = worker.named.get(name)
         worker.named.record_use(name, interp.exec_id)
-    except MPRuntimeError as e:
-        raise MPRuntimeError(f"party {worker.rank}: {e}", party=worker.rank,
-                             op=op.opcode) from None
+    except MPRuntimeError as e:  # of its kind: missing data is told as it is
+        raise type(e)(f"party {worker.rank}: {e}", party=worker.rank, op=op.opcode) from None
     return [_checked(worker, op, f"object {name!r}", array)]

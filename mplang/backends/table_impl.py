@@ -43,10 +43,11 @@ SQL_BATCH_ROWS = 1 << 16
 # ---------------------------------------------------------------- checks
 
 
-def _fail(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
+def _fail(interp: Interpreter, op: Operation, message: str,
+          kind: type[MPRuntimeError] = MPRuntimeError) -> MPRuntimeError:
     where = f" (traced at {op.loc})" if op.loc else ""
-    return MPRuntimeError(f"party {interp.party}: op {op.opcode}{where}: {message}",
-                          party=interp.party, op=op.opcode, loc=op.loc)
+    return kind(f"party {interp.party}: op {op.opcode}{where}: {message}",
+                party=interp.party, op=op.opcode, loc=op.loc)
 
 
 def _input(interp: Interpreter, op: Operation, value: Any, index: int) -> pa.Table:
@@ -207,8 +208,8 @@ def _read(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
     except ValueError as e:
         raise _fail(interp, op, f"{path!r} on {worker.node} does not have the type the "
                                 f"program expects, {t}: {e}") from None
-    except MPRuntimeError as e:
-        raise _fail(interp, op, str(e)) from None
+    except MPRuntimeError as e:  # of its kind: a missing file is told as it is
+        raise _fail(interp, op, str(e), type(e)) from None
 
 
 def _write_file(table: pa.Table, target: Path, fmt: str) -> None:
@@ -234,13 +235,17 @@ def _write(interp: Interpreter, op: Operation, args: list[Any], key: str) -> lis
     worker = _worker(interp)
     path, fmt = op.attrs["path"], op.attrs["format"]
     table = _input(interp, op, args[0], 0)
+    name = f"table.write_{fmt}"
+    what = f"op {name}" + (f" at {op.loc}" if op.loc else "")
     try:
-        target = data_root.resolve_for_write(worker.data_root, path, worker.node,
-                                             op=f"table.write_{fmt}",
+        data_root.check_relpath(path, worker.node, op=name, extensions=(T.FORMATS[fmt],))
+        worker.check_write(what, path)  # the party's policy, before a folder is made
+        target = data_root.resolve_for_write(worker.data_root, path, worker.node, op=name,
                                              extensions=(T.FORMATS[fmt],))
+        worker.check_write(what, path, target)  # where links inside the root lead
         _write_file(table, target, fmt)
-    except MPRuntimeError as e:
-        raise _fail(interp, op, str(e)) from None
+    except MPRuntimeError as e:  # of its kind: a bad path is told as it is
+        raise _fail(interp, op, str(e), type(e)) from None
     except (pa.ArrowException, OSError) as e:
         raise _fail(interp, op, f"cannot write {path!r} on {worker.node}: "
                                 f"{type(e).__name__}: {e}") from None
@@ -253,7 +258,8 @@ def _write(interp: Interpreter, op: Operation, args: list[Any], key: str) -> lis
 def run_sql(query: str, tables: Mapping[str, pa.Table], max_rows: int = T.MAX_ROWS
             ) -> pa.Table:
     """``query`` over ``tables`` (by name) in a locked-down DuckDB database; ValueError
-    (its message free of data) if it may not run, fails, or gives over ``max_rows`` rows."""
+    if it may not run, fails (DuckDB's message, which may quote the data), or gives over
+    ``max_rows`` rows."""
     import duckdb
     import pyarrow as pa
 
@@ -274,10 +280,25 @@ def run_sql(query: str, tables: Mapping[str, pa.Table], max_rows: int = T.MAX_RO
                     raise ValueError(f"the result has over {max_rows} rows")
                 batches.append(batch)
             return pa.Table.from_batches(batches, schema=reader.schema)
-        except duckdb.Error as e:
-            raise ValueError(redacted(first_line(e))) from None
+        except duckdb.Error as e:  # it may quote the data: it stays in this party's log
+            raise ValueError(first_line(e)) from None
     finally:
         con.close()
+
+
+@BACKEND.payload_check(T.sql_p)
+def _check_sql(op: Operation) -> None:
+    """A received ``table.sql`` is refused unless its query may run (`query_problem`)."""
+    query = op.attrs["query"]
+    con = sql_connection()
+    try:
+        problem = query_problem(con, query)
+    finally:
+        con.close()
+    if problem is not None:
+        where = f" at {op.loc}" if op.loc else ""
+        raise MPSerializationError(f"{op.opcode}{where}: {problem} (query "
+                                   f"{short_query(query)})")
 
 
 @BACKEND.kernel(T.sql_p)

@@ -56,3 +56,13 @@ def error_message(response: Reply, limit: int = 2000) -> str | None:
         return None
     error = body.get("error") if isinstance(body, dict) else None
     return error[:limit] if isinstance(error, str) else None
+
+
+def refused_by_policy(response: Reply) -> bool:
+    """Whether the worker's answer is its policy's refusal (``kind`` PolicyRefusedError),
+    which the driver raises as an `MPRefusedError` with the party's message."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("kind") == "PolicyRefusedError"

@@ -85,12 +85,12 @@ plaintext_to: []          # no party and no driver receives {node}'s data in pla
 protocols: [{protocols}]  # secure-device protocols accepted{protocol_note}
 programs: []              # digests of programs allowed to reveal anything (mplang check)
 max_uses: {{}}              # uploaded object -> how many executions may use it
+writes: []                # files programs may write in {node}'s data root (none; e.g. out/*.csv)
 declassify:               # what may be revealed of values computed from {node}'s data
-  - to: ["*"]             # comparison results (the millionaire's answer, a PSI mask)
-    when: compare
-  - to: ["*"]             # aggregates over at least 10 of its elements (means,
-    when: aggregate       # variances, counts, trained model weights)
-    min_elements: 10
+  # sums, means, counts, variances, model updates over >= 10 distinct rows of its data
+  - {{to: ["*"], when: aggregate, min_rows: 10}}
+  # comparisons between values of different owners (the millionaire's answer)
+  - {{to: ["*"], when: compare}}
 """
 """The development policy of every node: the bundled examples satisfy it."""
 

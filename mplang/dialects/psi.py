@@ -31,8 +31,7 @@ from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import Mask, MPType, TensorType, ValueType, scalar
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels
-from mplang.policy.labels import Label, compared, reduced
-from mplang.policy.labels import join as join_labels
+from mplang.policy.labels import compared, raw, subset
 
 mark_library(__file__)
 
@@ -145,41 +144,35 @@ def _size_rule(sig: Signature) -> list[ValueType]:
 
 @join_p.def_flow
 def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
-    """Each holder keeps its own rows and learns which of its keys the other holds (a
-    comparison of the other's data)."""
+    """Each holder keeps those of its rows whose keys the other holds: it learns which of
+    its keys the other's table has (a comparison between their keys, raw membership if
+    its own side is not its own data), and its rows become a subset chosen by the other's
+    data, whose size each holder's kernel checks against its own ``min_rows`` at run time."""
     holder_a, holder_b = holders(op)
     la, lb = ins[0].get(holder_a), ins[1].get(holder_b)
     what = "which of the receiver's keys this party's table holds"
-    a.send(op, holder_a, compared(lb), what)
-    a.send(op, holder_b, compared(la), what)
-    out_a, out_b = join_labels(la, compared(lb)), join_labels(lb, compared(la))
+    seen_by_a, seen_by_b = compared(la, lb), compared(lb, la)
+    a.send(op, holder_a, seen_by_a, what)
+    a.send(op, holder_b, seen_by_b, what)
+    out_a, out_b = subset(la, seen_by_a), subset(lb, seen_by_b)
     return [{} if out_a is None else {holder_a: out_a},
             {} if out_b is None else {holder_b: out_b}]
 
 
-def _rows(op: Operation, side: int) -> int:
-    t = op.inputs[side].type
-    assert isinstance(t, MPType) and isinstance(t.base, TableType)
-    return max(1, t.base.rows or 1)
-
-
 @size_p.def_flow
 def _size_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
-    """A count of comparisons reaches ``reveal_to``; each holder learns how many distinct
-    keys the other has."""
+    """The intersection size is a count of comparisons between the two tables' keys (raw
+    membership if a side is not its holder's own data); row counts are public, as
+    shapes are."""
     holder_a, holder_b = holders(op)
-    la: Label = reduced(compared(ins[0].get(holder_a)), _rows(op, 0))
-    lb: Label = reduced(compared(ins[1].get(holder_b)), _rows(op, 1))
-    a.send(op, holder_b, la, "the number of distinct keys of this party's table")
-    a.send(op, holder_a, lb, "the number of distinct keys of this party's table")
-    count = join_labels(la, lb)
+    count = compared(ins[0].get(holder_a), ins[1].get(holder_b))
+    if count is not None and count.mine and count.form == "rowwise":
+        count = raw([count])
     reveal_to = tuple(op.attrs["reveal_to"])
     counter = counter_of((holder_a, holder_b), reveal_to)
-    if counter not in (holder_a, holder_b):  # it receives both blinded sets
-        a.send(op, counter, count, "the numbers of distinct keys of both tables")
-    for r in reveal_to:
+    for r in dict.fromkeys((counter, *reveal_to)):
         a.send(op, r, count, "the intersection size")
-    return [{} if count is None else dict.fromkeys(reveal_to, count)]
+    return [{} if count is None or not count.mine else dict.fromkeys(reveal_to, count)]
 
 
 @feop(join_p, example='ja, jb = psi.join(a, b, key="id", how="inner", protocol="rr22")')

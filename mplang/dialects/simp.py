@@ -36,7 +36,7 @@ from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType, scalar
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels, everywhere, merge
-from mplang.policy.labels import Label, join, source
+from mplang.policy.labels import FOREIGN, Label, join, leading_rows, source
 
 
 def _shuffle_static_cost(op: Operation, model: CostModel) -> OpCost:
@@ -512,11 +512,12 @@ def _no_data(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLa
 @load_p.def_flow
 def _load_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     """An uploaded object is a source of its owner's data."""
-    if op.attrs["party"] != a.party:
-        return [{}]
+    owner: int = op.attrs["party"]
+    if owner != a.party:
+        return [{owner: FOREIGN}]
     name = str(op.attrs["name"])
     a.source(op, name)
-    return [{a.party: source(name)}]
+    return [{a.party: source(name, leading_rows(op.outputs[0].type))}]
 
 
 @pcall_p.def_flow
@@ -529,8 +530,6 @@ def _pcall_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Part
     outs: list[PartyLabels] = [{} for _ in op.outputs]
     for q in runners:
         mine = [lab.get(q) for lab in ins]
-        if q != a.party and all(lab is None for lab in mine):
-            continue
         for out, lab in zip(outs, a.local(op.regions[0], mine, q == a.party), strict=True):
             if lab is not None:
                 out[q] = lab

@@ -555,9 +555,10 @@ def _seal_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
 def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     """Labels through the StableHLO of the executable, to every member."""
     _device_use(a, op)
-    outs = labels_through(stablehlo_text(op), [everywhere(v) for v in ins], len(op.outputs))
+    result = labels_through(stablehlo_text(op), [everywhere(v) for v in ins], len(op.outputs))
+    a.observe(op, result.observed)
     members = op.attrs["members"]
-    return [{} if lab is None else dict.fromkeys(members, lab) for lab in outs]
+    return [{} if lab is None else dict.fromkeys(members, lab) for lab in result.outputs]
 
 
 @reveal_p.def_flow

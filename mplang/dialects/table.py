@@ -56,7 +56,7 @@ from mplang.edsl.typing import (
 )
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, local_conservative
-from mplang.policy.labels import Label, source
+from mplang.policy.labels import FOREIGN, Label, leading_rows, source, with_rows
 
 _SHORT = {"bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
           "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
@@ -232,7 +232,7 @@ read_p = Primitive(
 write_p = Primitive(
     "table.write", kind="compute", execution_model="single_rank", traits=LOCAL_EFFECT,
     operands=[Operand("t", TABLE)], attrs={"path": _PATH, "format": _FORMAT}, results=[],
-    targets=("PPU",), cost=local_cost, local_flow=local_conservative,
+    targets=("PPU",), cost=local_cost,
     doc="Write a table (CSV or Parquet) into the party's own data root.")
 sql_p = Primitive(
     "table.sql", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
@@ -248,12 +248,11 @@ to_tensor_p = Primitive(
     attrs={"columns": _COLUMNS,
            "rows": Attr(int, required=True, min=0, max=MAX_ROWS, doc="the table's row count")},
     results=[Result("out", TENSOR)], targets=("PPU",), cost=local_cost,
-    local_flow=local_conservative, doc="Numeric columns of a table as a 2-D tensor.")
+    doc="Numeric columns of a table as a 2-D tensor.")
 from_tensor_p = Primitive(
     "table.from_tensor", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
     operands=[Operand("x", TENSOR)], attrs={"columns": _COLUMNS}, results=_TABLE,
-    targets=("PPU",), cost=local_cost, local_flow=local_conservative,
-    doc="A tensor's columns as a table.")
+    targets=("PPU",), cost=local_cost, doc="A tensor's columns as a table.")
 
 
 def _check_path(op: str, path: Any, fmt: str) -> None:
@@ -287,10 +286,27 @@ def _read_rule(sig: Signature) -> list[ValueType]:
 def _read_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """A table read from p's data root is p's data (raw), like ``tensor.load``."""
     if not own:
-        return [None]
+        return [FOREIGN]
     name = str(op.attrs["path"])
     a.source(op, name)
-    return [source(name)]
+    return [source(name, leading_rows(op.outputs[0].type), table=True)]
+
+
+@write_p.def_local_flow
+def _write_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
+    """A write into the party's data root, which its policy's ``writes`` must allow."""
+    if own:
+        a.write(op, str(op.attrs["path"]), a.party)
+    return []
+
+
+@to_tensor_p.def_local_flow
+@from_tensor_p.def_local_flow
+def _rows_kept(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
+    """Columns as a tensor (or back): the rows stay the rows, now of a known count."""
+    (label,) = ins
+    rows = op.attrs.get("rows")
+    return [with_rows(label, rows) if isinstance(rows, int) else label]
 
 
 @write_p.def_type_rule

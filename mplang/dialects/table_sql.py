@@ -10,6 +10,7 @@ map and what the lockdown refuses: ``docs/tables.md``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +69,22 @@ def sql_connection() -> duckdb.DuckDBPyConnection:
     return duckdb.connect(":memory:", config=SQL_CONFIG)
 
 
+REFUSED_FUNCTIONS = {
+    "error": "raises an error with any text, which could carry a party's data out",
+    "assert_true": "raises an error with any message, which could carry a party's data out",
+    "histogram_values": "raises an error naming its technique, which could carry a party's "
+                        "data out",
+    "query": "runs SQL given as a string, which this check does not see",
+    "json_execute_serialized_sql": "runs SQL given as a string, which this check does not "
+                                   "see",
+}
+"""DuckDB functions a query may not call, and why: an error's text can carry a party's
+data to the driver, and SQL hidden in a string escapes this check."""
+
+
 def query_problem(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
-    """Why ``query`` may not run (None: it is one SELECT statement)."""
+    """Why ``query`` may not run (None: it is one SELECT statement that calls none of
+    `REFUSED_FUNCTIONS`)."""
     import duckdb
 
     try:
@@ -81,6 +96,33 @@ def query_problem(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
     kind = statements[0].type.name
     if kind != "SELECT":
         return f"only SELECT statements run, not {kind}"
+    return _refused_call(con, query)
+
+
+def _refused_call(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
+    """Why ``query`` may not run if it calls one of `REFUSED_FUNCTIONS` (DuckDB's parse
+    tree names every function a query calls, however it is spelt)."""
+    import duckdb
+
+    try:
+        rows = con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()
+        tree = json.loads(rows[0][0]) if rows else None
+    except (duckdb.Error, ValueError, RecursionError) as e:
+        return f"the query's functions cannot be checked: {type(e).__name__}"
+    if not isinstance(tree, dict) or tree.get("error") is not False:
+        message = tree.get("error_message") if isinstance(tree, dict) else None
+        return f"the query's functions cannot be checked: {message or 'no parse tree'}"
+    nodes: list[Any] = [tree]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, dict):
+            name = node.get("function_name")
+            if isinstance(name, str) and name.lower() in REFUSED_FUNCTIONS:
+                return f"function {name.lower()}() is refused: it " \
+                       f"{REFUSED_FUNCTIONS[name.lower()]}"
+            nodes.extend(node.values())
+        elif isinstance(node, list):
+            nodes.extend(node)
     return None
 
 

@@ -47,7 +47,7 @@ from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
 from mplang.policy.flows import Analysis, local_conservative
-from mplang.policy.labels import Label, source
+from mplang.policy.labels import FOREIGN, Label, leading_rows, source
 from mplang.policy.tensor_flows import through
 from mplang.util.lru import LRUCache
 
@@ -507,17 +507,19 @@ def _constant_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> l
 @run_jax_p.def_local_flow
 def _run_jax_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """Labels follow the ops of the StableHLO module."""
-    return through(_stablehlo, op.attrs["module"], ins, len(op.outputs))
+    result = through(_stablehlo, op.attrs["module"], ins, len(op.outputs))
+    a.observe(op, result.observed)
+    return result.outputs
 
 
 @load_p.def_local_flow
 def _load_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """A file of the party's data root is a source of the party's data."""
     if not own:
-        return [None]
+        return [FOREIGN]
     name = str(op.attrs["path"]) + (f"[{op.attrs['key']}]" if op.attrs.get("key") else "")
     a.source(op, name)
-    return [source(name)]
+    return [source(name, leading_rows(op.outputs[0].type))]
 
 
 # ---------------------------------------------------------------- the text form of modules

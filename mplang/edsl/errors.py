@@ -59,11 +59,13 @@ class MPCommunicationError(MPRuntimeError):
 
 
 class MPRefusedError(MPLangError):
-    """A worker refused a request: an unknown or unauthorized certificate, a body or
-    message over its limits, a message no running execution expects. ``status`` is
-    the HTTP status the worker answers with (4xx)."""
+    """A party refused a request: its policy refuses a program, a fetch or a write
+    (the message names the party, the op and the rule to add), or its worker refuses
+    an unknown or unauthorized certificate, a body or message over its limits, a
+    message no running execution expects. ``status`` is the HTTP status the worker
+    answers with (4xx)."""
 
-    def __init__(self, message: str, status: int):
+    def __init__(self, message: str, status: int = 403):
         super().__init__(message)
         self.status = status
 

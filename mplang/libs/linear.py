@@ -89,16 +89,19 @@ def _train(epochs: int, lr: float, batch: int, l2: float, intercept: bool, y: An
         error = jax.nn.sigmoid(xb @ w) - yb
         return w - lr * (xb.T @ error / xb.shape[0] + penalty * w)
 
-    full, rest = divmod(n, batch)
+    head = (n // batch - 1) * batch
+    blocks_x = x[:head].reshape(-1, batch, d)
+    blocks_y = y[:head].reshape(-1, batch)
 
     def epoch(_: Any, w: Any) -> Any:
         def step(i: Any, w: Any) -> Any:
-            xb = jax.lax.dynamic_slice_in_dim(x, i * batch, batch)
-            yb = jax.lax.dynamic_slice_in_dim(y, i * batch, batch)
+            xb = jax.lax.dynamic_index_in_dim(blocks_x, i, keepdims=False)
+            yb = jax.lax.dynamic_index_in_dim(blocks_y, i, keepdims=False)
             return update(w, xb, yb)
 
-        w = jax.lax.fori_loop(0, full, step, w) if full > 1 else update(w, x[:batch], y[:batch])
-        return update(w, x[n - rest:], y[n - rest:]) if rest else w
+        if head:
+            w = jax.lax.fori_loop(0, head // batch, step, w)
+        return update(w, x[head:], y[head:])  # the last batch takes the rows left over
 
     w = jax.lax.fori_loop(0, epochs, epoch, jnp.zeros(d, jnp.float32))
     bounds = [0, *itertools.accumulate(a.shape[1] for a in xs)]
@@ -113,8 +116,8 @@ def train_vertical_lr(features: Sequence[Any], labels: Any, epochs: int = 10, lr
     """Train a logistic regression on column-split ``features`` (one ``[rows, d_i]``
     matrix per party) and 0/1 ``labels`` (``[rows]`` on one party) on ``device``.
 
-    ``epochs`` passes of mini-batch gradient descent (``batch_size`` rows in row order;
-    None: the full batch) with step ``lr`` and L2 penalty ``l2`` (not on the intercept),
+    ``epochs`` passes of mini-batch gradient descent (``batch_size`` rows in row order,
+    the last batch taking the rows left over; None: the full batch) with step ``lr`` and L2 penalty ``l2`` (not on the intercept),
     from zero weights. Returns one weight vector per entry of ``features``, revealed to
     that entry's party only; the intercept is appended to the label holder's weights
     (or, if the label holder holds no features, returned as one more entry). Standardize

@@ -8,15 +8,15 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mplang.edsl.errors import MPLangError
-from mplang.edsl.graph import Graph
-from mplang.policy.flows import DRIVER, PartyLabels, Send, analyze
-from mplang.policy.labels import Flow, Label
+from mplang.edsl.errors import MPRefusedError
+from mplang.edsl.graph import Graph, Operation
+from mplang.policy.flows import DRIVER, Analysis, PartyLabels, Send, analyze
+from mplang.policy.labels import Flow, Label, smallest_part
 from mplang.policy.policy import DRIVER as DRIVER_NAME
-from mplang.policy.policy import Policy
+from mplang.policy.policy import DeclassifyRule, Policy
 
 
-class PolicyRefusedError(MPLangError):
+class PolicyRefusedError(MPRefusedError):
     """A party's policy refuses a program or a fetch. The message names the op, its
     source line and the rule to add to that party's policy file to allow it."""
 
@@ -36,37 +36,48 @@ class Verdict:
         return f"{node} refuses the program: " + "; ".join(self.reasons)
 
 
-def judge(policy: Policy, receiver: str, label: Flow, digest: str | None) -> str | None:
-    """Why ``receiver`` may get a value labelled ``label`` (None: it may not)."""
+def judge(policy: Policy, receiver: str, label: Flow, digest: str | None
+          ) -> tuple[str | None, DeclassifyRule | None]:
+    """Why ``receiver`` may get a value labelled ``label`` (None: it may not), and the
+    aggregate rule that allows it (its ``min_rows`` then bounds overlapping releases)."""
     if policy.may_receive_plaintext(receiver):
-        return f"plaintext_to lists {receiver}"
+        return f"plaintext_to lists {receiver}", None
     if digest is not None and digest in policy.programs:
-        return "the program digest is allow-listed"
-    rule = policy.rule_for(receiver, label.form, label.elements)
-    return None if rule is None else f"rule {rule}"
+        return "the program digest is allow-listed", None
+    form = label.declassified_as
+    rule = policy.rule_for(receiver, form, label.rows if form == "aggregate" else None)
+    if rule is None:
+        return None, None
+    return f"rule {rule}", rule if rule.when == "aggregate" else None
 
 
 def _hint(receiver: str, label: Flow) -> str:
-    if label.form == "raw":
-        return (f"add {receiver} to plaintext_to, or the program digest to programs (a raw "
-                "value is never declassified by aggregate/compare/count rules)")
-    return (f"add a rule {{to: [{receiver}], when: {label.form}"
-            + (f", min_elements: {label.elements}" if label.form in ("aggregate", "count")
-               else "") + "} to declassify, or the program digest to programs")
+    form = label.declassified_as
+    if form == "raw":
+        return (f"add {receiver} to plaintext_to, or the program digest to programs (row-wise "
+                "or raw values are never declassified by aggregate or compare rules)")
+    if form == "aggregate" and label.rows is None:
+        return ("aggregate it in the secure device with groups of at least min_rows rows "
+                "enforced at run time (mplang.libs.groupby), or allow-list the program digest")
+    extra = f", min_rows: {label.rows}" if form == "aggregate" else ""
+    return (f"add a rule {{to: [{receiver}], when: {form}{extra}}} to declassify, or the "
+            "program digest to programs")
 
 
 def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
           names: Sequence[str] | None = None, driver: str | None = None,
           digest: str | None = None, input_labels: Sequence[PartyLabels | None] | None = None,
-          outputs_fetchable: bool = True, uses: Callable[[str], int] | None = None) -> Verdict:
+          outputs_fetchable: bool = True, sends_reach_driver: bool = False,
+          uses: Callable[[str], int] | None = None) -> Verdict:
     """Party ``rank``'s verdict on ``graph`` under ``policy``.
 
     ``names``: node names by rank; ``driver``: the asking driver's name (checked
     against ``drivers``); ``digest``: the program digest (``programs``);
     ``input_labels``: labels of the graph inputs (stored objects); with
-    ``outputs_fetchable``, an output of this party's that derives from its data is
-    a flow to the driver; ``uses(name)``: how many executions used an uploaded
-    object so far (``max_uses``).
+    ``outputs_fetchable``, every output derived from this party's data, whoever holds
+    it, is a flow to the driver; with ``sends_reach_driver`` (one op at a time, where
+    a holder cannot judge a later fetch), so is every copy sent to another party;
+    ``uses(name)``: how many executions used an uploaded object so far (``max_uses``).
     """
     names = list(names) if names is not None else [f"node_{r}" for r in range(world_size)]
     analysis, outs = analyze(graph, world_size, rank, input_labels)
@@ -75,64 +86,129 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
         verdict.reasons.append(f"driver {driver!r} is not in drivers "
                                f"[{', '.join(policy.drivers or ())}] of {policy.source}")
     sends = list(analysis.sends)
+    if sends_reach_driver:
+        sends += [Send(s.op, DRIVER, s.label, s.what + ", which the driver may fetch from "
+                       + names[s.receiver]) for s in analysis.sends if s.receiver != DRIVER]
     verdict.outputs = [lab.get(rank) for lab in outs]
-    for index, (v, label) in enumerate(zip(graph.outputs, verdict.outputs, strict=True)):
-        if label is not None and outputs_fetchable:
-            producer = next((op for op in graph.operations if v in op.outputs), None)
-            if producer is not None:
-                sends.append(Send(producer, DRIVER, label, f"program output {index}"))
-            else:
-                verdict.flows.append(f"program input {index} is returned as output {index}")
+    if outputs_fetchable:
+        sends += _output_flows(graph, outs, names, verdict)
+    allowed: list[tuple[Send, DeclassifyRule]] = []
     seen: set[tuple[int, str]] = set()
     for send in sends:
         receiver = DRIVER_NAME if send.receiver == DRIVER else names[send.receiver]
-        why = judge(policy, receiver, send.label, digest)
+        why, rule = judge(policy, receiver, send.label, digest)
         verdict.flows.append(f"{send.label} -> {receiver} ({send.what}, {send.where}): "
                              + (f"allowed: {why}" if why else "REFUSED"))
+        if rule is not None:
+            allowed.append((send, rule))
         if why is None and (id(send.op), receiver) not in seen:
             seen.add((id(send.op), receiver))
             verdict.reasons.append(f"{send.where} sends {send.what}, {send.label}, to "
                                    f"{receiver}; {_hint(receiver, send.label)} in "
                                    f"{policy.source}")
+    _overlaps(allowed, sends, policy, verdict)
+    _devices(analysis, policy, rank, verdict)
+    _uses(analysis, policy, uses, verdict)
+    _writes(analysis, policy, verdict)
+    verdict.accepted = not verdict.reasons
+    return verdict
+
+
+def _output_flows(graph: Graph, outs: list[PartyLabels], names: list[str], verdict: Verdict
+                  ) -> list[Send]:
+    """Every program output derived from this party's data, whoever holds it, reaches the
+    driver when it fetches it."""
+    sends = []
+    producers = {id(v): op for op in graph.operations for v in op.outputs}
+    for index, (v, labels) in enumerate(zip(graph.outputs, outs, strict=True)):
+        for holder, label in sorted(labels.items()):
+            if not label.mine:
+                continue
+            producer = producers.get(id(v))
+            if producer is None:
+                verdict.flows.append(f"program input {index} is returned as output {index}")
+                break
+            sends.append(Send(producer, DRIVER, label,
+                              f"program output {index}, held by {names[holder]}"))
+    return sends
+
+
+def _overlaps(allowed: list[tuple[Send, DeclassifyRule]], sends: list[Send], policy: Policy,
+              verdict: Verdict) -> None:
+    """Refuse aggregates whose row sets overlap others' so that subtracting them isolates
+    fewer than ``min_rows`` rows."""
+    released = [r for s in sends if s.label.mine for r in s.label.rowsets]
+    for send, rule in allowed:
+        part = smallest_part(released, send.label.rowsets)
+        if part is not None and part[1] < rule.min_rows:
+            reason = (f"{send.where} sends {send.what}, {send.label}, which overlaps another "
+                      f"release of this party's data: subtracting them isolates {part[0]} of "
+                      f"{', '.join(sorted(part[0].sources))}, fewer than min_rows "
+                      f"{rule.min_rows} of {rule} in {policy.source}")
+            if reason not in verdict.reasons:
+                verdict.reasons.append(reason)
+
+
+def _devices(analysis: Analysis, policy: Policy, rank: int, verdict: Verdict) -> None:
     for op, attrs in analysis.devices:
         members = list(attrs.get("members", ()))
         protocol, beaver = str(attrs.get("protocol")), str(attrs.get("beaver", ""))
         if not policy.accepts_protocol(protocol, beaver, bool(members) and members[0] == rank):
-            where = f"op {op.opcode}" + (f" at {op.loc}" if op.loc else "")
-            reason = (f"{where} uses device {attrs.get('device')} with protocol {protocol}"
-                      + (f" (Beaver source {beaver})" if beaver else "")
+            reason = (f"{_where(op)} uses device {attrs.get('device')} with protocol "
+                      f"{protocol}" + (f" (Beaver source {beaver})" if beaver else "")
                       + f", which protocols of {policy.source} does not accept")
             if reason not in verdict.reasons:
                 verdict.reasons.append(reason)
+
+
+def _uses(analysis: Analysis, policy: Policy, uses: Callable[[str], int] | None,
+          verdict: Verdict) -> None:
     for op, name in analysis.loads:
         limit = policy.max_uses.get(name)
         if limit is None:
             continue
         used = uses(name) if uses is not None else 0
         if used >= limit:
-            where = f"op {op.opcode}" + (f" at {op.loc}" if op.loc else "")
-            verdict.reasons.append(f"{where} uses {name!r}, already used by {used} "
+            verdict.reasons.append(f"{_where(op)} uses {name!r}, already used by {used} "
                                    f"executions: max_uses {name}: {limit} in {policy.source}")
-    verdict.accepted = not verdict.reasons
-    return verdict
+
+
+def _writes(analysis: Analysis, policy: Policy, verdict: Verdict) -> None:
+    for op, path in analysis.writes:
+        if not policy.may_write(path):
+            verdict.reasons.append(
+                f"{_where(op)} writes {path!r} into this party's data root: writes: "
+                f"[{', '.join(policy.writes)}] in {policy.source} does not allow it")
+
+
+def _where(op: Operation) -> str:
+    return f"op {op.opcode}" + (f" at {op.loc}" if op.loc else "")
 
 
 class LabelTable:
-    """Labels of the stored objects derived from this party's data, by URI."""
+    """Labels of the stored objects derived from this party's data, by URI, and whether
+    the driver's fetch of each was judged already (a program output this party accepted)."""
 
     def __init__(self) -> None:
-        self._labels: dict[str, Flow] = {}
+        self._labels: dict[str, tuple[Flow, bool]] = {}
         self._lock = threading.Lock()
 
-    def record(self, uris: Sequence[str | None], labels: Sequence[Label]) -> None:
+    def record(self, uris: Sequence[str | None], labels: Sequence[Label],
+               judged: bool = False) -> None:
         with self._lock:
             for uri, label in zip(uris, labels, strict=False):
-                if uri is not None and label is not None:
-                    self._labels[uri] = label
+                if uri is not None and label is not None and label.mine:
+                    self._labels[uri] = (label, judged)
 
     def of(self, uri: str | None) -> Label:
         with self._lock:
-            return None if uri is None else self._labels.get(uri)
+            entry = None if uri is None else self._labels.get(uri)
+            return None if entry is None else entry[0]
+
+    def judged(self, uri: str) -> bool:
+        with self._lock:
+            entry = self._labels.get(uri)
+            return entry is not None and entry[1]
 
     def forget(self, uri: str) -> None:
         with self._lock:
@@ -160,33 +236,43 @@ class Guard:
 
     def vet(self, graph: Graph, digest: str | None, driver: str,
             uses: Callable[[str], int] | None = None) -> Verdict:
-        """The verdict on running ``graph`` (``digest``) for the driver whose certificate
-        fingerprint is ``driver`` (a driver the spec does not name is not checked)."""
+        """The verdict on running the whole program ``graph`` (``digest``) for the driver
+        whose certificate fingerprint is ``driver`` (a driver the spec does not name is
+        not checked). Every output derived from this party's data, whoever holds it, is
+        judged as a flow to the driver."""
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
-                        driver=self.drivers.get(driver), digest=digest,
-                        outputs_fetchable=False, uses=uses)
+                        driver=self.drivers.get(driver), digest=digest, uses=uses)
         self._vetted[graph] = (digest, verdict)
         return verdict
 
     def admit(self, graph: Graph, input_uris: Sequence[str | None]) -> Verdict:
         """The verdict on running ``graph`` on stored objects ``input_uris`` (whose labels
         it takes); raises `PolicyRefusedError` if refused. A graph `vet` accepted whose
-        inputs carry no label of this party's data has that verdict already."""
+        inputs carry no label of this party's data has that verdict already; a graph
+        not vetted (one op sent on its own) is judged so that every copy of this party's
+        data sent to another party counts as reaching the driver too."""
         inputs = [None if (lab := self.labels.of(uri)) is None else {self.rank: lab}
                   for uri in input_uris]
         digest, vetted = self._vetted.get(graph, (None, None))
         if vetted is not None and vetted.accepted and not any(inputs):
             return vetted
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
-                        digest=digest, input_labels=inputs, outputs_fetchable=False)
+                        digest=digest, input_labels=inputs, outputs_fetchable=vetted is not None,
+                        sends_reach_driver=vetted is None)
         if not verdict.accepted:
             raise PolicyRefusedError(verdict.message(self.node))
         return verdict
 
+    def record(self, graph: Graph, uris: Sequence[str | None], verdict: Verdict) -> None:
+        """Keep the labels of ``graph``'s outputs stored at ``uris``; a whole program's
+        outputs were judged as flows to the driver when it was accepted."""
+        self.labels.record(uris, verdict.outputs, judged=graph in self._vetted)
+
     def check_fetch(self, uri: str) -> None:
         """Raise `PolicyRefusedError` if the driver may not fetch object ``uri``."""
         label = self.labels.of(uri)
-        if label is None or judge(self.policy, DRIVER_NAME, label, None) is not None:
+        if label is None or self.labels.judged(uri) or \
+                judge(self.policy, DRIVER_NAME, label, None)[0] is not None:
             return
         raise PolicyRefusedError(
             f"{self.node} refuses to send object {uri[:80]} to the driver: it is {label}; "

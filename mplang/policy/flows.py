@@ -55,18 +55,34 @@ class Analysis:
     """Secure-device ops touching p (member, or p's data sealed in) and their configs."""
     loads: list[tuple[Operation, str]] = field(default_factory=list)
     """Sources of p's data the program reads: (op, name)."""
+    writes: list[tuple[Operation, str]] = field(default_factory=list)
+    """Files of p's data root the program writes: (op, path)."""
     _seen: set[tuple[int, int]] = field(default_factory=set)
 
     # -- used by rules
     def send(self, op: Operation, receiver: int, label: Label, what: str) -> None:
         """Record that ``receiver`` gets a copy labelled ``label`` (once per op and receiver)."""
-        if label is None or receiver == self.party or (id(op), receiver) in self._seen:
+        if label is None or not label.mine or receiver == self.party or \
+                (id(op), receiver) in self._seen:
             return
         self._seen.add((id(op), receiver))
         self.sends.append(Send(op, receiver, label, what))
 
     def source(self, op: Operation, name: str) -> None:
         self.loads.append((op, name))
+
+    def write(self, op: Operation, path: str, runner: int) -> None:
+        """Record that party ``runner`` writes ``path`` into its data root at ``op``."""
+        if runner == self.party:
+            self.writes.append((op, path))
+
+    def observe(self, op: Operation, label: Label) -> None:
+        """Whoever sees ``op``'s run time (the driver, every other party) learns
+        ``label``: a loop's trip count or a branch taken that depends on p's data."""
+        if label is None or not label.mine:
+            return
+        for q in [DRIVER, *range(self.world_size)]:
+            self.send(op, q, label, "the run time of a loop or branch that depends on it")
 
     def holders(self, v: Value) -> list[int]:
         """The parties that may hold ``v`` (every party when unknown)."""
@@ -104,7 +120,7 @@ class Analysis:
         label = raw(lab for party_labels in ins for lab in party_labels.values())
         if label is None:
             return [{} for _ in op.outputs]
-        outs = []
+        outs: list[PartyLabels] = []
         for v in op.outputs:
             holders = self.holders(v)
             for q in holders:

@@ -1,64 +1,243 @@
 """Flow labels: what a value reveals of one party's data.
 
-A label is None (the value is not derived from the party's data) or a `Flow`.
-Forms, from most to least revealing: ``raw`` (elements themselves, or anything
-not modelled), ``aggregate`` (each element combines ``elements`` of the party's
-elements by a reduction), ``compare`` (a comparison result) and ``count`` (a
-reduction of comparison results).
+The analysis of party p gives every value a label: None (not derived from any
+party's loaded data), ``foreign`` (derived from other parties' loaded data only)
+or one of p's forms, from most to least revealing:
+
+- ``raw``: the elements themselves, or anything not modelled;
+- ``rowwise``: every row of p's data transformed alike (elementwise with scalars,
+  with values uniform along the rows or with other owners' row-aligned values);
+  revealed as it is, a row-wise value is raw;
+- ``aggregate``: a reduction over the row axis of a row-wise value; it records the
+  rows it combines (`Rows`), so that overlapping aggregates can be told apart;
+- ``compare``: a comparison between p's data and another owner's data.
+
+A row-wise value knows where p's rows sit on its row axis (``axis``, ``at``) and
+which rows of the source they are (``window``); an aggregate knows which sets of
+rows it combines (``rowsets``). A value whose rows were weighted by a mask from
+another owner's data (a group-by over their keys) is ``gated``: how many of p's
+rows it combines depends on data.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-FORMS = ("raw", "aggregate", "compare", "count")
+FORMS = ("raw", "rowwise", "aggregate", "compare")
+"""p's forms, most revealing first."""
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows ``[lo, hi)`` of ``sources`` (``step`` 0), or one aligned block of ``step``
+    rows among them, not known which (``step`` > 0)."""
+
+    sources: frozenset[str]
+    lo: int
+    hi: int
+    step: int = 0
+
+    @property
+    def size(self) -> int:
+        """How many rows the set has (0 if not known: a table of unknown size)."""
+        return self.step or max(0, self.hi - self.lo)
+
+    def bounds(self) -> list[int]:
+        """The row indices where the set (or a block of it) starts or ends."""
+        if self.hi < 0:
+            return []
+        if not self.step:
+            return [self.lo, self.hi]
+        return [*range(self.lo, self.hi, self.step), self.hi]
+
+    def __str__(self) -> str:
+        if self.step:
+            return f"a block of {self.step} of rows {self.lo}..{self.hi - 1}"
+        return f"rows {self.lo}..{self.hi - 1}"
 
 
 @dataclass(frozen=True)
 class Flow:
-    """A value derived from one party's data: its ``form``, how many of the party's
-    elements each of its elements combines, whether it aggregates whole un-sliced
-    inputs (``full``) and the names of the sources it derives from."""
+    """A value's label in the analysis of one party (see the module docstring)."""
 
     form: str
-    elements: int = 1
-    full: bool = True
     sources: frozenset[str] = frozenset()
+    window: Rows | None = None
+    """rowwise: the source rows the value's rows are."""
+    axis: int | None = None
+    """rowwise: the row axis (None: a single row, its axis gone)."""
+    at: int = 0
+    """rowwise: where p's rows start on the row axis (others' rows may surround them)."""
+    outer: int | None = None
+    """rowwise: the axis of blocks when the rows were split into blocks of
+    ``window.step`` rows (the row axis then holds the rows of one block)."""
+    rowsets: frozenset[Rows] = frozenset()
+    """The sets of p's rows aggregated into the value."""
+    pure: bool = False
+    """The data as loaded (reshaped or converted at most): ready for a comparison."""
+    gated: bool = False
+    """p's rows were weighted by another owner's mask: the aggregated row count is not
+    known statically."""
+    mask: bool = False
+    """foreign: a comparison result (a mask over the rows)."""
+    enforced: int | None = None
+    """aggregate: groups smaller than this many rows are suppressed at run time."""
+
+    @property
+    def mine(self) -> bool:
+        """Whether the label is of p's data (not ``foreign``)."""
+        return self.form != "foreign"
+
+    @property
+    def rows(self) -> int | None:
+        """aggregate: the fewest rows any element combines (None: depends on data)."""
+        if self.gated:
+            return self.enforced
+        sizes = [r.size for r in self.rowsets]
+        return min(sizes) if sizes else None
+
+    @property
+    def declassified_as(self) -> str:
+        """The form a policy judges: row-wise values revealed as they are are raw."""
+        return "raw" if self.form == "rowwise" else self.form
 
     def __str__(self) -> str:
-        what = self.form if self.form in ("raw", "compare") else \
-            f"{self.form} of {self.elements} elements"
-        return f"{what} of {', '.join(sorted(self.sources)) or 'its data'}"
+        of = ", ".join(sorted(self.sources)) or "its data"
+        if self.form == "aggregate":
+            rows = self.rows
+            what = "aggregate over a data-dependent number of rows" if rows is None else \
+                f"aggregate over {rows} rows"
+            return f"{what} of {of}"
+        if self.form == "rowwise":
+            return f"row-wise (raw) values of {of}"
+        return f"{self.form} of {of}"
 
 
 Label = Flow | None
 
+FOREIGN = Flow("foreign", pure=True)
+"""Another owner's data as loaded."""
 
-def source(name: str) -> Flow:
-    """The label of data loaded from source ``name``."""
-    return Flow("raw", 1, True, frozenset([name]))
+
+UNKNOWN = -1
+"""``Rows.hi`` of a table whose row count is known only at run time."""
+
+
+def source(name: str, rows: int | None, table: bool = False) -> Flow:
+    """The label of p's data loaded from source ``name``: ``rows`` rows (None: a scalar,
+    or a ``table`` whose row count is known only at run time)."""
+    if (rows is None and not table) or (rows is not None and rows < 1):
+        return Flow("raw", frozenset([name]), pure=True)
+    window = Rows(frozenset([name]), 0, UNKNOWN if rows is None else rows)
+    return Flow("rowwise", frozenset([name]), window, 0, 0, pure=True)
+
+
+def raw(labels: Iterable[Label]) -> Label:
+    """The label of anything not modelled: raw from every one of p's inputs; ``foreign``
+    (not pure) if only other owners' data goes in."""
+    sources: frozenset[str] = frozenset()
+    mine = foreign = False
+    for label in labels:
+        if label is None:
+            continue
+        if label.mine:
+            mine = True
+            sources |= label.sources
+        else:
+            foreign = True
+    if mine:
+        return Flow("raw", sources)
+    return Flow("foreign") if foreign else None
+
+
+def impure(label: Label) -> Label:
+    """``label`` of a value computed from it (no longer the data as loaded)."""
+    return replace(label, pure=False) if label is not None and label.pure else label
+
+
+def aggregated(label: Flow, whole: bool = False) -> Flow:
+    """A row-wise value reduced over its row axis (``whole``: and over its blocks): an
+    aggregate over its window."""
+    window = label.window
+    assert window is not None
+    if whole and window.step:
+        window = Rows(window.sources, window.lo, window.hi)
+    return Flow("aggregate", label.sources, rowsets=label.rowsets | {window},
+                gated=label.gated)
+
+
+def combine(a: Label, b: Label) -> Label:
+    """The label of an elementwise combination of p's ``a`` and ``b`` (each may be None
+    or foreign; the caller checks row alignment with values p does not own)."""
+    if a is None or not a.mine:
+        return _with_other(b, a)
+    if b is None or not b.mine:
+        return _with_other(a, b)
+    if "raw" in (a.form, b.form):
+        return raw([a, b])
+    if a.form == "compare" or b.form == "compare":
+        other = b if a.form == "compare" else a
+        if other.form == "compare":
+            return Flow("compare", a.sources | b.sources, rowsets=a.rowsets | b.rowsets)
+        return _merged(other, a if other is b else b)
+    if a.form == "rowwise" and b.form == "rowwise":
+        if (a.window, a.axis, a.at, a.outer) != (b.window, b.axis, b.at, b.outer):
+            return raw([a, b])
+        return _merged(a, b)
+    if a.form == "aggregate" and b.form == "aggregate":
+        return _merged(a, b)
+    return _merged(a, b) if a.form == "rowwise" else _merged(b, a)
+
+
+def _merged(main: Flow, other: Flow) -> Flow:
+    """``main``'s shape with ``other``'s sources, rowsets and gating added."""
+    enforced = main.enforced if other.form != "aggregate" else \
+        _least(main.enforced, other.enforced) if main.form == "aggregate" else None
+    return replace(main, sources=main.sources | other.sources,
+                   rowsets=main.rowsets | other.rowsets, pure=False,
+                   gated=main.gated or other.gated, enforced=enforced)
+
+
+def _least(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else min(a, b)
+
+
+def _with_other(label: Label, other: Label) -> Label:
+    """p's ``label`` (or None/foreign) combined with a value p does not own."""
+    if label is None:
+        return None if other is None else Flow("foreign", mask=other.mask)
+    if not label.mine:
+        return Flow("foreign", mask=label.mask or (other is not None and other.mask))
+    gated = other is not None and other.mask and label.form == "rowwise"
+    return replace(label, pure=False, gated=label.gated or gated)
+
+
+def compared(a: Label, b: Label) -> Label:
+    """The label of comparing ``a`` with ``b``: a ``compare`` if one side is p's data as
+    loaded and the other another owner's data as loaded; a mask if only others' data
+    goes in; otherwise an elementwise combination (a comparison with constants is a
+    row-wise transformation)."""
+    if a is not None and b is not None and a.pure and b.pure and a.mine != b.mine:
+        mine = a if a.mine else b
+        return Flow("compare", mine.sources, rowsets=mine.rowsets)
+    out = combine(a, b)
+    if out is not None and not out.mine:
+        return Flow("foreign", mask=True)
+    return out
 
 
 def join(a: Label, b: Label) -> Label:
-    """The label of an elementwise combination of ``a`` and ``b``.
-
-    Raw dominates; two aggregates (or counts) stay one only if both cover whole
-    inputs (``sum(x) - sum(x[1:])`` is ``x[0]``); other mixed forms are raw.
-    """
-    if a is None:
+    """The least label covering both ``a`` and ``b`` (a value that may be either, such
+    as a loop's state across iterations, or a value chosen by a branch)."""
+    if a is None or a == b:
         return b
-    if b is None or a == b:
+    if b is None:
         return a
-    full = a.full and b.full
-    sources = a.sources | b.sources
-    elements = min(a.elements, b.elements)
-    form = a.form if a.form == b.form else "raw"
-    if form in ("aggregate", "count") and not full:
-        form = "raw"
-    if form == "raw":
-        elements = 1
-    return Flow(form, elements, full, sources)
+    if not a.mine or not b.mine:
+        return combine(a, b) if a.mine or b.mine else Flow("foreign", mask=a.mask or b.mask)
+    return combine(a, b)
 
 
 def join_all(labels: Iterable[Label]) -> Label:
@@ -68,34 +247,59 @@ def join_all(labels: Iterable[Label]) -> Label:
     return out
 
 
-def raw(labels: Iterable[Label]) -> Label:
-    """The conservative label of anything not modelled: raw, from every labelled input."""
-    sources: frozenset[str] = frozenset()
-    found = False
-    for label in labels:
-        if label is not None:
-            found = True
-            sources |= label.sources
-    return Flow("raw", 1, False, sources) if found else None
+def smallest_part(released: Iterable[Rows], within: Iterable[Rows]) -> tuple[Rows, int] | None:
+    """The smallest piece of ``within``'s row sets that differences of the ``released``
+    row sets can isolate, and its size (None if ``within`` has no rows).
+
+    Sums over overlapping row sets can be subtracted from each other: the pieces are the
+    stretches between consecutive bounds of every released set of the same source.
+    """
+    bounds: dict[str, set[int]] = {}
+    for rows in released:
+        for name in rows.sources:
+            bounds.setdefault(name, set()).update(rows.bounds())
+    best: tuple[Rows, int] | None = None
+    for rows in within:
+        for name in rows.sources:
+            cuts = sorted(b for b in bounds.get(name, ()) if rows.lo <= b <= rows.hi)
+            for lo, hi in itertools.pairwise(cuts):
+                if best is None or hi - lo < best[1]:
+                    best = (Rows(frozenset([name]), lo, hi), hi - lo)
+    return best
 
 
-def reduced(label: Label, count: int) -> Label:
-    """The label of a sum-like reduction combining ``count`` elements of ``label``."""
-    if label is None:
-        return None
-    form = {"raw": "aggregate", "compare": "count"}.get(label.form, label.form)
-    return Flow(form, label.elements * max(1, count), label.full, label.sources)
+def leading_rows(t: object) -> int | None:
+    """The row count of a loaded value's type: its leading dimension (a table's rows);
+    None for a scalar or an unknown count."""
+    base = getattr(t, "base", t)
+    rows = getattr(base, "rows", None)
+    if isinstance(rows, int):
+        return rows
+    shape = getattr(base, "shape", None)
+    if isinstance(shape, tuple) and shape and isinstance(shape[0], int) and shape[0] >= 0:
+        return shape[0]
+    return None
 
 
-def compared(label: Label) -> Label:
-    """The label of a comparison of ``label`` (elements kept)."""
-    if label is None:
-        return None
-    return Flow("compare", label.elements, label.full, label.sources)
-
-
-def sliced(label: Label) -> Label:
-    """The label of a part of ``label``'s value: no longer over whole inputs."""
-    if label is None or not label.full:
+def with_rows(label: Label, rows: int) -> Label:
+    """``label`` of a table of unknown size now known to have ``rows`` rows."""
+    if label is None or label.window is None or label.window.hi != UNKNOWN:
         return label
-    return Flow(label.form, label.elements, False, label.sources)
+    return replace(label, window=replace(label.window, hi=label.window.lo + rows))
+
+
+ENFORCED = 2**31
+"""``Flow.enforced`` of rows a kernel checks at run time against its party's own
+``min_rows`` (every rule's bound then holds)."""
+
+
+def subset(own: Label, seen: Label) -> Label:
+    """A holder's rows kept where another owner's data says (a PSI join): ``own``'s rows,
+    of a count known only at run time and checked there, with what ``seen`` reveals."""
+    if own is None or not own.mine:
+        return seen if seen is not None and seen.mine else own
+    if own.window is None:
+        return raw([own, seen])
+    window = Rows(own.window.sources, 0, UNKNOWN)
+    kept = replace(own, window=window, at=0, pure=False, gated=True, enforced=ENFORCED)
+    return kept if seen is None or not seen.mine else combine(kept, seen)

@@ -1,4 +1,5 @@
-"""A party's policy: which drivers and protocols it accepts and what may leave it.
+"""A party's policy: which drivers and protocols it accepts, what may leave it and
+which files programs may write into its data root.
 
 A policy is a YAML mapping; every key is optional::
 
@@ -11,25 +12,39 @@ A policy is a YAML mapping; every key is optional::
                                  # and SEMI2K only where this node is its own dealer: the
                                  # device's first member with Beaver TrustedFirstParty)
     programs: []                 # allow-listed program digests (hex): every reveal allowed
-    max_uses: {}                 # uploaded object name -> how many executions may use it
+    max_uses: {salaries: 3}      # uploaded object name -> how many executions may use it
+    writes: []                   # files programs may write, relative to the data root;
+                                 # glob patterns allowed (out/*.csv); default: none
     declassify:                  # rules for revealing values derived from this node's data
-      - to: [driver, node_1]     # receivers: "driver" (any accepted driver), node names, "*"
-        when: aggregate          # aggregate | compare | count | any
-        min_elements: 10         # aggregate/count: each revealed element combines at least
-                                 # this many of this node's elements (default 1)
+      - {to: ["*"], when: aggregate, min_rows: 10}  # sums, means, counts, variances, model
+                                 # updates over >= 10 distinct rows of this node's data,
+                                 # each row weighted alike
+      - {to: ["*"], when: compare}   # a comparison between values of different owners
+      - {to: ["*"], when: dp, max_epsilon: 1.0, budget: 10.0}  # noisy releases, charged
+                                 # per release
 
-``when`` matches the form of the revealed value (see `mplang.policy.flows`):
-``aggregate`` accepts aggregates and counts, ``count`` only counts, ``compare``
-comparison results, ``any`` everything. A malformed file is a `PolicyError`
-naming the file, the line and the key.
+A rule's ``to`` lists receivers: ``"driver"`` (any accepted driver), node names, or
+``"*"`` (anyone). ``when`` is the form of the revealed value it allows:
+``aggregate`` (``min_rows``: an integer >= 1, default 1), ``compare``, ``dp``
+(``max_epsilon``: a number > 0, required; ``budget``: a number > 0, optional) or
+``any`` (every form). A key that does not fit the rule's form is an error.
+
+``writes`` patterns match a path component by component (``*``, ``?`` and ``[...]``
+never cross a ``/``): ``out/*.csv`` allows ``out/a.csv``, not ``out/x/a.csv`` nor
+``a.csv``. An absolute path or one with a ``..`` component never matches.
+
+A malformed file is a `PolicyError` naming the file, the line and the key.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 from mplang.edsl.errors import MPLangError
@@ -40,31 +55,67 @@ if TYPE_CHECKING:
 DRIVER = "driver"
 """The receiver name standing for any driver the policy accepts."""
 ANYONE = "*"
-FORMS = ("aggregate", "compare", "count", "any")
+FORMS = ("aggregate", "compare", "dp", "any")
 """Values of a declassification rule's ``when``."""
 DEFAULT_PROTOCOLS = ("CHEETAH", "ABY3")
 """Protocols accepted by default: none of them makes one party the others' dealer."""
 _DIGEST = re.compile(r"[0-9a-f]{64}")
-_KEYS = ("drivers", "plaintext_to", "protocols", "programs", "max_uses", "declassify")
+_KEYS = ("drivers", "plaintext_to", "protocols", "programs", "max_uses", "writes",
+         "declassify")
+_RULE_KEYS = {"aggregate": ("min_rows",), "compare": (), "dp": ("max_epsilon", "budget"),
+              "any": ()}
+"""The keys a rule of each form may have besides ``to`` and ``when``."""
+_ALL_RULE_KEYS = ("to", "when", "min_rows", "max_epsilon", "budget")
+_REPLACED = {"min_elements": "min_rows (the number of distinct rows of this party's data "
+                             "an aggregate combines)"}
+"""Rule keys of the former format, and what replaces each."""
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "true", "false", "on", "off", "null"})
 
 
 class PolicyError(MPLangError):
     """A policy file is malformed; the message names the file, line and key to fix."""
 
 
+def _flow_name(name: str) -> str:
+    """``name`` as it is written in a YAML flow sequence (quoted where it must be)."""
+    if _PLAIN_NAME.fullmatch(name) and name.lower() not in _YAML_WORDS:
+        return name
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 @dataclass(frozen=True)
 class DeclassifyRule:
-    """Values of ``form`` ``when`` (combining >= ``min_elements`` elements) may go to ``to``."""
+    """Values of form ``when`` may go to the receivers ``to``: aggregates only over at
+    least ``min_rows`` rows; dp releases of at most ``max_epsilon`` each, ``budget`` in
+    all. ``line``: the rule's line in its policy file."""
 
     to: tuple[str, ...]
     when: str
-    min_elements: int = 1
+    min_rows: int = 1
+    max_epsilon: float | None = None
+    budget: float | None = None
     line: int = 0
 
     def __str__(self) -> str:
-        extra = f", min_elements: {self.min_elements}" if self.when in ("aggregate", "count") \
-            else ""
-        return f"declassify {{to: [{', '.join(self.to)}], when: {self.when}{extra}}}"
+        parts = [f"to: [{', '.join(_flow_name(n) for n in self.to)}]", f"when: {self.when}"]
+        if self.when == "aggregate":
+            parts.append(f"min_rows: {self.min_rows}")
+        if self.max_epsilon is not None:
+            parts.append(f"max_epsilon: {self.max_epsilon!r}")
+        if self.budget is not None:
+            parts.append(f"budget: {self.budget!r}")
+        return "{" + ", ".join(parts) + "}"
+
+
+def _relative_parts(path: str) -> tuple[str, ...] | None:
+    """The components of relative path ``path`` (``.`` and empty ones dropped), or None
+    if it is absolute, has a ``..`` component or names nothing."""
+    text = path.replace("\\", "/")
+    if text.startswith("/") or re.match(r"[A-Za-z]:", text):
+        return None
+    parts = tuple(p for p in text.split("/") if p not in ("", "."))
+    return parts if parts and ".." not in parts else None
 
 
 @dataclass(frozen=True)
@@ -77,12 +128,14 @@ class Policy:
     programs: frozenset[str] = frozenset()
     max_uses: Mapping[str, int] = field(default_factory=dict)
     declassify: tuple[DeclassifyRule, ...] = ()
+    writes: tuple[str, ...] = ()
+    """Patterns of the files (relative to the data root) programs may write."""
     source: str = "the default policy"
 
     @staticmethod
     def default() -> Policy:
         """Every driver of the spec, no plaintext recipients, no declassification, the
-        default protocols."""
+        default protocols, no writes."""
         return Policy()
 
     @staticmethod
@@ -129,10 +182,12 @@ class Policy:
         if "max_uses" in entries:
             for name, (_, value) in p.mapping(entries["max_uses"][1], "max_uses").items():
                 max_uses[name] = p.count(value, f"max_uses.{name}", 0)
+        writes = p.patterns(entries["writes"][1]) if "writes" in entries else ()
         rules = tuple(p.rule(node) for node in p.items(entries["declassify"][1])) \
             if "declassify" in entries else ()
-        return Policy(names("drivers"), names("plaintext_to") or (), names("protocols"),
-                      frozenset(programs), max_uses, rules, source)
+        return Policy(drivers=names("drivers"), plaintext_to=names("plaintext_to") or (),
+                      protocols=names("protocols"), programs=frozenset(programs),
+                      max_uses=max_uses, declassify=rules, writes=writes, source=source)
 
     # -- decisions
     def accepts_driver(self, driver: str) -> bool:
@@ -150,17 +205,32 @@ class Policy:
     def may_receive_plaintext(self, receiver: str) -> bool:
         return receiver in self.plaintext_to or ANYONE in self.plaintext_to
 
-    def rule_for(self, receiver: str, form: str, elements: int) -> DeclassifyRule | None:
+    def may_write(self, path: str) -> bool:
+        """Whether programs may write ``path`` (relative to the data root): some pattern
+        of `writes` matches it component by component. An absolute path or one with a
+        ``..`` component never matches."""
+        parts = _relative_parts(path)
+        if parts is None:
+            return False
+        return any(len(pattern) == len(parts) and all(
+            fnmatchcase(part, glob) for part, glob in zip(parts, pattern, strict=True))
+            for pattern in (p.split("/") for p in self.writes))
+
+    def rule_for(self, receiver: str, form: str, rows: int | None) -> DeclassifyRule | None:
         """The first declassification rule letting ``receiver`` get a value of ``form``
-        combining ``elements`` of this party's elements (None: no rule does)."""
+        (``aggregate``, ``compare`` or ``dp``); an aggregate over ``rows`` distinct rows
+        of this party's data (None: not known) needs ``rows >= min_rows``. None: no rule
+        does."""
         for rule in self.declassify:
             if receiver not in rule.to and ANYONE not in rule.to:
                 continue
-            if rule.when == "any" or (rule.when == "compare" and form == "compare"):
+            if rule.when == "any":
                 return rule
-            if rule.when in ("aggregate", "count") and elements >= rule.min_elements and (
-                    form == rule.when or (rule.when == "aggregate" and form == "count")):
-                return rule
+            if rule.when != form:
+                continue
+            if form == "aggregate" and (rows is None or rows < rule.min_rows):
+                continue
+            return rule
         return None
 
 
@@ -205,6 +275,17 @@ class _Parser:
             out.append(item.value)
         return out
 
+    def patterns(self, node: yaml.Node) -> tuple[str, ...]:
+        """``writes``: relative path patterns, normalized (``./`` and doubled ``/`` gone)."""
+        out = []
+        for item, text in zip(self.items(node), self.strings(node, "writes"), strict=True):
+            parts = _relative_parts(text)
+            if parts is None:
+                raise self.error(item, f"writes: {text!r} must be a path relative to the data "
+                                 "root, without '..' (e.g. out/*.csv)")
+            out.append("/".join(parts))
+        return tuple(out)
+
     def count(self, node: yaml.Node, key: str, low: int) -> int:
         import yaml
 
@@ -215,22 +296,56 @@ class _Parser:
             raise self.error(node, f"{key} must be at least {low}, got {value}")
         return value
 
+    def positive(self, node: yaml.Node, key: str) -> float:
+        """A number > 0 (``1``, ``0.5``, ``1e-3``)."""
+        import yaml
+
+        value = math.nan
+        if isinstance(node, yaml.ScalarNode) and node.style is None and node.tag in (
+                "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:str"):
+            with contextlib.suppress(ValueError):  # not a number: refused below
+                value = float(node.value.replace("_", ""))
+        if not (math.isfinite(value) and value > 0):
+            raise self.error(node, f"{key} must be a number greater than 0, got "
+                             f"{getattr(node, 'value', node.tag)!r}")
+        return value
+
     def rule(self, node: yaml.Node) -> DeclassifyRule:
         import yaml
 
         entries = self.mapping(node, "a declassify rule")
-        unknown = [k for k in entries if k not in ("to", "when", "min_elements")]
-        if unknown:
-            raise self.error(entries[unknown[0]][0], f"declassify: unknown key {unknown[0]!r} "
-                             "(known: to, when, min_elements)")
+        for key, (key_node, _) in entries.items():
+            if key in _REPLACED:
+                raise self.error(key_node, f"declassify: {key} is no longer a key; use "
+                                 f"{_REPLACED[key]}")
+            if key not in _ALL_RULE_KEYS:
+                raise self.error(key_node, f"declassify: unknown key {key!r} (known: "
+                                 f"{', '.join(_ALL_RULE_KEYS)})")
         for required in ("to", "when"):
             if required not in entries:
                 raise self.error(node, f"declassify: a rule needs {required!r}")
         when_node = entries["when"][1]
         when = when_node.value if isinstance(when_node, yaml.ScalarNode) else None
+        if when == "count":
+            raise self.error(when_node, "declassify: when: count is no longer a form; use "
+                             "when: aggregate (a count is an aggregate; min_rows bounds the "
+                             "rows it counts)")
         if when not in FORMS:
             raise self.error(when_node, f"declassify: when must be one of {', '.join(FORMS)}")
+        for key, (key_node, _) in entries.items():
+            if key not in ("to", "when") and key not in _RULE_KEYS[when]:
+                forms = [f for f, keys in _RULE_KEYS.items() if key in keys]
+                raise self.error(key_node, f"declassify: {key} applies only to rules with "
+                                 f"when: {forms[0]}, not when: {when}")
+        if when == "dp" and "max_epsilon" not in entries:
+            raise self.error(node, "declassify: a rule with when: dp needs max_epsilon (the "
+                             "largest epsilon of one release)")
         to = self.strings(entries["to"][1], "declassify.to")
-        minimum = self.count(entries["min_elements"][1], "declassify.min_elements", 1) \
-            if "min_elements" in entries else 1
-        return DeclassifyRule(tuple(to), when, minimum, node.start_mark.line + 1)
+        min_rows = self.count(entries["min_rows"][1], "declassify.min_rows", 1) \
+            if "min_rows" in entries else 1
+        epsilon = self.positive(entries["max_epsilon"][1], "declassify.max_epsilon") \
+            if "max_epsilon" in entries else None
+        budget = self.positive(entries["budget"][1], "declassify.budget") \
+            if "budget" in entries else None
+        return DeclassifyRule(tuple(to), when, min_rows, epsilon, budget,
+                              node.start_mark.line + 1)

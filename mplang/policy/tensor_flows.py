@@ -1,57 +1,99 @@
 """Labels through tensor programs: StableHLO modules read with the MLIR bindings
-(`mplang.analysis.stablehlo`).
+(`mplang.analysis.stablehlo`), on the lattice of `mplang.policy.labels`.
 
-Elementwise ops join their operands' labels, comparisons give ``compare``,
-sum-like reductions and dot contractions over m elements multiply ``elements``
-by m, slicing ops clear ``full``, ``call`` follows the callee, ``while`` runs to
-a fixpoint; anything else (custom calls, unknown ops, unmodelled regions) is
-raw from every value it reads.
+Row-wise values keep their row axis through elementwise ops, broadcasts,
+transposes, reshapes that keep or split it, slices (which narrow the rows),
+concatenation with values p does not own, and contractions of other axes.
+Elementwise combination with a value p does not own is row-wise only if that
+value is uniform along the rows (a scalar, a broadcast) or other owners' data.
+Sums and contractions over the row axis make aggregates; maxima, minima, sorts,
+gathers, reversals and anything not modelled along the rows give raw results.
+A ``while`` or ``case`` whose predicate depends on p's data is observed by
+whoever sees the run time: `Result.observed` is that predicate's label.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from mplang.analysis.stablehlo import Block, Module, Op, parse
+from mplang.analysis.stablehlo import Block, Module, Op, Tensor, parse
 from mplang.edsl.errors import MPLangError
-from mplang.policy.labels import Label, compared, join, join_all, raw, reduced, sliced
+from mplang.policy.labels import (
+    UNKNOWN,
+    Flow,
+    Label,
+    Rows,
+    aggregated,
+    combine,
+    compared,
+    impure,
+    join,
+    join_all,
+    raw,
+)
 from mplang.util.lru import LRUCache
 
 ELEMENTWISE = frozenset([
-    "abs", "add", "and", "atan2", "bitcast_convert", "broadcast", "broadcast_in_dim",
-    "cbrt", "ceil", "clamp", "convert", "copy", "cosine", "count_leading_zeros", "divide",
-    "exponential", "exponential_minus_one", "floor", "imag", "is_finite", "log",
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "cosine", "count_leading_zeros",
+    "divide", "exponential", "exponential_minus_one", "floor", "imag", "is_finite", "log",
     "log_plus_one", "logistic", "maximum", "minimum", "multiply", "negate", "not", "or",
-    "popcnt", "power", "real", "remainder", "reshape", "reverse", "round_nearest_afz",
-    "round_nearest_even", "rsqrt", "shift_left", "shift_right_arithmetic",
-    "shift_right_logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "transpose",
-    "xor", "select", "optimization_barrier", "concatenate", "pad"
+    "popcnt", "power", "real", "remainder", "round_nearest_afz", "round_nearest_even",
+    "rsqrt", "shift_left", "shift_right_arithmetic", "shift_right_logical", "sign", "sine",
+    "sqrt", "subtract", "tan", "tanh", "xor", "select", "reduce_precision",
 ])
-"""Ops whose result joins its operands' labels: each keeps every element it reads (a
-concatenation or padding still covers whole inputs)."""
-COMPARE = frozenset(["compare"])
-SLICING = frozenset(["slice", "dynamic_slice", "gather", "dynamic_update_slice"])
-"""Ops that may keep only part of their input: the result no longer covers it whole."""
-NO_LABEL = frozenset(["constant", "iota"])
-_ADDITIVE = frozenset(["add"])
-_BOOLEAN = frozenset(["or", "and", "maximum", "minimum"])
+"""Ops combining their operands element by element."""
+PRESERVING = frozenset(["convert", "copy", "bitcast_convert", "optimization_barrier"])
+"""Elementwise ops that keep the data as it is (a comparison may still use it)."""
+NO_LABEL = frozenset(["constant", "iota", "rng", "rng_bit_generator", "after_all",
+                      "partition_id", "replica_id", "get_dimension_size"])
+_SUMS = frozenset(["add"])
+_STRUCTURAL = frozenset(["broadcast_in_dim", "transpose", "reshape", "reduce", "dot_general"])
+"""Ops that move axes: alike axes do not carry over by position."""
+_EXTREMA = frozenset(["maximum", "minimum", "or", "and"])
 _MAX_LOOP_ROUNDS = 8
 _MAX_CALL_DEPTH = 32
+ALL = frozenset(range(64))
+"""Uniform along every axis."""
 
-Env = dict[int, Label]
-"""Labels of the values in scope, by value id."""
+
+@dataclass
+class Result:
+    """The labels of a module's results, and the label of what its run time shows."""
+
+    outputs: list[Label]
+    observed: Label = None
+
+
+@dataclass(frozen=True)
+class Val:
+    """What the analysis knows of one value: its label, the axes it is uniform along and,
+    for a scalar constant, its value."""
+
+    label: Label = None
+    uniform: frozenset[int] = frozenset()
+    const: float | None = None
+    alike: frozenset[int] | None = None
+    """Axes along which the value varies at most with other owners' row-aligned data
+    (None: only along its uniform axes)."""
+
+    def alike_axes(self) -> frozenset[int]:
+        return self.uniform if self.alike is None else self.alike | self.uniform
+
+
+_UNKNOWN = Val()
 
 
 class _Flows:
     def __init__(self, module: Module):
         self.module = module
-        self._calls: dict[tuple[str, tuple[Label, ...]], list[Label]] = {}
+        self.observed: Label = None
+        self._calls: dict[tuple[str, tuple[Val, ...]], list[Val]] = {}
 
-    def call(self, name: str, inputs: Sequence[Label], depth: int = 0) -> list[Label] | None:
-        """The labels ``name`` returns for arguments labelled ``inputs`` (None: unknown
-        function, wrong arity or calls nested too deeply)."""
+    # -- functions, blocks, control flow
+    def call(self, name: str, inputs: Sequence[Val], depth: int = 0) -> list[Val] | None:
         func = self.module.functions.get(name)
         if func is None or depth > _MAX_CALL_DEPTH or len(func.args) != len(inputs):
             return None
@@ -61,124 +103,546 @@ class _Flows:
                                           depth)
         return self._calls[key]
 
-    def block(self, block: Block, env: Env, depth: int) -> list[Label]:
-        """Run the block's ops in ``env`` (extended in place); its returned labels."""
+    def block(self, block: Block, env: dict[int, Val], depth: int) -> list[Val]:
         for op in block.ops:
             if op.kind == "return":
-                return [env.get(v) for v in op.operands]
-            env.update(zip(op.results, self.op(op, env, depth), strict=True))
+                return [env.get(v, _UNKNOWN) for v in op.operands]
+            outs = self.op(op, env, depth)
+            env.update(zip(op.results, outs, strict=True))
         return []
 
-    def op(self, op: Op, env: Env, depth: int) -> list[Label]:
+    def op(self, op: Op, env: dict[int, Val], depth: int) -> list[Val]:
         n = len(op.results)
-        if op.kind in NO_LABEL or n == 0:
-            return [None] * n
-        ins = [env.get(v) for v in op.operands]
+        ins = [env.get(v, _UNKNOWN) for v in op.operands]
+        if n == 0:
+            return []
+        if op.kind in NO_LABEL:
+            return [_constant(op)] * n
         if op.kind == "call" and not op.regions:
             called = self.call(str(op.attrs.get("callee")), ins, depth + 1)
             if called is not None and len(called) == n:
                 return called
         elif op.kind == "while":
-            looped = self.loop(op, env, depth)
+            looped = self.loop(op, env, ins, depth)
             if looped is not None and len(looped) == n:
                 return looped
-        elif not op.regions or op.kind == "reduce":
-            label = self.simple(op, ins)
-            if not isinstance(label, bool):
-                return [label] * n
-        return [raw(ins + _region_reads(op.regions, env))] * n
+        elif op.kind in ("case", "if"):
+            return self.branches(op, env, ins, depth)
+        elif op.kind == "optimization_barrier":
+            return list(ins)
+        elif not op.regions or op.kind in ("reduce", "sort"):
+            try:
+                out = self.simple(op, ins)
+            except (KeyError, IndexError, TypeError, ValueError):
+                out = None
+            if out is not None:
+                if out.alike is None and op.kind not in _STRUCTURAL:
+                    common = ALL
+                    for v in ins:
+                        common &= v.alike_axes()
+                    out = replace(out, alike=common if ins else None)
+                return [out] * n if op.kind != "sort" else [Val(out.label)] * n
+        return [Val(raw([v.label for v in ins] + _region_reads(op.regions, env)))] * n
 
-    def simple(self, op: Op, ins: list[Label]) -> Label | bool:
-        """The label of a region-free op's results, or of a reduction (False: not
-        modelled)."""
-        kind = op.kind
-        if kind in ELEMENTWISE:
-            return join_all(ins)
-        if kind in COMPARE:
-            return compared(join_all(ins))
-        if kind in SLICING:
-            return sliced(join_all(ins))
-        if kind == "reduce":
-            return self.reduction(op, ins)
-        lhs = op.operand_types[0] if op.operand_types else None
-        if kind == "dot_general" and lhs is not None:
-            dims = op.attrs.get("dot_dimension_numbers")
-            if not isinstance(dims, dict):
-                return False
-            axes = dims["lhs_contracting_dimensions"]
-            return reduced(join_all(ins), math.prod(lhs.shape[a] for a in axes
-                                                    if a < len(lhs.shape)))
-        if kind == "dot" and lhs is not None:
-            return reduced(join_all(ins), lhs.shape[-1] if lhs.shape else 1)
-        return False
-
-    def reduction(self, op: Op, ins: list[Label]) -> Label | bool:
-        """A sum (or a count: or/and/max/min of comparisons) over the reduced axes."""
-        kinds = {o.kind for region in op.regions for o in region.ops} - {"return"}
-        dims = op.attrs.get("dimensions")
-        operand = op.operand_types[0] if op.operand_types else None
-        if not isinstance(dims, tuple) or operand is None:
-            return False
-        count = math.prod(operand.shape[a] for a in dims if a < len(operand.shape))
-        label = join_all(ins)
-        if kinds <= _ADDITIVE:
-            return reduced(label, count)
-        if kinds <= _BOOLEAN and label is not None and label.form in ("compare", "count"):
-            return reduced(label, count)
-        return False
-
-    def loop(self, op: Op, env: Env, depth: int) -> list[Label] | None:
-        """``while``: iterate the body's labels to a fixpoint; the predicate's label
-        joins every result (the trip count depends on it)."""
+    def loop(self, op: Op, env: dict[int, Val], ins: list[Val], depth: int
+             ) -> list[Val] | None:
+        """``while``: the body's labels to a fixpoint; the predicate is observed and joins
+        every result."""
         if len(op.regions) != 2:
             return None
         cond, body = op.regions
-        state = [env.get(v) for v in op.operands]
+        state = [_carried(v.label) for v in ins]
         if len(cond.args) != len(state) or len(body.args) != len(state):
             return None
         for _ in range(_MAX_LOOP_ROUNDS):
-            new = self.block(body, {**env, **dict(zip(body.args, state, strict=True))},
-                             depth)
+            new = self.block(body, {**env, **dict(zip(body.args, state, strict=True))}, depth)
             if len(new) != len(state):
                 return None
-            joined = [join(a, b) for a, b in zip(state, new, strict=True)]
+            joined = [_carried(join(a.label, b.label)) for a, b in zip(state, new, strict=True)]
             if joined == state:
                 break
             state = joined
         else:
-            state = [raw([s]) for s in state]
-        pred = join_all(self.block(cond, {**env, **dict(zip(cond.args, state, strict=True))},
-                                   depth))
-        return [join(s, pred) for s in state]
+            state = [_carried(raw([s.label])) for s in state]
+        pred = join_all(v.label for v in self.block(
+            cond, {**env, **dict(zip(cond.args, state, strict=True))}, depth))
+        return [Val(self.control(s.label, pred)) for s in state]
+
+    def branches(self, op: Op, env: dict[int, Val], ins: list[Val], depth: int) -> list[Val]:
+        """``case``/``if``: the branch taken is observed; results join every branch's."""
+        pred = join_all(v.label for v in ins)
+        outs: list[Label] | None = None
+        for region in op.regions:
+            got = [v.label for v in self.block(region, dict(env), depth)]
+            outs = got if outs is None else [join(a, b) for a, b in zip(outs, got, strict=False)]
+        outs = outs or [None] * len(op.results)
+        return [Val(self.control(lab, pred)) for lab in outs]
+
+    def control(self, label: Label, pred: Label) -> Label:
+        """A value that depends on ``pred`` through control flow; ``pred`` is observed."""
+        if pred is None or not pred.mine:
+            return label
+        self.observed = join(self.observed, pred)
+        joined = join(label, pred)
+        return joined if joined is not None and joined.form != "rowwise" else raw([label, pred])
+
+    # -- region-free ops
+    def simple(self, op: Op, ins: list[Val]) -> Val | None:
+        kind = op.kind
+        types = op.operand_types
+        out_t = op.result_types[0] if op.result_types else None
+        if any(v.label is not None and v.label.outer is not None for v in ins) and \
+                kind not in ELEMENTWISE | PRESERVING | {"dynamic_slice", "reshape", "reduce",
+                                                        "broadcast_in_dim", "compare"}:
+            return Val(raw([v.label for v in ins]))
+        if kind in ELEMENTWISE or kind in PRESERVING:
+            return _elementwise(ins, kind in PRESERVING, _fold(kind, ins))
+        if kind == "compare":
+            return _compare(ins)
+        if kind == "broadcast_in_dim":
+            return _broadcast(ins[0], types[0], out_t, tuple(op.attrs["broadcast_dimensions"]))
+        if kind == "reshape":
+            return _reshape(ins[0], types[0], out_t)
+        if kind == "transpose":
+            return _transpose(ins[0], tuple(op.attrs["permutation"]))
+        if kind == "reduce":
+            return self.reduction(op, ins)
+        if kind == "dot_general":
+            return _dot(op, ins)
+        if kind == "slice":
+            return _slice(ins[0], types[0], op.attrs["start_indices"], op.attrs["limit_indices"],
+                          op.attrs.get("strides"))
+        if kind == "dynamic_slice":
+            return _dynamic_slice(ins, types[0], tuple(op.attrs["slice_sizes"]))
+        if kind == "concatenate":
+            return _concatenate(ins, types, int(op.attrs["dimension"]))
+        if kind == "pad":
+            return _pad(ins, op)
+        if kind in ("reverse", "sort"):
+            dims = op.attrs["dimensions"] if kind == "reverse" else (op.attrs["dimension"],)
+            return _along(ins, tuple(int(d) for d in dims))
+        return _indexing(ins)
+
+    def reduction(self, op: Op, ins: list[Val]) -> Val | None:
+        kinds = {o.kind for region in op.regions for o in region.ops} - {"return"}
+        dims = tuple(op.attrs["dimensions"])
+        half = len(ins) // 2
+        value = ins[0] if half == 1 else Val(join_all(v.label for v in ins[:half]))
+        label = value.label
+        init = join_all(v.label for v in ins[half:])
+        if init is not None and init.mine:
+            return None
+        uniform = _drop_axes(value.uniform, dims)
+        if label is None or not label.mine:
+            return Val(label if kinds <= _SUMS else impure(label), uniform,
+                       alike=_drop_axes(value.alike_axes(), dims))
+        if label.form != "rowwise" or label.axis is None:
+            return Val(impure(label), uniform)
+        if label.outer is not None:
+            if label.axis not in dims or not kinds <= _SUMS:
+                return Val(raw([label]), uniform)
+            return Val(aggregated(label, whole=label.outer in dims), uniform)
+        if label.axis not in dims:
+            return Val(_renumber(label, dims), uniform)
+        return Val(aggregated(label) if kinds <= _SUMS else raw([label]), uniform)
 
 
-def _region_reads(regions: Sequence[Block], env: Env) -> list[Label]:
+# -- values p does not own: constants and their uniform axes
+
+def _constant(op: Op) -> Val:
+    t = op.result_types[0] if op.result_types else None
+    if op.kind == "iota":
+        dim = int(op.attrs.get("iota_dimension", 0))
+        return Val(None, ALL - {dim})
+    if op.kind == "constant":
+        value = op.attrs.get("value")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return Val(None, ALL, float(value) if t is not None and t.size == 1 else None)
+        if isinstance(value, bool):
+            return Val(None, ALL)
+        return Val(None, frozenset(i for i, s in enumerate(t.shape) if s == 1)
+                   if t is not None else frozenset())
+    return Val()
+
+
+def _fold(kind: str, ins: list[Val]) -> float | None:
+    """The value of a scalar op on constants (offsets of slices are often computed)."""
+    values = [v.const for v in ins]
+    if any(v is None for v in values) or not values:
+        return None
+    try:
+        if kind in ("convert", "copy"):
+            return values[0]
+        if kind == "add":
+            return values[0] + values[1]  # type: ignore[operator]
+        if kind == "multiply":
+            return values[0] * values[1]  # type: ignore[operator]
+        if kind == "subtract":
+            return values[0] - values[1]  # type: ignore[operator]
+        if kind == "select":
+            return values[1] if values[0] else values[2]
+    except (TypeError, IndexError):
+        return None
+    return None
+
+
+def _alike(ins: list[Val], label: Flow) -> bool:
+    """Whether every operand that is not ``label``'s row-wise value is the same for each
+    of its rows: uniform along the row axis, or other owners' row-aligned data (a mask
+    among them gates the rows: `combine` marks that)."""
+    for v in ins:
+        lab = v.label
+        if lab is not None and lab.mine and lab.form == "rowwise":
+            continue
+        if label.axis is not None and label.axis not in v.alike_axes():
+            return False
+        if label.outer is not None and label.outer not in v.alike_axes():
+            return False
+    return True
+
+
+def _elementwise(ins: list[Val], preserving: bool, const: float | None = None) -> Val:
+    uniform = ALL
+    for v in ins:
+        uniform &= v.uniform
+    if preserving and len(ins) == 1:
+        return Val(ins[0].label, uniform, const)
+    label: Label = None
+    for v in ins:
+        label = combine(label, v.label)
+    if label is not None and label.form == "rowwise" and not _alike(ins, label):
+        label = raw([label])
+    return Val(label, uniform, const)
+
+
+def _compare(ins: list[Val]) -> Val:
+    label = compared(ins[0].label, ins[1].label)
+    if label is not None and label.form == "rowwise" and not _alike(ins, label):
+        label = raw([label])
+    return Val(label, ins[0].uniform & ins[1].uniform)
+
+
+def _drop_axes(uniform: frozenset[int], dims: Sequence[int]) -> frozenset[int]:
+    """Uniform axes after removing ``dims`` (renumbered)."""
+    if uniform == ALL:
+        return ALL
+    out = set()
+    for a in uniform:
+        if a in dims:
+            continue
+        out.add(a - sum(1 for d in dims if d < a))
+    return frozenset(out)
+
+
+def _renumber(label: Flow, dims: Sequence[int]) -> Flow:
+    if label.axis is None:
+        return label
+    return replace(label, axis=label.axis - sum(1 for d in dims if d < label.axis), pure=False)
+
+
+def _broadcast(v: Val, src: Tensor | None, out: Tensor | None, dims: tuple[int, ...]) -> Val:
+    if src is None or out is None:
+        return Val(raw([v.label]))
+    uniform = frozenset(i for i in range(len(out.shape)) if i not in dims)
+    for a, d in enumerate(dims):
+        if (src.shape[a] == 1 and out.shape[d] != 1) or a in v.uniform:
+            uniform |= {d}
+    label = v.label
+    axis = label.axis if label is not None else None
+    if label is not None and label.mine and label.form == "rowwise" and axis is not None:
+        outer = label.outer
+        if outer is not None:
+            label = replace(label, axis=dims[axis], outer=dims[outer])
+        elif src.shape[axis] == out.shape[dims[axis]]:
+            label = replace(label, axis=dims[axis])
+        else:  # one row copied along the axis: still one row
+            label = replace(label, axis=None, at=0)
+    alike = frozenset(i for i in range(len(out.shape)) if i not in dims) | frozenset(
+        d for a, d in enumerate(dims) if a in v.alike_axes())
+    return Val(label, uniform if v.uniform != ALL else ALL,
+               alike=ALL if v.alike_axes() == ALL else alike)
+
+
+def _transpose(v: Val, perm: tuple[int, ...]) -> Val:
+    uniform = ALL if v.uniform == ALL else frozenset(perm.index(a) for a in v.uniform
+                                                    if a in perm)
+    label = v.label
+    if label is not None and label.mine and label.form == "rowwise" and label.axis is not None:
+        label = replace(label, axis=perm.index(label.axis))
+    alike = v.alike_axes()
+    return Val(label, uniform, alike=ALL if alike == ALL else frozenset(
+        perm.index(a) for a in alike if a in perm))
+
+
+def _reshape(v: Val, src: Tensor | None, out: Tensor | None) -> Val:
+    label = v.label
+    uniform = ALL if v.uniform == ALL else frozenset()
+    if label is None or not label.mine or label.form != "rowwise" or label.axis is None:
+        return Val(label, uniform, alike=ALL if v.alike_axes() == ALL else None)
+    if src is None or out is None:
+        return Val(raw([label]))
+    if label.outer is not None:
+        return _unblock(label, src, out, uniform)
+    n = src.shape[label.axis]
+    before = math.prod(src.shape[: label.axis])
+    window = label.window
+    assert window is not None
+    for j in range(len(out.shape) - 1):
+        if math.prod(out.shape[:j]) == before and out.shape[j] * out.shape[j + 1] == n \
+                and n not in out.shape and not window.step and label.at == 0 \
+                and window.size == n and out.shape[j + 1] > 1:
+            step = out.shape[j + 1]
+            rows = Rows(window.sources, window.lo, window.hi, step)
+            return Val(replace(label, window=rows, axis=j + 1, outer=j), uniform)
+    for j in range(len(out.shape) + 1):
+        if math.prod(out.shape[:j]) != before:
+            continue
+        if j < len(out.shape) and out.shape[j] == n:
+            return Val(replace(label, axis=j), uniform)
+        if n == 1 and (j == len(out.shape) or out.shape[j] != 1):
+            return Val(replace(label, axis=None, at=0), uniform)
+    return Val(raw([label]))
+
+
+def _unblock(label: Flow, src: Tensor, out: Tensor, uniform: frozenset[int]) -> Val:
+    """Reshaping rows split into blocks: once one block is left (its axis of size 1),
+    dropping that axis."""
+    assert label.outer is not None and label.axis is not None
+    if src.shape[label.outer] != 1 or label.outer + 1 != label.axis:
+        return Val(raw([label]))
+    n = src.shape[label.axis]
+    before = math.prod(src.shape[: label.outer])
+    for j in range(len(out.shape)):
+        if math.prod(out.shape[:j]) == before and out.shape[j] == n:
+            return Val(replace(label, axis=j, outer=None), uniform)
+    return Val(raw([label]))
+
+
+def _slice(v: Val, src: Tensor | None, start: Sequence[int], limit: Sequence[int],
+           strides: Sequence[int] | None) -> Val:
+    label = v.label
+    uniform = v.uniform
+    if label is None or not label.mine or label.form != "rowwise" or label.axis is None:
+        return Val(label, uniform)
+    a = label.axis
+    if strides is not None and strides[a] != 1:
+        return Val(raw([label]))
+    return Val(_narrow(label, int(start[a]), int(limit[a]), src), uniform)
+
+
+def _narrow(label: Flow, lo: int, hi: int, src: Tensor | None) -> Label:
+    """``label`` restricted to positions ``[lo, hi)`` of its row axis."""
+    window = label.window
+    assert window is not None and label.axis is not None
+    if window.hi == UNKNOWN:
+        return raw([label])
+    if label.gated:  # a part of rows chosen at run time: the check there was on the whole
+        label = replace(label, enforced=None)
+    count = window.size if not window.step else None
+    if count is None:  # one block, not known which: only the whole of it
+        full = src is not None and lo <= label.at and hi >= label.at + window.step
+        return label if full else raw([label])
+    first, last = max(lo, label.at), min(hi, label.at + count)
+    if first >= last:
+        if label.rowsets:
+            return Flow("aggregate", label.sources, rowsets=label.rowsets, gated=label.gated)
+        return None
+    rows = Rows(window.sources, window.lo + first - label.at, window.lo + last - label.at)
+    return replace(label, window=rows, at=first - lo, pure=label.pure)
+
+
+def _dynamic_slice(ins: list[Val], src: Tensor | None, sizes: tuple[int, ...]) -> Val:
+    value, offsets = ins[0], ins[1:]
+    label = value.label
+    moved = [o.label for o in offsets if o.label is not None and o.label.mine]
+    if moved:
+        return Val(raw([label, *moved]))
+    if label is None or not label.mine or label.form != "rowwise" or label.axis is None \
+            or src is None:
+        return Val(label, value.uniform)
+    a = label.axis
+    if label.outer is not None:
+        o = label.outer
+        if sizes[a] != src.shape[a] or sizes[o] != 1:
+            return Val(raw([label]))
+        return Val(replace(label, outer=None), value.uniform)  # one block, not known which
+    if sizes[a] == src.shape[a]:
+        return Val(label, value.uniform)
+    start = offsets[a].const if a < len(offsets) else None
+    if start is None:
+        return Val(raw([label]))
+    lo = int(min(max(start, 0), src.shape[a] - sizes[a]))
+    return Val(_narrow(label, lo, lo + sizes[a], src), value.uniform)
+
+
+def _concatenate(ins: list[Val], types: Sequence[Tensor | None], dim: int) -> Val:
+    mine = [i for i, v in enumerate(ins) if v.label is not None and v.label.mine]
+    rowwise = [i for i in mine if ins[i].label.form == "rowwise"]  # type: ignore[union-attr]
+    uniform = ALL
+    for v in ins:
+        uniform &= v.uniform
+    uniform -= {dim}
+    if len(rowwise) == 1 and ins[rowwise[0]].label.axis == dim:  # type: ignore[union-attr]
+        i = rowwise[0]
+        label = ins[i].label
+        assert label is not None
+        if len(mine) != 1 or any(t is None for t in types[:i]):
+            return Val(raw([v.label for v in ins]))
+        offset = sum(t.shape[dim] for t in types[:i] if t is not None)
+        return Val(replace(label, at=label.at + offset, pure=False), uniform)
+    if any(ins[i].label.axis == dim for i in rowwise):  # type: ignore[union-attr]
+        return Val(raw([v.label for v in ins]))
+    return Val(_elementwise(ins, False).label, uniform)
+
+
+def _pad(ins: list[Val], op: Op) -> Val:
+    value = ins[0]
+    label = value.label
+    if ins[1].label is not None and ins[1].label.mine:
+        return Val(raw([label, ins[1].label]))
+    if label is None or not label.mine or label.form != "rowwise" or label.axis is None:
+        return Val(label)
+    a = label.axis
+    low = tuple(op.attrs["edge_padding_low"])
+    interior = tuple(op.attrs["interior_padding"])
+    if interior[a] != 0 or low[a] < 0:
+        return Val(raw([label]))
+    return Val(replace(label, at=label.at + int(low[a]), pure=False))
+
+
+def _along(ins: list[Val], dims: tuple[int, ...]) -> Val:
+    """Reversal or sorting along ``dims``: raw along the rows, row-wise elsewhere."""
+    label = join_all(v.label for v in ins)
+    rowwise = [v.label for v in ins if v.label is not None and v.label.mine
+               and v.label.form == "rowwise"]
+    if any(lab.axis in dims for lab in rowwise):
+        return Val(raw([v.label for v in ins]))
+    return Val(impure(label))
+
+
+def _indexing(ins: list[Val]) -> Val:
+    """Gathers, scatters and other ops not modelled: raw, unless no input is row-wise or
+    raw data of p (parts of aggregates are aggregates)."""
+    labels = [v.label for v in ins]
+    if any(lab is not None and lab.mine and lab.form in ("rowwise", "raw") for lab in labels):
+        return Val(raw(labels))
+    return Val(impure(join_all(labels)))
+
+
+def _dot(op: Op, ins: list[Val]) -> Val | None:
+    """``dot_general``: contracting the rows of a row-wise value aggregates them; keeping
+    them (as a batch or free axis) keeps it row-wise."""
+    dims = op.attrs.get("dot_dimension_numbers")
+    if not isinstance(dims, dict) or None in op.operand_types[:2]:
+        return None
+    batch = (list(dims["lhs_batching_dimensions"]), list(dims["rhs_batching_dimensions"]))
+    contract = (list(dims["lhs_contracting_dimensions"]),
+                list(dims["rhs_contracting_dimensions"]))
+    ranks = [len(t.shape) for t in op.operand_types[:2]]  # type: ignore[union-attr]
+    free = [[d for d in range(ranks[i]) if d not in batch[i] and d not in contract[i]]
+            for i in (0, 1)]
+    rowwise = [i for i in (0, 1) if _is_rowwise(ins[i].label)]
+    if not rowwise:
+        every = all(v.alike_axes() == ALL for v in ins)
+        return Val(combine(ins[0].label, ins[1].label), alike=ALL if every else None)
+    if len(rowwise) == 2:
+        a, b = ins[0].label, ins[1].label
+        assert a is not None and b is not None
+        for group in (contract, batch):
+            if a.axis in group[0] and b.axis in group[1] and \
+                    group[0].index(a.axis) == group[1].index(b.axis) and \
+                    (a.window, a.at) == (b.window, b.at) and a.outer is None is b.outer:
+                if group is contract:
+                    return Val(combine(aggregated(a), aggregated(b)))
+                return Val(_kept(a, b, axis=group[0].index(a.axis)))
+        return Val(raw([a, b]))
+    i = rowwise[0]
+    lab, other = ins[i].label, ins[1 - i]
+    assert lab is not None
+    if lab.axis is None:
+        return Val(combine(lab, other.label))
+    if lab.outer is not None:
+        return Val(raw([lab, other.label]))
+    olab = other.label
+    gated = lab.gated or bool(olab is not None and olab.mask)
+    for group in (contract, batch):
+        if lab.axis in group[i]:
+            pos = group[1 - i][group[i].index(lab.axis)]
+            if not _aligned(lab, other, pos):
+                return Val(raw([lab, olab]))
+            if group is contract:
+                return Val(combine(aggregated(replace(lab, gated=gated)), impure(olab)))
+            return Val(_kept(lab, olab, axis=group[i].index(lab.axis), gated=gated))
+    axis = len(batch[0]) + (0 if i == 0 else len(free[0])) + free[i].index(lab.axis)
+    return Val(_kept(lab, olab, axis=axis, gated=gated))
+
+
+def _kept(lab: Flow, other: Label, **changes: Any) -> Flow:
+    """Row-wise ``lab`` combined with ``other``, its row axis moved by ``changes``."""
+    out = combine(lab, other)
+    assert out is not None
+    return replace(out, **changes)
+
+
+def _is_rowwise(label: Label) -> bool:
+    return label is not None and label.mine and label.form == "rowwise"
+
+
+def _aligned(lab: Flow, other: Val, pos: int) -> bool:
+    """Whether ``other``'s axis ``pos`` weights ``lab``'s rows alike: other owners'
+    row-aligned data, or a value uniform along that axis."""
+    return pos in other.alike_axes()
+
+
+def _region_reads(regions: Sequence[Block], env: dict[int, Val]) -> list[Label]:
     """The labels of the enclosing blocks' values that ``regions`` read (at any depth)."""
     reads: list[Label] = []
     for region in regions:
         for op in region.ops:
-            reads.extend(env.get(v) for v in op.operands)
+            reads.extend(env.get(v, _UNKNOWN).label for v in op.operands)
             reads.extend(_region_reads(op.regions, env))
     return reads
+
+
+def _carried(label: Label) -> Val:
+    """A loop-carried value: its label (other owners' data stays row-aligned)."""
+    return Val(label, alike=ALL if label is not None and not label.mine else None)
+
+
+def _arg(label: Label, t: Tensor | None) -> Val:
+    """An argument: uniform along its unit axes (a scalar: along every axis)."""
+    alike = ALL if label is not None and not label.mine else None
+    if t is None:
+        return Val(label, alike=alike)
+    if not t.shape:
+        return Val(label, ALL)
+    return Val(label, frozenset(i for i, s in enumerate(t.shape) if s == 1), alike=alike)
 
 
 _CACHE = LRUCache(256)
 
 
-def transfer(text: str, inputs: Sequence[Label]) -> list[Label] | None:
+def transfer(text: str, inputs: Sequence[Label]) -> Result | None:
     """The labels of the results of ``main`` of StableHLO module ``text`` given its
     arguments' labels (None if it cannot be parsed or has no ``main`` of that arity)."""
     key = (text, tuple(inputs))
     cached = _CACHE.lookup(key)
     if cached is not None:
-        return list(cached)
+        return Result(list(cached[0]), cached[1])
     try:
         module = parse(text)
     except ValueError:
         return None
-    result = _Flows(module).call("main", inputs)
-    if result is not None:
-        _CACHE.store(key, tuple(result))
+    main = module.functions.get("main")
+    if main is None or len(main.args) != len(inputs):
+        return None
+    flows = _Flows(module)
+    vals = flows.call("main", [_arg(lab, t) for lab, t in zip(inputs, main.arg_types,
+                                                              strict=True)])
+    if vals is None:
+        return None
+    result = Result([v.label for v in vals], flows.observed)
+    _CACHE.store(key, (tuple(result.outputs), result.observed))
     return result
 
 
@@ -198,19 +662,22 @@ def module_text(read: Callable[[bytes], str], payload: bytes) -> str | None:
     return text
 
 
-def labels_through(text: str | None, ins: list[Label], n: int) -> list[Label]:
+def labels_through(text: str | None, ins: list[Label], n: int) -> Result:
     """Labels through the ``n``-result StableHLO module ``text``; raw from every input if
-    it cannot be followed (or ``text`` is None)."""
+    it cannot be followed (or ``text`` is None), its run time then observing them too."""
     if all(lab is None for lab in ins):
-        return [None] * n
-    outs = transfer(text, ins) if text is not None else None
-    return outs if outs is not None and len(outs) == n else [raw(ins)] * n
+        return Result([None] * n)
+    got = transfer(text, ins) if text is not None else None
+    if got is not None and len(got.outputs) == n:
+        return got
+    everything = raw(ins)
+    return Result([everything] * n, everything if everything is not None and everything.mine
+                  else None)
 
 
-def through(read: Callable[[bytes], str], payload: Any, ins: list[Label], n: int
-            ) -> list[Label]:
+def through(read: Callable[[bytes], str], payload: Any, ins: list[Label], n: int) -> Result:
     """Labels through a tensor program whose StableHLO text ``read`` gives; raw from every
     input if it cannot be followed."""
     if all(lab is None for lab in ins):
-        return [None] * n
+        return Result([None] * n)
     return labels_through(module_text(read, bytes(payload)), ins, n)

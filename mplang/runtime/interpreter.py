@@ -24,6 +24,11 @@ Kernel = Callable[["Interpreter", Operation, list[Any], str], list[Any]]
 regions and loop iterations), so parties tag their messages with it.
 """
 
+Contain = Callable[[Operation, str, Exception], Exception]
+"""``contain(op, key, error)``: the error that ``op``'s failure ``error`` (naming the op)
+leaves its party as. Workers give their interpreters one: a kernel's message may quote
+the party's data."""
+
 
 class KernelTable:
     """Resolves an op's kernel through its primitive: the kernel the primitive registered
@@ -54,13 +59,15 @@ class Interpreter:
     ``options`` are the execution's `RunOptions`: with ``options.parallel`` and a
     ``scheduler``, graphs run as dataflow (an op starts as soon as its inputs are
     ready); otherwise op by op in program order. ``options.progress`` hears of each
-    completed op, ``options.monitor`` of each op started and finished.
+    completed op, ``options.monitor`` of each op started and finished. Every op
+    failure passes through ``contain`` (`Contain`) if given.
     """
 
     def __init__(self, kernels: KernelTable, states: Mapping[str, Any], *,
                  party: int | None, exec_id: str, options: RunOptions = DEFAULT_OPTIONS,
-                 scheduler: Scheduler | None = None):
+                 scheduler: Scheduler | None = None, contain: Contain | None = None):
         self.kernels = kernels
+        self.contain = contain
         self.states = states
         self.party = party
         self.exec_id = exec_id
@@ -127,26 +134,12 @@ class Interpreter:
         started = 0 if monitor is None else monitor.op_started(self._track, op, key)
         try:
             outs = kernel(self, op, args, key)
-        except MPRuntimeError as e:
-            if e.op is None:  # name the op a communication wait belonged to
-                e.op = op.opcode
-                e.args = (f"{e.args[0]} (in op {op.opcode} at {key}{_at(op)})", *e.args[1:])
-            elif e.op == op.opcode and e.key is None:  # the kernel named its op: add where
-                traced = "" if op.loc and op.loc in e.args[0] else _at(op)
-                e.args = (f"{e.args[0]} (at {key}{traced})", *e.args[1:])
-            if e.op == op.opcode:
-                e.key = e.key or key
-                e.loc = e.loc or op.loc
-            raise
-        except MPLangError:
-            raise
         except Exception as e:
-            results = ", ".join(f"%{v.name}" for v in op.outputs) or "no results"
-            raise MPRuntimeError(
-                f"{where}: op {op.opcode} at {key} (defining {results}{_at(op)}) failed: "
-                f"{type(e).__name__}: {e}", party=self.party, op=op.opcode, key=key,
-                loc=op.loc,
-            ) from e
+            failure: Exception | None = self._failure(op, key, e)
+        else:
+            failure = None
+        if failure is not None:  # raised here, it carries no other exception's text
+            raise failure
         if len(outs) != len(op.outputs):
             raise MPRuntimeError(f"{where}: kernel of {op.opcode} returned {len(outs)} values "
                                  f"for {len(op.outputs)} outputs", party=self.party,
@@ -157,6 +150,32 @@ class Interpreter:
             who = "driver" if self.party is None else where
             self.options.progress(f"{who}: {op.opcode} {key} done")
         return outs
+
+    def _failure(self, op: Operation, key: str, e: Exception) -> Exception:
+        """The error that ``op``'s kernel raising ``e`` leaves this interpreter with: one
+        naming the op and its run, through ``contain`` if given."""
+        error = e
+        if isinstance(e, MPRuntimeError):
+            if e.op is None:  # name the op a communication wait belonged to
+                e.op = op.opcode
+                e.args = (f"{e.args[0]} (in op {op.opcode} at {key}{_at(op)})", *e.args[1:])
+            elif e.op == op.opcode and e.key is None:  # the kernel named its op: add where
+                traced = "" if op.loc and op.loc in e.args[0] else _at(op)
+                e.args = (f"{e.args[0]} (at {key}{traced})", *e.args[1:])
+            if e.op == op.opcode:
+                e.key = e.key or key
+                e.loc = e.loc or op.loc
+        elif not isinstance(e, MPLangError):
+            results = ", ".join(f"%{v.name}" for v in op.outputs) or "no results"
+            error = MPRuntimeError(
+                f"{self._where}: op {op.opcode} at {key} (defining {results}{_at(op)}) failed: "
+                f"{type(e).__name__}: {e}", party=self.party, op=op.opcode, key=key,
+                loc=op.loc)
+            error.__cause__ = e
+        nested = isinstance(error, MPRuntimeError) and error.key not in (None, key)
+        if self.contain is None or nested:  # a nested op's failure was contained already
+            return error
+        return self.contain(op, key, error)
 
 
 def _at(op: Operation) -> str:

@@ -39,28 +39,37 @@ class MissingData(MPRuntimeError):
     such array in an archive, or no uploaded object of that name."""
 
 
+class BadPath(MPRuntimeError):
+    """A path the program names is not one this party reads or writes: not a relative
+    path of the right kind, outside the data root, or not a regular file (or folder)."""
+
+
 def _fail(message: str, op: str = OP) -> MPRuntimeError:
     return MPRuntimeError(f"{op}: {message}")
+
+
+def _bad(message: str, op: str) -> BadPath:
+    return BadPath(f"{op}: {message}")
 
 
 def check_relpath(relpath: Any, node: str, *, op: str = OP,
                   extensions: tuple[str, ...] = EXTENSIONS) -> PurePosixPath:
     """``relpath`` as a relative path inside a data root naming a file with one of
-    ``extensions``, checked without touching the disk (errors name ``op``)."""
+    ``extensions``, checked without touching the disk (`BadPath` naming ``op``)."""
     if not isinstance(relpath, str):
-        raise _fail(f"the path must be a string, got {type(relpath).__name__}", op)
+        raise _bad(f"the path must be a string, got {type(relpath).__name__}", op)
     if not relpath:
-        raise _fail(f"the path is empty; name a file in the data root of {node}", op)
+        raise _bad(f"the path is empty; name a file in the data root of {node}", op)
     if len(relpath) > MAX_PATH or "\x00" in relpath:
-        raise _fail(f"path {relpath[:64]!r}... is not a valid file name", op)
+        raise _bad(f"path {relpath[:64]!r}... is not a valid file name", op)
     path = PurePosixPath(relpath.replace("\\", "/"))
     if path.is_absolute() or relpath.startswith(("/", "\\")):
-        raise _fail(f"path {relpath!r} is absolute; give a path relative to the data root "
-                    f"of {node}", op)
+        raise _bad(f"path {relpath!r} is absolute; give a path relative to the data root "
+                   f"of {node}", op)
     if ".." in path.parts:
-        raise _fail(f"path {relpath!r} escapes the data root of {node}", op)
+        raise _bad(f"path {relpath!r} escapes the data root of {node}", op)
     if path.suffix not in extensions:
-        raise _fail(f"path {relpath!r} must name a {' or '.join(extensions)} file", op)
+        raise _bad(f"path {relpath!r} must name a {' or '.join(extensions)} file", op)
     return path
 
 
@@ -68,22 +77,22 @@ def resolve(root: str | os.PathLike[str], relpath: str, node: str = "this node",
             op: str = OP, extensions: tuple[str, ...] = EXTENSIONS) -> Path:
     """The real path of regular file ``relpath`` inside the data root ``root`` of ``node``.
 
-    Raises `MPRuntimeError` naming ``op``, the path and the node if the path is
-    absolute, empty, has a ``..`` component or another extension than
-    ``extensions``, resolves (through symbolic links) outside the root, is missing,
-    or is not a regular file.
+    Raises `BadPath` naming ``op``, the path and the node if the path is absolute,
+    empty, has a ``..`` component or another extension than ``extensions``, resolves
+    (through symbolic links) outside the root or is not a regular file; `MissingData`
+    if it is missing.
     """
     path = check_relpath(relpath, node, op=op, extensions=extensions)
     base = Path(root).resolve()
     real = (base / path).resolve()
     if not real.is_relative_to(base):
-        raise _fail(f"path {relpath!r} escapes the data root of {node}", op)
+        raise _bad(f"path {relpath!r} escapes the data root of {node}", op)
     if not real.exists():
         raise MissingData(f"{op}: {node} has no file {relpath!r} in its data root; put it "
                           f"there (by default ./data/{node}; mp.Simulator(..., data_roots=...)"
                           " or `mplang worker --data-root DIR` choose another) or fix the path")
     if not real.is_file():
-        raise _fail(f"path {relpath!r} in the data root of {node} is not a regular file", op)
+        raise _bad(f"path {relpath!r} in the data root of {node} is not a regular file", op)
     return real
 
 
@@ -92,10 +101,10 @@ def resolve_for_write(root: str | os.PathLike[str], relpath: str, node: str = "t
     """The path inside data root ``root`` that a program may write ``relpath`` to.
 
     Missing parent folders are made inside the root, one at a time, each checked to
-    stay inside it. Refused (`MPRuntimeError` naming ``op``, the path and the node):
-    what `check_relpath` refuses, a root that does not exist, a parent that resolves
-    outside the root or is not a folder, and a target that is a symbolic link
-    leading out of the root or exists as something other than a regular file. The
+    stay inside it. Refused (`BadPath` naming ``op``, the path and the node): what
+    `check_relpath` refuses, a parent that resolves outside the root or is not a
+    folder, and a target that is a symbolic link leading out of the root or exists as
+    something other than a regular file; a root that does not exist too. The
     caller replaces the target (a link inside the root is replaced, not followed).
     """
     path = check_relpath(relpath, node, op=op, extensions=extensions)
@@ -111,16 +120,16 @@ def resolve_for_write(root: str | os.PathLike[str], relpath: str, node: str = "t
                 step.mkdir()
         real = step.resolve()
         if not real.is_relative_to(base):
-            raise _fail(f"path {relpath!r} escapes the data root of {node}", op)
+            raise _bad(f"path {relpath!r} escapes the data root of {node}", op)
         if not real.is_dir():
-            raise _fail(f"path {relpath!r}: {part!r} in the data root of {node} is not a "
-                        "folder", op)
+            raise _bad(f"path {relpath!r}: {part!r} in the data root of {node} is not a "
+                       "folder", op)
         folder = real
     target = folder / path.name
     if target.is_symlink() and not target.resolve().is_relative_to(base):
-        raise _fail(f"path {relpath!r} escapes the data root of {node}", op)
+        raise _bad(f"path {relpath!r} escapes the data root of {node}", op)
     if target.exists() and not target.is_symlink() and not target.is_file():
-        raise _fail(f"path {relpath!r} in the data root of {node} is not a regular file", op)
+        raise _bad(f"path {relpath!r} in the data root of {node} is not a regular file", op)
     return target
 
 

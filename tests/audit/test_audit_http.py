@@ -183,7 +183,7 @@ def test_uploads_and_the_types_told_to_a_driver_are_logged(
     put(cluster.spec_path, "node_1", name, vec)
     with support.connected_driver(cluster) as driver:
         out = mp.evaluate(driver, lambda: simp.pcall((1,), lambda v: v * 10, simp.load(1, name)))
-        with pytest.raises(mp.MPRuntimeError, match="node_1 refuses to send object"):
+        with pytest.raises(mp.MPRefusedError, match="node_1 refuses to send object"):
             mp.fetch(driver, out)  # node_1's policy keeps its data from the driver
     log = read_events([audit_dir / "node_1.jsonl"])
     events = [e for e in log if e["event"] in ("upload", "describe") and e["name"] == name]

@@ -1,7 +1,9 @@
 """Each party's policy, enforced by real worker processes: a program that would let a
 party's data go where its policy does not allow is refused before anything runs (by
 that party, naming the op, the source line and the rule), a fetch of a party's raw data
-is refused, and a worker does not start with a malformed policy."""
+is refused, a write its ``writes`` does not allow is refused and writes nothing, and a
+worker does not start with a malformed policy. Every refusal reaches the driver as an
+`MPRefusedError` (never an `MPRuntimeError`) carrying the party's message."""
 
 from __future__ import annotations
 
@@ -16,30 +18,37 @@ import numpy as np
 import pytest
 
 import mplang as mp
-from mplang import tensor
+from mplang import simp, tensor
 from mplang.cluster.local import LocalCluster
+from mplang.dialects import table
 from mplang.edsl.errors import MPRefusedError
 from mplang.records.audit import read_events
+from mplang.runtime.options import Mode
 from tests.http import support
 
 NODES = ("node_0", "node_1", "node_2")
+INPUT_CSV = "a\n1\n2\n3\n"
 
 
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Path]]:
     """Three workers with `mplang init`'s development policies, except that node_0 takes
-    programs only from ``driver`` (the spec also lists ``driver2``)."""
+    programs only from ``driver`` (the spec also lists ``driver2``) and node_2 lets the
+    driver have its plaintext."""
     base = tmp_path_factory.mktemp("policies")
     dev = support.dev_cluster(base, mp.ClusterSpec.from_dict(
         support.spec_dict(support.free_ports(3))))
     node_0 = dev.spec_path.parent / "policies" / "node_0.yaml"
     node_0.write_text(node_0.read_text().replace("drivers: [driver, driver2]",
                                                  "drivers: [driver]"))
+    node_2 = dev.spec_path.parent / "policies" / "node_2.yaml"
+    node_2.write_text(node_2.read_text().replace("plaintext_to: []", "plaintext_to: [driver]"))
     for rank, node in enumerate(NODES):
         root = base / "data" / node
         root.mkdir(parents=True)
         np.save(root / "x.npy", np.arange(20, dtype=np.float32) + rank)
         np.save(root / "few.npy", np.arange(4, dtype=np.float32))
+        (root / "x.csv").write_text(INPUT_CSV)
     cluster = LocalCluster(dev.spec_path, keys=dev.keys, audit_dir=base / "audit",
                            data_root=base / "data")
     try:
@@ -51,6 +60,14 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
 
 def _load(device: str, path: str = "x.npy") -> Any:
     return mp.device(device)(lambda: tensor.load(path))()
+
+
+def _refused(run: Any) -> MPRefusedError:
+    """The `MPRefusedError` ``run()`` raises (not an `MPRuntimeError`)."""
+    with pytest.raises(MPRefusedError) as caught:
+        run()
+    assert not isinstance(caught.value, mp.MPRuntimeError)
+    return caught.value
 
 
 def _verdicts(audit: Path, node: str) -> list[tuple[str, str | None]]:
@@ -78,11 +95,10 @@ def test_revealing_the_other_party_s_input_is_refused_before_anything_runs(
     def steal() -> Any:  # the SPU returns node_1's input, revealed to node_0
         return mp.put("P0", mp.device("SP0")(lambda a, b: b)(_load("P0"), _load("P1")))
 
-    with support.connected_driver(cluster) as driver, \
-            pytest.raises(MPRefusedError) as refused:
-        mp.evaluate(driver, steal)
-    message = str(refused.value)
-    assert refused.value.status == 403
+    with support.connected_driver(cluster) as driver:
+        refused = _refused(lambda: mp.evaluate(driver, steal))
+    message = str(refused)
+    assert refused.status == 403
     assert re.search(r"party 1 \(node_1 at \S+\) refused a program of \d+ ops: party 1 "
                      r"refuses the program: op spu\.reveal at test_policies\.py:\d+ sends the "
                      r"value revealed from SP0, raw of x\.npy, to node_0; add node_0 to "
@@ -100,25 +116,83 @@ def test_an_aggregate_of_too_few_elements_is_refused(
         workers: tuple[LocalCluster, Path]) -> None:
     cluster, _ = workers
 
-    def small_sum() -> Any:  # 4 < min_elements 10 of the development policy
+    def small_sum() -> Any:  # 4 < min_rows 10 of the development policy
         return mp.put("P0", mp.device("SP0")(lambda a, b: jnp.sum(b))(
             _load("P0"), _load("P1", "few.npy")))
 
-    with support.connected_driver(cluster) as driver, \
-            pytest.raises(mp.MPLangError, match=r"aggregate of 4 elements of few\.npy, to "
-                          r"node_0; add a rule \{to: \[node_0\], when: aggregate, "
-                          r"min_elements: 4\}"):
-        mp.evaluate(driver, small_sum)
+    with support.connected_driver(cluster) as driver:
+        refused = _refused(lambda: mp.evaluate(driver, small_sum))
+    assert re.search(r"party 1 refuses the program: op spu\.reveal at test_policies\.py:\d+ "
+                     r".*few\.npy, to node_0; add a rule \{to: \[node_0\], when: aggregate, "
+                     r"min_rows: 4\}", str(refused)), refused
 
 
-def test_the_driver_cannot_fetch_a_party_s_raw_data(
-        workers: tuple[LocalCluster, Path]) -> None:
+@pytest.mark.parametrize("mode", ["launch", "standard"])
+def test_the_driver_never_gets_a_party_s_raw_data(
+        workers: tuple[LocalCluster, Path], mode: Mode) -> None:
+    """Refused when node_1 accepts the program (its output would reach the driver) or
+    when the driver fetches the output; either way an `MPRefusedError` with node_1's
+    message."""
     cluster, _ = workers
     with support.connected_driver(cluster) as driver:
-        x = mp.evaluate(driver, lambda: _load("P1"))
-        with pytest.raises(mp.MPLangError, match=r"node_1 refuses to send object \S+ to the "
-                           r"driver: it is raw of x\.npy"):
-            mp.fetch(driver, x)
+        refused = _refused(lambda: mp.fetch(driver, mp.evaluate(driver, lambda: _load("P1"),
+                                                                mode=mode)))
+    assert refused.status == 403
+    assert re.match(r"party 1 \(node_1 at \S+\) refused (a fetch|op \S+|a program of \d+ ops): "
+                    r"(node_1|party 1) refuses ", str(refused)), refused
+    assert "x.npy" in str(refused) and "add driver to plaintext_to" in str(refused)
+
+
+def test_a_secret_share_is_refused_at_fetch(workers: tuple[LocalCluster, Path]) -> None:
+    cluster, _ = workers
+    with support.connected_driver(cluster) as driver:
+        shared = mp.evaluate(driver, lambda: mp.put("SP0", mp.put("P0", np.float32(2.5))))
+        refused = _refused(lambda: driver.fetch_object(shared))
+    assert refused.status == 403
+    assert re.match(r"party (\d) \(node_\1 at \S+\) refused a fetch: party \1: object \S+ is a "
+                    r"secret share, which leaves this party only inside its protocol",
+                    str(refused)), refused
+
+
+def test_stored_raw_data_sent_on_is_refused_when_it_would_run(
+        workers: tuple[LocalCluster, Path]) -> None:
+    """node_2 lets the driver have its data, not node_0. Standard mode runs the shuffle
+    as a program of its own: node_2 accepts it, then refuses to run it once it sees that
+    the stored input is its raw data (`Guard.admit`)."""
+    cluster, _ = workers
+    with support.connected_driver(cluster) as driver:
+        x = mp.evaluate(driver, lambda: _load("P2"))
+        np.testing.assert_array_equal(mp.fetch(driver, x), np.arange(20) + 2)
+        refused = _refused(lambda: mp.evaluate(
+            driver, lambda v: simp.shuffle_static(v, {0: 2}), x, mode="standard"))
+    assert refused.status == 403
+    assert re.match(r"party 2 \(node_2 at \S+\) refused op simp\.shuffle_static: node_2 "
+                    r"refuses the program: op simp\.shuffle_static at test_policies\.py:\d+ "
+                    r".*x\.npy, to node_0; add node_0 to plaintext_to", str(refused)), refused
+
+
+def test_a_driver_program_cannot_overwrite_a_party_s_input(
+        workers: tuple[LocalCluster, Path]) -> None:
+    """The development policy has ``writes: []``: a program writing node_1's own input
+    file is refused by node_1 (when it accepts the program, or when the write would
+    run), and the file stays as it was."""
+    cluster, _ = workers
+    target = cluster.data_root / "node_1" / "x.csv"  # type: ignore[operator]
+
+    def overwrite() -> Any:
+        t = simp.pcall((1,), lambda: table.constant({"a": np.array([0], np.int64)}))
+        return simp.pcall((1,), lambda u: table.write_csv(u, "x.csv"), t)
+
+    with support.connected_driver(cluster) as driver:
+        refused = _refused(lambda: mp.evaluate(driver, overwrite))
+    policy = cluster.spec_path.parent / "policies" / "node_1.yaml"
+    message = str(refused)
+    assert re.match(r"party 1 \(node_1 at \S+\) refused a program of \d+ ops: party 1 ",
+                    message), message
+    assert re.search(r"op table\.write(_csv)? at test_policies\.py:\d+ writ(es|ing) 'x\.csv' "
+                     r"into ", message), message
+    assert f"writes: [] in {policy} does not allow" in message
+    assert target.read_text() == INPUT_CSV
 
 
 def test_a_driver_not_in_the_party_s_list_is_refused(
@@ -126,12 +200,13 @@ def test_a_driver_not_in_the_party_s_list_is_refused(
     cluster, _ = workers
     other = mp.Driver(cluster.spec_path, key=cluster.keys_dir / "driver2.key", timeout=30.0)
     try:
-        with pytest.raises(mp.MPLangError, match="node_0's policy does not accept driver "
-                           "'driver2'"):
-            mp.evaluate(other, lambda: mp.put("P0", mp.device("SP0")(jnp.add)(
-                _load("P0"), _load("P1"))))
+        refused = _refused(lambda: mp.evaluate(other, lambda: mp.put("P0", mp.device("SP0")(
+            jnp.add)(_load("P0"), _load("P1")))))
     finally:
         other.close()
+    assert re.fullmatch(r"party 0 \(node_0 at \S+\): node_0's policy does not accept driver "
+                        r"'driver2' \(drivers: \[driver\] in \S+node_0\.yaml\) \(at "
+                        r"test_policies\.py:\d+\)", str(refused)), refused
 
 
 def test_a_worker_does_not_start_with_a_malformed_policy(tmp_path: Path) -> None:
@@ -144,5 +219,5 @@ def test_a_worker_does_not_start_with_a_malformed_policy(tmp_path: Path) -> None
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode != 0
     assert done.stderr == (f"mplang worker: {bad}:4: declassify: when must be one of "
-                           "aggregate, compare, count, any\n")
+                           "aggregate, compare, dp, any\n")
     assert "Traceback" not in done.stderr

@@ -47,12 +47,12 @@ def roots(dev: support.DevCluster) -> list[Path]:
 def workers(dev: support.DevCluster, roots: list[Path]) -> Iterator[list[support.ThreadWorker]]:
     """node_0..node_2 in this process, each with its data root and a policy letting its
     plaintext go to the driver and to the other nodes (these tests fetch and move what
-    was read)."""
+    was read) and programs write ``out/*.csv``."""
     policies = dev.spec_path.parent / "policies"
     policies.mkdir(exist_ok=True)
     for r in range(3):
         (policies / f"node_{r}.yaml").write_text(
-            "plaintext_to: [driver, node_0, node_1, node_2]\n")
+            "plaintext_to: [driver, node_0, node_1, node_2]\nwrites: [out/*.csv]\n")
     started = [support.ThreadWorker(dev, f"node_{r}", timeout=10.0) for r in range(3)]
     for w, root in zip(started, roots, strict=True):
         w.server.worker.data_root = root
@@ -151,9 +151,11 @@ def test_a_forged_query_is_refused_by_the_worker(driver: mp.Driver, roots: list[
             "query": f"COPY o TO '{target}'", "names": ("o",),
             "type": TableType((("x", "int64"),))})[0], t)
 
-    with pytest.raises(mp.MPRuntimeError, match=r"party 0: op table\.sql .*only SELECT "
+    with pytest.raises(mp.MPRuntimeError, match=r"party 0 \(node_0 at .*\) refused to run a "
+                                                r"program of 2 ops: 400 table\.sql at "
+                                                r"test_tables_http\.py:\d+: only SELECT "
                                                 r"statements run, not COPY"):
-        mp.evaluate(driver, prog)
+        mp.evaluate(driver, prog)  # refused when the program arrives: nothing runs
     assert not target.exists()
 
 

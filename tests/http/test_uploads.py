@@ -181,7 +181,10 @@ def test_describe_answers_drivers_with_types_only(dev: support.DevCluster, worke
     assert describe(dev, "driver2", 0, what="file", path="x.npy").status_code == 200
     refused = describe(dev, "driver2", 1, what="file", path="x.npy")
     assert refused.status_code == 403
-    assert refused.json()["error"] == "node_1's policy does not accept driver 'driver2'"
+    assert refused.json() == {
+        "error": f"node_1's policy does not accept driver 'driver2' (drivers: [driver] in "
+                 f"{dev.spec_path.parent / 'policies' / 'node_1.yaml'})",
+        "kind": "PolicyRefusedError"}
 
 
 def test_simp_load_of_a_missing_name(driver: mp.Driver) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +14,8 @@ import mplang as mp
 from mplang import tensor
 from mplang.cli.main import main
 from mplang.cluster.local import init_cluster
+
+RAW_HINT = "(row-wise or raw values are never declassified by aggregate or compare rules)"
 
 
 def _sum_program(tmp_path: Path, reveal: str) -> tuple[Path, Path]:
@@ -25,14 +28,14 @@ def _sum_program(tmp_path: Path, reveal: str) -> tuple[Path, Path]:
         root.mkdir(parents=True)
         np.save(root / "x.npy", np.arange(20, dtype=np.float32) + i)
 
-    def joint(a: object, b: object) -> object:
+    def joint(a: Any, b: Any) -> Any:
         return jnp.sum(a) + jnp.sum(b) if reveal == "sum" else b
 
     @mp.function
     def prog() -> object:
         a = mp.device("P0")(lambda: tensor.load("x.npy"))()
         b = mp.device("P1")(lambda: tensor.load("x.npy"))()
-        return mp.put("P0", mp.device("SP0")(joint)(a, b))
+        return mp.put("P0", mp.device("SP0")(joint)(a, b))  # the reveal
 
     sim = mp.Simulator(cluster, data_roots=roots)
     with sim:
@@ -43,30 +46,48 @@ def _sum_program(tmp_path: Path, reveal: str) -> tuple[Path, Path]:
     return spec, path
 
 
+REVEAL = "op spu.reveal at test_check_cli.py:" + str(next(
+    i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+    if line.endswith("# the reveal")))
+"""Where the programs of `_sum_program` reveal."""
+
+
 def test_check_prints_flows_and_accepts_under_each_node_s_policy(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec, program = _sum_program(tmp_path, "sum")
     assert main(["check", "--cluster", str(spec), str(program)]) == 0
     out = capsys.readouterr().out.splitlines()
+    rule = 'allowed: rule {to: ["*"], when: aggregate, min_rows: 10}'
     assert re.fullmatch(r"program prog: digest [0-9a-f]{64}", out[0])
-    assert out[1] == f"node_0 ({spec.parent / 'policies' / 'node_0.yaml'}): accepts"
-    assert out[2].startswith("  flow: aggregate of 20 elements of x.npy -> driver (program "
-                             "output 0, op spu.reveal at test_check_cli.py:")
-    assert out[2].endswith("allowed: rule declassify {to: [*], when: aggregate, "
-                           "min_elements: 10}")
-    assert out[3] == f"node_1 ({spec.parent / 'policies' / 'node_1.yaml'}): accepts"
-    assert "aggregate of 20 elements of x.npy -> node_0 (the value revealed from SP0" in out[4]
+    assert out[1:] == [
+        f"node_0 ({spec.parent / 'policies' / 'node_0.yaml'}): accepts",
+        "  flow: aggregate over 20 rows of x.npy -> driver (program output 0, held by node_0, "
+        f"{REVEAL}): {rule}",
+        f"node_1 ({spec.parent / 'policies' / 'node_1.yaml'}): accepts",
+        "  flow: aggregate over 20 rows of x.npy -> node_0 (the value revealed from SP0, "
+        f"{REVEAL}): {rule}",
+        "  flow: aggregate over 20 rows of x.npy -> driver (program output 0, held by node_0, "
+        f"{REVEAL}): {rule}"]
 
 
 def test_check_refuses_a_raw_reveal_and_names_the_rule(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec, program = _sum_program(tmp_path, "raw")
     assert main(["check", "--cluster", str(spec), "--node", "node_1", str(program)]) == 1
-    out = capsys.readouterr().out
-    assert "node_1 (" in out and "REFUSES" in out and "\nnode_0 (" not in out
-    assert re.search(r"refused: op spu\.reveal at test_check_cli\.py:\d+ sends the value "
-                     r"revealed from SP0, raw of x\.npy, to node_0; add node_0 to plaintext_to",
-                     out), out
+    out = capsys.readouterr().out.splitlines()
+    policy = spec.parent / "policies" / "node_1.yaml"
+    assert out[1:] == [
+        f"node_1 ({policy}): REFUSES",
+        "  flow: row-wise (raw) values of x.npy -> node_0 (the value revealed from SP0, "
+        f"{REVEAL}): REFUSED",
+        "  flow: row-wise (raw) values of x.npy -> driver (program output 0, held by node_0, "
+        f"{REVEAL}): REFUSED",
+        f"  refused: {REVEAL} sends the value revealed from SP0, row-wise (raw) values of "
+        f"x.npy, to node_0; add node_0 to plaintext_to, or the program digest to programs "
+        f"{RAW_HINT} in {policy}",
+        f"  refused: {REVEAL} sends program output 0, held by node_0, row-wise (raw) values "
+        f"of x.npy, to driver; add driver to plaintext_to, or the program digest to programs "
+        f"{RAW_HINT} in {policy}"]
 
 
 def test_check_with_a_given_policy_and_the_digest_allow_list(
@@ -77,4 +98,6 @@ def test_check_with_a_given_policy_and_the_digest_allow_list(
     allow = tmp_path / "allow.yaml"
     allow.write_text(f"programs: [{digest}]\n")
     assert main(["check", "--cluster", str(spec), "--policy", str(allow), str(program)]) == 0
-    assert "allowed: the program digest is allow-listed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("allowed: the program digest is allow-listed") == 2, out
+    assert "REFUSED" not in out

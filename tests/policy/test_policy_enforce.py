@@ -1,4 +1,5 @@
-"""Policies enforced by simulated workers: refused programs and refused fetches."""
+"""Policies enforced by simulated workers: refused programs, labels kept with stored
+objects (and judged again when a later program uses them), refused fetches."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import pytest
 import mplang as mp
 from mplang.dialects import simp, tensor
 from mplang.edsl.errors import MPLangError, MPRefusedError
-from mplang.policy import PolicyRefusedError
 
-RULES = "declassify:\n  - to: ['*']\n    when: aggregate\n    min_elements: 5\n"
+RULES = "declassify:\n  - to: ['*']\n    when: aggregate\n    min_rows: 5\n"
+RAW_HINT = "(row-wise or raw values are never declassified by aggregate or compare rules)"
 
 
 @pytest.fixture
@@ -47,25 +48,50 @@ def test_reveal_of_other_party_input_refused(sim: mp.Simulator) -> None:
     def prog():
         return mp.put("P0", mp.device("SP0")(lambda a, b: b)(loaded(0), loaded(1)))
 
-    with pytest.raises(MPRefusedError, match=r"party 1 refuses the program: op spu\.reveal at "
-                       r"test_policy_enforce\.py:\d+ .*raw of x\.npy, to node_0"):
+    with pytest.raises(MPRefusedError, match=r"^party 1 refuses the program: op spu\.reveal at "
+                       r"test_policy_enforce\.py:\d+ sends the value revealed from SP0, row-wise "
+                       r"\(raw\) values of x\.npy, to node_0; add node_0 to plaintext_to"):
         mp.evaluate(sim, prog)
 
 
-def test_fetch_of_derived_unrevealed_object_refused(sim: mp.Simulator) -> None:
-    out = mp.evaluate(sim, lambda: simp.pcall((0,), lambda a: a * 2, loaded(0)))
-    with pytest.raises(PolicyRefusedError, match=r"node_0 refuses to send object .* to the "
-                       r"driver: it is raw of x\.npy; add driver to plaintext_to"):
-        mp.fetch(sim, out)
+def test_a_program_returning_derived_raw_data_is_refused_and_an_aggregate_is_fetched(
+        sim: mp.Simulator, tmp_path: Path) -> None:
+    with pytest.raises(MPRefusedError) as refused:
+        mp.evaluate(sim, lambda: simp.pcall((0,), lambda a: a * 2, loaded(0)))
+    line = test_a_program_returning_derived_raw_data_is_refused_and_an_aggregate_is_fetched \
+        .__code__.co_firstlineno + 3
+    assert str(refused.value) == (
+        f"party 0 refuses the program: op simp.pcall at test_policy_enforce.py:{line} sends "
+        "program output 0, held by node_0, row-wise (raw) values of x.npy, to driver; add "
+        f"driver to plaintext_to, or the program digest to programs {RAW_HINT} in "
+        f"{tmp_path / 'p.yaml'}")
     total = mp.evaluate(sim, lambda: simp.pcall((0,), jnp.sum, loaded(0)))
-    assert float(mp.fetch(sim, total)[0]) == 45.0  # an aggregate of 10 elements may go
+    assert float(mp.fetch(sim, total)[0]) == 45.0  # an aggregate over 10 rows may go
 
 
-def test_standard_mode_inputs_keep_their_labels(sim: mp.Simulator) -> None:
-    x = mp.evaluate(sim, lambda: loaded(0))
-    with pytest.raises(MPLangError, match=r"node_0 refuses the program: op "
-                       r"simp\.shuffle_static .*raw of x\.npy, to node_1"):
-        mp.evaluate(sim, lambda v: simp.shuffle_static(v, {1: 0}), x, mode="standard")
+def test_a_stored_aggregate_keeps_its_rows_into_the_next_program(sim: mp.Simulator) -> None:
+    """sum(x) fetched in one program and sum(x[1:]) subtracted from it in the next would
+    give x[0]: the stored object's label (rows 0..9) is judged with the new release."""
+    total = mp.evaluate(sim, lambda: simp.pcall((0,), jnp.sum, loaded(0)))
+    assert float(mp.fetch(sim, total)[0]) == 45.0
+    with pytest.raises(MPRefusedError, match=(
+            r"^node_0 refuses the program: op simp\.pcall at test_policy_enforce\.py:\d+ sends "
+            r"program output 0, held by node_0, aggregate over 9 rows of x\.npy, which "
+            r"overlaps another release of this party's data: subtracting them isolates rows "
+            r"0\.\.0 of x\.npy, fewer than min_rows 5 of")):
+        mp.evaluate(sim, lambda t: simp.pcall((0,), lambda a, b: a - jnp.sum(b[1:]), t,
+                                              loaded(0)), total)
+    moved = mp.evaluate(sim, lambda t: simp.shuffle_static(t, {1: 0}), total, mode="standard")
+    assert mp.fetch(sim, moved) == [None, 45.0]  # the aggregate itself may go anywhere
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "standard mode vets every one-op graph as a whole program, so the op loading a "
+    "party's data is refused (its raw output counts as reaching the driver) before the "
+    "aggregate is computed"))
+def test_an_honest_aggregate_runs_in_standard_mode(sim: mp.Simulator) -> None:
+    total = mp.evaluate(sim, lambda: simp.pcall((0,), jnp.sum, loaded(0)), mode="standard")
+    assert float(mp.fetch(sim, total)[0]) == 45.0
 
 
 def test_unknown_node_in_policies() -> None:
@@ -85,8 +111,9 @@ def test_init_writes_a_policy_per_node_that_workers_load(tmp_path: Path) -> None
         assert policy.drivers == ("driver",)
         assert policy.plaintext_to == ()
         assert policy.protocols == ("CHEETAH", "ABY3")
-        assert [(r.when, r.min_elements) for r in policy.declassify] == [
-            ("compare", 1), ("aggregate", 10)]
+        assert policy.writes == () and not policy.may_write("out/r.csv")
+        assert [str(r) for r in policy.declassify] == [
+            '{to: ["*"], when: aggregate, min_rows: 10}', '{to: ["*"], when: compare}']
 
 
 def test_labels_go_with_their_objects(sim: mp.Simulator) -> None:
@@ -96,9 +123,10 @@ def test_labels_go_with_their_objects(sim: mp.Simulator) -> None:
     assert worker.guard is not None
     before = len(worker.guard.labels._labels)
     for _ in range(20):
-        out = mp.evaluate(sim, lambda: simp.pcall((0,), lambda a: a * 2, loaded(0)))
+        out = mp.evaluate(sim, lambda: simp.pcall((0,), jnp.sum, loaded(0)))
         (uri, _) = out.var.uris
-        assert worker.guard.labels.of(uri) is not None
+        label = worker.guard.labels.of(uri)
+        assert label is not None and label.form == "aggregate" and label.rows == 10
         del out  # the driver's handle goes: the object and its label are deleted
     deadline = time.monotonic() + 10
     while len(worker.guard.labels._labels) > before and time.monotonic() < deadline:

@@ -24,7 +24,7 @@ def test_the_policy_example_parses() -> None:
     assert policy.drivers == ("driver",)
     assert policy.plaintext_to == ()
     assert dict(policy.max_uses) == {"salaries": 3}
-    assert [(r.to, r.when, r.min_elements) for r in policy.declassify] == [
+    assert [(r.to, r.when, r.min_rows) for r in policy.declassify] == [
         (("node_0", "driver"), "aggregate", 10), (("*",), "compare", 1)]
 
 

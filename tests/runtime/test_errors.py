@@ -69,7 +69,8 @@ def check_still_usable(sim: mp.Simulator, mode: str) -> None:
 # ---------------------------------------------------------------- kernel failures
 
 
-def test_kernel_failure_names_the_party_and_the_op(sim: mp.Simulator, mode: str) -> None:
+def test_kernel_failure_names_the_party_and_the_op(sim: mp.Simulator, mode: str,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
     def prog() -> Any:
         return simp.pcall(None, lambda v: fail_on(v + 1, 1), simp.prank())
 
@@ -79,7 +80,8 @@ def test_kernel_failure_names_the_party_and_the_op(sim: mp.Simulator, mode: str)
     assert not isinstance(err, mp.MPCommunicationError)  # the root cause, not a side effect
     assert "party 1" in str(err)
     assert FAIL_OP in str(err)
-    assert "injected failure" in str(err)
+    assert "injected failure" not in str(err)  # the kernel's text stays in the party's log
+    assert "ValueError: injected failure" in caplog.text
     assert err.party == 1
     assert err.op == FAIL_OP
     check_still_usable(sim, mode)
@@ -164,22 +166,31 @@ def test_a_failed_evaluation_leaves_nothing_in_the_stores(sim: mp.Simulator, mod
     assert [len(w.store) for w in sim.mesh.workers] == before
 
 
-def test_shuffle_index_out_of_range(sim: mp.Simulator, mode: str) -> None:
+SHUFFLE_FAILED = r"^op simp\.shuffle at test_errors\.py:\d+ failed on node_(\d) \(party \1; its " \
+                 r"log has the details\)$"
+"""The error a party's failed shuffle leaves it as."""
+
+
+def test_shuffle_index_out_of_range(sim: mp.Simulator, mode: str,
+                                    caplog: pytest.LogCaptureFixture) -> None:
     def prog() -> Any:
         return simp.shuffle(simp.prank(), simp.constant((0, 1, 2), 5))
 
-    with pytest.raises(mp.MPRuntimeError, match="not a party"):
+    with pytest.raises(mp.MPRuntimeError, match=SHUFFLE_FAILED):  # the index is data
         mp.evaluate(sim, prog, mode=mode)
+    assert "index 5 is not a party of a 3-party world" in caplog.text
     check_still_usable(sim, mode)
 
 
-def test_shuffle_from_a_party_that_holds_nothing(sim: mp.Simulator, mode: str) -> None:
+def test_shuffle_from_a_party_that_holds_nothing(sim: mp.Simulator, mode: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
     def prog() -> Any:
         x = simp.constant((0, 1), 5)
         return simp.shuffle(x, simp.constant((0, 1, 2), 2))  # party 2 holds no x
 
-    with pytest.raises(mp.MPRuntimeError, match="does not hold"):
+    with pytest.raises(mp.MPRuntimeError, match=SHUFFLE_FAILED):
         mp.evaluate(sim, prog, mode=mode)
+    assert "party 2 does not hold the value requested from it" in caplog.text
     check_still_usable(sim, mode)
 
 
@@ -196,10 +207,17 @@ def _non_uniform_cond(verify: bool) -> Any:
     return prog
 
 
-def test_uniform_cond_rejects_a_non_uniform_predicate(sim: mp.Simulator, mode: str) -> None:
-    with pytest.raises(mp.MPRuntimeError, match="not uniform") as info:
+def test_uniform_cond_rejects_a_non_uniform_predicate(sim: mp.Simulator, mode: str,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(mp.MPRuntimeError) as info:
         mp.evaluate(sim, _non_uniform_cond(True), mode=mode)
     assert "simp.uniform_cond" in str(info.value)
+    reason = "the predicate is not uniform (party 0: True, party 1: False, party 2: False)"
+    if mode == "launch":  # each party's predicate is its data: the reason stays in its log
+        assert "True" not in str(info.value) and "False" not in str(info.value)
+        assert reason in caplog.text
+    else:  # the driver, which decides the branch, fetched the predicates itself
+        assert reason in str(info.value)
     check_still_usable(sim, mode)
 
 
@@ -214,14 +232,16 @@ def test_uniform_cond_without_verification_runs(sim: mp.Simulator, mode: str) ->
         assert got in ([100, 101, 102], [200, 201, 202])
 
 
-def test_while_loop_rejects_a_non_uniform_predicate(sim: mp.Simulator, mode: str) -> None:
+def test_while_loop_rejects_a_non_uniform_predicate(sim: mp.Simulator, mode: str,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
     def prog() -> Any:
         x = simp.prank()
         return simp.while_loop(lambda v: v < 2, lambda v: v + 1, x)  # party 2 stops at once
 
-    with pytest.raises(mp.MPRuntimeError, match="not uniform") as info:
+    with pytest.raises(mp.MPRuntimeError) as info:
         mp.evaluate(sim, prog, mode=mode)
     assert "simp.while_loop" in str(info.value)
+    assert "not uniform" in caplog.text + str(info.value)
     check_still_usable(sim, mode)
 
 

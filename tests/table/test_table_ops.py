@@ -4,6 +4,7 @@ and numpy on a two-party simulator whose parties hold their own files."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -246,29 +247,36 @@ def test_parquet_and_csv_round_trip_through_the_data_root(sim: mp.Simulator,
     pd.testing.assert_frame_equal(again.to_pandas(), want)
 
 
-def test_a_ragged_csv_row_fails_naming_the_file_and_line(sim: mp.Simulator) -> None:
+def failed_on_node_0(op: str) -> str:
+    """The generic error of a run-time failure of ``op`` on node_0 (its detail is logged)."""
+    return rf"^op {re.escape(op)} at test_table_ops\.py:\d+ failed on node_0 \(party 0; its " \
+           r"log has the details\)$"
+
+
+def test_a_ragged_csv_row_fails_naming_the_file_and_line(sim: mp.Simulator,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(mp.MPRuntimeError, match=r"table\.read_csv: 'ragged\.csv' on node_0 is "
                                                 r"not a valid CSV file of its type: line 4 has 1 "
-                                                r"fields, expected 2"):
+                                                r"fields, expected 2"):  # its type, while tracing
         mp.evaluate(sim, lambda: simp.pcall((0,), lambda: table.read_csv("ragged.csv")))
-    with pytest.raises(mp.MPRuntimeError, match=r"party 0: op table\.read .*'ragged\.csv' on "
-                                                r"node_0 is not a valid CSV file of its type: "
-                                                r"line 4 has 1 fields, expected 2"):
+    with pytest.raises(mp.MPRuntimeError, match=failed_on_node_0("table.read")):
         mp.evaluate(sim, lambda: simp.pcall((0,), lambda: table.read_csv(
             "ragged.csv", schema=[("a", "int64"), ("b", "int64")])))
+    assert "'ragged.csv' on node_0 is not a valid CSV file of its type: line 4 has 1 fields, " \
+           "expected 2" in caplog.text
 
 
-def test_files_that_differ_from_their_type_fail_at_run_time(sim: mp.Simulator) -> None:
-    with pytest.raises(mp.MPRuntimeError, match=r"party 0: op table\.read .*: table\.read_csv: "
-                                                r"'sales\.csv' on node_0 is not a valid CSV file "
-                                                r"of its type: In CSV column #0: Row #2: CSV "
-                                                r"conversion error to int64: invalid value '…'"):
+def test_files_that_differ_from_their_type_fail_at_run_time(
+        sim: mp.Simulator, caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(mp.MPRuntimeError, match=failed_on_node_0("table.read")):
         mp.evaluate(sim, lambda: simp.pcall((0,), lambda: table.read_csv(
             "sales.csv", schema={"region": "int64"})))
-    with pytest.raises(mp.MPRuntimeError, match=r"Column 'nope' in include_columns does not "
-                                                r"exist in CSV file"):
+    assert "table.read_csv: 'sales.csv' on node_0 is not a valid CSV file of its type: In CSV " \
+           "column #0: Row #2: CSV conversion error to int64: invalid value '…'" in caplog.text
+    with pytest.raises(mp.MPRuntimeError, match=failed_on_node_0("table.read")):
         mp.evaluate(sim, lambda: simp.pcall((0,), lambda: table.read_csv(
             "sales.csv", schema={"nope": "int64"})))
+    assert "Column 'nope' in include_columns does not exist in CSV file" in caplog.text
 
 
 def test_parties_with_different_schemas_fail_while_tracing(sim: mp.Simulator,
@@ -330,7 +338,8 @@ def test_to_tensor_of_mixed_columns_takes_their_common_dtype(sim: mp.Simulator) 
     np.testing.assert_array_equal(mp.fetch(sim, out)[0], [[1, 0.5, 1], [2, 1.5, 0]])
 
 
-def test_to_tensor_of_a_sql_result_declares_its_rows(sim: mp.Simulator) -> None:
+def test_to_tensor_of_a_sql_result_declares_its_rows(sim: mp.Simulator,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
     def prog(rows: int) -> Any:
         t = simp.pcall((0,), lambda: table.read_csv("sales.csv"))
         return simp.pcall((0,), lambda t: table.to_tensor(table.sql(
@@ -339,10 +348,10 @@ def test_to_tensor_of_a_sql_result_declares_its_rows(sim: mp.Simulator) -> None:
     want = SALES[0][SALES[0].units >= 50][["units", "price"]].to_numpy()
     got = run(sim, lambda: prog(len(want)))[0]
     np.testing.assert_allclose(got, want, rtol=1e-6)
-    with pytest.raises(mp.MPRuntimeError, match=rf"op table\.to_tensor .*the table has "
-                                                rf"{len(want)} rows, but the program declared "
-                                                rf"rows={len(want) + 1}"):
+    with pytest.raises(mp.MPRuntimeError, match=failed_on_node_0("table.to_tensor")):
         mp.evaluate(sim, lambda: prog(len(want) + 1))
+    assert f"the table has {len(want)} rows, but the program declared rows={len(want) + 1}" \
+        in caplog.text
 
 
 @pytest.mark.parametrize(("body", "error", "message"), [
@@ -360,13 +369,19 @@ def test_to_tensor_of_a_sql_result_declares_its_rows(sim: mp.Simulator) -> None:
      r"\[rows, 1\] or a 1-D tensor"),
     (lambda p: table.from_tensor(table.to_tensor(p, ["id", "age"]), ["a", "a"]), mp.MPTypeError,
      r"table\.from_tensor: column names must be unique, but 'a' occurs twice"),
-    (lambda p: table.to_tensor(table.sql("SELECT CASE WHEN age > 40 THEN age END AS a FROM p",
-                                         p=p), rows=6), mp.MPRuntimeError,
-     r"column 'a' has 4 null values; fill them in SQL first \(COALESCE\)"),
 ])
 def test_tensor_bridge_errors(sim: mp.Simulator, body: Any, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         mp.evaluate(sim, lambda: simp.pcall((0,), lambda: body(table.constant(PEOPLE))))
+
+
+def test_null_values_fail_to_tensor_at_run_time(sim: mp.Simulator,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(mp.MPRuntimeError, match=failed_on_node_0("table.to_tensor")):
+        mp.evaluate(sim, lambda: simp.pcall((0,), lambda: table.to_tensor(table.sql(
+            "SELECT CASE WHEN age > 40 THEN age END AS a FROM p", p=table.constant(PEOPLE)),
+            rows=6)))
+    assert "column 'a' has 4 null values; fill them in SQL first (COALESCE)" in caplog.text
 
 
 def test_every_op_is_declared_with_its_rules() -> None:

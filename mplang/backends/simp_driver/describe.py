@@ -17,10 +17,11 @@ from mplang.backends.transport_errors import (
     TransportError,
     UnreachableError,
     error_message,
+    refused_by_policy,
     start_worker_hint,
 )
 from mplang.backends.wire import pack_message
-from mplang.edsl.errors import MPRuntimeError, MPSerializationError
+from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
 from mplang.edsl.serde import decode_type
 from mplang.edsl.typing import DTYPES, BaseType, TensorType
 
@@ -63,6 +64,8 @@ def _ask(clients: MuxClients, rank: int, where: str, fields: dict[str, Any]) -> 
         response = clients.post(rank, "/describe", pack_message(fields, []))
     except StatusError as e:
         status = e.response.status_code
+        if refused_by_policy(e.response):
+            raise MPRefusedError(f"{where}: {_error_text(e.response)}", status) from None
         hint = (f" ({where} did not accept this driver)" if status in (403, 409) else "")
         raise MPRuntimeError(f"{_error_text(e.response)}{hint}", party=rank) from None
     except UnreachableError as e:

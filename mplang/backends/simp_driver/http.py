@@ -25,6 +25,7 @@ from mplang.backends.transport_errors import (
     TransportError,
     UnreachableError,
     error_message,
+    refused_by_policy,
     start_worker_hint,
 )
 from mplang.backends.wire import decode_value, pack_message
@@ -182,11 +183,12 @@ class SimpHttpDriver(SimpDriver):
 
     def _refused(self, rank: int, what: str, e: StatusError) -> MPLangError:
         """The error for party ``rank``'s 4xx answer. A 403 that is not about certificates
-        is the party's own decision (its policy): an `MPRefusedError` carrying the party's
-        whole message (which names the op, its source line and the rule to add)."""
+        is the party's own decision (its policy), as is any answer of kind
+        ``PolicyRefusedError``: an `MPRefusedError` carrying the party's whole message
+        (which names the op, its source line and the rule to add)."""
         status = e.response.status_code
         error = error_message(e.response) or e.response.text[:500]
-        if status == 403 and "certificate" not in error:
+        if refused_by_policy(e.response) or (status == 403 and "certificate" not in error):
             return MPRefusedError(f"{self._where(rank)} refused {what}: {error}", status)
         hint = (" (is this driver's certificate listed in that party's spec, and do both "
                 "load the same spec?)" if status in (403, 409) else "")
@@ -254,6 +256,10 @@ class SimpHttpDriver(SimpDriver):
         try:
             response = self._clients.post(rank, "/fetch", pack_message({"uri": uri}, []))
         except (StatusError, TransportError) as e:
+            if isinstance(e, StatusError) and refused_by_policy(e.response):
+                raise MPRefusedError(f"{self._where(rank)} refused a fetch: "  # names the rule
+                                     f"{error_message(e.response)}",
+                                     e.response.status_code) from None
             raise MPRuntimeError(f"fetching {uri} from {self._where(rank)} failed: {e}",
                                  party=rank) from e
         return decode_value(response.content)

@@ -22,7 +22,7 @@ from mplang.backends.simp_driver.values import HostVar
 from mplang.backends.simp_worker.ops import BACKEND
 from mplang.dialects import func as _func
 from mplang.dialects import simp as _simp
-from mplang.edsl.errors import MPRuntimeError
+from mplang.edsl.errors import MPRefusedError, MPRuntimeError
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.typing import Mask, MPType
 from mplang.runtime.interpreter import Interpreter, Kernel
@@ -92,7 +92,12 @@ def _converge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> 
 
 
 def _uniform_predicate(interp: Interpreter, op: Operation, pred: HostVar, verify: bool) -> bool:
-    values = _driver(interp).fetch_var(pred)
+    try:
+        values = _driver(interp).fetch_var(pred)
+    except MPRefusedError as e:  # name the op whose predicate the driver asked for
+        at = f" at {op.loc}" if op.loc else ""
+        raise MPRefusedError(f"op {op.opcode}{at} (standard mode: the driver fetches its "
+                             f"predicate): {e}", e.status) from None
     missing = [r for r, v in enumerate(values) if v is None]
     if missing:
         raise MPRuntimeError(f"op {op.opcode}: parties {missing} do not hold the predicate",

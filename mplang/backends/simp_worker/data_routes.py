@@ -25,6 +25,7 @@ from mplang.backends.wire import decode_value, split_frame
 from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
 from mplang.edsl.serde import encode_type
 from mplang.edsl.typing import BaseType, TensorType
+from mplang.policy.check import PolicyRefusedError
 from mplang.storage import data_root
 from mplang.storage.data_root import MissingData
 from mplang.storage.named_objects import check_name
@@ -71,7 +72,9 @@ def _check_driver(server: WorkerServer, driver: Peer) -> None:
     guard = server.worker.guard
     name = None if guard is None else guard.drivers.get(driver.certificate.fingerprint)
     if guard is not None and name is not None and not guard.policy.accepts_driver(name):
-        raise MPRefusedError(f"{server.node}'s policy does not accept driver {name!r}", 403)
+        raise PolicyRefusedError(f"{server.node}'s policy does not accept driver {name!r} "
+                                 f"(drivers: [{', '.join(guard.policy.drivers or ())}] in "
+                                 f"{guard.policy.source})")
 
 
 def _store(server: WorkerServer, name: str, payload: memoryview) -> TensorType:

@@ -83,7 +83,7 @@ def create_app(server: WorkerServer) -> FastAPI:
     @app.exception_handler(MPRefusedError)
     async def _refused(request: Request, exc: MPRefusedError) -> JSONResponse:
         log.warning("refused %s %s: %s", request.method, request.url.path, exc)
-        return _error(exc.status, str(exc))
+        return _error(exc.status, str(exc), kind=type(exc).__name__)
 
     @app.exception_handler(MPSerializationError)
     async def _malformed(request: Request, exc: MPSerializationError) -> JSONResponse:
@@ -101,15 +101,18 @@ def create_app(server: WorkerServer) -> FastAPI:
         exec_id = prepared.run.exec_id
         try:
             outputs = await loop.run_in_executor(server.pool, server.execute, prepared, driver)
+        except PolicyRefusedError as e:  # this party's policy refuses what the run would do
+            log.info("execution %s refused: %s", exec_id, e)
+            return _error(e.status, str(e), kind=type(e).__name__, party=server.rank)
         except MPLangError as e:
             log.info("execution %s failed: %s", exec_id, e)
             return _error(500, str(e), kind=type(e).__name__, party=server.rank,
                           op=getattr(e, "op", None), key=getattr(e, "key", None),
                           loc=getattr(e, "loc", None))
-        except Exception as e:  # a kernel bug must not take the worker down
+        except Exception:  # a bug must not take the worker down; its text stays here
             log.exception("execution %s crashed", exec_id)
-            return _error(500, f"party {server.rank}: {type(e).__name__}: {e}",
-                          kind="MPRuntimeError", party=server.rank, op=None)
+            return _error(500, f"execution {exec_id} crashed on {server.node} (its log has "
+                          "the details)", kind="MPRuntimeError", party=server.rank, op=None)
         inline = server.outputs.inline(outputs, driver, prepared.inline) \
             if prepared.inline else {}
         answer: dict[str, Any] = {"outputs": outputs, "inline": inline}
@@ -132,7 +135,8 @@ def create_app(server: WorkerServer) -> FastAPI:
         try:
             prepared = await checked(header, payload, driver)
         except MPRefusedError as e:  # this party's verdict: the driver aborts everywhere
-            return _error(e.status, str(e), accepted=False, reason=str(e))
+            return _error(e.status, str(e), kind=type(e).__name__, accepted=False,
+                          reason=str(e))
         server.prepared.hold(prepared)
         return JSONResponse({"accepted": True, "digest": prepared.run.program,
                              "vote": server.vote(prepared)})
@@ -160,7 +164,7 @@ def create_app(server: WorkerServer) -> FastAPI:
         try:
             parts = server.outputs.fetch(uri, driver)
         except PolicyRefusedError as e:
-            return _error(403, str(e))
+            return _error(e.status, str(e), kind=type(e).__name__)
         except MPLangError as e:
             return _error(404, str(e))
         assert parts is not None

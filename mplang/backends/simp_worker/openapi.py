@@ -39,7 +39,11 @@ _FRAME = {
 }
 
 _ERROR = {"type": "object", "required": ["error"],
-          "properties": {"error": {"type": "string"}}}
+          "properties": {"error": {"type": "string"},
+                         "kind": {"type": "string",
+                                  "description": "PolicyRefusedError when this party's "
+                                                 "policy refuses (the driver raises "
+                                                 "MPRefusedError)"}}}
 
 _FAILED_RUN = {
     "type": "object",
@@ -80,8 +84,9 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 def _refusals(*statuses: int) -> dict[str, Any]:
     why = {
         "400": "malformed: a bad frame, header field, program or value",
-        "403": "the certificate's party may not use this path, or the execution or "
-               "object belongs to another driver",
+        "403": "the certificate's party may not use this path, the execution or object "
+               "belongs to another driver, or this party's policy refuses the program, a "
+               "write it would make or the fetch",
         "404": "no such object for this driver",
         "409": "spec digest missing or different; execution id reused, not prepared, "
                "not running here yet, or aborted",

@@ -178,6 +178,7 @@ class WorkerServer:
         """Run a prepared run to its end; the URIs of its outputs here."""
         run = prepared.run
         options = prepared.options
+        details: list[str] = []  # the full text of its failures, for the audit log only
         try:
             with contextlib.ExitStack() as stack:
                 if options.monitor is not None:  # concurrent runs of one execution share one
@@ -185,12 +186,14 @@ class WorkerServer:
                     options = replace(options, monitor=shared)
                 outputs = self.worker.run(prepared.graph, prepared.inputs, run.exec_id,
                                           run.scope, options,
-                                          owner=driver.certificate.fingerprint)
+                                          owner=driver.certificate.fingerprint,
+                                          on_failure=details.append)
                 if options.monitor is not None:
                     prepared.events = options.monitor.drain()
         except Exception as e:
             if self.audit is not None:
-                self.audit.end(run.exec_id, run.scope, f"{type(e).__name__}: {e}")
+                self.audit.end(run.exec_id, run.scope,
+                               details[0] if details else f"{type(e).__name__}: {e}")
             raise
         finally:
             self.executions.end(run)

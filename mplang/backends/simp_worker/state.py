@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mplang.backends.simp_worker.failures import Containment
 from mplang.backends.wire import privacy_kind
 from mplang.cluster.commitments import Openings, open_program, program_digest
-from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph
 from mplang.policy.check import Guard, PolicyRefusedError
 from mplang.records.audit import PLAINTEXT
@@ -59,11 +59,12 @@ class SimpWorker:
     def accept(self, graph: Graph, openings: Openings, driver: str = LOCAL_OWNER) -> Graph:
         """Accept a committed program for this party: check its openings against their
         commitments and put them in (`open_program`), then `vet` it. Returns the graph
-        this party runs; raises `MPRefusedError` (nothing runs) if it refuses."""
+        this party runs; raises `PolicyRefusedError` (an `MPRefusedError`; nothing runs) if
+        its policy refuses it."""
         opened = open_program(graph, openings, self.rank, self.world_size)
         reason = self.vet(opened, program_digest(graph, self.world_size), driver)
         if reason is not None:
-            raise MPRefusedError(f"party {self.rank} refuses the program: {reason}", 403)
+            raise PolicyRefusedError(f"party {self.rank} refuses the program: {reason}")
         return opened
 
     def vet(self, graph: Graph, digest: str, driver: str) -> str | None:
@@ -76,22 +77,47 @@ class SimpWorker:
 
     def run(self, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
             scope: str = "", options: RunOptions = DEFAULT_OPTIONS,
-            owner: str = LOCAL_OWNER) -> list[str | None]:
+            owner: str = LOCAL_OWNER,
+            on_failure: Callable[[str], None] | None = None) -> list[str | None]:
         """Run ``graph`` on stored inputs of ``owner``; store the outputs this party holds
         for ``owner`` and return their URIs.
 
-        With ``options.parallel`` it runs as dataflow on this party's scheduler.
+        With ``options.parallel`` it runs as dataflow on this party's scheduler. An op
+        failure leaves as a generic error unless it holds no data (`Containment`);
+        ``on_failure`` hears its full text.
         """
         guard = self.guard
         verdict = None if guard is None else guard.admit(graph, input_uris)
         inputs = [None if uri is None else self.store.get(uri, owner) for uri in input_uris]
         interp = Interpreter(self.kernels, self.states, party=self.rank, exec_id=exec_id,
-                             options=options, scheduler=self.scheduler)
+                             options=options, scheduler=self.scheduler,
+                             contain=Containment(self.rank, self.node, exec_id, on_failure))
         outputs = interp.run(graph, inputs, scope)
         uris = [None if v is None else self.store.put(v, owner) for v in outputs]
         if guard is not None and verdict is not None:
-            guard.labels.record(uris, verdict.outputs)
+            guard.record(graph, uris, verdict)
         return uris
+
+    def check_write(self, op: str, path: str, real: Path | None = None) -> None:
+        """Refuse (`PolicyRefusedError`) ``op`` (``op table.write_csv at f.py:3``)
+        writing ``path`` into this party's data root, and ``real`` (where ``path``
+        leads, after links inside the root) if given, unless the policy's ``writes``
+        allows it. Without a guard every write is allowed."""
+        if self.guard is None:
+            return
+        policy = self.guard.policy
+        shown = [path]
+        if real is not None:
+            inside = real.relative_to(self.data_root.resolve()).as_posix()
+            shown += [inside] if inside != path else []
+        refused = [p for p in shown if not policy.may_write(p)]
+        if not refused:
+            return
+        leads = f" (which leads to {shown[1]!r})" if len(shown) > 1 else ""
+        raise PolicyRefusedError(
+            f"party {self.rank} ({self.node}) refuses {op} writing {path!r}{leads} into its "
+            f"data root: writes: [{', '.join(policy.writes)}] in {policy.source} does not "
+            f"allow {refused[0]!r}; add it (or a pattern matching it) to writes")
 
     def fetch(self, uri: str, owner: str = LOCAL_OWNER) -> Any:
         """Stored object ``uri`` of ``owner``, for the driver: refused (`PolicyRefusedError`)
