@@ -16,6 +16,7 @@ from mplang.edsl.context import active_execution_context as current_context
 from mplang.edsl.errors import (
     MPCommunicationError,
     MPLangError,
+    MPPublicError,
     MPRefusedError,
     MPRuntimeError,
     MPSerializationError,
@@ -43,6 +44,7 @@ __all__ = [
     "MPCommunicationError",
     "MPLangError",
     "MPObject",
+    "MPPublicError",
     "MPRefusedError",
     "MPRuntimeError",
     "MPSerializationError",

@@ -34,7 +34,7 @@ from mplang.dialects.crypto import (
     PublicKey,
     SymmetricKey,
 )
-from mplang.edsl.errors import MPRuntimeError, MPSerializationError
+from mplang.edsl.errors import MPPublicError, MPRuntimeError, MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
 from mplang.runtime.backend import register_backend
@@ -48,7 +48,7 @@ KEY_MATERIAL = "key material"
 """The `ValueCodec.privacy` of private keys, symmetric keys and shared secrets."""
 
 
-class CryptoError(MPRuntimeError):
+class CryptoError(MPPublicError):
     """A primitive refused its input: a ciphertext that does not authenticate, a key of the
     wrong size, a low-order X25519 public key. Kernels re-raise it naming party and op."""
 
@@ -323,6 +323,12 @@ def _fail(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
                           party=interp.party, op=op.opcode, loc=op.loc)
 
 
+def _refused(interp: Interpreter, op: Operation, error: CryptoError) -> MPPublicError:
+    """A primitive's refusal (about keys, sizes, authentication), naming party and op."""
+    return MPPublicError(f"party {interp.party}: op {op.opcode}: {error}",
+                         party=interp.party, op=op.opcode, loc=op.loc)
+
+
 def _tensor_type(op: Operation, i: int) -> TensorType:
     t = op.inputs[i].type
     assert isinstance(t, TensorType), t
@@ -350,7 +356,7 @@ def _run(interp: Interpreter, op: Operation, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except CryptoError as e:
-        raise _fail(interp, op, str(e)) from None
+        raise _refused(interp, op, e) from None
 
 
 @BACKEND.kernel(_crypto.dialect.prims.aes_keygen)

@@ -14,7 +14,7 @@ from mplang.backends.tensor_impl import BACKEND as TENSOR_BACKEND
 from mplang.dialects import simp as _simp
 from mplang.dialects import tensor as _tensor
 from mplang.dialects.common import as_array, canonical_type
-from mplang.edsl.errors import MPRuntimeError, MPTypeError
+from mplang.edsl.errors import MPPublicError, MPRuntimeError, MPTypeError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType
 from mplang.runtime.interpreter import Interpreter
@@ -30,9 +30,9 @@ def _checked(worker: SimpWorker, op: Operation, what: str, array: np.ndarray) ->
     expected: TensorType = op.attrs["type"]
     found = canonical_type(TensorType(array.dtype.name, tuple(array.shape)))
     if found != expected:
-        raise MPRuntimeError(f"party {worker.rank}: {op.opcode}: {what} on {worker.node} is "
-                             f"{found}, but the program expects {expected}",
-                             party=worker.rank, op=op.opcode)
+        raise MPPublicError(f"party {worker.rank}: {op.opcode}: {what} on {worker.node} is "
+                            f"{found}, but the program expects {expected}",
+                            party=worker.rank, op=op.opcode)
     try:
         return as_array(op.opcode, array)
     except MPTypeError as e:

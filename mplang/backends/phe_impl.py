@@ -42,7 +42,7 @@ from mplang.dialects.phe import (
     sub_p,
     sum_p,
 )
-from mplang.edsl.errors import MPRuntimeError, MPSerializationError
+from mplang.edsl.errors import MPPublicError, MPRuntimeError, MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import Primitive
 from mplang.runtime.backend import register_backend
@@ -62,7 +62,7 @@ def heu() -> tuple[Any, Any]:
         from heu import numpy as hnp
         from heu import phe
     except ImportError:
-        raise MPRuntimeError(INSTALL_HINT) from None
+        raise MPPublicError(INSTALL_HINT) from None
     return phe, hnp
 
 
@@ -227,15 +227,21 @@ def _fail(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
                           party=interp.party, op=op.opcode, loc=op.loc)
 
 
+def _wrong(interp: Interpreter, op: Operation, message: str) -> MPPublicError:
+    """A wrong operand kind or key: the message names types and key fingerprints only."""
+    return MPPublicError(f"party {interp.party}: op {op.opcode}: {message}",
+                         party=interp.party, op=op.opcode, loc=op.loc)
+
+
 def _ciphertext(interp: Interpreter, op: Operation, value: Any, what: str) -> PheCiphertext:
     if not isinstance(value, PheCiphertext):
-        raise _fail(interp, op, f"{what} is {type(value).__name__}, not a PHE ciphertext")
+        raise _wrong(interp, op, f"{what} is {type(value).__name__}, not a PHE ciphertext")
     return value
 
 
 def _same_key(interp: Interpreter, op: Operation, a: PheCiphertext, b: PheCiphertext) -> None:
     if a.public.fingerprint != b.public.fingerprint:
-        raise _fail(interp, op, f"the operands are under different keys ({a!r} and {b!r})")
+        raise _wrong(interp, op, f"the operands are under different keys ({a!r} and {b!r})")
 
 
 def _in_type(op: Operation, i: int) -> Any:
@@ -259,7 +265,7 @@ def _encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
     assert isinstance(want, PublicKey)
     if not isinstance(public, PhePublicKey) or (public.scheme, public.key_bits) != \
             (want.scheme, want.key_bits):
-        raise _fail(interp, op, f"the key is {public!r}, not a {want}")
+        raise _wrong(interp, op, f"the key is {public!r}, not a {want}")
     t = op.outputs[0].type
     assert isinstance(t, Ciphertext)
     try:
@@ -274,9 +280,9 @@ def _decrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
     c = _ciphertext(interp, op, args[0], "the value")
     private = args[1]
     if not isinstance(private, PhePrivateKey):
-        raise _fail(interp, op, f"the key is {type(private).__name__}, not a PHE private key")
+        raise _wrong(interp, op, f"the key is {type(private).__name__}, not a PHE private key")
     if private.public.fingerprint != c.public.fingerprint:
-        raise _fail(interp, op, f"{c!r} is not under this private key's pair "
+        raise _wrong(interp, op, f"{c!r} is not under this private key's pair "
                                 f"({private!r}): decrypting it would give garbage")
     t = _in_type(op, 0)
     assert isinstance(t, Ciphertext)

@@ -29,7 +29,7 @@ from mplang.dialects.tee import (
     mock_quote_p,
     verify_quote_p,
 )
-from mplang.edsl.errors import MPRuntimeError
+from mplang.edsl.errors import MPPublicError
 from mplang.edsl.graph import Operation
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
@@ -108,7 +108,7 @@ def _verify_quote(interp: Interpreter, op: Operation, args: list[Any], key: str)
     try:
         tee_key = check_quote(quote, code, op.attrs["computation"], vendor)
     except ValueError as e:
-        raise MPRuntimeError(f"party {interp.party}: op {op.opcode}: attestation refused, "
-                             f"nothing is sent to the TEE: {e}", party=interp.party,
-                             op=op.opcode, loc=op.loc) from None
+        raise MPPublicError(f"party {interp.party}: op {op.opcode}: attestation refused, "
+                            f"nothing is sent to the TEE: {e}", party=interp.party,
+                            op=op.opcode, loc=op.loc) from None
     return [PublicKeyValue("x25519", tee_key)]

@@ -54,6 +54,13 @@ class MPRuntimeError(MPLangError, RuntimeError):
         """``file.py:LINE`` of the user code that traced the op."""
 
 
+class MPPublicError(MPRuntimeError):
+    """An op failed for a reason whose text holds none of a party's data: the program's
+    structure or types, keys and their fingerprints, an attestation, a missing package.
+    Its message leaves the party as it is; any other failure of an op leaves it only as
+    a generic message naming the op, the party and the source line."""
+
+
 class MPCommunicationError(MPRuntimeError):
     """A message between parties did not arrive in time, or its execution was abandoned."""
 

@@ -89,7 +89,7 @@ def _train(epochs: int, lr: float, batch: int, l2: float, intercept: bool, y: An
         error = jax.nn.sigmoid(xb @ w) - yb
         return w - lr * (xb.T @ error / xb.shape[0] + penalty * w)
 
-    head = (n // batch - 1) * batch
+    head = max(n // batch - 1, 0) * batch  # every batch has at least `batch` rows
     blocks_x = x[:head].reshape(-1, batch, d)
     blocks_y = y[:head].reshape(-1, batch)
 
@@ -117,10 +117,11 @@ def train_vertical_lr(features: Sequence[Any], labels: Any, epochs: int = 10, lr
     matrix per party) and 0/1 ``labels`` (``[rows]`` on one party) on ``device``.
 
     ``epochs`` passes of mini-batch gradient descent (``batch_size`` rows in row order,
-    the last batch taking the rows left over; None: the full batch) with step ``lr`` and L2 penalty ``l2`` (not on the intercept),
-    from zero weights. Returns one weight vector per entry of ``features``, revealed to
-    that entry's party only; the intercept is appended to the label holder's weights
-    (or, if the label holder holds no features, returned as one more entry). Standardize
+    the last batch taking the rows left over; None: the full batch) with step ``lr`` and
+    L2 penalty ``l2`` (not on the intercept), from zero weights. Returns one weight
+    vector per entry of ``features``, revealed to that entry's party only; the intercept
+    is appended to the label holder's weights (or, if the label holder holds no
+    features, returned as one more entry). Standardize
     each party's columns first (locally): the steps assume features of unit scale.
     """
     op = "train_vertical_lr"

@@ -90,8 +90,9 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
         sends += [Send(s.op, DRIVER, s.label, s.what + ", which the driver may fetch from "
                        + names[s.receiver]) for s in analysis.sends if s.receiver != DRIVER]
     verdict.outputs = [lab.get(rank) for lab in outs]
+    outputs = _output_flows(graph, outs, names, verdict)
     if outputs_fetchable:
-        sends += _output_flows(graph, outs, names, verdict)
+        sends += [send for _, send in outputs]
     allowed: list[tuple[Send, DeclassifyRule]] = []
     seen: set[tuple[int, str]] = set()
     for send in sends:
@@ -106,6 +107,11 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
             verdict.reasons.append(f"{send.where} sends {send.what}, {send.label}, to "
                                    f"{receiver}; {_hint(receiver, send.label)} in "
                                    f"{policy.source}")
+    if not outputs_fetchable:  # judged when fetched, but not apart from one another
+        held = [send for holder, send in outputs if holder == rank]
+        allowed += [(s, rule) for s in held
+                    if (rule := judge(policy, DRIVER_NAME, s.label, digest)[1]) is not None]
+        sends += held
     _overlaps(allowed, sends, policy, verdict)
     _devices(analysis, policy, rank, verdict)
     _uses(analysis, policy, uses, verdict)
@@ -115,9 +121,9 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
 
 
 def _output_flows(graph: Graph, outs: list[PartyLabels], names: list[str], verdict: Verdict
-                  ) -> list[Send]:
+                  ) -> list[tuple[int, Send]]:
     """Every program output derived from this party's data, whoever holds it, reaches the
-    driver when it fetches it."""
+    driver when it fetches it: (holder, flow) pairs."""
     sends = []
     producers = {id(v): op for op in graph.operations for v in op.outputs}
     for index, (v, labels) in enumerate(zip(graph.outputs, outs, strict=True)):
@@ -128,8 +134,8 @@ def _output_flows(graph: Graph, outs: list[PartyLabels], names: list[str], verdi
             if producer is None:
                 verdict.flows.append(f"program input {index} is returned as output {index}")
                 break
-            sends.append(Send(producer, DRIVER, label,
-                              f"program output {index}, held by {names[holder]}"))
+            sends.append((holder, Send(producer, DRIVER, label,
+                                       f"program output {index}, held by {names[holder]}")))
     return sends
 
 
@@ -226,39 +232,42 @@ class Guard:
         self.names = list(names)
         self.drivers = dict(drivers or {})
         self.labels = LabelTable()
-        self._vetted: weakref.WeakKeyDictionary[Graph, tuple[str | None, Verdict]] = \
+        self._vetted: weakref.WeakKeyDictionary[Graph, tuple[str | None, bool, Verdict]] = \
             weakref.WeakKeyDictionary()
-        """graph -> (its digest, the verdict `vet` gave it)."""
+        """graph -> (its digest, whether it is a whole program, the verdict `vet` gave)."""
 
     @property
     def node(self) -> str:
         return self.names[self.rank]
 
-    def vet(self, graph: Graph, digest: str | None, driver: str,
+    def vet(self, graph: Graph, digest: str | None, driver: str, whole: bool = True,
             uses: Callable[[str], int] | None = None) -> Verdict:
-        """The verdict on running the whole program ``graph`` (``digest``) for the driver
-        whose certificate fingerprint is ``driver`` (a driver the spec does not name is
-        not checked). Every output derived from this party's data, whoever holds it, is
-        judged as a flow to the driver."""
+        """The verdict on running ``graph`` (``digest``) for the driver whose certificate
+        fingerprint is ``driver`` (a driver the spec does not name is not checked). If
+        ``graph`` is the ``whole`` program, every output derived from this party's data,
+        whoever holds it, is judged as a flow to the driver; if it is one op of a program
+        the driver interprets, every copy of this party's data sent to another party is
+        (the driver may fetch it there), and the outputs this party holds are judged when
+        the driver fetches them."""
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
-                        driver=self.drivers.get(driver), digest=digest, uses=uses)
-        self._vetted[graph] = (digest, verdict)
+                        driver=self.drivers.get(driver), digest=digest, uses=uses,
+                        outputs_fetchable=whole, sends_reach_driver=not whole)
+        self._vetted[graph] = (digest, whole, verdict)
         return verdict
 
     def admit(self, graph: Graph, input_uris: Sequence[str | None]) -> Verdict:
         """The verdict on running ``graph`` on stored objects ``input_uris`` (whose labels
         it takes); raises `PolicyRefusedError` if refused. A graph `vet` accepted whose
         inputs carry no label of this party's data has that verdict already; a graph
-        not vetted (one op sent on its own) is judged so that every copy of this party's
-        data sent to another party counts as reaching the driver too."""
+        not vetted (one op sent on its own) is judged as one op of a program (`vet`)."""
         inputs = [None if (lab := self.labels.of(uri)) is None else {self.rank: lab}
                   for uri in input_uris]
-        digest, vetted = self._vetted.get(graph, (None, None))
+        digest, whole, vetted = self._vetted.get(graph, (None, False, None))
         if vetted is not None and vetted.accepted and not any(inputs):
             return vetted
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
-                        digest=digest, input_labels=inputs, outputs_fetchable=vetted is not None,
-                        sends_reach_driver=vetted is None)
+                        digest=digest, input_labels=inputs, outputs_fetchable=whole,
+                        sends_reach_driver=not whole)
         if not verdict.accepted:
             raise PolicyRefusedError(verdict.message(self.node))
         return verdict
@@ -266,7 +275,8 @@ class Guard:
     def record(self, graph: Graph, uris: Sequence[str | None], verdict: Verdict) -> None:
         """Keep the labels of ``graph``'s outputs stored at ``uris``; a whole program's
         outputs were judged as flows to the driver when it was accepted."""
-        self.labels.record(uris, verdict.outputs, judged=graph in self._vetted)
+        self.labels.record(uris, verdict.outputs,
+                           judged=self._vetted.get(graph, (None, False, None))[1])
 
     def check_fetch(self, uri: str) -> None:
         """Raise `PolicyRefusedError` if the driver may not fetch object ``uri``."""

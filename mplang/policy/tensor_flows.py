@@ -138,8 +138,9 @@ class _Flows:
             if out is not None:
                 if out.alike is None and op.kind not in _STRUCTURAL:
                     common = ALL
-                    for v in ins:
-                        common &= v.alike_axes()
+                    for v, t in zip(ins, op.operand_types, strict=False):
+                        if t is None or t.shape:  # a scalar (an index) varies along no axis
+                            common &= v.alike_axes()
                     out = replace(out, alike=common if ins else None)
                 return [out] * n if op.kind != "sort" else [Val(out.label)] * n
         return [Val(raw([v.label for v in ins] + _region_reads(op.regions, env)))] * n
@@ -543,8 +544,7 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
             for i in (0, 1)]
     rowwise = [i for i in (0, 1) if _is_rowwise(ins[i].label)]
     if not rowwise:
-        every = all(v.alike_axes() == ALL for v in ins)
-        return Val(combine(ins[0].label, ins[1].label), alike=ALL if every else None)
+        return Val(combine(ins[0].label, ins[1].label), alike=_dot_alike(ins, batch, free))
     if len(rowwise) == 2:
         a, b = ins[0].label, ins[1].label
         assert a is not None and b is not None
@@ -575,6 +575,21 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
             return Val(_kept(lab, olab, axis=group[i].index(lab.axis), gated=gated))
     axis = len(batch[0]) + (0 if i == 0 else len(free[0])) + free[i].index(lab.axis)
     return Val(_kept(lab, olab, axis=axis, gated=gated))
+
+
+def _dot_alike(ins: list[Val], batch: tuple[list[int], list[int]], free: list[list[int]]
+               ) -> frozenset[int] | None:
+    """The result axes of a ``dot_general`` along which it varies at most with other
+    owners' row-aligned data: a batch axis alike in both operands, a free axis alike in
+    its operand (the other does not vary along it)."""
+    if all(v.alike_axes() == ALL for v in ins):
+        return ALL
+    alike = [v.alike_axes() for v in ins]
+    axes = [d for d, (a, b) in enumerate(zip(*batch, strict=True))
+            if a in alike[0] and b in alike[1]]
+    axes += [len(batch[0]) + k for k, d in enumerate(free[0]) if d in alike[0]]
+    axes += [len(batch[0]) + len(free[0]) + k for k, d in enumerate(free[1]) if d in alike[1]]
+    return frozenset(axes) if axes else None
 
 
 def _kept(lab: Flow, other: Label, **changes: Any) -> Flow:

@@ -27,6 +27,11 @@ class RunOptions:
     - ``progress``: called with a line per completed op (None: silent).
     - ``monitor``: hears of every op and message of the run (`RunMonitor`: progress
       display, timeline); None: nothing is observed.
+    - ``whole``: the graph a party gets is the whole program body (launch mode), so its
+      outputs are the program's results, which each party judges as flows to the
+      driver when it accepts the program; otherwise (one op at a time) each party judges
+      a fetch when it comes, and every copy of its data sent to another party as if it
+      reached the driver.
     """
 
     mode: Mode | None = None
@@ -34,6 +39,7 @@ class RunOptions:
     timeout: float | None = None
     progress: Reporter | None = None
     monitor: RunMonitor | None = None
+    whole: bool = False
 
     def __post_init__(self) -> None:
         if self.mode is not None and self.mode not in MODES:
@@ -49,7 +55,8 @@ class RunOptions:
         monitor become flags)."""
         return {"parallel": self.parallel, "timeout": self.timeout,
                 "progress": self.progress is not None,
-                "trace": self.monitor is not None and self.monitor.record}
+                "trace": self.monitor is not None and self.monitor.record,
+                "whole": self.whole}
 
 
 DEFAULT_OPTIONS = RunOptions()

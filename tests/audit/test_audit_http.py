@@ -182,9 +182,12 @@ def test_uploads_and_the_types_told_to_a_driver_are_logged(
     name = f"v{uuid.uuid4().hex[:8]}"
     put(cluster.spec_path, "node_1", name, vec)
     with support.connected_driver(cluster) as driver:
-        out = mp.evaluate(driver, lambda: simp.pcall((1,), lambda v: v * 10, simp.load(1, name)))
-        with pytest.raises(mp.MPRefusedError, match="node_1 refuses to send object"):
-            mp.fetch(driver, out)  # node_1's policy keeps its data from the driver
+        # node_1's policy keeps its data from the driver: the program is refused at accept
+        with pytest.raises(mp.MPRefusedError, match=(
+                rf"party 1 refuses the program: op simp.pcall at test_audit_http.py:\d+ sends "
+                rf"program output 0, held by node_1, row-wise \(raw\) values of {name}, to "
+                "driver")):
+            mp.evaluate(driver, lambda: simp.pcall((1,), lambda v: v * 10, simp.load(1, name)))
     log = read_events([audit_dir / "node_1.jsonl"])
     events = [e for e in log if e["event"] in ("upload", "describe") and e["name"] == name]
     assert [(e["event"], e["type"]) for e in events] == \
@@ -193,5 +196,5 @@ def test_uploads_and_the_types_told_to_a_driver_are_logged(
     assert events[0]["bytes"] == len(encode_value_bytes(vec))
     assert events[1]["driver"]["name"] == "driver"
     after = log[log.index(events[1]):]
-    assert [e["status"] for e in after if e["event"] == "end"] == ["ok"]
-    assert [e for e in after if e["event"] == "fetch"] == []  # refused: nothing left node_1
+    assert [e["verdict"] for e in after if e["event"] == "execution"] == ["refused"]
+    assert [e for e in after if e["event"] in ("end", "fetch")] == []  # nothing ran or left

@@ -124,7 +124,7 @@ def test_the_flow_rule_reads_the_stablehlo_that_the_check_binds_to_the_executabl
         return [s.label.form for s in analysis.sends if s.op.opcode == "spu.reveal"]
 
     added, compared = (mp.compile(prog(fn), cluster=CLUSTER).graph for fn in (add, less))
-    assert (revealed(added), revealed(compared)) == (["raw"], ["compare"])
+    assert (revealed(added), revealed(compared)) == (["rowwise"], ["compare"])
     swapped = with_run_attrs(added, stablehlo=run_op(compared).attrs["stablehlo"])
     assert revealed(swapped) == ["compare"]  # what the analysis would believe, so workers
     refused(swapped, "the executable is not what libspu compiles its StableHLO to")

@@ -26,13 +26,16 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 def numpy_reference(x: np.ndarray, y: np.ndarray, epochs: int, lr: float,
                     batch: int) -> np.ndarray:
-    """The documented algorithm in float64: mini-batches in row order, from zero, the
+    """The documented algorithm in float64: mini-batches in row order, the last one
+    taking the rows left over (so none has fewer than ``batch`` rows), from zero, the
     intercept as the last weight."""
     x = np.hstack([x, np.ones((len(x), 1))])
     w = np.zeros(x.shape[1])
+    head = max(len(x) // batch - 1, 0) * batch
+    starts = [*range(0, head, batch), head]
     for _ in range(epochs):
-        for lo in range(0, len(x), batch):
-            xb, yb = x[lo:lo + batch], y[lo:lo + batch]
+        for lo, hi in zip(starts, [*starts[1:], len(x)], strict=True):
+            xb, yb = x[lo:hi], y[lo:hi]
             w -= lr * xb.T @ (sigmoid(xb @ w) - yb) / len(xb)
     return w
 

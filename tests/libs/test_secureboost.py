@@ -172,13 +172,15 @@ def _write_split(x: np.ndarray, y: np.ndarray, roots: dict[str, Path]) -> None:
 
 def test_a_passive_party_policy_must_allow_the_reveals(tmp_path: Path) -> None:
     """Under the default policy the passive party refuses: the histograms and routing bits
-    derived from its columns go to the active party. Allowing node_0 lets it run."""
+    derived from its columns go to the active party, and the model parts derived from
+    them stay where the driver may fetch them. Allowing node_0 and the driver lets it
+    run."""
     x, y = make_classification(n_samples=200, n_features=20, random_state=0)
     x = x.astype(np.float32)
     roots = {f"node_{i}": tmp_path / f"node_{i}" for i in range(2)}
     _write_split(x, y, roots)
     args = (("active.npz", "x"), "passive.npy", ("active.npz", "y"))
-    for policy in (Policy.default(), Policy(plaintext_to=("node_0",))):
+    for policy in (Policy.default(), Policy(plaintext_to=("node_0", "driver"))):
         sim = mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
                            policies={"node_1": policy})
         try:

@@ -85,11 +85,12 @@ def test_a_stored_aggregate_keeps_its_rows_into_the_next_program(sim: mp.Simulat
     assert mp.fetch(sim, moved) == [None, 45.0]  # the aggregate itself may go anywhere
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "standard mode vets every one-op graph as a whole program, so the op loading a "
-    "party's data is refused (its raw output counts as reaching the driver) before the "
-    "aggregate is computed"))
 def test_an_honest_aggregate_runs_in_standard_mode(sim: mp.Simulator) -> None:
+    """One op at a time, the loaded data stays on its party and only the aggregate is
+    fetched; fetching the loaded data itself is refused."""
+    loads = mp.evaluate(sim, lambda: loaded(0), mode="standard")
+    with pytest.raises(mp.MPRefusedError, match="node_0 refuses to send object"):
+        mp.fetch(sim, loads)
     total = mp.evaluate(sim, lambda: simp.pcall((0,), jnp.sum, loaded(0)), mode="standard")
     assert float(mp.fetch(sim, total)[0]) == 45.0
 

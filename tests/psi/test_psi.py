@@ -5,6 +5,7 @@ the trace-time and run-time errors."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,9 @@ from mplang.dialects import psi as psi_dialect
 from mplang.dialects import table
 from mplang.edsl.errors import MPRefusedError
 from mplang.libs import psi
+from mplang.policy.check import check
+from mplang.policy.policy import Policy
+from tests.op_failures import assert_generic, logged_failure, traced_at
 
 A = pa.table({
     "id": pa.array([10, 9, 100, 2, -5, 3, 3, 42, 2**62 + 1, 8], pa.int64()),
@@ -382,19 +386,25 @@ def test_both_ops_are_declared_with_their_flow_rules() -> None:
 
 
 @pytest.mark.parametrize("op", ["join", "size"])
-def test_null_keys_fail_both_parties_at_once(sim: mp.Simulator, op: str) -> None:
+def test_null_keys_fail_both_parties_at_once(sim: mp.Simulator, op: str,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Party 1's check of its keys fails the run (party 0 does not wait for it); the
+    driver hears which op failed on party 1, party 1's log says why."""
     nulls = pa.table({"id": pa.array([1, None, 3], pa.int64())})
 
     def prog() -> Any:
         ta, tb = held((0, 1), (A.select(["id"]), nulls))
         if op == "join":
-            return psi.join(ta, tb, "id", how="full")
-        return psi.intersection_size(ta, tb, "id", reveal_to=(0, 1, 2))
+            return psi.join(ta, tb, "id", how="full")  # @join
+        return psi.intersection_size(ta, tb, "id", reveal_to=(0, 1, 2))  # @size
 
-    with pytest.raises(mp.MPRuntimeError, match=r"party 1: op psi\.(join|intersection_size): "
-                       r"key column 'id' of party 1's table has 1 null value\(s\); drop or "
-                       r"fill them before the PSI"):
+    with pytest.raises(mp.MPRuntimeError) as info:
         mp.evaluate(sim, prog)
+    opcode, at = {"join": "psi.join", "size": "psi.intersection_size"}[op], traced_at(__file__, op)
+    assert_generic(info.value, opcode, at, 1)
+    assert logged_failure(caplog, opcode, at, "node_1").startswith(
+        f"MPRuntimeError: party 1: op {opcode}: key column 'id' of party 1's table has 1 null "
+        "value(s); drop or fill them before the PSI")
 
 
 # ---------------------------------------------------------------- policies
@@ -419,9 +429,16 @@ def test_policy_sees_the_join_as_a_comparison(tmp_path: Path) -> None:
         sim = mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
                            policies={n: str(tmp_path / "p.yaml") for n in roots})
         try:
-            if ok:
-                ja, jb = mp.evaluate(sim, prog)
-                assert sim.held(ja)[0] is not None and sim.held(jb)[1] is not None
+            if ok:  # the join is a compare; the joined tables stay with their holders
+                graph = mp.compile(prog, cluster=mp.ClusterSpec.simple(2)).graph
+                for rank in (0, 1):
+                    verdict = check(graph, 2, rank, Policy.load(tmp_path / "p.yaml"),
+                                    outputs_fetchable=False)
+                    assert verdict.accepted, verdict.reasons
+                    assert [f for f in verdict.flows if re.fullmatch(
+                        rf"compare of ids\.csv -> node_{1 - rank} \(which of the receiver's "
+                        r"keys this party's table holds, op psi\.join at test_psi\.py:\d+\): "
+                        r"allowed: rule .*compare.*", f)] != [], verdict.flows
             else:
                 with pytest.raises(MPRefusedError, match=r"refuses the program: op psi\.join "
                                    r"at test_psi\.py:\d+ .*compare of ids\.csv"):

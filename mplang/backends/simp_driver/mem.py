@@ -62,16 +62,17 @@ class SimpMemDriver(SimpDriver):
         does, for programs to read with ``simp.load``; returns its type."""
         return self.mesh.workers[self.cluster.rank_of(node)].named.put(name, value)
 
-    def _accept(self, rank: int, graph: Graph) -> Graph:
+    def _accept(self, rank: int, graph: Graph, options: RunOptions) -> Graph:
         """Party ``rank``'s acceptance of ``graph`` as a worker gets it: committed, with
         only its own openings; the graph it runs."""
         committed = commit(graph, self.world_size)
-        return self.mesh.workers[rank].accept(committed.graph, committed.openings[rank])
+        return self.mesh.workers[rank].accept(committed.graph, committed.openings[rank],
+                                              whole=options.whole)
 
     def prepare(self, ranks: list[int], graph: Graph, input_uris: list[list[str | None]],
                 exec_id: str, scope: str, options: RunOptions) -> None:
         self._check_open()
-        accepted = {(exec_id, scope, r): self._accept(r, graph) for r in ranks}
+        accepted = {(exec_id, scope, r): self._accept(r, graph, options) for r in ranks}
         with self._accepted_lock:
             self._accepted.update(accepted)
 
@@ -80,7 +81,7 @@ class SimpMemDriver(SimpDriver):
         with self._accepted_lock:
             opened = self._accepted.pop((exec_id, scope, rank), None)
         if opened is None:
-            opened = self._accept(rank, graph)
+            opened = self._accept(rank, graph, options)
         return self.mesh.workers[rank].run(opened, input_uris, exec_id, scope, options)
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,

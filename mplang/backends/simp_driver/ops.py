@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -158,7 +159,8 @@ def _launch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
     driver = _driver(interp)
     body = op.regions[0]
     parties = graph_parties(body, driver.world_size)
-    return driver.run_on_parties(body, args, interp.exec_id, key, parties, interp.options)
+    return driver.run_on_parties(body, args, interp.exec_id, key, parties,
+                                 replace(interp.options, whole=True))
 
 
 FUNC_BACKEND.kernel(_func.call_p, runtime="launch")(_launch)

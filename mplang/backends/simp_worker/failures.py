@@ -13,16 +13,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from mplang.edsl.errors import MPCommunicationError, MPRefusedError, MPRuntimeError
+from mplang.edsl.errors import (
+    MPCommunicationError,
+    MPPublicError,
+    MPRefusedError,
+    MPRuntimeError,
+)
 from mplang.edsl.graph import Operation
 from mplang.storage.data_root import BadPath, MissingData
 
 log = logging.getLogger("mplang.worker")
 
-PASSES: tuple[type[Exception], ...] = (MPRefusedError, MPCommunicationError, MissingData,
-                                       BadPath)
+PASSES: tuple[type[Exception], ...] = (MPRefusedError, MPCommunicationError, MPPublicError,
+                                       MissingData, BadPath)
 """Errors whose text is about the program or the protocol, never the party's data: a
-refusal (a policy, a limit), a message that did not come in time, a file or object the
+refusal (a policy, a limit), a message that did not come in time, a kernel's own check
+of the program, types, keys or attestation (`MPPublicError`), a file or object the
 program names that is not there, a path it may not use."""
 
 

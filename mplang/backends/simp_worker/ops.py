@@ -10,7 +10,7 @@ import numpy as np
 from mplang.backends.control_flow import run_while
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.dialects import simp as _simp
-from mplang.edsl.errors import MPRuntimeError
+from mplang.edsl.errors import MPPublicError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import Mask
 from mplang.runtime.backend import register_backend
@@ -24,8 +24,8 @@ def _worker(interp: Interpreter) -> SimpWorker:
     return worker
 
 
-def _fail(worker: SimpWorker, op: Operation, message: str) -> MPRuntimeError:
-    return MPRuntimeError(f"party {worker.rank}: op {op.opcode}"
+def _fail(worker: SimpWorker, op: Operation, message: str) -> MPPublicError:
+    return MPPublicError(f"party {worker.rank}: op {op.opcode}"
                           f"{f' (traced at {op.loc})' if op.loc else ''}: {message}",
                           party=worker.rank, op=op.opcode, loc=op.loc)
 
@@ -139,8 +139,8 @@ def _uniform_predicate(interp: Interpreter, op: Operation, pred: Any, tag_key: s
                 for peer in range(worker.world_size) if peer != worker.rank}
         seen[worker.rank] = value
         if len(set(seen.values())) > 1:
-            detail = ", ".join(f"party {p}: {seen[p]}" for p in sorted(seen))
-            raise _fail(worker, op, f"the predicate is not uniform ({detail})")
+            raise _fail(worker, op, "the predicate is not uniform: the parties computed "
+                                    "different values")
     return value
 
 

@@ -85,4 +85,4 @@ def run_options(header: dict[str, Any], exec_id: str) -> RunOptions:
     monitor = RunMonitor(exec_id, record=True) if header.get("trace") is True else None
     return RunOptions(parallel=header.get("parallel") is not False, timeout=timeout,
                       progress=to_log if header.get("progress") is True else None,
-                      monitor=monitor)
+                      monitor=monitor, whole=header.get("whole") is True)

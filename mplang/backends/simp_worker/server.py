@@ -128,7 +128,8 @@ class WorkerServer:
         if len(inputs) != len(graph.inputs):
             raise MPSerializationError("the number of inputs does not match the graph")
         options = run_options(header, exec_id)
-        graph = self.worker.accept(graph, openings, driver.certificate.fingerprint)
+        graph = self.worker.accept(graph, openings, driver.certificate.fingerprint,
+                                   whole=options.whole)
         run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint, digest,
                                     graph, frozenset(parties), options.timeout)
         return Prepared(run, graph, inputs, options, time.monotonic() + self.timeout,

@@ -56,23 +56,26 @@ class SimpWorker:
         """The worker kernels registered now (a plugin loaded later adds its own)."""
         return worker_kernels()
 
-    def accept(self, graph: Graph, openings: Openings, driver: str = LOCAL_OWNER) -> Graph:
+    def accept(self, graph: Graph, openings: Openings, driver: str = LOCAL_OWNER,
+               whole: bool = False) -> Graph:
         """Accept a committed program for this party: check its openings against their
-        commitments and put them in (`open_program`), then `vet` it. Returns the graph
-        this party runs; raises `PolicyRefusedError` (an `MPRefusedError`; nothing runs) if
-        its policy refuses it."""
+        commitments and put them in (`open_program`), then `vet` it (``whole``: it is the
+        whole program body, whose outputs are the results). Returns the graph this party
+        runs; raises `PolicyRefusedError` (an `MPRefusedError`; nothing runs) if its
+        policy refuses it."""
         opened = open_program(graph, openings, self.rank, self.world_size)
-        reason = self.vet(opened, program_digest(graph, self.world_size), driver)
+        reason = self.vet(opened, program_digest(graph, self.world_size), driver, whole)
         if reason is not None:
             raise PolicyRefusedError(f"party {self.rank} refuses the program: {reason}")
         return opened
 
-    def vet(self, graph: Graph, digest: str, driver: str) -> str | None:
-        """This party's verdict on running ``graph`` (program digest ``digest``) for the
-        driver with certificate fingerprint ``driver``: None accepts, a reason refuses."""
+    def vet(self, graph: Graph, digest: str, driver: str, whole: bool = False) -> str | None:
+        """This party's verdict on running ``graph`` (program digest ``digest``; ``whole``:
+        the whole program body) for the driver with certificate fingerprint ``driver``:
+        None accepts, a reason refuses."""
         if self.guard is None:
             return None
-        verdict = self.guard.vet(graph, digest, driver, uses=self.named.uses)
+        verdict = self.guard.vet(graph, digest, driver, whole, uses=self.named.uses)
         return None if verdict.accepted else "; ".join(verdict.reasons)
 
     def run(self, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
