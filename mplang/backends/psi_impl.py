@@ -296,6 +296,9 @@ def _join(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
 
     with stopping(interp, op, session):
         result = join_table(run, table, session, link)
+    guard = interp.states["simp"].guard
+    if guard is not None:
+        guard.check_rows(op, result.num_rows, f"the join of its table ({run.how})")
     return [result, None] if side == 0 else [None, result]
 
 

@@ -278,6 +278,21 @@ class Guard:
         self.labels.record(uris, verdict.outputs,
                            judged=self._vetted.get(graph, (None, False, None))[1])
 
+    def check_rows(self, op: Operation, rows: int, what: str) -> None:
+        """Refuse (`PolicyRefusedError`) ``op`` keeping ``rows`` rows of this party's
+        data chosen by another owner's data (``what``: a PSI join's rows) if that is fewer
+        than the largest ``min_rows`` of its aggregate rules: every aggregate over them
+        then meets every rule (the analysis counts on this check)."""
+        rules = [r for r in self.policy.declassify if r.when == "aggregate"]
+        if not rules:
+            return
+        rule = max(rules, key=lambda r: r.min_rows)
+        if rows < rule.min_rows:
+            raise PolicyRefusedError(
+                f"{self.node} refuses {_where(op)}: {what} has fewer than min_rows "
+                f"{rule.min_rows} rows ({rule} in {self.policy.source}), so no aggregate "
+                "over them may leave it")
+
     def check_fetch(self, uri: str) -> None:
         """Raise `PolicyRefusedError` if the driver may not fetch object ``uri``."""
         label = self.labels.of(uri)

@@ -108,7 +108,8 @@ class Flow:
         if self.form == "aggregate":
             rows = self.rows
             what = "aggregate over a data-dependent number of rows" if rows is None else \
-                f"aggregate over {rows} rows"
+                "aggregate over the rows a join kept (at least min_rows, checked at run " \
+                "time)" if rows == ENFORCED else f"aggregate over {rows} rows"
             return f"{what} of {of}"
         if self.form == "rowwise":
             return f"row-wise (raw) values of {of}"
@@ -165,7 +166,7 @@ def aggregated(label: Flow, whole: bool = False) -> Flow:
     if whole and window.step:
         window = Rows(window.sources, window.lo, window.hi)
     return Flow("aggregate", label.sources, rowsets=label.rowsets | {window},
-                gated=label.gated)
+                gated=label.gated, enforced=label.enforced)
 
 
 def combine(a: Label, b: Label) -> Label:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -445,3 +446,41 @@ def test_policy_sees_the_join_as_a_comparison(tmp_path: Path) -> None:
                     mp.evaluate(sim, prog)
         finally:
             sim.close()
+
+
+def test_an_aggregate_over_joined_rows_needs_min_rows_of_them(tmp_path: Path) -> None:
+    """The rows a join keeps are chosen by the other party's keys, so the analysis cannot
+    count them: each holder's kernel refuses a join that keeps fewer rows than its
+    min_rows, and an aggregate over a large enough join is released."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
+                      "  - {to: ['*'], when: compare}\n")
+    for shared, ok in ((30, True), (5, False)):
+        roots = {}
+        for i, node in enumerate(("node_0", "node_1")):
+            ids = np.arange(100 * i, 100 * i + 40) if i == 0 else \
+                np.concatenate([np.arange(shared), np.arange(1000, 1040 - shared)])
+            root = tmp_path / f"{node}-{shared}"
+            root.mkdir()
+            pd.DataFrame({"id": ids, "v": ids * 2.0}).to_csv(root / "t.csv", index=False)
+            roots[node] = str(root)
+
+        def prog() -> Any:
+            ta = simp.pcall((0,), lambda: table.read_csv("t.csv", {"id": "int64", "v": "float64"}))
+            tb = simp.pcall((1,), lambda: table.read_csv("t.csv", {"id": "int64", "v": "float64"}))
+            ja, _ = psi.join(ta, tb, "id")
+            column = simp.pcall((0,), lambda t: table.to_tensor(t, ["v"], rows=30), ja)
+            return simp.pcall((0,), jnp.sum, column)  # node_0's joined rows
+
+        with mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
+                          policies={n: str(policy) for n in roots}) as sim:
+            if ok:
+                total = mp.fetch(sim, mp.evaluate(sim, prog))[0]
+                assert float(total) == 2.0 * sum(range(shared))
+            else:
+                with pytest.raises(MPRefusedError, match=(
+                        r"node_[01] refuses op psi\.join at test_psi\.py:\d+: the join of "
+                        r"its table \(inner\) has fewer than min_rows 10 rows \(\{to: "
+                        r"\[\"\*\"\], when: aggregate, min_rows: 10\} in .*p\.yaml\), so no "
+                        r"aggregate over them may leave it")):
+                    mp.evaluate(sim, prog)
