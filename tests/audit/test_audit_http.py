@@ -181,13 +181,12 @@ def test_uploads_and_the_types_told_to_a_driver_are_logged(
     vec = np.array([3, 1, 2], dtype=np.int32)
     name = f"v{uuid.uuid4().hex[:8]}"
     put(cluster.spec_path, "node_1", name, vec)
-    with support.connected_driver(cluster) as driver:
-        # node_1's policy keeps its data from the driver: the program is refused at accept
-        with pytest.raises(mp.MPRefusedError, match=(
-                rf"party 1 refuses the program: op simp.pcall at test_audit_http.py:\d+ sends "
-                rf"program output 0, held by node_1, row-wise \(raw\) values of {name}, to "
-                "driver")):
-            mp.evaluate(driver, lambda: simp.pcall((1,), lambda v: v * 10, simp.load(1, name)))
+    # node_1's policy keeps its data from the driver: the program is refused at accept
+    with support.connected_driver(cluster) as driver, pytest.raises(mp.MPRefusedError, match=(
+            rf"party 1 refuses the program: op simp.pcall at test_audit_http.py:\d+ sends "
+            rf"program output 0, held by node_1, row-wise \(raw\) values of {name}, to "
+            "driver")):
+        mp.evaluate(driver, lambda: simp.pcall((1,), lambda v: v * 10, simp.load(1, name)))
     log = read_events([audit_dir / "node_1.jsonl"])
     events = [e for e in log if e["event"] in ("upload", "describe") and e["name"] == name]
     assert [(e["event"], e["type"]) for e in events] == \

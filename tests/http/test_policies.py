@@ -101,8 +101,9 @@ def test_revealing_the_other_party_s_input_is_refused_before_anything_runs(
     assert refused.status == 403
     assert re.search(r"party 1 \(node_1 at \S+\) refused a program of \d+ ops: party 1 "
                      r"refuses the program: op spu\.reveal at test_policies\.py:\d+ sends the "
-                     r"value revealed from SP0, row-wise \(raw\) values of x\.npy, to node_0; add node_0 to "
-                     r"plaintext_to, or the program digest to programs", message), message
+                     r"value revealed from SP0, row-wise \(raw\) values of x\.npy, to node_0; "
+                     r"add node_0 to plaintext_to, or the program digest to programs", message), \
+        message
     # node_0 accepted (its own data may come back to it), but ran nothing: no end event
     new = read_events([audit / "node_0.jsonl"])
     execs = {e["exec"] for e in new if e["event"] == "execution"}
