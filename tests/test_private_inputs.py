@@ -13,6 +13,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp, tensor
+from tests.op_failures import assert_generic, logged_failure, traced_at
 
 
 @pytest.fixture
@@ -181,8 +182,8 @@ def test_default_data_root_is_data_slash_node(tmp_path: Path,
     np.testing.assert_array_equal(out[1], [4, 5])
 
 
-def test_loaded_data_takes_jax_s_canonical_dtype(sim: mp.Simulator, roots: dict[str, Path]
-                                                 ) -> None:
+def test_loaded_data_takes_jax_s_canonical_dtype(sim: mp.Simulator, roots: dict[str, Path],
+                                                 caplog: pytest.LogCaptureFixture) -> None:
     np.save(roots["node_0"] / "f64.npy", np.arange(4, dtype=np.float64) / 3)
     np.save(roots["node_0"] / "big.npy", np.array([2**40, 1]))
 
@@ -194,10 +195,14 @@ def test_loaded_data_takes_jax_s_canonical_dtype(sim: mp.Simulator, roots: dict[
     assert x[0].dtype == np.float32  # as JAX runs float64 data without jax_enable_x64
     np.testing.assert_allclose(x[0], np.arange(4) / 3, rtol=1e-6)
     assert m[0] == pytest.approx(0.5)
-    with pytest.raises(mp.MPRuntimeError, match=re.escape(
-            "party 0: 'big.npy' on node_0: tensor.load: integer values in "
-            "[1, 1099511627776] do not fit int32")):
-        mp.evaluate(sim, lambda: simp.pcall((0,), lambda: tensor.load("big.npy")))
+    with pytest.raises(mp.MPRuntimeError) as info:
+        mp.evaluate(sim, lambda: simp.pcall((0,), lambda: tensor.load("big.npy")))  # @big
+    # the values are node_0's data: the driver hears that the load failed, node_0's log why
+    at = traced_at(__file__, "big")
+    assert_generic(info.value, "tensor.load", at, 0)
+    assert logged_failure(caplog, "tensor.load", at, "node_0").startswith(
+        "MPRuntimeError: party 0: 'big.npy' on node_0: tensor.load: integer values in "
+        "[1, 1099511627776] do not fit int32")
 
 
 def test_a_device_function_may_load_its_party_s_data(sim: mp.Simulator) -> None:

@@ -184,12 +184,26 @@ def combine(a: Label, b: Label) -> Label:
             return Flow("compare", a.sources | b.sources, rowsets=a.rowsets | b.rowsets)
         return _merged(other, a if other is b else b)
     if a.form == "rowwise" and b.form == "rowwise":
-        if (a.window, a.axis, a.at, a.outer) != (b.window, b.axis, b.at, b.outer):
+        window = aligned_windows(a.window, b.window)
+        if window is None or (a.axis, a.at, a.outer) != (b.axis, b.at, b.outer):
             return raw([a, b])
-        return _merged(a, b)
+        return replace(_merged(a, b), window=window)
     if a.form == "aggregate" and b.form == "aggregate":
         return _merged(a, b)
     return _merged(a, b) if a.form == "rowwise" else _merged(b, a)
+
+
+def aligned_windows(a: Rows | None, b: Rows | None) -> Rows | None:
+    """The window of p's rows combined row by row from windows ``a`` and ``b``: the same
+    rows of one source, or the same positions of two sources of equal, known length
+    (two files of p's with a row each per record); None if they do not line up."""
+    if a is None or b is None:
+        return None
+    if a == b:
+        return a
+    if (a.lo, a.hi, a.step) != (b.lo, b.hi, b.step) or a.hi == UNKNOWN:
+        return None
+    return Rows(a.sources | b.sources, a.lo, a.hi, a.step)
 
 
 def _merged(main: Flow, other: Flow) -> Flow:

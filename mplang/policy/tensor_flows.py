@@ -27,6 +27,7 @@ from mplang.policy.labels import (
     Label,
     Rows,
     aggregated,
+    aligned_windows,
     combine,
     compared,
     impure,
@@ -50,7 +51,8 @@ PRESERVING = frozenset(["convert", "copy", "bitcast_convert", "optimization_barr
 NO_LABEL = frozenset(["constant", "iota", "rng", "rng_bit_generator", "after_all",
                       "partition_id", "replica_id", "get_dimension_size"])
 _SUMS = frozenset(["add"])
-_STRUCTURAL = frozenset(["broadcast_in_dim", "transpose", "reshape", "reduce", "dot_general"])
+_STRUCTURAL = frozenset(["broadcast_in_dim", "transpose", "reshape", "reduce", "dot_general",
+                         "dot"])
 """Ops that move axes: alike axes do not carry over by position."""
 _EXTREMA = frozenset(["maximum", "minimum", "or", "and"])
 _MAX_LOOP_ROUNDS = 8
@@ -208,7 +210,7 @@ class _Flows:
             return _transpose(ins[0], tuple(op.attrs["permutation"]))
         if kind == "reduce":
             return self.reduction(op, ins)
-        if kind == "dot_general":
+        if kind in ("dot_general", "dot"):
             return _dot(op, ins)
         if kind == "slice":
             return _slice(ins[0], types[0], op.attrs["start_indices"], op.attrs["limit_indices"],
@@ -534,7 +536,13 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
     """``dot_general``: contracting the rows of a row-wise value aggregates them; keeping
     them (as a batch or free axis) keeps it row-wise."""
     dims = op.attrs.get("dot_dimension_numbers")
-    if not isinstance(dims, dict) or None in op.operand_types[:2]:
+    if None in op.operand_types[:2]:
+        return None
+    if op.kind == "dot":  # a matrix or vector product: lhs's last axis with rhs's first
+        lhs_rank = len(op.operand_types[0].shape)  # type: ignore[union-attr]
+        dims = {"lhs_batching_dimensions": [], "rhs_batching_dimensions": [],
+                "lhs_contracting_dimensions": [lhs_rank - 1], "rhs_contracting_dimensions": [0]}
+    if not isinstance(dims, dict):
         return None
     batch = (list(dims["lhs_batching_dimensions"]), list(dims["rhs_batching_dimensions"]))
     contract = (list(dims["lhs_contracting_dimensions"]),
@@ -551,7 +559,8 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
         for group in (contract, batch):
             if a.axis in group[0] and b.axis in group[1] and \
                     group[0].index(a.axis) == group[1].index(b.axis) and \
-                    (a.window, a.at) == (b.window, b.at) and a.outer is None is b.outer:
+                    aligned_windows(a.window, b.window) is not None and a.at == b.at and \
+                    a.outer is None is b.outer:
                 if group is contract:
                     return Val(combine(aggregated(a), aggregated(b)))
                 return Val(_kept(a, b, axis=group[0].index(a.axis)))

@@ -5,6 +5,7 @@ Beaver source in the config, states who must be trusted, and warns once per proc
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ import mplang as mp
 from mplang.device import kinds
 from mplang.device.kinds import get_kind
 from mplang.dialects.spu import SpuConfig, runtime_config_for
+from tests.op_failures import assert_generic, logged_failure, traced_at
 
 SM2_PUBLIC_KEY = """-----BEGIN PUBLIC KEY-----
 MFkwEwYHKoZIzj0CAQYIKoEcz1UBgi0DQgAE7vv5wT3Fv2twn7y7xn6Fc970OLqk
@@ -61,7 +63,7 @@ def insecure(caught: list[warnings.WarningMessage]) -> list[str]:
 def mul_program() -> Any:
     x = mp.put("P0", np.float32([1.5, -2.0]))
     y = mp.put("P1", np.float32([4.0, 0.5]))
-    return mp.put("P0", mp.device("S")(lambda a, b: a * b)(x, y))
+    return mp.put("P0", mp.device("S")(lambda a, b: a * b)(x, y))  # @mul
 
 
 # ---------------------------------------------------------------- the warning
@@ -204,18 +206,22 @@ def test_trusted_third_party_config_reaches_libspu(
 
 
 def test_trusted_third_party_is_asked_for_the_triples(
-        fresh_warnings: list[warnings.WarningMessage]) -> None:
+        fresh_warnings: list[warnings.WarningMessage], caplog: pytest.LogCaptureFixture) -> None:
     """With no Beaver service listening, libspu's SEMI2K calls the configured one (its
     adjust RPC fails to connect): the config reaches the runtime. A real service is not
-    run here (libspu's Python package ships none)."""
+    run here (libspu's Python package ships none). libspu's error stays in n0's log."""
     cluster = spec(2, {"protocol": "SEMI2K", "beaver": "TrustedThirdParty",
                        "ttp": ttp(server_host="127.0.0.1:1")})
     sim = mp.Simulator(cluster, timeout=2)
     try:
-        with pytest.raises(mp.MPLangError, match=r"RpcCall failed.*127\.0\.0\.1:1"):
+        with pytest.raises(mp.MPRuntimeError) as info:
             mp.fetch(sim, mp.evaluate(sim, mul_program))
     finally:
         sim.close()
+    at = traced_at(__file__, "mul")
+    assert_generic(info.value, "spu.run", at, 0, node="n0")
+    assert re.search(r"RpcCall failed.*127\.0\.0\.1:1",
+                     logged_failure(caplog, "spu.run", at, "n0"))
 
 
 # ---------------------------------------------------------------- security models

@@ -113,7 +113,7 @@ def test_logistic_regression_data_split(logreg: dict[str, Any]) -> None:
     assert data["x0_train"].shape[1] + data["x1_train"].shape[1] == 30
     assert len(data["y_train"]) + len(data["y_test"]) == 569
     devices = logreg["result"]["spu"]["devices"]
-    assert devices == {"w0": "P0", "w1": "P1", "b": "P1", "predicted": "P1", "accuracy": "P1"}
+    assert devices == {"w0": "P0", "w1": "P1", "b": "P1"}
     # the helper party 2 makes ABY3 possible; it holds no data and receives no result
     assert (logreg["result"]["parties"], logreg["result"]["protocol"]) == (3, "ABY3")
 
@@ -135,15 +135,13 @@ def test_logistic_regression_spu_close_to_plaintext(logreg: dict[str, Any]) -> N
     got = np.concatenate([spu["w0"], spu["w1"], [spu["b"]]])
     np.testing.assert_allclose(got, logreg["params"], atol=0.05)
     assert abs(spu["accuracy"] - plain["accuracy"]) <= 0.02
-    # the accuracy P1 computed is that of the predictions P1 received
+    # the accuracy revealed to P1 is that of the revealed model's predictions, up to the
+    # rows whose score is too close to 0 for fixed point to tell its sign
     y_test = logreg["data"]["y_test"] > 0.5
-    assert spu["predicted"].dtype == np.bool_
-    assert spu["predicted"].shape == y_test.shape
-    assert spu["accuracy"] == pytest.approx(np.mean(spu["predicted"] == y_test), abs=1e-6)
-    # and those predictions are the sign of the revealed model's scores
     scores = logreg["x_test"] @ got[:-1] + got[-1]
-    clear = np.abs(scores) > 0.05
-    np.testing.assert_array_equal(spu["predicted"][clear], scores[clear] > 0)
+    unclear = np.sum(np.abs(scores) <= 0.05)
+    assert abs(spu["accuracy"] - np.mean((scores > 0) == y_test)) <= (unclear + 1e-9) / len(
+        y_test)
 
 
 # ---------------------------------------------------------------- PSI

@@ -12,8 +12,10 @@ import pytest
 
 import mplang as mp
 from mplang import simp
+from mplang.cluster.local import LocalCluster
 from mplang.dialects import table
 from mplang.libs import psi
+from tests.op_failures import assert_generic, logged_failure, logged_failure_line, traced_at
 
 RNG = np.random.default_rng(5)
 IDS = RNG.choice(100_000, 900, replace=False)
@@ -67,16 +69,28 @@ def test_intersection_size_across_workers(ctx: Any) -> None:
     assert mp.fetch(ctx, mp.evaluate(ctx, prog)) == [None, 300, 300]
 
 
-def test_bad_keys_fail_both_workers_at_once(ctx: Any) -> None:
+def test_bad_keys_fail_both_workers_at_once(ctx: Any, request: pytest.FixtureRequest,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Party 2's check of its keys fails the run on both workers; the driver hears which
+    op failed on party 2, party 2's log (its worker's log file) says why."""
     nulls = pa.table({"id": pa.array([1, None], pa.int64())})
 
     @mp.function
     def prog() -> Any:
         a = simp.pcall((0,), lambda: table.constant(A))
         b = simp.pcall((2,), lambda: table.constant(nulls))
-        return psi.join(a, b, "id")
+        return psi.join(a, b, "id")  # @join
 
-    with pytest.raises(mp.MPRuntimeError, match=r"party 2: op psi\.join: key column 'id' of "
-                       r"party 2's table has 1 null value\(s\)"):
+    with pytest.raises(mp.MPRuntimeError) as info:
         mp.evaluate(ctx, prog)
+    at = traced_at(__file__, "join")
+    assert_generic(info.value, "psi.join", at, 2)
+    if isinstance(ctx, mp.Driver):
+        cluster: LocalCluster = request.getfixturevalue("local_cluster")
+        detail = logged_failure_line(cluster.log_tail("node_2", 1 << 20), "psi.join", at,
+                                     "node_2")
+    else:
+        detail = logged_failure(caplog, "psi.join", at, "node_2")
+    assert detail.startswith("MPRuntimeError: party 2: op psi.join: key column 'id' of party "
+                             "2's table has 1 null value(s)")
     test_intersection_size_across_workers(ctx)  # the workers are fine afterwards

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import mplang as mp
 from mplang import phe, simp
 from mplang.edsl.errors import MPRuntimeError, MPTypeError
+from tests.op_failures import assert_generic, logged_failure, traced_at
 from tests.phe.conftest import KEY_BITS
 
 RNG = np.random.default_rng(11)
@@ -44,7 +46,7 @@ def run_bucket_sum(sim: mp.Simulator, values: np.ndarray, bins: np.ndarray,
         c = simp.shuffle_static(simp.pcall((0,), phe.encrypt, x, pk), {1: 0})
         b = simp.constant((1,), bins)
         extra = () if groups is None else (simp.constant((1,), groups),)
-        h = simp.pcall((1,), lambda c, b, *g: phe.bucket_sum(
+        h = simp.pcall((1,), lambda c, b, *g: phe.bucket_sum(  # @bucket_sum
             c, b, *g, n_groups=n_groups, n_bins=n_bins), c, b, *extra)
         return simp.pcall((0,), phe.decrypt, simp.shuffle_static(h, {0: 1}), sk)
 
@@ -138,10 +140,17 @@ def test_type_errors_name_the_op(body: Any, message: str) -> None:
         _compile_body(body)
 
 
-def test_out_of_range_indices_are_run_time_errors(sim2: mp.Simulator) -> None:
-    with pytest.raises(MPRuntimeError, match=r"party 1: op phe\.bucket_sum: every bin index "
-                       r"must lie in \[0, 4\), found 4"):
-        run_bucket_sum(sim2, VALUES, BINS, GROUPS, G, B - 1)
-    with pytest.raises(MPRuntimeError, match=r"party 1: op phe\.bucket_sum: every group id "
-                       r"must lie in \[-1, 2\), found 2"):
-        run_bucket_sum(sim2, VALUES, BINS, GROUPS, G - 1, B)
+def test_out_of_range_indices_are_run_time_errors(sim2: mp.Simulator,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """The indices are party 1's data: the driver hears that the op failed on party 1,
+    party 1's log says why."""
+    at = traced_at(__file__, "bucket_sum")
+    for n_groups, n_bins, reason in [
+            (G, B - 1, r"every bin index must lie in \[0, 4\), found 4"),
+            (G - 1, B, r"every group id must lie in \[-1, 2\), found 2")]:
+        caplog.clear()
+        with pytest.raises(MPRuntimeError) as info:
+            run_bucket_sum(sim2, VALUES, BINS, GROUPS, n_groups, n_bins)
+        assert_generic(info.value, "phe.bucket_sum", at, 1)
+        assert re.match(rf"MPRuntimeError: party 1: op phe\.bucket_sum: {reason} ",
+                        logged_failure(caplog, "phe.bucket_sum", at, "node_1"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from mplang import phe, simp
 from mplang.backends.phe_impl import PheCiphertext, PhePrivateKey, PhePublicKey
 from mplang.backends.wire import decode_value, encode_value, encode_value_bytes
 from mplang.edsl.errors import MPRuntimeError, MPSerializationError, MPTypeError
+from tests.op_failures import assert_generic, logged_failure, traced_at
 from tests.phe.conftest import KEY_BITS
 
 
@@ -154,31 +156,46 @@ def test_other_type_errors_name_the_op() -> None:
 # ---------------------------------------------------------------- overflow
 
 
-def test_an_overflowing_result_is_an_error_not_a_wrap(sim2: mp.Simulator) -> None:
+def failed_on_party_0(sim2: mp.Simulator, prog: Any, caplog: pytest.LogCaptureFixture,
+                      tag: str, op: str = "phe.decrypt") -> str:
+    """Run ``prog``, whose ``op`` (traced at the line tagged ``tag``) fails on party 0: the
+    driver hears only that it failed; the full text, returned, is in party 0's log (the
+    values are party 0's data)."""
+    with pytest.raises(MPRuntimeError) as info:
+        mp.fetch(sim2, mp.evaluate(sim2, prog))
+    at = traced_at(__file__, tag)
+    assert_generic(info.value, op, at, 0)
+    return logged_failure(caplog, op, at, "node_0")
+
+
+def test_an_overflowing_result_is_an_error_not_a_wrap(sim2: mp.Simulator,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
     def prog() -> Any:
         pk, sk = keys()
-        return simp.pcall((0,), lambda k, s: phe.decrypt(phe.encrypt(np.int32(1 << 30), k) * 4,
-                                                         s), pk, sk)
+        return simp.pcall((0,), lambda k, s: phe.decrypt(  # @overflow
+            phe.encrypt(np.int32(1 << 30), k) * 4, s), pk, sk)
 
-    with pytest.raises(MPRuntimeError, match=r"op phe\.decrypt: a decrypted value "
-                       r"\(4294967296\) does not fit int32 \[-2147483648, 2147483647\]"):
-        mp.fetch(sim2, mp.evaluate(sim2, prog))
+    assert re.search(r"op phe\.decrypt: a decrypted value \(4294967296\) does not fit int32 "
+                     r"\[-2147483648, 2147483647\]",
+                     failed_on_party_0(sim2, prog, caplog, "overflow"))
 
 
-def test_two_to_the_eighty_does_not_decode_to_zero(sim2: mp.Simulator) -> None:
+def test_two_to_the_eighty_does_not_decode_to_zero(sim2: mp.Simulator,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
     big = np.int32(1 << 20)
 
     def prog() -> Any:
         pk, sk = keys()
-        return simp.pcall((0,), lambda k, s: phe.decrypt(
+        return simp.pcall((0,), lambda k, s: phe.decrypt(  # @2^80
             phe.encrypt(big, k) * big * big * big, s), pk, sk)
 
-    with pytest.raises(MPRuntimeError, match=r"a decrypted value \(about 2\^81\) does not "
-                       r"fit int32 \[-2147483648, 2147483647\]: the computation overflowed"):
-        mp.fetch(sim2, mp.evaluate(sim2, prog))
+    assert re.search(r"a decrypted value \(about 2\^81\) does not fit int32 "
+                     r"\[-2147483648, 2147483647\]: the computation overflowed",
+                     failed_on_party_0(sim2, prog, caplog, "2^80"))
 
 
-def test_a_wrapped_float_is_an_error(sim2: mp.Simulator) -> None:
+def test_a_wrapped_float_is_an_error(sim2: mp.Simulator,
+                                     caplog: pytest.LogCaptureFixture) -> None:
     """Past the plaintext space (n/2) a value wraps modulo n: decrypt refuses it."""
     def prog() -> Any:
         pk, sk = keys()
@@ -187,23 +204,21 @@ def test_a_wrapped_float_is_an_error(sim2: mp.Simulator) -> None:
             c = phe.encrypt(np.float32(1e6), k)
             for _ in range(20):  # scale 2^(24 * 21) ~ 2^504 and values ~ 2^(20*20)
                 c = c * np.float32(1e6)
-            return phe.decrypt(c, s)
+            return phe.decrypt(c, s)  # @wrapped
 
         return simp.pcall((0,), body, pk, sk)
 
-    with pytest.raises(MPRuntimeError, match=r"op phe\.decrypt: a decrypted value \(about "
-                       r"2\^\d+ / scale 2\^504\) does not fit float32"):
-        mp.fetch(sim2, mp.evaluate(sim2, prog))
+    assert re.search(r"op phe\.decrypt: a decrypted value \(about 2\^\d+ / scale 2\^504\) "
+                     r"does not fit float32", failed_on_party_0(sim2, prog, caplog, "wrapped"))
 
 
-def test_nan_cannot_be_encrypted(sim2: mp.Simulator) -> None:
+def test_nan_cannot_be_encrypted(sim2: mp.Simulator, caplog: pytest.LogCaptureFixture) -> None:
     def prog() -> Any:
         pk, _ = keys()
-        return simp.pcall((0,), lambda k: phe.encrypt(np.float32(np.nan), k), pk)
+        return simp.pcall((0,), lambda k: phe.encrypt(np.float32(np.nan), k), pk)  # @nan
 
-    with pytest.raises(MPRuntimeError, match=r"op phe\.encrypt: phe\.encrypt: cannot encode "
-                       "NaN or infinity"):
-        mp.evaluate(sim2, prog)
+    assert re.search(r"op phe\.encrypt: phe\.encrypt: cannot encode NaN or infinity",
+                     failed_on_party_0(sim2, prog, caplog, "nan", op="phe.encrypt"))
 
 
 # ---------------------------------------------------------------- the wire

@@ -199,18 +199,26 @@ def test_a_party_s_table_data_is_its_data_for_its_policy(base: Path) -> None:
     roots = {n: base / n for n in ("node_0", "node_1")}
     strict = mp.Simulator(2, data_roots=roots, policies={"node_0": str(policy)})
     try:
-        read = mp.evaluate(strict, lambda: simp.pcall((0,), lambda: table.read_csv("a.csv")))
+        def read() -> Any:
+            return simp.pcall((0,), lambda: table.read_csv("a.csv"))
+
+        with pytest.raises(PolicyRefusedError, match=(
+                r"party 0 refuses the program: op simp\.pcall at test_table_safety\.py:\d+ "
+                r"sends program output 0, held by node_0, row-wise \(raw\) values of a\.csv, "
+                r"to driver; add driver to plaintext_to")):
+            mp.evaluate(strict, read)
+        kept = mp.evaluate(strict, read, mode="standard")  # one op at a time: judged at fetch
         with pytest.raises(PolicyRefusedError, match=r"node_0 refuses to send object .* to the "
-                                                     r"driver: it is raw of a\.csv; add driver "
-                                                     r"to plaintext_to"):
-            mp.fetch(strict, read)
-        summed = mp.evaluate(strict, lambda: simp.pcall((0,), lambda: table.sql(
-            "SELECT SUM(b) AS s FROM t", t=table.read_csv("a.csv"))))
-        with pytest.raises(PolicyRefusedError, match=r"it is raw of a\.csv"):
-            mp.fetch(strict, summed)
+                                                     r"driver: it is row-wise \(raw\) values "
+                                                     r"of a\.csv; add driver to plaintext_to"):
+            mp.fetch(strict, kept)
+        with pytest.raises(PolicyRefusedError, match=r"sends program output 0, held by node_0, "
+                                                     r"raw of a\.csv, to driver"):
+            mp.evaluate(strict, lambda: simp.pcall((0,), lambda: table.sql(  # SQL: not modelled
+                "SELECT SUM(b) AS s FROM t", t=table.read_csv("a.csv"))))
         with pytest.raises(MPRefusedError, match=r"party 0 refuses the program: op "
-                                                     r"simp\.shuffle_static .*raw of a\.csv, to "
-                                                     r"node_1"):
+                                                     r"simp\.shuffle_static .*\(raw\) values of "
+                                                     r"a\.csv, to node_1"):
             mp.evaluate(strict, lambda: simp.shuffle_static(
                 simp.pcall((0,), lambda: table.read_csv("a.csv")), {1: 0}))
         own = mp.evaluate(strict, lambda: simp.pcall((0,), lambda: table.sql(
