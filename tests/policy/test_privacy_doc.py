@@ -38,7 +38,7 @@ def test_the_simulator_example_prints_what_the_page_says(
     script = tmp_path / "privacy_example.py"
     script.write_text(code)
     runpy.run_path(str(script))
-    assert capsys.readouterr().out.split() == expected == ["19.0", "MPRefusedError"]
+    assert capsys.readouterr().out.split() == expected == ["19.0", "refused"]
 
 
 def test_the_check_excerpt_has_the_command_s_shape() -> None:
@@ -46,7 +46,7 @@ def test_the_check_excerpt_has_the_command_s_shape() -> None:
     lines = text.splitlines()
     assert lines[0].startswith("program prog: digest ")
     assert lines[1] == "node_1 (dev/policies/node_1.yaml): REFUSES"
-    assert lines[2].startswith("  flow: raw of x.npy -> node_0 (the value revealed from SP0, "
-                               "op spu.reveal at prog.py:12): REFUSED")
+    assert lines[2].startswith("  flow: row-wise (raw) values of x.npy -> node_0 (the value "
+                               "revealed from SP0, op spu.reveal at prog.py:12): REFUSED")
     assert lines[3].startswith("  refused: op spu.reveal at prog.py:12 sends the value "
-                               "revealed from SP0, raw of x.npy, to node_0;")
+                               "revealed from SP0, row-wise (raw) values of x.npy, to node_0;")
