@@ -54,7 +54,7 @@ from mplang.edsl.typing import (
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels, conservative, everywhere
-from mplang.policy.tensor_flows import labels_through
+from mplang.policy.program_flows import labels_through
 
 ir: Any = _ir  # the MLIR bindings ship no type stubs
 SHARE_SCHEME = "spu"

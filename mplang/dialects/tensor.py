@@ -48,7 +48,7 @@ from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
 from mplang.policy.flows import Analysis, local_conservative
 from mplang.policy.labels import FOREIGN, Label, leading_rows, source
-from mplang.policy.tensor_flows import through
+from mplang.policy.program_flows import through
 from mplang.util.lru import LRUCache
 
 TENSOR = of_type(TensorType, name="a local tensor")

@@ -10,7 +10,7 @@ import numpy as np
 from mplang.backends.control_flow import run_while
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.dialects import simp as _simp
-from mplang.edsl.errors import MPPublicError
+from mplang.edsl.errors import MPPublicError, MPRuntimeError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import Mask
 from mplang.runtime.backend import register_backend
@@ -106,12 +106,14 @@ def _shuffle(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
             worker.communicator.send(peer, give, x)
     if index is None:
         return [None]
+    # the index is data: these failures leave this party only as a generic error
     if request == -2:
-        raise _fail(worker, op, f"index {int(np.asarray(index))} is not a party of a "
-                                f"{world}-party world")
+        raise MPRuntimeError(f"party {me}: op {op.opcode}: index {int(np.asarray(index))} is "
+                             f"not a party of a {world}-party world", party=me, op=op.opcode)
     value = x if request == me else worker.recv(interp, request, give[1])
     if value is None:
-        raise _fail(worker, op, f"party {request} does not hold the value requested from it")
+        raise MPRuntimeError(f"party {me}: op {op.opcode}: party {request} does not hold the "
+                             "value requested from it", party=me, op=op.opcode)
     return [value]
 
 
