@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+import traceback
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,17 @@ def logged_failure_line(log: str, op: str, at: str, node: str) -> str:
     found = re.findall(_pattern(op, at, node), log)
     assert len(found) == 1, (op, at, node, found, log[-3000:])
     return str(found[0])
+
+
+def every_text(error: BaseException) -> str:
+    """All the text a driver can get from ``error``: its message, arguments, printed
+    traceback and those of every exception chained to it."""
+    texts, todo, seen = [], [error], set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        texts += [str(e), repr(e), *map(repr, e.args), *map(repr, vars(e).values())]
+        todo += [e.__cause__, e.__context__]
+    return "\n".join([*texts, *traceback.format_exception(error)])

@@ -5,9 +5,7 @@ query calling ``error()`` is refused when the program arrives."""
 
 from __future__ import annotations
 
-import pathlib
 import re
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,8 @@ from mplang.dialects import table
 from mplang.dialects.table import TableType, sql_p
 from mplang.records.audit import read_events
 from tests.http import support
+from tests.op_failures import every_text, traced_at
 
-HERE = pathlib.Path(__file__)
 SECRET = "alice_secret"
 """A value of node_1's private table that must not leave node_1."""
 NAMES = pd.DataFrame({"name": [SECRET, "bob_secret"], "age": [31, 45]})
@@ -44,24 +42,7 @@ def reshape_by_first(v: np.ndarray) -> np.ndarray:
 
 def line_of(tag: str) -> str:
     """``test_error_leaks_http.py:LINE`` of the line of this file ending with ``# @tag``."""
-    lines = [i for i, text in enumerate(HERE.read_text().splitlines(), 1)
-             if text.rstrip().endswith(f"# @{tag}")]
-    assert len(lines) == 1, (tag, lines)
-    return f"{HERE.name}:{lines[0]}"
-
-
-def every_text(error: BaseException) -> str:
-    """All the text a driver can get from ``error``: its message, arguments, printed
-    traceback and those of every exception chained to it."""
-    texts, todo, seen = [], [error], set()
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        texts += [str(e), repr(e), *map(repr, e.args), *map(repr, vars(e).values())]
-        todo += [e.__cause__, e.__context__]
-    return "\n".join([*texts, *traceback.format_exception(error)])
+    return traced_at(__file__, tag)
 
 
 @pytest.fixture(scope="module")

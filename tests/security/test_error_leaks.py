@@ -5,9 +5,7 @@ text of the query's choosing are refused before anything runs."""
 
 from __future__ import annotations
 
-import pathlib
 import re
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +20,8 @@ import mplang as mp
 from mplang import simp, tensor
 from mplang.dialects import table, table_sql
 from mplang.dialects.table import TableType, sql_p
+from tests.op_failures import every_text, traced_at
 
-HERE = pathlib.Path(__file__)
 SECRET = "alice_secret"
 """A value of node_1's private table that no error reaching the driver may hold."""
 NAMES = pd.DataFrame({"name": [SECRET, "bob_secret"], "age": [31, 45]})
@@ -37,10 +35,7 @@ F32_3 = mp.TensorType.of("float32", (3,))
 
 def line_of(tag: str) -> str:
     """``test_error_leaks.py:LINE`` of the line of this file ending with ``# @tag``."""
-    lines = [i for i, text in enumerate(HERE.read_text().splitlines(), 1)
-             if text.rstrip().endswith(f"# @{tag}")]
-    assert len(lines) == 1, (tag, lines)
-    return f"{HERE.name}:{lines[0]}"
+    return traced_at(__file__, tag)
 
 
 def failed(op: str, tag: str, rank: int) -> str:
@@ -48,20 +43,6 @@ def failed(op: str, tag: str, rank: int) -> str:
     the party as."""
     return f"op {op} at {line_of(tag)} failed on node_{rank} (party {rank}; its log has the " \
            "details)"
-
-
-def every_text(error: BaseException) -> str:
-    """All the text a driver can get from ``error``: its message, arguments, printed
-    traceback and those of every exception chained to it."""
-    texts, todo, seen = [], [error], set()
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        texts += [str(e), repr(e), *map(repr, e.args), *map(repr, vars(e).values())]
-        todo += [e.__cause__, e.__context__]
-    return "\n".join([*texts, *traceback.format_exception(error)])
 
 
 def reshape_by_first(v: np.ndarray) -> np.ndarray:
