@@ -38,7 +38,7 @@ from mplang.edsl.errors import MPPublicError, MPRuntimeError, MPSerializationErr
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Interpreter, op_error
 
 BACKEND = register_backend("crypto")
 
@@ -319,14 +319,7 @@ for _type, _cls in ((_crypto.PrivateKey, PrivateKeyValue),
 
 
 def _fail(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
-    return MPRuntimeError(f"party {interp.party}: op {op.opcode}: {message}",
-                          party=interp.party, op=op.opcode, loc=op.loc)
-
-
-def _refused(interp: Interpreter, op: Operation, error: CryptoError) -> MPPublicError:
-    """A primitive's refusal (about keys, sizes, authentication), naming party and op."""
-    return MPPublicError(f"party {interp.party}: op {op.opcode}: {error}",
-                         party=interp.party, op=op.opcode, loc=op.loc)
+    return op_error(interp, op, message)
 
 
 def _tensor_type(op: Operation, i: int) -> TensorType:
@@ -356,7 +349,7 @@ def _run(interp: Interpreter, op: Operation, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except CryptoError as e:
-        raise _refused(interp, op, e) from None
+        raise op_error(interp, op, str(e), MPPublicError) from None
 
 
 @BACKEND.kernel(_crypto.dialect.prims.aes_keygen)

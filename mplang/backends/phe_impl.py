@@ -46,7 +46,7 @@ from mplang.edsl.errors import MPPublicError, MPRuntimeError, MPSerializationErr
 from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import Primitive
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Interpreter, op_error
 
 INSTALL_HINT = ("PHE needs the sf-heu package: pip install 'mplang[phe]' (sf-heu ships "
                 "wheels for CPython 3.10 and 3.11 on Linux and macOS)")
@@ -223,14 +223,12 @@ backend = register_backend("phe")
 
 
 def _fail(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
-    return MPRuntimeError(f"party {interp.party}: op {op.opcode}: {message}",
-                          party=interp.party, op=op.opcode, loc=op.loc)
+    return op_error(interp, op, message)
 
 
-def _wrong(interp: Interpreter, op: Operation, message: str) -> MPPublicError:
+def _wrong(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
     """A wrong operand kind or key: the message names types and key fingerprints only."""
-    return MPPublicError(f"party {interp.party}: op {op.opcode}: {message}",
-                         party=interp.party, op=op.opcode, loc=op.loc)
+    return op_error(interp, op, message, MPPublicError)
 
 
 def _ciphertext(interp: Interpreter, op: Operation, value: Any, what: str) -> PheCiphertext:

@@ -36,7 +36,6 @@ from mplang.backends.psi_session import (
     Session,
     check_table,
     encode_keys,
-    op_error,
     stopping,
     u64,
 )
@@ -44,7 +43,7 @@ from mplang.dialects import psi
 from mplang.edsl.errors import MPLangError, MPRuntimeError
 from mplang.edsl.graph import Operation
 from mplang.runtime.backend import WorkerEnv, register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Interpreter, op_error
 
 if TYPE_CHECKING:
     import pyarrow as pa

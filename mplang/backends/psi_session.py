@@ -19,7 +19,7 @@ import numpy as np
 from mplang.edsl.errors import MPCommunicationError, MPRuntimeError
 from mplang.edsl.graph import Operation
 from mplang.runtime.backend import Communicator
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Interpreter, op_error
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -152,13 +152,6 @@ def u64(data: bytes, what: str) -> int:
         raise MPRuntimeError(f"{what}: expected {U64.size} bytes, got {len(data)}")
     value: int = U64.unpack(data)[0]
     return value
-
-
-def op_error(interp: Interpreter, op: Operation, message: str,
-             kind: type[MPRuntimeError] = MPRuntimeError) -> MPRuntimeError:
-    """An error of this party's run of ``op``, naming both."""
-    return kind(f"party {interp.party}: op {op.opcode}: {message}", party=interp.party,
-                op=op.opcode, loc=op.loc)
 
 
 @contextlib.contextmanager

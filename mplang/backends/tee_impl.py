@@ -32,7 +32,7 @@ from mplang.dialects.tee import (
 from mplang.edsl.errors import MPPublicError
 from mplang.edsl.graph import Operation
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Interpreter, op_error
 
 MOCK_VENDOR_SEED = hashlib.sha256(b"mplang MOCK attestation vendor: NOT SECURE, this seed is "
                                   b"public and anyone can sign mock quotes").digest()
@@ -108,7 +108,6 @@ def _verify_quote(interp: Interpreter, op: Operation, args: list[Any], key: str)
     try:
         tee_key = check_quote(quote, code, op.attrs["computation"], vendor)
     except ValueError as e:
-        raise MPPublicError(f"party {interp.party}: op {op.opcode}: attestation refused, "
-                            f"nothing is sent to the TEE: {e}", party=interp.party,
-                            op=op.opcode, loc=op.loc) from None
+        raise op_error(interp, op, f"attestation refused, nothing is sent to the TEE: {e}",
+                       MPPublicError) from None
     return [PublicKeyValue("x25519", tee_key)]

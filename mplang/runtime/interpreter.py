@@ -180,3 +180,11 @@ class Interpreter:
 
 def _at(op: Operation) -> str:
     return f", traced at {op.loc}" if op.loc else ""
+
+
+def op_error(interp: Interpreter, op: Operation, message: str,
+             kind: type[MPRuntimeError] = MPRuntimeError) -> MPRuntimeError:
+    """An error of this party's run of ``op``, naming both (``kind``: `MPPublicError`
+    for a message that holds none of the party's data)."""
+    return kind(f"party {interp.party}: op {op.opcode}: {message}", party=interp.party,
+                op=op.opcode, loc=op.loc)
