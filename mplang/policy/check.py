@@ -240,7 +240,7 @@ class Guard:
     def node(self) -> str:
         return self.names[self.rank]
 
-    def vet(self, graph: Graph, digest: str | None, driver: str, whole: bool = True,
+    def vet(self, graph: Graph, digest: str | None, driver: str, whole: bool,
             uses: Callable[[str], int] | None = None) -> Verdict:
         """The verdict on running ``graph`` (``digest``) for the driver whose certificate
         fingerprint is ``driver`` (a driver the spec does not name is not checked). If

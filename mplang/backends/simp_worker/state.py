@@ -69,7 +69,7 @@ class SimpWorker:
             raise PolicyRefusedError(f"party {self.rank} refuses the program: {reason}")
         return opened
 
-    def vet(self, graph: Graph, digest: str, driver: str, whole: bool = False) -> str | None:
+    def vet(self, graph: Graph, digest: str, driver: str, whole: bool) -> str | None:
         """This party's verdict on running ``graph`` (program digest ``digest``; ``whole``:
         the whole program body) for the driver with certificate fingerprint ``driver``:
         None accepts, a reason refuses."""
