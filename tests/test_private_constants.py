@@ -195,7 +195,7 @@ def test_a_party_refusing_in_prepare_means_nothing_runs(sim: mp.Simulator,
         monkeypatch.setattr(worker, "run", lambda *a, _w=worker, _o=original, **k:
                             (ran.append(_w.rank), _o(*a, **k))[1])
     monkeypatch.setattr(sim.mesh.workers[2], "vet", lambda *a: "not with this program")
-    with pytest.raises(MPRefusedError, match="party 2 refuses the program: not with this "
+    with pytest.raises(MPRefusedError, match="node_2 refuses the program: not with this "
                                              "program"):
         mp.evaluate(sim, lambda: simp.pcall((0, 1, 2), lambda: tensor.constant(SECRET0)))
     assert ran == []

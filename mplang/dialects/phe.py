@@ -49,7 +49,16 @@ from mplang.edsl.typing import (
     register_type,
 )
 from mplang.frontend.feop import feop
-from mplang.policy.flows import local_conservative
+from mplang.policy.phe_flows import (
+    additive_flow,
+    bucket_sum_flow,
+    decrypt_flow,
+    dot_flow,
+    encrypt_flow,
+    keygen_flow,
+    mul_plain_flow,
+    sum_flow,
+)
 
 mark_library(__file__)
 
@@ -293,7 +302,6 @@ def _keygen_rule(sig: Signature) -> list[ValueType]:
         raise MPTypeError(f"phe.keygen: {e}") from None
 
 
-keygen_p.def_local_flow(local_conservative)
 
 
 @encrypt_p.def_type_rule
@@ -312,7 +320,6 @@ def _encrypt_rule(sig: Signature) -> list[ValueType]:
         raise MPTypeError(f"{op}: {e}") from None
 
 
-encrypt_p.def_local_flow(local_conservative)
 
 
 @decrypt_p.def_type_rule
@@ -326,7 +333,6 @@ def _decrypt_rule(sig: Signature) -> list[ValueType]:
     return [TensorType(c.dtype, c.shape)]
 
 
-decrypt_p.def_local_flow(local_conservative)
 
 
 def _broadcast(op: str, c: Ciphertext, x: TensorType) -> None:
@@ -360,8 +366,6 @@ def _additive_rule(sig: Signature) -> list[ValueType]:
     return [a]
 
 
-add_p.def_local_flow(local_conservative)
-sub_p.def_local_flow(local_conservative)
 
 
 @mul_plain_p.def_type_rule
@@ -377,7 +381,6 @@ def _mul_plain_rule(sig: Signature) -> list[ValueType]:
     return [_product(op, c, x, c.shape, sig.scale)]
 
 
-mul_plain_p.def_local_flow(local_conservative)
 
 
 def _product(op: str, c: Ciphertext, x: TensorType, shape: tuple[int, ...],
@@ -407,7 +410,6 @@ def _sum_rule(sig: Signature) -> list[ValueType]:
     return [Ciphertext(c.dtype, shape, c.key, c.scale)]
 
 
-sum_p.def_local_flow(local_conservative)
 
 
 @dot_p.def_type_rule
@@ -424,7 +426,6 @@ def _dot_rule(sig: Signature) -> list[ValueType]:
     return [_product(op, c, x, shape, sig.scale)]
 
 
-dot_p.def_local_flow(local_conservative)
 
 
 @bucket_sum_p.def_type_rule
@@ -450,7 +451,21 @@ def _bucket_sum_rule(sig: Signature) -> list[ValueType]:
     return [Ciphertext(c.dtype, shape, c.key, c.scale)]
 
 
-bucket_sum_p.def_local_flow(local_conservative)
+
+
+# ---------------------------------------------------------------- flow rules
+# A ciphertext carries its plaintext's label, sealed (holding it reveals nothing); its
+# rows combine as in a tensor program; decrypting is a flow to the key's maker.
+
+keygen_p.def_local_flow(keygen_flow)
+encrypt_p.def_local_flow(encrypt_flow)
+decrypt_p.def_local_flow(decrypt_flow)
+add_p.def_local_flow(additive_flow)
+sub_p.def_local_flow(additive_flow)
+mul_plain_p.def_local_flow(mul_plain_flow)
+sum_p.def_local_flow(sum_flow)
+dot_p.def_local_flow(dot_flow)
+bucket_sum_p.def_local_flow(bucket_sum_flow)
 
 
 # ---------------------------------------------------------------- the frontend

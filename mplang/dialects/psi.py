@@ -154,7 +154,7 @@ def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
     seen_by_a, seen_by_b = compared(la, lb), compared(lb, la)
     a.send(op, holder_a, seen_by_a, what)
     a.send(op, holder_b, seen_by_b, what)
-    out_a, out_b = subset(la, seen_by_a), subset(lb, seen_by_b)
+    out_a, out_b = subset(la, seen_by_a, id(op)), subset(lb, seen_by_b, id(op))
     return [{} if out_a is None else {holder_a: out_a},
             {} if out_b is None else {holder_b: out_b}]
 

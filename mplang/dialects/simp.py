@@ -530,6 +530,7 @@ def _pcall_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Part
     outs: list[PartyLabels] = [{} for _ in op.outputs]
     for q in runners:
         mine = [lab.get(q) for lab in ins]
+        a.runner = q
         for out, lab in zip(outs, a.local(op.regions[0], mine, q == a.party), strict=True):
             if lab is not None:
                 out[q] = lab

@@ -54,7 +54,9 @@ from mplang.edsl.typing import (
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels, conservative, everywhere
+from mplang.policy.labels import suppressed
 from mplang.policy.program_flows import labels_through
+from mplang.policy.vouched import library_attrs, vouched_min_rows
 
 ir: Any = _ir  # the MLIR bindings ship no type stubs
 SHARE_SCHEME = "spu"
@@ -165,7 +167,11 @@ run_p = Primitive(
            "stablehlo": Attr(bytes, required=True,
                              doc="the StableHLO text (UTF-8) the executable compiles from"),
            "in_types": Attr(tuple, required=True, doc="the plaintext types of the inputs"),
-           "out_types": Attr(tuple, required=True, doc="the plaintext types of the results")},
+           "out_types": Attr(tuple, required=True, doc="the plaintext types of the results"),
+           "library": Attr(str, default="", optional=True,
+                           doc="the registered library function run (policy.vouched), if any"),
+           "library_args": Attr(tuple, default=(), optional=True,
+                                doc="its static int arguments")},
     results=[Result("outs", SHARE, variadic=True)], targets=("SPU",), cost=_run_cost,
     doc="Run a libspu executable on secret shares held by the SPU's members.")
 reveal_p = Primitive(
@@ -473,9 +479,17 @@ def run(fn: Callable[..., Any], config: SpuConfig, *args: Any, label: str | None
         key, lambda: _compile(fn, name, label, tree, tuple(spec), in_types), label)
     attrs = {**config.attrs(), "fn": name, "executable": entry.executable,
              "stablehlo": entry.stablehlo, "in_types": in_types,
-             "out_types": entry.out_types}
+             "out_types": entry.out_types, **library_attrs(fn)}
     outs = run_p.bind(inputs, attrs)
     return entry.out_tree.unflatten(outs)
+
+
+def _derive(fn: Callable[..., Any], in_types: tuple[TensorType, ...]) -> str:
+    """The StableHLO text `run` records for ``fn`` on shares of ``in_types``."""
+    _, tree = tree_flatten((tuple(range(len(in_types))), {}))
+    name = getattr(fn, "__name__", "fn")
+    spec = (_DYNAMIC,) * len(in_types)
+    return _compile(fn, name, name, tree, spec, in_types).stablehlo.decode()
 
 
 @functools.lru_cache(maxsize=64)
@@ -553,12 +567,19 @@ def _seal_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
 
 @run_p.def_flow
 def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
-    """Labels through the StableHLO of the executable, to every member."""
+    """Labels through the StableHLO of the executable, to every member; a registered
+    library function's suppressed groups hold at least its ``min_rows`` rows."""
     _device_use(a, op)
-    result = labels_through(stablehlo_text(op), [everywhere(v) for v in ins], len(op.outputs))
+    text = stablehlo_text(op)
+    result = labels_through(text, [everywhere(v) for v in ins], len(op.outputs))
     a.observe(op, result.observed)
+    outputs = result.outputs
+    min_rows = vouched_min_rows(op, text, _derive) if any(
+        lab is not None and lab.gated for lab in outputs) else None
+    if min_rows is not None:
+        outputs = [suppressed(lab, min_rows, gate=id(op)) for lab in outputs]
     members = op.attrs["members"]
-    return [{} if lab is None else dict.fromkeys(members, lab) for lab in result.outputs]
+    return [{} if lab is None else dict.fromkeys(members, lab) for lab in outputs]
 
 
 @reveal_p.def_flow

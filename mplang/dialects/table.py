@@ -56,7 +56,7 @@ from mplang.edsl.typing import (
 )
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, local_conservative
-from mplang.policy.labels import FOREIGN, Label, leading_rows, source, with_rows
+from mplang.policy.labels import FOREIGN, Label, leading_rows, source, source_path, with_rows
 
 _SHORT = {"bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
           "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
@@ -287,7 +287,7 @@ def _read_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[
     """A table read from p's data root is p's data (raw), like ``tensor.load``."""
     if not own:
         return [FOREIGN]
-    name = str(op.attrs["path"])
+    name = source_path(str(op.attrs["path"]))
     a.source(op, name)
     return [source(name, leading_rows(op.outputs[0].type), table=True)]
 

@@ -47,7 +47,7 @@ from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
 from mplang.policy.flows import Analysis, local_conservative
-from mplang.policy.labels import FOREIGN, Label, leading_rows, source
+from mplang.policy.labels import FOREIGN, Label, leading_rows, source, source_path
 from mplang.policy.program_flows import through
 from mplang.util.lru import LRUCache
 
@@ -517,7 +517,8 @@ def _load_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[
     """A file of the party's data root is a source of the party's data."""
     if not own:
         return [FOREIGN]
-    name = str(op.attrs["path"]) + (f"[{op.attrs['key']}]" if op.attrs.get("key") else "")
+    name = source_path(str(op.attrs["path"])) + \
+        (f"[{op.attrs['key']}]" if op.attrs.get("key") else "")
     a.source(op, name)
     return [source(name, leading_rows(op.outputs[0].type))]
 

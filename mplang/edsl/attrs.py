@@ -35,6 +35,9 @@ class ConfigField:
     min: Any = None
     max: Any = None
     doc: str = ""
+    optional: bool = False
+    """An op attribute left out of the op's attributes unless given (its default is not
+    filled in, so ops that do not use it print and hash as before)."""
 
     @property
     def types(self) -> tuple[builtins.type, ...]:

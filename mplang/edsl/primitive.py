@@ -204,6 +204,8 @@ class Primitive:
         self.execution_model: ExecutionModel = execution_model
         self.operands = tuple(operands)
         self.attrs: dict[str, Attr] = dict(attrs or {})
+        self.required_attrs = tuple(n for n, a in self.attrs.items() if not a.optional)
+        """The attributes every op of this primitive has (the others only when given)."""
         self.results = tuple(results)
         self._arities = {"operand": _arity(self.operands), "result": _arity(self.results)}
         self._names = tuple(d.name for d in self.operands)
@@ -323,6 +325,8 @@ class Primitive:
             if value is _MISSING:
                 if spec.required:
                     raise MPTypeError(f"{self.name}: attribute {name!r} is required")
+                if spec.optional:
+                    continue
                 value = spec.default
             else:
                 given += 1
@@ -466,8 +470,8 @@ def check_types(graph: Graph, world_size: int, where: str = "graph") -> None:
             raise MPVerifyError(f"{label}: unknown op")
         for region_index, region in enumerate(op.regions):
             check_types(region, world_size, f"{where}: op #{index} region {region_index}")
-        if set(op.attrs) != set(prim.attrs):
-            missing = sorted(set(prim.attrs) - set(op.attrs))
+        if not set(prim.required_attrs) <= set(op.attrs) <= set(prim.attrs):
+            missing = sorted(set(prim.required_attrs) - set(op.attrs))
             extra = sorted(set(op.attrs) - set(prim.attrs))
             raise MPVerifyError(f"{label}: attributes do not match the declaration "
                                 f"(missing {missing}, unknown {extra})")

@@ -114,6 +114,7 @@ def bind(fn: Callable[..., Any], *static: Any) -> Callable[..., Any]:
     def bound(*args: Any) -> Any:
         return fn(*static, *args)
 
+    bound.static_args = static  # type: ignore[attr-defined]  # read by mplang.policy.vouched
     return bound
 
 

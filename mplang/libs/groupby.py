@@ -26,6 +26,19 @@ digit one-hots are made
   keys in range.
 
 A key outside ``[0, num_groups)`` matches no group: its row is counted in none.
+
+Small groups are suppressed: every group of fewer than ``min_rows`` rows (10 by
+default, the bound of the policies ``mplang init`` writes) is reported as 0, its sum,
+count or mean alike. The suppression runs inside the secure device, with counts
+that stay secret there, so no party learns which groups were small. That is the
+rule these functions rely on: a group's size depends on the keys, which a values
+owner cannot see, and each of its parties accepts a release only if its policy's
+``aggregate`` rule allows ``min_rows``-row groups (its members derive the
+suppressing function themselves: `mplang.policy.vouched`). Pass
+``min_rows=1`` to suppress nothing, where no policy asks for more. Two group-bys of
+one party's values in one program are refused, as is one beside another aggregate
+of the same values: their groups could differ by a single row. Group several value
+columns at once as one ``[n, m]`` matrix.
 """
 
 from __future__ import annotations
@@ -39,6 +52,7 @@ import mplang as mp
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.libs.aggregation import bind, device_value, on_party, reveal, secure_device
+from mplang.policy.vouched import suppressing
 
 __all__ = ["digit_bases", "groupby_count", "groupby_mean", "groupby_sum"]
 
@@ -54,6 +68,13 @@ def _check_keys(op: str, keys: Any, num_groups: Any) -> int:
         raise MPTypeError(f"{op}: keys must be integers in [0, num_groups), got dtype "
                           f"{t.dtype}; cast them on their owner first")
     return t.shape[0]
+
+
+def _check_min_rows(op: str, min_rows: Any) -> int:
+    if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
+        raise MPTypeError(f"{op}: min_rows must be a positive int (groups of fewer rows "
+                          f"are reported as 0), got {min_rows!r}")
+    return min_rows
 
 
 def _check_values(op: str, rows: int, values: Any) -> None:
@@ -83,11 +104,18 @@ def _plain_digits(num_groups: int, high: int, low: int, keys: Any) -> tuple[Any,
     return (high_hot & valid[:, None]).astype(jnp.int32), low_hot.astype(jnp.int32)
 
 
-def _plain_counts(num_groups: int, keys: Any) -> Any:
-    """The key holder's own counts (plaintext), int32 ``[num_groups]``."""
-    k = keys.astype(jnp.int32)
-    valid = ((k >= 0) & (k < num_groups)).astype(jnp.int32)
-    return jnp.zeros(num_groups, jnp.int32).at[k].add(valid, mode="drop")
+def _suppress(out: Any, counts: Any, min_rows: int) -> Any:
+    """``out`` (one row per group) with the groups of fewer than ``min_rows`` rows zeroed."""
+    keep = (counts >= min_rows).reshape(counts.shape + (1,) * (out.ndim - 1))
+    return jnp.where(keep, out, jnp.zeros_like(out))
+
+
+def _plain_counts(num_groups: int, high: int, low: int, min_rows: int, keys: Any) -> Any:
+    """The key holder's own counts (plaintext, small groups zeroed), int32 ``[num_groups]``:
+    a sum over its rows of its keys' digit one-hots."""
+    high_hot, low_hot = _plain_digits(num_groups, high, low, keys)
+    counts = (high_hot.T @ low_hot).reshape(-1)[:num_groups]
+    return _suppress(counts, counts, min_rows)
 
 
 def _bit_hot(k: Any, bits: range, start: Any) -> Any:
@@ -133,12 +161,32 @@ def _digit_counts(num_groups: int, high_hot: Any, low_hot: Any) -> Any:
     return _columns_times(low_hot, high_hot).reshape(-1)[:num_groups]
 
 
-def _secret_sums(num_groups: int, high: int, low: int, keys: Any, values: Any) -> Any:
-    return _digit_sums(num_groups, *_secret_digits(num_groups, high, low, keys), values)
+def _suppressed_sums(num_groups: int, min_rows: int, high_hot: Any, low_hot: Any,
+                     values: Any) -> Any:
+    sums = _digit_sums(num_groups, high_hot, low_hot, values)
+    return _suppress(sums, _digit_counts(num_groups, high_hot, low_hot), min_rows)
 
 
-def _secret_counts(num_groups: int, high: int, low: int, keys: Any) -> Any:
-    return _digit_counts(num_groups, *_secret_digits(num_groups, high, low, keys))
+@suppressing(min_rows_arg=1)
+def _plain_key_sums(num_groups: int, min_rows: int, high_hot: Any, low_hot: Any,
+                    values: Any) -> Any:
+    """Per-group sums from a key holder's digit one-hots, small groups zeroed."""
+    return _suppressed_sums(num_groups, min_rows, high_hot, low_hot, values)
+
+
+@suppressing(min_rows_arg=3)
+def _secret_sums(num_groups: int, high: int, low: int, min_rows: int, keys: Any,
+                 values: Any) -> Any:
+    """Per-group sums of secret keys, small groups zeroed."""
+    digits = _secret_digits(num_groups, high, low, keys)
+    return _suppressed_sums(num_groups, min_rows, *digits, values)
+
+
+@suppressing(min_rows_arg=3)
+def _secret_counts(num_groups: int, high: int, low: int, min_rows: int, keys: Any) -> Any:
+    """Rows per group of secret keys, small groups zeroed."""
+    counts = _digit_counts(num_groups, *_secret_digits(num_groups, high, low, keys))
+    return _suppress(counts, counts, min_rows)
 
 
 def _mean(sums: Any, counts: Any) -> Any:
@@ -146,57 +194,68 @@ def _mean(sums: Any, counts: Any) -> Any:
     return sums / jnp.maximum(counts, 1).astype(jnp.float32)
 
 
-def _sums(op: str, keys: Any, values: Any, num_groups: int, device: str, to: str | None
-          ) -> Any:
-    """Per-group sums, secret on ``device``."""
+def _sums(op: str, keys: Any, values: Any, num_groups: int, device: str, to: str | None,
+          min_rows: int) -> Any:
+    """Per-group sums (small groups zeroed), secret on ``device``."""
     secure_device(op, device, to)
     _check_values(op, _check_keys(op, keys, num_groups), values)
+    min_rows = _check_min_rows(op, min_rows)
     if on_party(op, keys):
         high, low = digit_bases(num_groups, binary=False)
         digits = mp.device(keys.device)(bind(_plain_digits, num_groups, high, low))(keys)
-        return mp.device(device)(bind(_digit_sums, num_groups))(*digits, values)
+        return mp.device(device)(bind(_plain_key_sums, num_groups, min_rows))(*digits, values)
     high, low = digit_bases(num_groups, binary=True)
-    return mp.device(device)(bind(_secret_sums, num_groups, high, low))(keys, values)
+    return mp.device(device)(bind(_secret_sums, num_groups, high, low, min_rows))(keys, values)
 
 
-def _counts(op: str, keys: Any, num_groups: int, device: str, to: str | None) -> Any:
-    """Per-group counts: on the key holder's device, or secret on ``device``."""
+def _counts(op: str, keys: Any, num_groups: int, device: str, to: str | None,
+            min_rows: int) -> Any:
+    """Per-group counts (small groups zeroed): on the key holder's device, or secret on
+    ``device``."""
     secure_device(op, device, to)
     _check_keys(op, keys, num_groups)
+    min_rows = _check_min_rows(op, min_rows)
     if on_party(op, keys):
-        return mp.device(keys.device)(bind(_plain_counts, num_groups))(keys)
+        high, low = digit_bases(num_groups, binary=False)
+        return mp.device(keys.device)(bind(_plain_counts, num_groups, high, low, min_rows))(keys)
     high, low = digit_bases(num_groups, binary=True)
-    return mp.device(device)(bind(_secret_counts, num_groups, high, low))(keys)
+    return mp.device(device)(bind(_secret_counts, num_groups, high, low, min_rows))(keys)
 
 
 @function
 def groupby_sum(keys: Any, values: Any, num_groups: int, device: str = "SP0",
-                to: str | None = "P0") -> Any:
+                to: str | None = "P0", min_rows: int = 10) -> Any:
     """Per-group sums ``out[g] = sum(values[i] for i with keys[i] == g)``, shape
     ``(num_groups,)`` or ``(num_groups, m)``, computed obliviously on ``device`` and
-    revealed to ``to`` only (None: kept secret on ``device``)."""
-    return reveal(_sums("groupby_sum", keys, values, num_groups, device, to), to)
+    revealed to ``to`` only (None: kept secret on ``device``). A group of fewer than
+    ``min_rows`` rows is reported as 0. Relies on the ``aggregate`` rule of each values
+    owner's policy (groups of ``min_rows`` rows, suppressed in the device)."""
+    return reveal(_sums("groupby_sum", keys, values, num_groups, device, to, min_rows), to)
 
 
 @function
 def groupby_count(keys: Any, num_groups: int, device: str = "SP0",
-                  to: str | None = "P0") -> Any:
-    """Rows per group (int32, shape ``(num_groups,)``), revealed to ``to`` only.
+                  to: str | None = "P0", min_rows: int = 10) -> Any:
+    """Rows per group (int32, shape ``(num_groups,)``), revealed to ``to`` only; a group
+    of fewer than ``min_rows`` rows is reported as 0.
 
     Keys held by a party: that party counts its own keys locally (it knows them
     already) and sends the counts to ``to`` (or secret-shares them into ``device``
-    when ``to`` is None). Secret keys: counted obliviously on ``device``.
+    when ``to`` is None); its policy's ``aggregate`` rule judges them (counts over
+    all its rows). Secret keys: counted obliviously on ``device``.
     """
-    counts = _counts("groupby_count", keys, num_groups, device, to)
+    counts = _counts("groupby_count", keys, num_groups, device, to, min_rows)
     return mp.put(device if to is None else to, counts)
 
 
 @function
 def groupby_mean(keys: Any, values: Any, num_groups: int, device: str = "SP0",
-                 to: str | None = "P0") -> Any:
-    """Per-group means (float32; 0 for an empty group), computed on ``device`` from the
-    sums and counts, which stay secret there; only the means are revealed to ``to``."""
+                 to: str | None = "P0", min_rows: int = 10) -> Any:
+    """Per-group means (float32; 0 for an empty group or one of fewer than ``min_rows``
+    rows), computed on ``device`` from the sums and counts, which stay secret there; only
+    the means are revealed to ``to``. Relies on the ``aggregate`` rule like
+    `groupby_sum`."""
     op = "groupby_mean"
-    sums = _sums(op, keys, values, num_groups, device, to)
-    counts = _counts(op, keys, num_groups, device, to)
+    sums = _sums(op, keys, values, num_groups, device, to, min_rows)
+    counts = _counts(op, keys, num_groups, device, to, min_rows)
     return reveal(mp.device(device)(_mean)(sums, counts), to)

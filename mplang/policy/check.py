@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph, Operation
 from mplang.policy.flows import DRIVER, Analysis, PartyLabels, Send, analyze
-from mplang.policy.labels import Flow, Label, smallest_part
+from mplang.policy.labels import Flow, Label, Rows, smallest_part
 from mplang.policy.policy import DRIVER as DRIVER_NAME
 from mplang.policy.policy import DeclassifyRule, Policy
 
@@ -80,7 +80,7 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
     ``uses(name)``: how many executions used an uploaded object so far (``max_uses``).
     """
     names = list(names) if names is not None else [f"node_{r}" for r in range(world_size)]
-    analysis, outs = analyze(graph, world_size, rank, input_labels)
+    analysis, outs = analyze(graph, world_size, rank, input_labels, whole=outputs_fetchable)
     verdict = Verdict(True)
     if driver is not None and not policy.accepts_driver(driver):
         verdict.reasons.append(f"driver {driver!r} is not in drivers "
@@ -147,12 +147,31 @@ def _overlaps(allowed: list[tuple[Send, DeclassifyRule]], sends: list[Send], pol
     for send, rule in allowed:
         part = smallest_part(released, send.label.rowsets)
         if part is not None and part[1] < rule.min_rows:
-            reason = (f"{send.where} sends {send.what}, {send.label}, which overlaps another "
-                      f"release of this party's data: subtracting them isolates {part[0]} of "
-                      f"{', '.join(sorted(part[0].sources))}, fewer than min_rows "
-                      f"{rule.min_rows} of {rule} in {policy.source}")
-            if reason not in verdict.reasons:
-                verdict.reasons.append(reason)
+            isolated = f"isolates {part[0]} of {', '.join(sorted(part[0].sources))}"
+        else:
+            chosen = _other_rows(released, send.label.rowsets)
+            if chosen is None:
+                continue
+            isolated = (f"may isolate as few as one row of {', '.join(sorted(chosen))} (the "
+                        "releases combine rows that data chose differently)")
+        reason = (f"{send.where} sends {send.what}, {send.label}, which overlaps another "
+                  f"release of this party's data: subtracting them {isolated}, fewer than "
+                  f"min_rows {rule.min_rows} of {rule} in {policy.source}")
+        if reason not in verdict.reasons:
+            verdict.reasons.append(reason)
+
+
+def _other_rows(released: list[Rows], within: frozenset[Rows]) -> frozenset[str] | None:
+    """The sources shared by one of ``within``'s row sets that data chose (a PSI join's,
+    a group's) and a released row set chosen otherwise: their difference is rows data
+    chose, as few as one. None if there is none."""
+    for rows in within:
+        if rows.gate:
+            for other in released:
+                shared = rows.sources & other.sources
+                if shared and other.gate != rows.gate:
+                    return shared
+    return None
 
 
 def _devices(analysis: Analysis, policy: Policy, rank: int, verdict: Verdict) -> None:

@@ -57,12 +57,19 @@ class Analysis:
     """Sources of p's data the program reads: (op, name)."""
     writes: list[tuple[Operation, str]] = field(default_factory=list)
     """Files of p's data root the program writes: (op, path)."""
+    whole: bool = False
+    """The graph is a whole program: a ciphertext sent on is followed to where it is
+    decrypted. In a part of one it may be decrypted out of sight, so it is plaintext."""
+    runner: int | None = None
+    """The party running the party-local region being followed (set by ``pcall``)."""
     _seen: set[tuple[int, int]] = field(default_factory=set)
 
     # -- used by rules
     def send(self, op: Operation, receiver: int, label: Label, what: str) -> None:
-        """Record that ``receiver`` gets a copy labelled ``label`` (once per op and receiver)."""
-        if label is None or not label.mine or receiver == self.party or \
+        """Record that ``receiver`` gets a copy labelled ``label`` (once per op and
+        receiver); a ciphertext (``sealed``) is no flow until it is decrypted."""
+        if label is None or not label.mine or (label.sealed and self.whole) or \
+                receiver == self.party or \
                 (id(op), receiver) in self._seen:
             return
         self._seen.add((id(op), receiver))
@@ -169,9 +176,10 @@ def everywhere(labels: PartyLabels) -> Label:
 
 
 def analyze(graph: Graph, world_size: int, party: int,
-            input_labels: Sequence[PartyLabels | None] | None = None
+            input_labels: Sequence[PartyLabels | None] | None = None, whole: bool = True
             ) -> tuple[Analysis, list[PartyLabels]]:
-    """Follow ``party``'s data through ``graph``; the analysis and the outputs' labels."""
-    analysis = Analysis(party, world_size)
+    """Follow ``party``'s data through ``graph`` (``whole``: a whole program); the
+    analysis and the outputs' labels."""
+    analysis = Analysis(party, world_size, whole=whole)
     inputs = [dict(lab or {}) for lab in (input_labels or [None] * len(graph.inputs))]
     return analysis, analysis.graph(graph, inputs)

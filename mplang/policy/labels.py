@@ -14,14 +14,15 @@ or one of p's forms, from most to least revealing:
 
 A row-wise value knows where p's rows sit on its row axis (``axis``, ``at``) and
 which rows of the source they are (``window``); an aggregate knows which sets of
-rows it combines (``rowsets``). A value whose rows were weighted by a mask from
-another owner's data (a group-by over their keys) is ``gated``: how many of p's
-rows it combines depends on data.
+rows it combines (``rowsets``). A value whose rows were weighted by a mask (a
+comparison result: a group-by over another owner's keys, or p's values selected by
+a band of their own) is ``gated``: how many of p's rows it combines depends on data.
 """
 
 from __future__ import annotations
 
 import itertools
+import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -38,6 +39,9 @@ class Rows:
     lo: int
     hi: int
     step: int = 0
+    gate: int = 0
+    """Nonzero: only those of the rows that data chose (a PSI join, a group), the same
+    rows wherever the gate is the same."""
 
     @property
     def size(self) -> int:
@@ -53,6 +57,8 @@ class Rows:
         return [*range(self.lo, self.hi, self.step), self.hi]
 
     def __str__(self) -> str:
+        if self.gate:
+            return "rows that data chose"
         if self.step:
             return f"a block of {self.step} of rows {self.lo}..{self.hi - 1}"
         return f"rows {self.lo}..{self.hi - 1}"
@@ -78,12 +84,16 @@ class Flow:
     pure: bool = False
     """The data as loaded (reshaped or converted at most): ready for a comparison."""
     gated: bool = False
-    """p's rows were weighted by another owner's mask: the aggregated row count is not
-    known statically."""
+    """p's rows were weighted by a mask: the aggregated row count is not known
+    statically."""
     mask: bool = False
-    """foreign: a comparison result (a mask over the rows)."""
+    """foreign or rowwise: a comparison result (a mask over the rows); p's values
+    weighted by a mask are ``gated``."""
     enforced: int | None = None
     """aggregate: groups smaller than this many rows are suppressed at run time."""
+    sealed: bool = False
+    """Encrypted under a key pair whose private key never leaves its maker (a PHE
+    ciphertext): holding it reveals nothing; decrypting it does."""
 
     @property
     def mine(self) -> bool:
@@ -109,7 +119,9 @@ class Flow:
             rows = self.rows
             what = "aggregate over a data-dependent number of rows" if rows is None else \
                 "aggregate over the rows a join kept (at least min_rows, checked at run " \
-                "time)" if rows == ENFORCED else f"aggregate over {rows} rows"
+                "time)" if rows == ENFORCED else f"aggregate over groups of at least {rows} " \
+                "rows (smaller ones suppressed at run time)" if self.gated else \
+                f"aggregate over {rows} rows"
             return f"{what} of {of}"
         if self.form == "rowwise":
             return f"row-wise (raw) values of {of}"
@@ -124,6 +136,12 @@ FOREIGN = Flow("foreign", pure=True)
 
 UNKNOWN = -1
 """``Rows.hi`` of a table whose row count is known only at run time."""
+
+
+def source_path(path: str) -> str:
+    """The name a file of the data root goes by as a source: ``./x.npy``, ``a//x.npy``
+    and ``a/../x.npy`` are the same file as ``x.npy``, so they are one source."""
+    return posixpath.normpath(path)
 
 
 def source(name: str, rows: int | None, table: bool = False) -> Flow:
@@ -164,7 +182,7 @@ def aggregated(label: Flow, whole: bool = False) -> Flow:
     window = label.window
     assert window is not None
     if whole and window.step:
-        window = Rows(window.sources, window.lo, window.hi)
+        window = replace(window, step=0)
     return Flow("aggregate", label.sources, rowsets=label.rowsets | {window},
                 gated=label.gated, enforced=label.enforced)
 
@@ -187,7 +205,8 @@ def combine(a: Label, b: Label) -> Label:
         window = aligned_windows(a.window, b.window)
         if window is None or (a.axis, a.at, a.outer) != (b.axis, b.at, b.outer):
             return raw([a, b])
-        return replace(_merged(a, b), window=window)
+        return replace(_merged(a, b), window=window, mask=a.mask and b.mask,
+                       gated=a.gated or b.gated or a.mask != b.mask)
     if a.form == "aggregate" and b.form == "aggregate":
         return _merged(a, b)
     return _merged(a, b) if a.form == "rowwise" else _merged(b, a)
@@ -201,9 +220,9 @@ def aligned_windows(a: Rows | None, b: Rows | None) -> Rows | None:
         return None
     if a == b:
         return a
-    if (a.lo, a.hi, a.step) != (b.lo, b.hi, b.step) or a.hi == UNKNOWN:
+    if (a.lo, a.hi, a.step, a.gate) != (b.lo, b.hi, b.step, b.gate) or a.hi == UNKNOWN:
         return None
-    return Rows(a.sources | b.sources, a.lo, a.hi, a.step)
+    return replace(a, sources=a.sources | b.sources)
 
 
 def _merged(main: Flow, other: Flow) -> Flow:
@@ -240,7 +259,7 @@ def compared(a: Label, b: Label) -> Label:
     out = combine(a, b)
     if out is not None and not out.mine:
         return Flow("foreign", mask=True)
-    return out
+    return replace(out, mask=True) if out is not None and out.form == "rowwise" else out
 
 
 def join(a: Label, b: Label) -> Label:
@@ -308,13 +327,23 @@ ENFORCED = 2**31
 ``min_rows`` (every rule's bound then holds)."""
 
 
-def subset(own: Label, seen: Label) -> Label:
-    """A holder's rows kept where another owner's data says (a PSI join): ``own``'s rows,
-    of a count known only at run time and checked there, with what ``seen`` reveals."""
+def subset(own: Label, seen: Label, gate: int) -> Label:
+    """A holder's rows kept where another owner's data says (a PSI join, ``gate``): ``own``'s
+    rows, of a count known only at run time and checked there, with what ``seen`` reveals."""
     if own is None or not own.mine:
         return seen if seen is not None and seen.mine else own
     if own.window is None:
         return raw([own, seen])
-    window = Rows(own.window.sources, 0, UNKNOWN)
+    window = Rows(own.window.sources, 0, UNKNOWN, gate=gate)
     kept = replace(own, window=window, at=0, pure=False, gated=True, enforced=ENFORCED)
     return kept if seen is None or not seen.mine else combine(kept, seen)
+
+
+def suppressed(label: Label, min_rows: int, gate: int) -> Label:
+    """``label`` of a release whose groups of fewer than ``min_rows`` rows are set to zero
+    at run time (``gate``: the op choosing the groups): a data-dependent aggregate of
+    p's becomes one over groups of at least ``min_rows`` rows."""
+    if label is None or not label.mine or label.form != "aggregate" or not label.gated:
+        return label
+    return replace(label, enforced=min_rows,
+                   rowsets=frozenset(replace(r, gate=gate) for r in label.rowsets))

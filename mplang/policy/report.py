@@ -7,9 +7,13 @@ from collections.abc import Callable
 
 from mplang.cluster.commitments import program_digest
 from mplang.device.cluster import ClusterSpec
+from mplang.edsl.graph import Graph
 from mplang.edsl.program import load
+from mplang.edsl.typing import MPType
 from mplang.policy.check import check
 from mplang.policy.enforce import node_policy
+from mplang.policy.flows import PartyLabels
+from mplang.policy.labels import Flow
 from mplang.policy.policy import Policy
 
 
@@ -30,12 +34,28 @@ def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.P
     for rank in [cluster.rank_of(node)] if node is not None else range(cluster.world_size):
         policy = given or node_policy(names[rank], None, cluster_path)
         verdict = check(program.graph, cluster.world_size, rank, policy, names=names,
-                        digest=digest)
+                        digest=digest, input_labels=earlier_inputs(program.graph, rank))
         out(f"{names[rank]} ({policy.source}): "
             + ("accepts" if verdict.accepted else "REFUSES"))
+        if program.graph.inputs:
+            out(f"  note: the program's {len(program.graph.inputs)} input(s) come from "
+                "earlier runs and count as this node's raw data here; its worker judges "
+                "them by what they hold")
         for flow in verdict.flows or ["no data of this node leaves it"]:
             out(f"  flow: {flow}")
         for reason in verdict.reasons:
             out(f"  refused: {reason}")
         accepted = accepted and verdict.accepted
     return accepted
+
+
+def earlier_inputs(graph: Graph, rank: int) -> list[PartyLabels | None]:
+    """Labels of ``graph``'s inputs at party ``rank``: each input it may hold is an
+    earlier run's output, possibly its data as it is (raw), since this check cannot
+    see what that run recorded."""
+    labels: list[PartyLabels | None] = []
+    for i, v in enumerate(graph.inputs):
+        t = v.type
+        held = not isinstance(t, MPType) or t.pmask is None or rank in t.pmask
+        labels.append({rank: Flow("raw", frozenset([f"input {i}"]))} if held else None)
+    return labels

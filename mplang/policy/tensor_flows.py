@@ -24,7 +24,6 @@ from mplang.policy.labels import (
     UNKNOWN,
     Flow,
     Label,
-    Rows,
     aggregated,
     aligned_windows,
     combine,
@@ -198,6 +197,8 @@ class _Flows:
                                                         "broadcast_in_dim", "compare"}:
             return Val(raw([v.label for v in ins]))
         if kind in ELEMENTWISE or kind in PRESERVING:
+            if kind == "select" and all(_is_rowwise(v.label) for v in ins[1:]):
+                ins = [_piecewise(ins[0], ins[1:]), *ins[1:]]
             return _elementwise(ins, kind in PRESERVING, _fold(kind, ins))
         if kind == "compare":
             return _compare(ins)
@@ -303,6 +304,17 @@ def _alike(ins: list[Val], label: Flow) -> bool:
     return True
 
 
+def _piecewise(pred: Val, branches: list[Val]) -> Val:
+    """The predicate of a choice between two row-wise values of p's: each row chooses
+    between two functions of itself (a floor division's rounding), which is row-wise, not
+    a selection of rows, whatever the predicate is."""
+    lab = pred.label
+    if lab is None or not lab.mine:
+        return pred
+    mask = all(b.label is not None and b.label.mask for b in branches)
+    return replace(pred, label=replace(lab, mask=mask))
+
+
 def _elementwise(ins: list[Val], preserving: bool, const: float | None = None) -> Val:
     uniform = ALL
     for v in ins:
@@ -394,7 +406,7 @@ def _reshape(v: Val, src: Tensor | None, out: Tensor | None) -> Val:
                 and n not in out.shape and not window.step and label.at == 0 \
                 and window.size == n and out.shape[j + 1] > 1:
             step = out.shape[j + 1]
-            rows = Rows(window.sources, window.lo, window.hi, step)
+            rows = replace(window, step=step)
             return Val(replace(label, window=rows, axis=j + 1, outer=j), uniform)
     for j in range(len(out.shape) + 1):
         if math.prod(out.shape[:j]) != before:
@@ -449,7 +461,7 @@ def _narrow(label: Flow, lo: int, hi: int, src: Tensor | None) -> Label:
         if label.rowsets:
             return Flow("aggregate", label.sources, rowsets=label.rowsets, gated=label.gated)
         return None
-    rows = Rows(window.sources, window.lo + first - label.at, window.lo + last - label.at)
+    rows = replace(window, lo=window.lo + first - label.at, hi=window.lo + last - label.at)
     return replace(label, window=rows, at=first - lo, pure=label.pure)
 
 
@@ -561,7 +573,8 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
                     aligned_windows(a.window, b.window) is not None and a.at == b.at and \
                     a.outer is None is b.outer:
                 if group is contract:
-                    return Val(combine(aggregated(a), aggregated(b)))
+                    gated = a.gated or b.gated or a.mask != b.mask
+                    return Val(combine(aggregated(replace(a, gated=gated)), aggregated(b)))
                 return Val(_kept(a, b, axis=group[0].index(a.axis)))
         return Val(raw([a, b]))
     i = rowwise[0]

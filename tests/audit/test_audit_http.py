@@ -183,7 +183,7 @@ def test_uploads_and_the_types_told_to_a_driver_are_logged(
     put(cluster.spec_path, "node_1", name, vec)
     # node_1's policy keeps its data from the driver: the program is refused at accept
     with support.connected_driver(cluster) as driver, pytest.raises(mp.MPRefusedError, match=(
-            rf"party 1 refuses the program: op simp.pcall at test_audit_http.py:\d+ sends "
+            rf"node_1 refuses the program: op simp.pcall at test_audit_http.py:\d+ sends "
             rf"program output 0, held by node_1, row-wise \(raw\) values of {name}, to "
             "driver")):
         mp.evaluate(driver, lambda: simp.pcall((1,), lambda v: v * 10, simp.load(1, name)))

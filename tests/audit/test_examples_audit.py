@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -20,6 +21,11 @@ from tests.examples.test_examples import load
 from tests.http import support
 
 NODES = ("node_0", "node_1", "node_2")
+REGIONS = np.random.default_rng(5).integers(0, 4, size=60).astype(np.int32)
+"""node_0's region of each of 60 customers (a group of 3 is suppressed below)."""
+REGIONS[np.flatnonzero(REGIONS == 3)[3:]] = 2
+SPEND = np.random.default_rng(6).gamma(2.0, 50.0, size=60).astype(np.float32)
+"""node_1's spend of each of the same customers."""
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +42,8 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
         stats.save_values(roots[node], values)
     regression = load("logistic_regression")
     regression.save_party_data(roots, regression.load_data())
+    np.save(roots["node_0"] / "region.npy", REGIONS)
+    np.save(roots["node_1"] / "spend.npy", SPEND)
     cluster = LocalCluster(spec, audit_dir=base / "audit", data_root=base / "data")
     try:
         cluster.start(timeout=120)
@@ -110,3 +118,72 @@ def test_logistic_regression(workers: tuple[LocalCluster, Path]) -> None:
     assert sorted(e["node"] for e in fetched) == ["node_0", "node_1", "node_1"]
     inputs = min(data[k].nbytes for k in ("x0_train", "x1_train"))
     assert all(e["bytes"] < inputs // 10 for e in fetched)
+
+
+def _region_and_spend() -> tuple[Any, Any]:
+    from mplang import tensor
+
+    return (mp.device("P0")(lambda: tensor.load("region.npy"))(),
+            mp.device("P1")(lambda: tensor.load("spend.npy"))())
+
+
+def test_group_by_over_another_party_s_keys(workers: tuple[LocalCluster, Path]) -> None:
+    """node_1's spend averaged per node_0's region: node_1 cannot count node_0's groups,
+    the device zeroes the group of 3 customers, and every policy accepts the rest."""
+    from mplang.libs.groupby import groupby_mean
+
+    counts = np.bincount(REGIONS, minlength=4)
+    assert counts[3] == 3 and (counts[:3] >= 10).all()
+    means, events = _run(workers, lambda: groupby_mean(*_region_and_spend(), 4), fetched=1)
+    want = [SPEND[np.equal(REGIONS, g)].mean() if counts[g] >= 10 else 0.0 for g in range(4)]
+    np.testing.assert_allclose(means, want, rtol=1e-3)
+    _no_plaintext_between_parties(events)
+
+
+def test_two_group_bys_that_may_differ_by_a_row_are_refused(
+        workers: tuple[LocalCluster, Path]) -> None:
+    from mplang.libs.groupby import groupby_sum
+
+    def program() -> Any:
+        regions, spend = _region_and_spend()
+        merged = mp.device("P0")(lambda r: jnp.minimum(r, 2))(regions)
+        return groupby_sum(regions, spend, 4), groupby_sum(merged, spend, 4)
+
+    cluster, _ = workers
+    with support.connected_driver(cluster) as driver, \
+            pytest.raises(mp.MPRefusedError, match=r"node_1 refuses the program: op "
+                          r"spu\.reveal at test_examples_audit\.py:\d+ sends the value revealed "
+                          r"from SP0, aggregate over groups of at least 10 rows \(smaller ones "
+                          r"suppressed at run time\) of spend\.npy, which overlaps another "
+                          r"release"):
+        mp.evaluate(driver, program)
+
+
+def _phe_release(evaluate: Any) -> Any:
+    """node_1's spend encrypted under node_0's key, ``evaluate``d by node_2, decrypted by
+    node_0."""
+    from mplang import phe, simp, tensor
+
+    def program() -> Any:
+        pk, sk = simp.pcall((0,), lambda: phe.keygen(key_bits=1024))
+        spend = simp.pcall((1,), lambda: tensor.load("spend.npy"))
+        c = simp.pcall((1,), phe.encrypt, spend, simp.shuffle_static(pk, {1: 0}))
+        out = simp.pcall((2,), evaluate, simp.shuffle_static(c, {2: 1}))
+        return simp.pcall((0,), phe.decrypt, simp.shuffle_static(out, {0: 2}), sk)
+
+    return program
+
+
+def test_phe_sum_of_another_party_s_rows(workers: tuple[LocalCluster, Path]) -> None:
+    pytest.importorskip("heu", reason="the phe extra (sf-heu) is not installed")
+    from mplang import phe
+
+    total, events = _run(workers, _phe_release(lambda c: phe.sum(c)), fetched=1)
+    assert float(total[0]) == pytest.approx(float(SPEND.astype(np.float64).sum()), rel=1e-6)
+    assert {e["verdict"] for e in events if e["event"] == "execution"} == {"accepted"}
+    cluster, _ = workers
+    with support.connected_driver(cluster) as driver, \
+            pytest.raises(mp.MPRefusedError, match=r"node_1 refuses the program: op "
+                          r"phe\.decrypt at test_examples_audit\.py:\d+ sends the plaintext it "
+                          r"decrypts, raw of spend\.npy, to node_0"):
+        mp.evaluate(driver, _phe_release(lambda c: phe.sum(c * np.eye(60, dtype=np.float32)[7])))

@@ -189,7 +189,7 @@ def test_a_party_refusing_in_prepare_means_nothing_runs_anywhere(
         monkeypatch.setattr(w.server, "execute", lambda p, d, _r=w.server.rank, _o=original:
                             (ran.append(_r), _o(p, d))[1])
     monkeypatch.setattr(workers[2].server.worker, "vet", lambda *a: "this driver may not")
-    with pytest.raises(MPRefusedError, match="party 2 refuses the program: this driver "
+    with pytest.raises(MPRefusedError, match="node_2 refuses the program: this driver "
                                              "may not"):
         mp.evaluate(driver, secret_sum)
     assert ran == []

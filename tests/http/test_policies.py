@@ -99,7 +99,7 @@ def test_revealing_the_other_party_s_input_is_refused_before_anything_runs(
         refused = _refused(lambda: mp.evaluate(driver, steal))
     message = str(refused)
     assert refused.status == 403
-    assert re.search(r"party 1 \(node_1 at \S+\) refused a program of \d+ ops: party 1 "
+    assert re.search(r"party 1 \(node_1 at \S+\) refused a program of \d+ ops: node_1 "
                      r"refuses the program: op spu\.reveal at test_policies\.py:\d+ sends the "
                      r"value revealed from SP0, row-wise \(raw\) values of x\.npy, to node_0; "
                      r"add node_0 to plaintext_to, or the program digest to programs", message), \
@@ -123,7 +123,7 @@ def test_an_aggregate_of_too_few_elements_is_refused(
 
     with support.connected_driver(cluster) as driver:
         refused = _refused(lambda: mp.evaluate(driver, small_sum))
-    assert re.search(r"party 1 refuses the program: op spu\.reveal at test_policies\.py:\d+ "
+    assert re.search(r"node_1 refuses the program: op spu\.reveal at test_policies\.py:\d+ "
                      r".*few\.npy, to node_0; add a rule \{to: \[node_0\], when: aggregate, "
                      r"min_rows: 4\}", str(refused)), refused
 
@@ -188,7 +188,7 @@ def test_a_driver_program_cannot_overwrite_a_party_s_input(
         refused = _refused(lambda: mp.evaluate(driver, overwrite))
     policy = cluster.spec_path.parent / "policies" / "node_1.yaml"
     message = str(refused)
-    assert re.match(r"party 1 \(node_1 at \S+\) refused a program of \d+ ops: party 1 ",
+    assert re.match(r"party 1 \(node_1 at \S+\) refused a program of \d+ ops: node_1 ",
                     message), message
     assert re.search(r"op table\.write(_csv)? at test_policies\.py:\d+ writ(es|ing) 'x\.csv' "
                      r"into ", message), message

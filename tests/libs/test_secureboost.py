@@ -186,10 +186,10 @@ def test_a_passive_party_policy_must_allow_the_reveals(tmp_path: Path) -> None:
         try:
             model = SecureBoost(1, 2, learning_rate=RATE, key_bits=KEY_BITS)
             if policy == Policy.default():
-                with pytest.raises(MPRefusedError, match=r"party 1 refuses the program: op "
-                                   r"simp\.shuffle_static at test_secureboost\.py:\d+ sends the "
-                                   r"value party 1 sends, raw of passive\.npy, to node_0; add "
-                                   r"node_0 to plaintext_to"):
+                with pytest.raises(MPRefusedError, match=r"node_1 refuses the program: op "
+                                   r"phe\.decrypt at test_secureboost\.py:\d+ sends the "
+                                   r"plaintext it decrypts, raw of passive\.npy, to node_0; "
+                                   r"add node_0 to plaintext_to"):
                     model.fit(sim, *args)
                 continue
             proba = model.fit(sim, *args).predict_proba(sim, args[0], args[1])

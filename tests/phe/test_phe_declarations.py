@@ -13,7 +13,8 @@ from mplang.analysis.cost_model import local_cost
 from mplang.dialects.phe import bucket_sum_p
 from mplang.edsl.errors import MPTypeError, MPVerifyError
 from mplang.edsl.primitive import check_types, primitives
-from mplang.policy.flows import analyze, local_conservative
+from mplang.policy import phe_flows
+from mplang.policy.flows import analyze
 from tests.phe.conftest import KEY_BITS
 
 PHE_OPS = ["phe.add", "phe.bucket_sum", "phe.decrypt", "phe.dot", "phe.encrypt", "phe.keygen",
@@ -25,7 +26,8 @@ def test_every_phe_primitive_is_declared_for_the_ppu() -> None:
     assert [p.name for p in prims] == PHE_OPS
     for p in prims:
         assert p.targets == ("PPU",)
-        assert p.rule("cost") is local_cost and p.rule("local_flow") is local_conservative
+        assert p.rule("cost") is local_cost
+        assert getattr(phe_flows, p.rule("local_flow").__name__) is p.rule("local_flow")
     assert [p.name for p in prims if p.side_effects] == ["phe.encrypt", "phe.keygen"]
     keygen = primitives("phe")[PHE_OPS.index("phe.keygen")].describe()
     assert {a["name"]: (a["default"], a["choices"], a["min"], a["max"])
@@ -99,7 +101,9 @@ def test_defaults_are_stored_and_a_graph_without_them_is_refused() -> None:
         check_types(program.graph, 1)
 
 
-def test_flows_through_phe_ops_are_conservative() -> None:
+def test_a_ciphertext_carries_its_plaintext_s_label_sealed() -> None:
+    """A sum over the rows stays an aggregate under encryption; sent to party 1 it is no
+    flow in a whole program (party 1 cannot decrypt it), but it is in a part of one."""
     def body(k: Any) -> Any:
         x = tensor.load("x.npy", dtype="int32", shape=(3,))
         return phe.sum(phe.encrypt(x, k))
@@ -109,7 +113,12 @@ def test_flows_through_phe_ops_are_conservative() -> None:
         pk, _ = simp.pcall((0,), lambda: phe.keygen(key_bits=KEY_BITS))
         return simp.shuffle_static(simp.pcall((0,), body, pk), {1: 0})
 
-    analysis, (out,) = analyze(mp.compile(prog, world_size=2).graph, 2, 0)
-    assert list(out) == [1] and out[1].form == "raw" and out[1].sources == {"x.npy"}
-    (send,) = analysis.sends
+    graph = mp.compile(prog, world_size=2).graph
+    analysis, (out,) = analyze(graph, 2, 0)
+    assert list(out) == [1] and (out[1].form, out[1].rows, out[1].sealed) == \
+        ("aggregate", 3, True)
+    assert analysis.sends == []
+    part, _ = analyze(graph, 2, 0, whole=False)
+    (send,) = part.sends
     assert send.receiver == 1 and send.op.opcode == "simp.shuffle_static"
+    assert send.label.form == "aggregate"

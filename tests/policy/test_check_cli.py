@@ -101,3 +101,29 @@ def test_check_with_a_given_policy_and_the_digest_allow_list(
     out = capsys.readouterr().out
     assert out.count("allowed: the program digest is allow-listed") == 2, out
     assert "REFUSED" not in out
+
+
+def test_inputs_from_an_earlier_run_count_as_the_holder_s_raw_data(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """node_1's vector from an earlier run, revealed by a saved program: its worker would
+    refuse it (it recorded the vector as row-wise), and so does the check."""
+    spec = init_cluster(2, tmp_path / "dev")
+    cluster = mp.ClusterSpec.from_yaml(spec)
+    roots = {n.name: tmp_path / "data" / n.name for n in cluster.nodes}
+    for root in roots.values():
+        root.mkdir(parents=True)
+        np.save(root / "x.npy", np.arange(20, dtype=np.float32))
+    with mp.Simulator(cluster, data_roots=roots) as sim:
+        earlier = mp.evaluate(sim, lambda: mp.device("P1")(lambda: tensor.load("x.npy"))())
+        program = mp.compile(lambda v: mp.put("P0", v), earlier, cluster=cluster)
+    path = tmp_path / "later.mpl"
+    program.save(path)
+    assert main(["check", "--cluster", str(spec), "--node", "node_1", str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:3] == [
+        f"node_1 ({spec.parent / 'policies' / 'node_1.yaml'}): REFUSES",
+        "  note: the program's 1 input(s) come from earlier runs and count as this node's raw "
+        "data here; its worker judges them by what they hold"]
+    assert any(line.startswith("  refused: ") and "raw of input 0, to " in line
+               for line in out), out
+    assert main(["check", "--cluster", str(spec), "--node", "node_0", str(path)]) == 0

@@ -55,7 +55,6 @@ def rows(lo: int, hi: int, step: int = 0, name: str = "x") -> Rows:
     (jnp.var, 20),
     (lambda x: jnp.sum(x * 2.0 + 1.0), 20),
     (lambda x: jnp.sum(x > 5), 20),  # a count above a constant threshold
-    (lambda x: jnp.sum(jnp.where(x > 5, x, 0.0)), 20),
     (lambda x: x @ jnp.ones(20), 20),  # a dot with weights alike for every row
     (lambda x: jnp.sum(((x.astype(jnp.int32)[:, None] >> jnp.arange(31)) & 1), axis=0), 20),
     (lambda x: jnp.sum(x[5:]), 15),
@@ -69,6 +68,17 @@ def rows(lo: int, hi: int, step: int = 0, name: str = "x") -> Rows:
 def test_a_sum_over_the_rows_is_an_aggregate_over_those_rows(fn: Any, count: int) -> None:
     out = label(fn)
     assert (out.form, out.rows, out.sources) == ("aggregate", count, frozenset(["x"]))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: jnp.sum(jnp.where(x > 5, x, 0.0)),
+    lambda x: jnp.sum(x * ((x >= 3) & (x < 4))),  # a band holding one value
+    lambda x: (x > 5).astype(jnp.float32) @ x,
+])
+def test_values_selected_by_their_own_comparison_combine_a_data_dependent_count(fn: Any
+                                                                                 ) -> None:
+    out = label(fn)
+    assert (out.form, out.gated, out.rows) == ("aggregate", True, None)
     assert out.declassified_as == "aggregate"
 
 

@@ -48,7 +48,7 @@ def test_reveal_of_other_party_input_refused(sim: mp.Simulator) -> None:
     def prog():
         return mp.put("P0", mp.device("SP0")(lambda a, b: b)(loaded(0), loaded(1)))
 
-    with pytest.raises(MPRefusedError, match=r"^party 1 refuses the program: op spu\.reveal at "
+    with pytest.raises(MPRefusedError, match=r"^node_1 refuses the program: op spu\.reveal at "
                        r"test_policy_enforce\.py:\d+ sends the value revealed from SP0, row-wise "
                        r"\(raw\) values of x\.npy, to node_0; add node_0 to plaintext_to"):
         mp.evaluate(sim, prog)
@@ -61,7 +61,7 @@ def test_a_program_returning_derived_raw_data_is_refused_and_an_aggregate_is_fet
     line = test_a_program_returning_derived_raw_data_is_refused_and_an_aggregate_is_fetched \
         .__code__.co_firstlineno + 3
     assert str(refused.value) == (
-        f"party 0 refuses the program: op simp.pcall at test_policy_enforce.py:{line} sends "
+        f"node_0 refuses the program: op simp.pcall at test_policy_enforce.py:{line} sends "
         "program output 0, held by node_0, row-wise (raw) values of x.npy, to driver; add "
         f"driver to plaintext_to, or the program digest to programs {RAW_HINT} in "
         f"{tmp_path / 'p.yaml'}")

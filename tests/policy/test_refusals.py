@@ -68,7 +68,7 @@ def test_a_program_revealing_raw_data_is_refused_at_accept(sim: mp.Simulator) ->
         return mp.put("P0", mp.device("SP0")(lambda a, b: b)(loaded(0), loaded(1)))
 
     error = refused(lambda: mp.evaluate(sim, steal))
-    assert str(error).startswith("party 1 refuses the program: op spu.reveal at "
+    assert str(error).startswith("node_1 refuses the program: op spu.reveal at "
                                  "test_refusals.py:"), error
     assert "x.npy, to node_0; add node_0 to plaintext_to" in str(error)
     assert error.status == 403
@@ -91,7 +91,7 @@ def test_the_driver_never_gets_a_party_s_raw_data(sim: mp.Simulator, mode: Mode)
     """Refused when node_0 accepts the program (its output would reach the driver) or
     when the driver fetches the output; either way an `MPRefusedError` of node_0."""
     error = refused(lambda: mp.fetch(sim, mp.evaluate(sim, lambda: loaded(0), mode=mode)))
-    assert str(error).startswith(("party 0 refuses the program: op simp.pcall at "
+    assert str(error).startswith(("node_0 refuses the program: op simp.pcall at "
                                   "test_refusals.py:", "node_0 refuses")), error
     assert "x.npy" in str(error) and "add driver to plaintext_to" in str(error)
     total = mp.evaluate(sim, lambda: simp.pcall((0,), jnp.sum, loaded(0)))
@@ -162,7 +162,7 @@ def test_a_write_writes_does_not_allow_is_refused_and_writes_nothing(
     before = files(roots["node_1"])
     error = refused(lambda: mp.evaluate(sim, write(path)))
     message = str(error)
-    assert message.startswith("party 1 "), message
+    assert message.startswith("node_1 refuses "), message
     assert re.search(rf"op table\.write(_csv)? at test_refusals\.py:{WRITE_LINE} writ", message)
     assert f"{path!r} into " in message
     assert f"writes: [out/*.csv] in {policies['node_1']} does not allow" in message
@@ -176,7 +176,7 @@ def test_a_write_through_a_link_is_judged_where_it_leads(
     (roots["node_1"] / "out").symlink_to("in")
     error = refused(lambda: mp.evaluate(sim, write("out/x.csv")))
     assert str(error) == (
-        f"party 1 (node_1) refuses op table.write_csv at test_refusals.py:{WRITE_LINE} "
+        f"node_1 refuses op table.write_csv at test_refusals.py:{WRITE_LINE} "
         "writing 'out/x.csv' (which leads to 'in/x.csv') into its data root: writes: "
         f"[out/*.csv] in {policies['node_1']} does not allow 'in/x.csv'; add it (or a "
         "pattern matching it) to writes")

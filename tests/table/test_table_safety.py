@@ -203,7 +203,7 @@ def test_a_party_s_table_data_is_its_data_for_its_policy(base: Path) -> None:
             return simp.pcall((0,), lambda: table.read_csv("a.csv"))
 
         with pytest.raises(PolicyRefusedError, match=(
-                r"party 0 refuses the program: op simp\.pcall at test_table_safety\.py:\d+ "
+                r"node_0 refuses the program: op simp\.pcall at test_table_safety\.py:\d+ "
                 r"sends program output 0, held by node_0, row-wise \(raw\) values of a\.csv, "
                 r"to driver; add driver to plaintext_to")):
             mp.evaluate(strict, read)
@@ -216,7 +216,7 @@ def test_a_party_s_table_data_is_its_data_for_its_policy(base: Path) -> None:
                                                      r"raw of a\.csv, to driver"):
             mp.evaluate(strict, lambda: simp.pcall((0,), lambda: table.sql(  # SQL: not modelled
                 "SELECT SUM(b) AS s FROM t", t=table.read_csv("a.csv"))))
-        with pytest.raises(MPRefusedError, match=r"party 0 refuses the program: op "
+        with pytest.raises(MPRefusedError, match=r"node_0 refuses the program: op "
                                                      r"simp\.shuffle_static .*\(raw\) values of "
                                                      r"a\.csv, to node_1"):
             mp.evaluate(strict, lambda: simp.shuffle_static(

@@ -66,7 +66,7 @@ class SimpWorker:
         opened = open_program(graph, openings, self.rank, self.world_size)
         reason = self.vet(opened, program_digest(graph, self.world_size), driver, whole)
         if reason is not None:
-            raise PolicyRefusedError(f"party {self.rank} refuses the program: {reason}")
+            raise PolicyRefusedError(f"{self.node} refuses the program: {reason}")
         return opened
 
     def vet(self, graph: Graph, digest: str, driver: str, whole: bool) -> str | None:
@@ -118,7 +118,7 @@ class SimpWorker:
             return
         leads = f" (which leads to {shown[1]!r})" if len(shown) > 1 else ""
         raise PolicyRefusedError(
-            f"party {self.rank} ({self.node}) refuses {op} writing {path!r}{leads} into its "
+            f"{self.node} refuses {op} writing {path!r}{leads} into its "
             f"data root: writes: [{', '.join(policy.writes)}] in {policy.source} does not "
             f"allow {refused[0]!r}; add it (or a pattern matching it) to writes")
 

@@ -1,0 +1,108 @@
+"""Library functions whose small groups a secure device suppresses, and its members
+vouch for.
+
+How many of a party's rows a group holds can depend on data (a group-by over
+another party's keys): the flow analysis then sees an aggregate over a
+data-dependent number of rows, which no ``min_rows`` rule accepts. A library
+function that sets every group of fewer than ``min_rows`` rows to zero inside the
+secure device registers itself with `suppressing`. A device op running it names the
+function and its static arguments (attributes ``library`` and ``library_args``).
+Each member lowers the registered function itself for the op's input types (the
+device's ``derive``); only if that gives exactly the StableHLO the op carries (which
+the worker checks compiles to what runs) does the device's flow rule count the
+outputs' data-dependent aggregates as over groups of at least ``min_rows`` rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from mplang.edsl.graph import Operation
+from mplang.edsl.typing import TensorType
+
+F = TypeVar("F", bound=Callable[..., Any])
+Derive = Callable[[Callable[..., Any], tuple[TensorType, ...]], str]
+"""``derive(fn, input types)``: the StableHLO text a device lowers ``fn`` to."""
+LIBRARY_PACKAGE = "mplang.libs."
+"""The only package whose modules a name in a received program may import."""
+
+
+@dataclass(frozen=True)
+class Suppressing:
+    """A registered function: ``fn(*static, *shares)``; ``static[min_rows_arg]`` is the
+    fewest rows a group it releases holds."""
+
+    fn: Callable[..., Any]
+    min_rows_arg: int
+
+
+_REGISTRY: dict[str, Suppressing] = {}
+_NAMES: dict[Callable[..., Any], str] = {}
+
+
+def suppressing(min_rows_arg: int) -> Callable[[F], F]:
+    """Register a function of ``mplang.libs`` that suppresses, inside the secure device,
+    every group of fewer than its static argument ``min_rows_arg`` rows."""
+    def register(fn: F) -> F:
+        name = f"{fn.__module__}.{fn.__qualname__}"
+        if not name.startswith(LIBRARY_PACKAGE):
+            raise ValueError(f"{name}: only functions of {LIBRARY_PACKAGE[:-1]} register here")
+        _REGISTRY[name] = Suppressing(fn, min_rows_arg)
+        _NAMES[fn] = name
+        return fn
+
+    return register
+
+
+def library_attrs(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The device op's attributes naming ``fn`` when it is a registered function with its
+    static arguments bound (`mplang.libs.aggregation.bind`); empty otherwise."""
+    name = _NAMES.get(getattr(fn, "__wrapped__", None))  # type: ignore[arg-type]
+    static = getattr(fn, "static_args", None)
+    if name is None or not isinstance(static, tuple) or \
+            not all(type(s) is int for s in static):
+        return {}
+    return {"library": name, "library_args": static}
+
+
+def _lookup(name: str) -> Suppressing | None:
+    if name not in _REGISTRY and name.startswith(LIBRARY_PACKAGE):
+        try:
+            importlib.import_module(name.rpartition(".")[0])
+        except ImportError:
+            return None
+    return _REGISTRY.get(name)
+
+
+@functools.lru_cache(maxsize=256)
+def _derived(name: str, static: tuple[int, ...], in_types: tuple[TensorType, ...],
+             derive: Derive) -> str | None:
+    """The StableHLO text this member lowers registered ``name`` to, for ``in_types``."""
+    from mplang.libs.aggregation import bind
+
+    entry = _lookup(name)
+    if entry is None:
+        return None
+    try:
+        return derive(bind(entry.fn, *static), in_types)
+    except Exception:  # a malformed static argument: nothing is vouched for
+        return None
+
+
+def vouched_min_rows(op: Operation, stablehlo: str, derive: Derive) -> int | None:
+    """The ``min_rows`` a registered function that device op ``op`` names enforces, if
+    its StableHLO ``stablehlo`` is what this member derives; None otherwise."""
+    name, static = op.attrs.get("library", ""), op.attrs.get("library_args", ())
+    if not name or not isinstance(static, tuple) or not all(type(s) is int for s in static):
+        return None
+    entry = _lookup(name)
+    if entry is None or not 0 <= entry.min_rows_arg < len(static):
+        return None
+    if _derived(name, static, tuple(op.attrs["in_types"]), derive) != stablehlo:
+        return None
+    rows = static[entry.min_rows_arg]
+    return rows if rows >= 1 else None
