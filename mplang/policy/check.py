@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph, Operation
 from mplang.policy.flows import DRIVER, Analysis, PartyLabels, Send, analyze
-from mplang.policy.labels import Flow, Label, Rows, smallest_part
+from mplang.policy.labels import Flow, Label, Rows, release_cuts, smallest_part
 from mplang.policy.policy import DRIVER as DRIVER_NAME
 from mplang.policy.policy import DeclassifyRule, Policy
 
@@ -143,9 +143,10 @@ def _overlaps(allowed: list[tuple[Send, DeclassifyRule]], sends: list[Send], pol
               verdict: Verdict) -> None:
     """Refuse aggregates whose row sets overlap others' so that subtracting them isolates
     fewer than ``min_rows`` rows."""
-    released = [r for s in sends if s.label.mine for r in s.label.rowsets]
+    released = {r for s in sends if s.label.mine for r in s.label.rowsets}
+    cuts = release_cuts(released)
     for send, rule in allowed:
-        part = smallest_part(released, send.label.rowsets)
+        part = smallest_part(cuts, send.label.rowsets)
         if part is not None and part[1] < rule.min_rows:
             isolated = f"isolates {part[0]} of {', '.join(sorted(part[0].sources))}"
         else:
@@ -161,7 +162,7 @@ def _overlaps(allowed: list[tuple[Send, DeclassifyRule]], sends: list[Send], pol
             verdict.reasons.append(reason)
 
 
-def _other_rows(released: list[Rows], within: frozenset[Rows]) -> frozenset[str] | None:
+def _other_rows(released: set[Rows], within: frozenset[Rows]) -> frozenset[str] | None:
     """The sources shared by one of ``within``'s row sets that data chose (a PSI join's,
     a group's) and a released row set chosen otherwise: their difference is rows data
     chose, as few as one. None if there is none."""

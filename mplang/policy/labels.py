@@ -21,6 +21,7 @@ a band of their own) is ``gated``: how many of p's rows it combines depends on d
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import posixpath
 from collections.abc import Iterable
@@ -281,22 +282,32 @@ def join_all(labels: Iterable[Label]) -> Label:
     return out
 
 
-def smallest_part(released: Iterable[Rows], within: Iterable[Rows]) -> tuple[Rows, int] | None:
+def release_cuts(released: Iterable[Rows]) -> dict[str, list[int]]:
+    """Per source, the sorted row indices where a ``released`` row set starts or ends."""
+    bounds: dict[str, set[int]] = {}
+    for rows in set(released):
+        for name in rows.sources:
+            bounds.setdefault(name, set()).update(rows.bounds())
+    return {name: sorted(b) for name, b in bounds.items()}
+
+
+def smallest_part(released: Iterable[Rows] | dict[str, list[int]], within: Iterable[Rows]
+                  ) -> tuple[Rows, int] | None:
     """The smallest piece of ``within``'s row sets that differences of the ``released``
-    row sets can isolate, and its size (None if ``within`` has no rows).
+    row sets (or their `release_cuts`) can isolate, and its size (None if ``within`` has
+    no rows).
 
     Sums over overlapping row sets can be subtracted from each other: the pieces are the
     stretches between consecutive bounds of every released set of the same source.
     """
-    bounds: dict[str, set[int]] = {}
-    for rows in released:
-        for name in rows.sources:
-            bounds.setdefault(name, set()).update(rows.bounds())
+    cuts = released if isinstance(released, dict) else release_cuts(released)
     best: tuple[Rows, int] | None = None
     for rows in within:
         for name in rows.sources:
-            cuts = sorted(b for b in bounds.get(name, ()) if rows.lo <= b <= rows.hi)
-            for lo, hi in itertools.pairwise(cuts):
+            points = cuts.get(name, [])
+            inside = points[bisect.bisect_left(points, rows.lo):
+                            bisect.bisect_right(points, rows.hi)]
+            for lo, hi in itertools.pairwise(inside):
                 if best is None or hi - lo < best[1]:
                     best = (Rows(frozenset([name]), lo, hi), hi - lo)
     return best
