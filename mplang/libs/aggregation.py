@@ -142,7 +142,10 @@ def _mean(*parts: Any) -> Any:
 def secure_sum(values: Sequence[Any], device: str = "SP0", to: str | None = "P0") -> Any:
     """The elementwise sum of ``values`` (one tensor per party, all of one shape),
     computed on ``device``'s secret shares and revealed to ``to`` only (None: kept on
-    ``device``). Integer sums are exact (modulo the ring); floats are fixed point."""
+    ``device``). Integer sums are exact (modulo the ring); floats are fixed point.
+    Policies: each element reveals the parties' elements added, so a party's value
+    should already be an aggregate of its rows (column sums, a model update: the
+    ``aggregate`` rule); elementwise over its raw rows it is raw (``plaintext_to``)."""
     op = "secure_sum"
     secure_device(op, device, to)
     parts = _party_values(op, values)
@@ -153,7 +156,7 @@ def secure_sum(values: Sequence[Any], device: str = "SP0", to: str | None = "P0"
 def secure_mean(values: Sequence[Any], device: str = "SP0", to: str | None = "P0") -> Any:
     """The elementwise mean of ``values`` (one tensor per party, all of one shape) over
     the parties, computed on ``device`` and revealed to ``to`` only (None: kept on
-    ``device``). Integers give a float32 mean."""
+    ``device``). Integers give a float32 mean. Policies as `secure_sum`."""
     op = "secure_mean"
     secure_device(op, device, to)
     parts = _party_values(op, values)

@@ -123,6 +123,10 @@ def train_vertical_lr(features: Sequence[Any], labels: Any, epochs: int = 10, lr
     is appended to the label holder's weights (or, if the label holder holds no
     features, returned as one more entry). Standardize
     each party's columns first (locally): the steps assume features of unit scale.
+
+    Policies: every step is a sum over one batch of rows, so the weights are an
+    aggregate of each party's data over ``batch_size`` rows (``aggregate`` with
+    ``min_rows`` at most ``batch_size``; the full batch: the row count).
     """
     op = "train_vertical_lr"
     secure_device(op, device, None)
@@ -202,7 +206,9 @@ def _classes(*scores: Any) -> Any:
 def predict_proba(features: Sequence[Any], weights: Sequence[Any], device: str = "SP0",
                   to: str | None = "P0") -> Any:
     """P(label = 1) per row (float32), from each party's partial score added on
-    ``device``; revealed to ``to`` only (None: kept secret on ``device``)."""
+    ``device``; revealed to ``to`` only (None: kept secret on ``device``). One value
+    per row: each party's policy must allow ``to`` its rows (``plaintext_to``), unless
+    the result stays secret for an aggregate (an accuracy) computed on ``device``."""
     op = "predict_proba"
     secure_device(op, device, to)
     return reveal(mp.device(device)(_probability)(*_scores(op, features, weights)), to)
@@ -212,7 +218,8 @@ def predict_proba(features: Sequence[Any], weights: Sequence[Any], device: str =
 def predict(features: Sequence[Any], weights: Sequence[Any], device: str = "SP0",
             to: str | None = "P0") -> Any:
     """Predicted classes (int32 0/1: logit > 0) per row, from each party's partial score
-    added on ``device``; revealed to ``to`` only (None: kept secret on ``device``)."""
+    added on ``device``; revealed to ``to`` only (None: kept secret on ``device``).
+    Policies as `predict_proba`: one value per row."""
     op = "predict"
     secure_device(op, device, to)
     return reveal(mp.device(device)(_classes)(*_scores(op, features, weights)), to)

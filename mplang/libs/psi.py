@@ -77,7 +77,11 @@ def join(a: MPObject, b: MPObject, key: str, *, how: str = "inner",
     """PSI join of ``a`` (party A's table) and ``b`` (party B's) on column ``key``:
     ``(ja, jb)``, A's and B's own rows for the matched keys, aligned row by row (see
     the module docstring for ``how``: ``inner``, ``left``, ``full``; ``protocol``:
-    ``rr22``, ``kkrt``, ``ecdh``)."""
+    ``rr22``, ``kkrt``, ``ecdh``). Policies: each holder learns which of its keys the
+    other holds, a ``compare`` between two owners' keys as loaded (raw membership, for
+    ``plaintext_to``, if a side is a constant or the driver's); aggregates over the
+    joined rows pass ``aggregate`` as the join keeps at least ``min_rows`` of them
+    (checked by each holder at run time)."""
     op = "psi.join"
     _holder(op, a, "a")
     _holder(op, b, "b")
@@ -95,7 +99,8 @@ def intersection_size(a: MPObject, b: MPObject, key: str, *,
                       reveal_to: int | Iterable[int] | None = None) -> MPObject:
     """The number of distinct values of column ``key`` that both ``a`` and ``b`` hold
     (an int64 scalar), held by the parties ``reveal_to`` only (default: both holders);
-    nothing else about the intersection is revealed."""
+    nothing else about the intersection is revealed. Policies: a count of comparisons
+    between two owners' keys (``compare``)."""
     op = "psi.intersection_size"
     holders = (_holder(op, a, "a"), _holder(op, b, "b"))
     if reveal_to is None:

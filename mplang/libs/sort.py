@@ -84,7 +84,10 @@ def sort(x: Any, device: str = "SP0", to: str | None = "P0", descending: bool = 
     """``x`` sorted along its last axis (like ``np.sort``; ``descending`` reverses), on
     ``device``'s secret shares; the sorted values are revealed to ``to`` only (None: kept
     secret on ``device``). ``x``: a device value, or a list of them (e.g. one per party)
-    joined along the last axis."""
+    joined along the last axis. Policies: sorted values and positions are order
+    statistics, the rows themselves: each owner must allow ``to`` its data
+    (``plaintext_to``); the same holds for `argsort`, `sort_with_indices` and
+    `top_k`."""
     op = "sort"
     secure_device(op, device, to)
     parts, _ = _parts(op, x)

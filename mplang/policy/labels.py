@@ -257,10 +257,14 @@ def compared(a: Label, b: Label) -> Label:
     if a is not None and b is not None and a.pure and b.pure and a.mine != b.mine:
         mine = a if a.mine else b
         return Flow("compare", mine.sources, rowsets=mine.rowsets)
-    out = combine(a, b)
+    out = combine(_unmasked(a), _unmasked(b))  # a row's comparison selects no rows
     if out is not None and not out.mine:
         return Flow("foreign", mask=True)
     return replace(out, mask=True) if out is not None and out.form == "rowwise" else out
+
+
+def _unmasked(label: Label) -> Label:
+    return replace(label, mask=False) if label is not None and label.mask else label
 
 
 def join(a: Label, b: Label) -> Label:

@@ -287,6 +287,18 @@ def test_the_millionaires_compare_their_own_salaries(sim: mp.Simulator) -> None:
     np.testing.assert_array_equal(got, want)
 
 
+def test_how_often_two_parties_thresholds_agree(sim: mp.Simulator) -> None:
+    """Each row's agreement of node_0's and node_1's thresholds (an accuracy), averaged
+    over the 20 rows: no rows are selected, so it is an aggregate for both."""
+    def program() -> Any:
+        agree = mp.device("SP0")(lambda a, b: jnp.mean((a > HIGH) == (b > 74000)))
+        return mp.put("P0", agree(salaries(0), salaries(1)))
+
+    got = float(mp.fetch(sim, mp.evaluate(sim, program)))
+    want = np.mean((SALARIES[0] > HIGH) == (SALARIES[1] > 74000))
+    assert 0 < want < 1 and got == pytest.approx(want, abs=1e-4)
+
+
 @pytest.mark.parametrize("combine, expected", [
     (secure_sum, lambda a, b: a + b),
     (secure_mean, lambda a, b: (a + b) / 2),
