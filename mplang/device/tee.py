@@ -26,7 +26,6 @@ needs it (step 2 needs the function's digest).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,10 +43,11 @@ from mplang.dialects import crypto, simp, tee, tensor
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.errors import MPRuntimeError, MPTypeError
 from mplang.edsl.object import MPObject
-from mplang.edsl.serde import encode_graph_bundle
-from mplang.edsl.tracer import Tracer, current_tracer, trace_function
+from mplang.edsl.pytree import tree_unflatten
+from mplang.edsl.tracer import TracedFunction, Tracer, current_tracer, trace_function
 from mplang.edsl.typing import Mask, MPType, TensorType
 from mplang.frontend.feop import is_feop
+from mplang.policy.flows import region_digest
 
 SECURITY_MODEL = (
     "the TEE's hardware and attestation vendor are trusted, and no party (the TEE's own "
@@ -78,13 +78,22 @@ def _body(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[..., Any]:
     return body
 
 
+def _traced(world_size: int, rank: int, body: Callable[..., Any], args: list[MPObject],
+            what: str) -> TracedFunction:
+    """``body`` traced alone on ``args`` at party ``rank``: the region the TEE runs."""
+    traced = trace_function(Tracer(world_size, local=True, parties=Mask.of([rank])),
+                            body, args)
+    if traced.captured:
+        raise MPTypeError(f"{what}: a TEE function takes its inputs as arguments; it "
+                          "captures a value of the program, which would bypass sealing")
+    return traced
+
+
 def computation_digest(world_size: int, rank: int, body: Callable[..., Any],
                        args: list[MPObject]) -> str:
     """SHA-256 (hex) of ``body`` traced alone on ``args``' types at party ``rank``: the
     computation a TEE quote attests."""
-    scratch = Tracer(world_size, local=True, parties=Mask.of([rank]))
-    traced = trace_function(scratch, body, args)
-    return hashlib.sha256(encode_graph_bundle(traced.graph, {})).hexdigest()
+    return region_digest(_traced(world_size, rank, body, args, "computation_digest").graph)
 
 
 def _seal(x: MPObject, peer_pk: MPObject, aad: bytes) -> tuple[MPObject, MPObject]:
@@ -181,11 +190,15 @@ class TEE(DeviceKind):
                               "inside the function")
         tracer = current_tracer(what)
         try:
-            digest = computation_digest(tracer.world_size, rank, body, inputs)
-            session = _Session(cluster, device, digest)
-            return simp.pcall((rank,), body, *[session.bring(x) for x in inputs])
+            traced = _traced(tracer.world_size, rank, body, inputs, what)
+            session = _Session(cluster, device, region_digest(traced.graph))
+            brought = [session.bring(x) for x in inputs]
         except MPTypeError as e:
             raise MPTypeError(f"{what}: {e}") from None
+        name = getattr(body, "__name__", "fn")
+        outs = simp.pcall_p.bind(brought, {"parties": Mask.of([rank]), "fn": name},
+                                 [traced.graph])
+        return tree_unflatten(traced.out_tree, outs)
 
     def adopt(self, cluster: ClusterSpec, obj: MPObject, t: MPType, device: Device,
               what: str) -> MPObject:

@@ -41,6 +41,7 @@ from mplang.edsl.typing import (
     register_type,
 )
 from mplang.frontend.module import FeModule
+from mplang.policy.crypto_flows import key_flow, open_flow, seal_flow
 
 __all__ = [
     "ALGORITHMS",
@@ -228,13 +229,13 @@ def _local(value: Any) -> Any:
     return tensor.constant(value) if isinstance(value, np.ndarray | np.generic) else value
 
 
-@dialect.simple_op(traits=RANDOM, example="k = crypto.aes_keygen()")
+@dialect.simple_op(traits=RANDOM, flow=key_flow, example="k = crypto.aes_keygen()")
 def aes_keygen() -> SymmetricKey:
     """A fresh random AES-256-GCM key (32 bytes from the OS CSPRNG)."""
     return SymmetricKey(AES_KEY_BYTES)
 
 
-@dialect.simple_op("aes_encrypt", traits=RANDOM,
+@dialect.simple_op("aes_encrypt", traits=RANDOM, flow=seal_flow,
                    example='c = crypto.aes_encrypt(x, k, aad=b"header")')
 def _aes_encrypt(x: TensorType, key: SymmetricKey, *, aad: bytes = b"") -> TensorType:
     """Encrypt tensor ``x`` with AES-256-GCM under a fresh random nonce, authenticating
@@ -249,7 +250,7 @@ def aes_encrypt(x: Any, key: MPObject, *, aad: bytes = b"") -> MPObject:
     return _aes_encrypt(_local(x), key, aad=_bytes_attr("crypto.aes_encrypt", "aad", aad))
 
 
-@dialect.simple_op("aes_decrypt",
+@dialect.simple_op("aes_decrypt", flow=open_flow,
                    example='y = crypto.aes_decrypt(c, k, like=x, aad=b"header")')
 def _aes_decrypt(c: TensorType, key: SymmetricKey, *, like: TensorType, aad: bytes = b""
                  ) -> TensorType:
@@ -307,13 +308,13 @@ def sha256(x: Any) -> MPObject:
     return _sha256(_local(x))
 
 
-@dialect.simple_op(traits=RANDOM, example="pk, sk = crypto.x25519_keygen()")
+@dialect.simple_op(traits=RANDOM, flow=key_flow, example="pk, sk = crypto.x25519_keygen()")
 def x25519_keygen() -> tuple[PublicKey, PrivateKey]:
     """A fresh X25519 key pair: (public key, private key)."""
     return PublicKey("x25519"), PrivateKey("x25519")
 
 
-@dialect.simple_op(example="s = crypto.x25519_shared(sk, peer_pk)")
+@dialect.simple_op(flow=key_flow, example="s = crypto.x25519_shared(sk, peer_pk)")
 def x25519_shared(sk: PrivateKey, pk: PublicKey) -> SharedSecret:
     """The X25519 shared secret of private key ``sk`` and a peer's public key ``pk``
     (the same at both ends); refuses a low-order peer key at run time."""
@@ -322,8 +323,9 @@ def x25519_shared(sk: PrivateKey, pk: PublicKey) -> SharedSecret:
     return SharedSecret()
 
 
-@dialect.simple_op("hkdf", attrs={"length": Attr(int, default=AES_KEY_BYTES, min=MIN_KEY_BYTES,
-                                                 max=MAX_KEY_BYTES, doc="the key's bytes")},
+@dialect.simple_op("hkdf", flow=key_flow,
+                   attrs={"length": Attr(int, default=AES_KEY_BYTES, min=MIN_KEY_BYTES,
+                                         max=MAX_KEY_BYTES, doc="the key's bytes")},
                    example='k = crypto.hkdf(s, info=b"session", length=32)')
 def _hkdf(ikm: SharedSecret | SymmetricKey, *, info: bytes = b"", length: int,
           salt: bytes | None = None) -> SymmetricKey:
@@ -376,7 +378,7 @@ def verify(m: Any, sig: Any, pk: MPObject) -> MPObject:
     return _verify(_local(m), _local(sig), pk)
 
 
-@dialect.simple_op(example="b = crypto.public_bytes(pk)")
+@dialect.simple_op(flow=key_flow, example="b = crypto.public_bytes(pk)")
 def public_bytes(pk: PublicKey) -> TensorType:
     """The raw 32 bytes (u8[32]) of public key ``pk``, to hash or send as a tensor."""
     return TensorType("uint8", (PUBLIC_KEY_BYTES,))

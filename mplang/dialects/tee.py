@@ -25,13 +25,15 @@ from mplang.dialects.crypto import PublicKey
 from mplang.edsl.attrs import Attr, NoneType
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
+from mplang.edsl.graph import Operation
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Constraint, Operand, Primitive, Result, Signature
 from mplang.edsl.traits import OpTraits
 from mplang.edsl.typing import TensorType, ValueType
 from mplang.frontend.feop import feop
-from mplang.policy.flows import local_conservative
+from mplang.policy.flows import Analysis, local_conservative
+from mplang.policy.labels import Flow, Label
 
 mark_library(__file__)
 
@@ -94,7 +96,11 @@ def _verify_rule(sig: Signature) -> list[ValueType]:
     return [_TEE_KEY]
 
 
-verify_quote_p.def_local_flow(local_conservative)
+@verify_quote_p.def_local_flow
+def _verify_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
+    """The TEE's key: attested for the quote's computation when this party checked it
+    (`mplang.policy.crypto_flows`), a key like any other otherwise."""
+    return [Flow("foreign", enclave=str(op.attrs["computation"])) if own else None]
 
 
 @feop(mock_quote_p, example="q = tee.mock_quote(crypto.public_bytes(pk), computation=digest)")

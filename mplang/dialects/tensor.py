@@ -31,7 +31,7 @@ from mplang.analysis.cost_model import local_cost
 from mplang.analysis.stablehlo import hlo, ir, make_ir_context
 from mplang.dialects.common import as_array, canonical_type, trace_failure
 from mplang.edsl.attrs import Attr, NoneType
-from mplang.edsl.errors import MPSerializationError, MPTypeError
+from mplang.edsl.errors import MPLangError, MPSerializationError, MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.graph import Operation
 from mplang.edsl.object import MPObject, type_operator
@@ -506,8 +506,14 @@ def _constant_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> l
 
 @run_jax_p.def_local_flow
 def _run_jax_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
-    """Labels follow the ops of the StableHLO module."""
-    result = through(_stablehlo, op.attrs["module"], ins, len(op.outputs))
+    """Labels follow the ops of the StableHLO module (of the inputs it keeps: an unused
+    input reaches no output)."""
+    try:
+        kept = module_info(op.attrs["module"]).kept
+    except (MPLangError, ValueError):
+        kept = tuple(range(len(ins)))
+    result = through(_stablehlo, op.attrs["module"], [ins[i] for i in kept if i < len(ins)],
+                     len(op.outputs))
     a.observe(op, result.observed)
     return result.outputs
 

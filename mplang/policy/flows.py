@@ -11,11 +11,13 @@ A copy of p's data that arrives at another party is a `Send` the policy check ju
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mplang.edsl.graph import Graph, Operation, Value
+from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.typing import MPType
 from mplang.policy.labels import Flow, Label, join, join_all, raw
 
@@ -62,6 +64,8 @@ class Analysis:
     decrypted. In a part of one it may be decrypted out of sight, so it is plaintext."""
     runner: int | None = None
     """The party running the party-local region being followed (set by ``pcall``)."""
+    attested: str = ""
+    """The digest of the attested TEE computation being followed, if any."""
     _seen: set[tuple[int, int]] = field(default_factory=set)
 
     # -- used by rules
@@ -111,16 +115,41 @@ class Analysis:
         return [env.get(id(v), {}) for v in graph.outputs]
 
     def local(self, graph: Graph, inputs: Sequence[Label], own: bool) -> list[Label]:
-        """The output labels of party-local ``graph`` run by p (``own``) or another party."""
+        """The output labels of party-local ``graph`` run by p (``own``) or another party.
+
+        p's data an attested TEE enclave opened (``enclave``) stays there only in the
+        region whose digest p checked the quote for, and in the ops that seal it
+        (`ENCLAVE_AWARE`); any other op gets it as the runner's plaintext."""
+        outer = self.attested
+        enclaves = {lab.enclave for lab in inputs if lab is not None and lab.mine} - {""}
+        digest = region_digest(graph) if not own and enclaves else ""
+        if digest in enclaves:
+            self.attested = digest
         env: dict[int, Label] = {id(v): lab for v, lab in zip(graph.inputs, inputs, strict=True)}
         for op in graph.operations:
             ins = [env.get(id(v)) for v in op.inputs]
             rule = None if op.prim is None else op.prim.rule("local_flow")
+            if not own and not self.attested and rule not in ENCLAVE_AWARE:
+                ins = [self._outside_enclave(op, lab) for lab in ins]
             outs = rule(self, op, ins, own) if rule is not None else \
                 local_conservative(self, op, ins, own)
             for v, lab in zip(op.outputs, outs, strict=True):
                 env[id(v)] = lab
-        return [env.get(id(v)) for v in graph.outputs]
+        outs = [env.get(id(v)) for v in graph.outputs]
+        if self.attested and self.attested != outer:
+            outs = [replace(lab, enclave=self.attested) if lab is not None and lab.mine
+                    else lab for lab in outs]
+        self.attested = outer
+        return outs
+
+    def _outside_enclave(self, op: Operation, label: Label) -> Label:
+        if label is None or not label.mine or not label.enclave or label.sealed:
+            return label
+        plain = replace(label, enclave="")
+        if self.runner is not None:
+            self.send(op, self.runner, plain,
+                      "data an attested enclave opened, used outside its attested computation")
+        return plain
 
     def unknown(self, op: Operation, ins: Sequence[PartyLabels]) -> list[PartyLabels]:
         """No rule: each output copy is raw from every labelled input, received by its holder."""
@@ -145,6 +174,23 @@ class Analysis:
                 return state
             state = joined
         return [{q: raw([lab]) or lab for q, lab in s.items()} for s in state]
+
+
+ENCLAVE_AWARE: set[Callable[..., Any]] = set()
+"""Local flow rules that keep p's data inside an attested enclave (sealing it, opening
+it there, deriving keys); `enclave_aware` adds one."""
+
+
+def enclave_aware(rule: LocalRule) -> LocalRule:
+    """Mark a local flow rule as handling labels inside an attested enclave itself."""
+    ENCLAVE_AWARE.add(rule)
+    return rule
+
+
+def region_digest(region: Graph) -> str:
+    """SHA-256 (hex) of a party-local region: the computation a TEE quote attests, which
+    each data owner recomputes from the region the TEE runs."""
+    return hashlib.sha256(encode_graph_bundle(region, {})).hexdigest()
 
 
 def conservative(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:

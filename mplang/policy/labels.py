@@ -95,6 +95,9 @@ class Flow:
     sealed: bool = False
     """Encrypted under a key pair whose private key never leaves its maker (a PHE
     ciphertext): holding it reveals nothing; decrypting it does."""
+    enclave: str = ""
+    """p's data inside a TEE enclave that p checked runs only the computation of this
+    digest (sealed: encrypted to such an enclave); ``foreign``: a key so attested."""
 
     @property
     def mine(self) -> bool:

@@ -6,6 +6,7 @@ shares travel, and the driver receives only the revealed results it fetches."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,13 @@ SPEND = np.random.default_rng(6).gamma(2.0, 50.0, size=60).astype(np.float32)
 
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Path]]:
-    """Three workers (ABY3 SPU) with data roots ``data/<node>`` and audit logs."""
+    """Three workers (ABY3 SPU, a mock-attested TEE on node_2) with data roots
+    ``data/<node>`` and audit logs."""
     base = tmp_path_factory.mktemp("examples-audit")
-    spec = mp.ClusterSpec.from_dict(support.spec_dict(support.free_ports(3)))
+    layout = support.spec_dict(support.free_ports(3))
+    layout["devices"]["T0"] = {"kind": "TEE", "members": ["node_2"],
+                               "config": {"attestation": "mock"}}
+    spec = mp.ClusterSpec.from_dict(layout)
     roots = {node: base / "data" / node for node in NODES}
     millionaire = load("millionaire")
     millionaire.save_wealth(roots["node_0"], 2_500_000)
@@ -187,3 +192,23 @@ def test_phe_sum_of_another_party_s_rows(workers: tuple[LocalCluster, Path]) -> 
                           r"phe\.decrypt at test_examples_audit\.py:\d+ sends the plaintext it "
                           r"decrypts, raw of spend\.npy, to node_0"):
         mp.evaluate(driver, _phe_release(lambda c: phe.sum(c * np.eye(60, dtype=np.float32)[7])))
+
+
+def test_tee_sum_of_two_parties_rows(workers: tuple[LocalCluster, Path]) -> None:
+    """node_0's regions and node_1's spend sealed to the TEE (attestation SIMULATED), summed
+    there, and the sum sealed to P0: both owners accept; the rows themselves are refused."""
+    def on_t0(fn: Any) -> Any:
+        return lambda: mp.put("P0", mp.device("T0")(fn)(*_region_and_spend()))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mp.InsecureDeviceWarning)
+        total, events = _run(workers, on_t0(lambda r, s: jnp.sum(r) + jnp.sum(s)), fetched=1)
+        assert float(total) == pytest.approx(float(REGIONS.sum() + SPEND.sum()), rel=1e-5)
+        assert {e["verdict"] for e in events if e["event"] == "execution"} == {"accepted"}
+        cluster, _ = workers
+        with support.connected_driver(cluster) as driver, \
+                pytest.raises(mp.MPRefusedError, match=r"node_1 refuses the program: op "
+                              r"crypto\.aes_decrypt at test_examples_audit\.py:\d+ sends the "
+                              r"plaintext it decrypts, row-wise \(raw\) values of spend\.npy, "
+                              r"to node_0"):
+            mp.evaluate(driver, on_t0(lambda r, s: s * 2))

@@ -37,6 +37,7 @@ from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import TensorType
 from mplang.frontend import list_ops
 from mplang.passes import optimize
+from mplang.policy.crypto_flows import key_flow, open_flow, seal_flow
 from mplang.policy.flows import local_conservative
 
 X = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
@@ -158,8 +159,11 @@ def test_randomized_ops_are_not_pure_and_the_rest_are() -> None:
 def test_every_op_is_declared_once() -> None:
     prims = vars(crypto.dialect.prims)
     assert {p.name for p in prims.values()} == {i.name for i in list_ops("crypto")}
-    for prim in prims.values():
-        assert prim.rule("local_flow") is local_conservative, prim.name
+    sealing = {"aes_keygen": key_flow, "aes_encrypt": seal_flow, "aes_decrypt": open_flow,
+               "x25519_keygen": key_flow, "x25519_shared": key_flow, "hkdf": key_flow,
+               "public_bytes": key_flow}
+    for name, prim in prims.items():
+        assert prim.rule("local_flow") is sealing.get(name, local_conservative), prim.name
         assert prim.rule("cost") is local_cost, prim.name
     hkdf = prims["hkdf"]
     assert [(o.name, str(o.type)) for o in hkdf.operands] == [

@@ -24,8 +24,9 @@ def test_tee_primitives_are_declared() -> None:
     assert (mock.name, mock.targets, verify.name, verify.targets) == \
         ("tee.mock_quote", ("TEE",), "tee.verify_quote", ("PPU",))
     for p in (mock, verify):
-        assert p.side_effects
-        assert p.rule("cost") is local_cost and p.rule("local_flow") is local_conservative
+        assert p.side_effects and p.rule("cost") is local_cost
+    assert mock.rule("local_flow") is local_conservative
+    assert verify.rule("local_flow").__name__ == "_verify_flow"  # an attested key
     assert {a["name"]: (a["required"], a["default"]) for a in verify.describe()["attributes"]} \
         == {"computation": (True, None), "code": (False, None), "vendor_key": (False, None)}
 

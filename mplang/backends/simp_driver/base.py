@@ -36,6 +36,7 @@ from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.options import DEFAULT_OPTIONS, Mode, RunOptions
 from mplang.runtime.scheduler import Scheduler
 from mplang.runtime.timeline import DRIVER, RunMonitor, monitoring
+from mplang.util.lru import LRUCache
 
 
 def to_host_value(value: Any) -> Any:
@@ -59,6 +60,9 @@ class SimpDriver(ExecutionContext, ABC):
         self._pool = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix=pool_name)
         """Threads that carry requests to the parties."""
         self._closed = False
+        self._causes: LRUCache = LRUCache(64)
+        """exec_id -> the failure that aborted it, for the waits it abandoned."""
+        self._causes_lock = threading.Lock()
         self.world_size = cluster.world_size
         self.default_mode: Mode = default_mode
         self._lock = threading.Lock()
@@ -165,12 +169,16 @@ class SimpDriver(ExecutionContext, ABC):
         first = [e for f in done if (e := f.exception()) is not None]
         if not first:
             return [f.result() for f in futures]
+        self._record_cause(exec_id, first[0])
         self.abort(exec_id, f"{first[0]}")
         wait(pending)
         errors = [e for f in futures if (e := f.exception()) is not None]
         # the cause is what failed first; failures of parties waiting on it come later
         root = next((e for e in [*first, *errors] if not isinstance(e, MPCommunicationError)),
-                    first[0])
+                    None)
+        if root is None:  # abandoned because another op of the execution failed: its cause
+            with self._causes_lock:
+                root = self._causes.lookup(exec_id) or first[0]
         assert root is not None
         if isinstance(root, MPRuntimeError) and root.op is None:
             # a party was lost without saying where: report where the others stopped
@@ -182,6 +190,13 @@ class SimpDriver(ExecutionContext, ABC):
                              f"{', '.join(stops)}", *root.args[1:])
         raise root
 
+    def _record_cause(self, exec_id: str, error: BaseException) -> None:
+        """Keep the first failure of ``exec_id`` that is not a wait it abandoned."""
+        if not isinstance(error, MPCommunicationError):
+            with self._causes_lock:
+                if self._causes.lookup(exec_id) is None:
+                    self._causes.store(exec_id, error)
+
     def run_on_parties(self, graph: Graph, args: Sequence[HostVar], exec_id: str, scope: str,
                        parties: Sequence[int] | None = None,
                        options: RunOptions = DEFAULT_OPTIONS) -> list[HostVar]:
@@ -189,8 +204,12 @@ class SimpDriver(ExecutionContext, ABC):
         ranks = range(self.world_size) if parties is None else parties
         submit = self.submit_here if len(ranks) == 1 else self.submit
         if len(ranks) > 1:
-            self.prepare(list(ranks), graph, [[a.uris[r] for a in args] for r in ranks],
-                         exec_id, scope, options)
+            try:
+                self.prepare(list(ranks), graph, [[a.uris[r] for a in args] for r in ranks],
+                             exec_id, scope, options)
+            except Exception as e:
+                self._record_cause(exec_id, e)
+                raise
         futures = [submit(r, graph, [a.uris[r] for a in args], exec_id, scope, options)
                    for r in ranks]
         try:
