@@ -484,3 +484,43 @@ def test_an_aggregate_over_joined_rows_needs_min_rows_of_them(tmp_path: Path) ->
                         r"\[\"\*\"\], when: aggregate, min_rows: 10\} in .*p\.yaml\), so no "
                         r"aggregate over them may leave it")):
                     mp.evaluate(sim, prog)
+
+
+def test_aggregates_over_rows_two_joins_kept_are_refused_together(tmp_path: Path) -> None:
+    """Two joins of node_0's table (or a join and the whole table) keep rows that data
+    chose differently: their sums could differ by one row, so node_0 refuses both."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
+                      "  - {to: ['*'], when: compare}\n")
+    roots = {}
+    for i, node in enumerate(("node_0", "node_1")):
+        root = tmp_path / node
+        root.mkdir()
+        ids = np.arange(40) if i == 0 else np.arange(20, 60)
+        pd.DataFrame({"id": ids, "v": ids * 2.0}).to_csv(root / "t.csv", index=False)
+        pd.DataFrame({"id": ids[1:], "v": ids[1:] * 2.0}).to_csv(root / "u.csv", index=False)
+        roots[node] = str(root)
+    schema = {"id": "int64", "v": "float64"}
+
+    def joined_sum(other: str) -> Any:
+        ta = simp.pcall((0,), lambda: table.read_csv("t.csv", schema))
+        tb = simp.pcall((1,), lambda: table.read_csv(other, schema))
+        ja, _ = psi.join(ta, tb, "id")
+        column = simp.pcall((0,), lambda t: table.to_tensor(t, ["v"], rows=20), ja)
+        return simp.pcall((0,), jnp.sum, column)
+
+    def whole_sum() -> Any:
+        ta = simp.pcall((0,), lambda: table.read_csv("t.csv", schema))
+        column = simp.pcall((0,), lambda t: table.to_tensor(t, ["v"], rows=40), ta)
+        return simp.pcall((0,), jnp.sum, column)
+
+    with mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
+                      policies={n: str(policy) for n in roots}) as sim:
+        assert float(mp.fetch(sim, mp.evaluate(sim, lambda: joined_sum("t.csv")))[0]) == \
+            2.0 * sum(range(20, 40))
+        for program in (lambda: (joined_sum("t.csv"), joined_sum("u.csv")),
+                        lambda: (joined_sum("t.csv"), whole_sum())):
+            with pytest.raises(MPRefusedError, match=(
+                    r"^node_0 refuses the program: .* which overlaps another release of this "
+                    r"party's data: subtracting them may isolate as few as one row of t\.csv")):
+                mp.evaluate(sim, program)
