@@ -302,8 +302,6 @@ def _keygen_rule(sig: Signature) -> list[ValueType]:
         raise MPTypeError(f"phe.keygen: {e}") from None
 
 
-
-
 @encrypt_p.def_type_rule
 def _encrypt_rule(sig: Signature) -> list[ValueType]:
     op = "phe.encrypt"
@@ -320,8 +318,6 @@ def _encrypt_rule(sig: Signature) -> list[ValueType]:
         raise MPTypeError(f"{op}: {e}") from None
 
 
-
-
 @decrypt_p.def_type_rule
 def _decrypt_rule(sig: Signature) -> list[ValueType]:
     c: Ciphertext = sig.c
@@ -331,8 +327,6 @@ def _decrypt_rule(sig: Signature) -> list[ValueType]:
                           f"is of key pair {sk.key}; only the owner of {c.key}'s private key "
                           "can decrypt it")
     return [TensorType(c.dtype, c.shape)]
-
-
 
 
 def _broadcast(op: str, c: Ciphertext, x: TensorType) -> None:
@@ -366,8 +360,6 @@ def _additive_rule(sig: Signature) -> list[ValueType]:
     return [a]
 
 
-
-
 @mul_plain_p.def_type_rule
 def _mul_plain_rule(sig: Signature) -> list[ValueType]:
     op = "phe.mul_plain"
@@ -379,8 +371,6 @@ def _mul_plain_rule(sig: Signature) -> list[ValueType]:
                           "device instead")
     _broadcast(op, c, x)
     return [_product(op, c, x, c.shape, sig.scale)]
-
-
 
 
 def _product(op: str, c: Ciphertext, x: TensorType, shape: tuple[int, ...],
@@ -410,8 +400,6 @@ def _sum_rule(sig: Signature) -> list[ValueType]:
     return [Ciphertext(c.dtype, shape, c.key, c.scale)]
 
 
-
-
 @dot_p.def_type_rule
 def _dot_rule(sig: Signature) -> list[ValueType]:
     op = "phe.dot"
@@ -424,8 +412,6 @@ def _dot_rule(sig: Signature) -> list[ValueType]:
         raise MPTypeError(f"{op}: inner dimensions differ: {c} and {x}")
     shape = c.shape[:-1] + x.shape[1:]
     return [_product(op, c, x, shape, sig.scale)]
-
-
 
 
 @bucket_sum_p.def_type_rule
@@ -449,8 +435,6 @@ def _bucket_sum_rule(sig: Signature) -> list[ValueType]:
                           f"(-1: in no group), got {groups[0]}")
     shape = (sig.n_groups, bins.shape[1], sig.n_bins, *c.shape[1:])
     return [Ciphertext(c.dtype, shape, c.key, c.scale)]
-
-
 
 
 # ---------------------------------------------------------------- flow rules

@@ -161,17 +161,12 @@ def _digit_counts(num_groups: int, high_hot: Any, low_hot: Any) -> Any:
     return _columns_times(low_hot, high_hot).reshape(-1)[:num_groups]
 
 
+@suppressing(min_rows_arg=1)
 def _suppressed_sums(num_groups: int, min_rows: int, high_hot: Any, low_hot: Any,
                      values: Any) -> Any:
+    """Per-group sums from the keys' digit one-hots, small groups zeroed."""
     sums = _digit_sums(num_groups, high_hot, low_hot, values)
     return _suppress(sums, _digit_counts(num_groups, high_hot, low_hot), min_rows)
-
-
-@suppressing(min_rows_arg=1)
-def _plain_key_sums(num_groups: int, min_rows: int, high_hot: Any, low_hot: Any,
-                    values: Any) -> Any:
-    """Per-group sums from a key holder's digit one-hots, small groups zeroed."""
-    return _suppressed_sums(num_groups, min_rows, high_hot, low_hot, values)
 
 
 @suppressing(min_rows_arg=3)
@@ -203,7 +198,7 @@ def _sums(op: str, keys: Any, values: Any, num_groups: int, device: str, to: str
     if on_party(op, keys):
         high, low = digit_bases(num_groups, binary=False)
         digits = mp.device(keys.device)(bind(_plain_digits, num_groups, high, low))(keys)
-        return mp.device(device)(bind(_plain_key_sums, num_groups, min_rows))(*digits, values)
+        return mp.device(device)(bind(_suppressed_sums, num_groups, min_rows))(*digits, values)
     high, low = digit_bases(num_groups, binary=True)
     return mp.device(device)(bind(_secret_sums, num_groups, high, low, min_rows))(keys, values)
 

@@ -367,7 +367,7 @@ def test_a_function_posing_as_the_suppressing_one_is_not_vouched_for(
     """The driver names the library function but sends its own StableHLO (a sum over the
     rows node_0's keys pick, without suppression): node_1 derives the real function, sees
     another text and judges the release as it is."""
-    @functools.wraps(groupby._plain_key_sums)
+    @functools.wraps(groupby._suppressed_sums)
     def posing(high_hot: Any, low_hot: Any, values: Any) -> Any:
         return jnp.sum(values * high_hot[:, 0] * low_hot[:, 0])
 
