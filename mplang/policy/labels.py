@@ -43,6 +43,9 @@ class Rows:
     gate: int = 0
     """Nonzero: only those of the rows that data chose (a PSI join, a group), the same
     rows wherever the gate is the same."""
+    partition: bool = False
+    """With a gate: the gate's groups cover every row of the set, none suppressed (the
+    leaves of a tree), so their sums add up to the whole set's."""
 
     @property
     def size(self) -> int:
@@ -209,8 +212,8 @@ def combine(a: Label, b: Label) -> Label:
         window = aligned_windows(a.window, b.window)
         if window is None or (a.axis, a.at, a.outer) != (b.axis, b.at, b.outer):
             return raw([a, b])
-        return replace(_merged(a, b), window=window, mask=a.mask and b.mask,
-                       gated=a.gated or b.gated or a.mask != b.mask)
+        out = replace(_merged(a, b), window=window, mask=a.mask and b.mask)
+        return masked(out) if a.mask != b.mask else out
     if a.form == "aggregate" and b.form == "aggregate":
         return _merged(a, b)
     return _merged(a, b) if a.form == "rowwise" else _merged(b, a)
@@ -229,17 +232,26 @@ def aligned_windows(a: Rows | None, b: Rows | None) -> Rows | None:
     return replace(a, sources=a.sources | b.sources)
 
 
+def masked(label: Flow) -> Flow:
+    """p's rows weighted by a mask (a comparison result, a bin): how many of them count
+    depends on data, whatever a run-time check on the rows before the mask bounded."""
+    return replace(label, gated=True, enforced=None)
+
+
 def _merged(main: Flow, other: Flow) -> Flow:
     """``main``'s shape with ``other``'s sources, rowsets and gating added."""
     enforced = main.enforced if other.form != "aggregate" else \
-        _least(main.enforced, other.enforced) if main.form == "aggregate" else None
+        _gated_bound(main, other) if main.form == "aggregate" else None
     return replace(main, sources=main.sources | other.sources,
                    rowsets=main.rowsets | other.rowsets, pure=False,
                    gated=main.gated or other.gated, enforced=enforced)
 
 
-def _least(a: int | None, b: int | None) -> int | None:
-    return None if a is None or b is None else min(a, b)
+def _gated_bound(a: Flow, b: Flow) -> int | None:
+    """The fewest rows a group of aggregates ``a`` and ``b`` combined holds, of those
+    gated (an aggregate over a whole window bounds no group)."""
+    bounds = [lab.enforced for lab in (a, b) if lab.gated]
+    return None if not bounds or None in bounds else min(b for b in bounds if b is not None)
 
 
 def _with_other(label: Label, other: Label) -> Label:
@@ -248,8 +260,8 @@ def _with_other(label: Label, other: Label) -> Label:
         return None if other is None else Flow("foreign", mask=other.mask)
     if not label.mine:
         return Flow("foreign", mask=label.mask or (other is not None and other.mask))
-    gated = other is not None and other.mask and label.form == "rowwise"
-    return replace(label, pure=False, gated=label.gated or gated)
+    out = replace(label, pure=False)
+    return masked(out) if other is not None and other.mask and label.form == "rowwise" else out
 
 
 def compared(a: Label, b: Label) -> Label:
@@ -349,6 +361,11 @@ def subset(own: Label, seen: Label, gate: int) -> Label:
     """A holder's rows kept where another owner's data says (a PSI join, ``gate``): ``own``'s
     rows, of a count known only at run time and checked there, with what ``seen`` reveals."""
     if own is None or not own.mine:
+        if seen is not None and seen.mine and seen.form == "compare":
+            # the other holder's rows, one per row p kept (aligned with them): for p, which
+            # of its rows the join kept, so row-wise over those rows
+            rows = Rows(seen.sources, 0, UNKNOWN, gate=gate)
+            return Flow("rowwise", seen.sources, rows, 0, 0, gated=True, enforced=ENFORCED)
         return seen if seen is not None and seen.mine else own
     if own.window is None:
         return raw([own, seen])
@@ -357,11 +374,12 @@ def subset(own: Label, seen: Label, gate: int) -> Label:
     return kept if seen is None or not seen.mine else combine(kept, seen)
 
 
-def suppressed(label: Label, min_rows: int, gate: int) -> Label:
+def suppressed(label: Label, min_rows: int, gate: int, partition: bool = False) -> Label:
     """``label`` of a release whose groups of fewer than ``min_rows`` rows are set to zero
-    at run time (``gate``: the op choosing the groups): a data-dependent aggregate of
-    p's becomes one over groups of at least ``min_rows`` rows."""
+    at run time (``gate``: the op choosing the groups; ``partition``: no group is small,
+    they cover every row): a data-dependent aggregate of p's becomes one over groups of
+    at least ``min_rows`` rows."""
     if label is None or not label.mine or label.form != "aggregate" or not label.gated:
         return label
-    return replace(label, enforced=min_rows,
-                   rowsets=frozenset(replace(r, gate=gate) for r in label.rowsets))
+    return replace(label, enforced=min_rows, rowsets=frozenset(
+        replace(r, gate=gate, partition=partition) for r in label.rowsets))

@@ -16,7 +16,7 @@ from typing import Any
 
 from mplang.edsl.graph import Operation
 from mplang.policy.flows import Analysis
-from mplang.policy.labels import Label, aggregated, combine, impure, join, raw
+from mplang.policy.labels import Label, aggregated, combine, impure, join, masked, raw
 
 
 def _opened(label: Label) -> Label:
@@ -101,8 +101,7 @@ def _contracted(c: Label, x: Label, c_last: int, x_ndim: int) -> Label:
             if other is None or (_rowwise(other) and other.window != lab.window):
                 return raw([c, x])
             mismatch = other.mask != lab.mask if _rowwise(other) else other.mask
-            gated = lab.gated or mismatch
-            return combine(aggregated(replace(lab, gated=gated)),
+            return combine(aggregated(masked(lab) if mismatch else lab),
                            aggregated(other) if _rowwise(other) else impure(other))
         if _rowwise(other):
             return raw([c, x])
@@ -122,5 +121,5 @@ def bucket_sum_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> 
             continue
         if not _rowwise(label) or label.axis != 0 or label.outer is not None or label.at:
             return [_sealed(raw(_opened(lab) for lab in ins))]
-        out = join(out, aggregated(replace(label, gated=label.gated or i == 0)))
+        out = join(out, aggregated(masked(label) if i == 0 else label))
     return [_sealed(out)]

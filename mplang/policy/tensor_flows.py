@@ -31,6 +31,7 @@ from mplang.policy.labels import (
     impure,
     join,
     join_all,
+    masked,
     raw,
 )
 from mplang.util.lru import LRUCache
@@ -450,9 +451,9 @@ def _narrow(label: Flow, lo: int, hi: int, src: Tensor | None) -> Label:
     assert window is not None and label.axis is not None
     if window.hi == UNKNOWN:
         return raw([label])
-    if label.gated:  # a part of rows chosen at run time: the check there was on the whole
-        label = replace(label, enforced=None)
     count = window.size if not window.step else None
+    if label.gated and (count is None or lo > label.at or hi < label.at + count):
+        label = replace(label, enforced=None)  # a part of rows a run-time check counted whole
     if count is None:  # one block, not known which: only the whole of it
         full = src is not None and lo <= label.at and hi >= label.at + window.step
         return label if full else raw([label])
@@ -573,8 +574,8 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
                     aligned_windows(a.window, b.window) is not None and a.at == b.at and \
                     a.outer is None is b.outer:
                 if group is contract:
-                    gated = a.gated or b.gated or a.mask != b.mask
-                    return Val(combine(aggregated(replace(a, gated=gated)), aggregated(b)))
+                    weighted = masked(a) if a.mask != b.mask else a
+                    return Val(combine(aggregated(weighted), aggregated(b)))
                 return Val(_kept(a, b, axis=group[0].index(a.axis)))
         return Val(raw([a, b]))
     i = rowwise[0]
@@ -585,17 +586,19 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
     if lab.outer is not None:
         return Val(raw([lab, other.label]))
     olab = other.label
-    gated = lab.gated or bool(olab is not None and olab.mask)
+    row_axis = lab.axis
+    if olab is not None and olab.mask:
+        lab = masked(lab)
     for group in (contract, batch):
-        if lab.axis in group[i]:
-            pos = group[1 - i][group[i].index(lab.axis)]
+        if row_axis in group[i]:
+            pos = group[1 - i][group[i].index(row_axis)]
             if not _aligned(lab, other, pos):
                 return Val(raw([lab, olab]))
             if group is contract:
-                return Val(combine(aggregated(replace(lab, gated=gated)), impure(olab)))
-            return Val(_kept(lab, olab, axis=group[i].index(lab.axis), gated=gated))
-    axis = len(batch[0]) + (0 if i == 0 else len(free[0])) + free[i].index(lab.axis)
-    return Val(_kept(lab, olab, axis=axis, gated=gated))
+                return Val(combine(aggregated(lab), impure(olab)))
+            return Val(_kept(lab, olab, axis=group[i].index(row_axis)))
+    axis = len(batch[0]) + (0 if i == 0 else len(free[0])) + free[i].index(row_axis)
+    return Val(_kept(lab, olab, axis=axis))
 
 
 def _dot_alike(ins: list[Val], batch: tuple[list[int], list[int]], free: list[list[int]]

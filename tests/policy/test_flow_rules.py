@@ -16,7 +16,17 @@ import pytest
 import mplang as mp
 from mplang.cluster.local import DEV_POLICY
 from mplang.policy.check import check
-from mplang.policy.labels import FOREIGN, Flow, Label, Rows, source
+from mplang.policy.labels import (
+    ENFORCED,
+    FOREIGN,
+    Flow,
+    Label,
+    Rows,
+    compared,
+    source,
+    subset,
+    with_rows,
+)
 from mplang.policy.policy import Policy
 from mplang.policy.tensor_flows import Result, transfer
 
@@ -184,6 +194,50 @@ def test_values_without_the_party_s_data() -> None:
     assert mask == Flow("foreign", mask=True)
     mine = flows(lambda x, c: x + c, X, np.float32(1.0), labels=[source("x", 20), None])
     assert mine.outputs[0] is not None and mine.outputs[0].form == "rowwise"
+
+
+# ---------------------------------------------------------------- rows a PSI join kept
+
+KEPT = Flow("rowwise", frozenset(["x"]), Rows(frozenset(["x"]), 0, 20, gate=7), 0, 0,
+            gated=True, enforced=ENFORCED)
+"""x's rows a join kept (20 of them, counted at run time against each holder's min_rows);
+the other holder's joined rows have the same label for x's owner (`subset`)."""
+
+
+@pytest.mark.parametrize("fn, args", [
+    (jnp.sum, ()),
+    (lambda x: jnp.sum(x[:, 0]), ()),  # a column: every kept row
+    (lambda x, y: jnp.sum(x[:, 0] * y[:, 1]), (M,)),  # with the other holder's rows
+    (lambda x, y: jnp.sum(x[:, 0] + y[:, 1] * 2.0), (M,)),
+])
+def test_aggregates_over_every_row_a_join_kept_are_checked_at_run_time(fn: Any, args: Any
+                                                                       ) -> None:
+    out = flows(fn, M, *args, labels=[KEPT] * (1 + len(args))).outputs[0]
+    assert out is not None and (out.form, out.rows) == ("aggregate", ENFORCED)
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda x: jnp.sum((x == 45.0) * x), ()),  # one customer, chosen by the driver
+    (lambda x: jnp.sum(jnp.where(x[:, 0] == 45.0, x[:, 1], 0.0)), ()),
+    (lambda x, y: jnp.sum((y[:, 0] == 45.0) * x[:, 1]), (M,)),  # by the other's column
+    (lambda x, y: (y[:, 0] == 45.0).astype(jnp.float32) @ x, (M,)),
+    (lambda x: jnp.sum(x[:5]), ()),  # a part of the rows the run-time check counted
+])
+def test_rows_a_join_kept_selected_again_are_a_data_dependent_count(fn: Any, args: Any
+                                                                    ) -> None:
+    """A run-time check of the join's size says nothing of a part of its rows: a mask (or
+    a slice) over them makes an aggregate whose row count the analysis cannot bound."""
+    out = flows(fn, M, *args, labels=[KEPT] * (1 + len(args))).outputs[0]
+    assert out is not None and out.form == "aggregate" and out.rows is None
+
+
+def test_the_other_holder_s_joined_rows_are_row_wise_over_the_rows_kept() -> None:
+    mine = Flow("rowwise", frozenset(["x"]), Rows(frozenset(["x"]), 0, 20), 0, 0, pure=True)
+    seen = compared(mine, FOREIGN)
+    theirs = subset(FOREIGN, seen, 7)
+    assert theirs is not None and theirs.form == "rowwise" and theirs.enforced == ENFORCED
+    kept = subset(mine, compared(FOREIGN, mine), 7)
+    assert kept is not None and with_rows(theirs, 20).window == with_rows(kept, 20).window
 
 
 # ---------------------------------------------------------------- control flow
