@@ -56,7 +56,7 @@ from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels, conservative, everywhere
 from mplang.policy.labels import suppressed
 from mplang.policy.program_flows import labels_through
-from mplang.policy.vouched import library_attrs, vouched_min_rows
+from mplang.policy.vouched import library_attrs, min_rows_of, vouched
 
 ir: Any = _ir  # the MLIR bindings ship no type stubs
 SHARE_SCHEME = "spu"
@@ -171,7 +171,7 @@ run_p = Primitive(
            "library": Attr(str, default="", optional=True,
                            doc="the registered library function run (policy.vouched), if any"),
            "library_args": Attr(tuple, default=(), optional=True,
-                                doc="its static int arguments")},
+                                doc="its static int and float arguments")},
     results=[Result("outs", SHARE, variadic=True)], targets=("SPU",), cost=_run_cost,
     doc="Run a libspu executable on secret shares held by the SPU's members.")
 reveal_p = Primitive(
@@ -574,10 +574,11 @@ def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyL
     result = labels_through(text, [everywhere(v) for v in ins], len(op.outputs))
     a.observe(op, result.observed)
     outputs = result.outputs
-    min_rows = vouched_min_rows(op, text, _derive) if any(
+    entry = vouched(op, text, _derive) if any(
         lab is not None and lab.gated for lab in outputs) else None
-    if min_rows is not None:
-        outputs = [suppressed(lab, min_rows, gate=id(op)) for lab in outputs]
+    if entry is not None:
+        outputs = [suppressed(lab, min_rows_of(op, entry), gate=id(op),
+                              partition=entry.partition) for lab in outputs]
     members = op.attrs["members"]
     return [{} if lab is None else dict.fromkeys(members, lab) for lab in outputs]
 

@@ -165,14 +165,21 @@ def _overlaps(allowed: list[tuple[Send, DeclassifyRule]], sends: list[Send], pol
 def _other_rows(released: set[Rows], within: frozenset[Rows]) -> frozenset[str] | None:
     """The sources shared by one of ``within``'s row sets that data chose (a PSI join's,
     a group's) and a released row set chosen otherwise: their difference is rows data
-    chose, as few as one. None if there is none."""
+    chose, as few as one. None if there is none. A partition's groups and the whole of
+    the rows it partitions are not chosen otherwise: the groups add up to the whole."""
     for rows in within:
         if rows.gate:
             for other in released:
                 shared = rows.sources & other.sources
-                if shared and other.gate != rows.gate:
+                if shared and other.gate != rows.gate and not _partitioned(rows, other):
                     return shared
     return None
+
+
+def _partitioned(rows: Rows, other: Rows) -> bool:
+    """Whether ``other`` is the whole of the rows that partition ``rows`` splits."""
+    return rows.partition and not other.gate and not other.step and not rows.step \
+        and (other.lo, other.hi) == (rows.lo, rows.hi)
 
 
 def _devices(analysis: Analysis, policy: Policy, rank: int, verdict: Verdict) -> None:

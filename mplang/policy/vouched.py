@@ -33,25 +33,28 @@ LIBRARY_PACKAGE = "mplang.libs."
 
 @dataclass(frozen=True)
 class Suppressing:
-    """A registered function: ``fn(*static, *shares)``; ``static[min_rows_arg]`` is the
-    fewest rows a group it releases holds."""
+    """A registered function: ``fn(*static, *shares)`` (``static``: ints and floats);
+    the int ``static[min_rows_arg]`` is the fewest rows a group it releases holds."""
 
     fn: Callable[..., Any]
     min_rows_arg: int
+    partition: bool = False
+    """Its groups cover every row and none is suppressed (no group is that small)."""
 
 
 _REGISTRY: dict[str, Suppressing] = {}
 _NAMES: dict[Callable[..., Any], str] = {}
 
 
-def suppressing(min_rows_arg: int) -> Callable[[F], F]:
+def suppressing(min_rows_arg: int, partition: bool = False) -> Callable[[F], F]:
     """Register a function of ``mplang.libs`` that suppresses, inside the secure device,
-    every group of fewer than its static argument ``min_rows_arg`` rows."""
+    every group of fewer than its static argument ``min_rows_arg`` rows (``partition``:
+    that forms no such group, and its groups cover every row)."""
     def register(fn: F) -> F:
         name = f"{fn.__module__}.{fn.__qualname__}"
         if not name.startswith(LIBRARY_PACKAGE):
             raise ValueError(f"{name}: only functions of {LIBRARY_PACKAGE[:-1]} register here")
-        _REGISTRY[name] = Suppressing(fn, min_rows_arg)
+        _REGISTRY[name] = Suppressing(fn, min_rows_arg, partition)
         _NAMES[fn] = name
         return fn
 
@@ -63,8 +66,7 @@ def library_attrs(fn: Callable[..., Any]) -> dict[str, Any]:
     static arguments bound (`mplang.libs.aggregation.bind`); empty otherwise."""
     name = _NAMES.get(getattr(fn, "__wrapped__", None))  # type: ignore[arg-type]
     static = getattr(fn, "static_args", None)
-    if name is None or not isinstance(static, tuple) or \
-            not all(type(s) is int for s in static):
+    if name is None or not _plain_args(static):
         return {}
     return {"library": name, "library_args": static}
 
@@ -79,7 +81,7 @@ def _lookup(name: str) -> Suppressing | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _derived(name: str, static: tuple[int, ...], in_types: tuple[TensorType, ...],
+def _derived(name: str, static: tuple[int | float, ...], in_types: tuple[TensorType, ...],
              derive: Derive) -> str | None:
     """The StableHLO text this member lowers registered ``name`` to, for ``in_types``."""
     from mplang.libs.aggregation import bind
@@ -93,16 +95,30 @@ def _derived(name: str, static: tuple[int, ...], in_types: tuple[TensorType, ...
         return None
 
 
-def vouched_min_rows(op: Operation, stablehlo: str, derive: Derive) -> int | None:
-    """The ``min_rows`` a registered function that device op ``op`` names enforces, if
-    its StableHLO ``stablehlo`` is what this member derives; None otherwise."""
+def vouched(op: Operation, stablehlo: str, derive: Derive) -> Suppressing | None:
+    """The registered function that device op ``op`` names, if its StableHLO
+    ``stablehlo`` is what this member derives; None otherwise."""
     name, static = op.attrs.get("library", ""), op.attrs.get("library_args", ())
-    if not name or not isinstance(static, tuple) or not all(type(s) is int for s in static):
+    if not name or not _plain_args(static):
         return None
     entry = _lookup(name)
     if entry is None or not 0 <= entry.min_rows_arg < len(static):
         return None
+    rows = static[entry.min_rows_arg]
+    if type(rows) is not int or rows < 1:
+        return None
     if _derived(name, static, tuple(op.attrs["in_types"]), derive) != stablehlo:
         return None
-    rows = static[entry.min_rows_arg]
-    return rows if rows >= 1 else None
+    return entry
+
+
+def min_rows_of(op: Operation, entry: Suppressing) -> int:
+    """The ``min_rows`` that `vouched` ``entry`` enforces in device op ``op``."""
+    rows: int = op.attrs["library_args"][entry.min_rows_arg]
+    return rows
+
+
+def _plain_args(static: Any) -> bool:
+    """Whether ``static`` is a tuple of ints and floats (the static arguments a program
+    may name)."""
+    return isinstance(static, tuple) and all(type(s) in (int, float) for s in static)
