@@ -59,12 +59,14 @@ def main() -> None:
     warnings.simplefilter("ignore", mp.InsecureDeviceWarning)
     with tempfile.TemporaryDirectory() as tmp:
         audit = Path(tmp) / "audit"
-        local = LocalCluster(spec(free_ports(4)), audit_dir=audit)
+        example.save_values({f"node_{i}": Path(tmp) / "data" / f"node_{i}" for i in range(3)},
+                            vectors)
+        local = LocalCluster(spec(free_ports(4)), audit_dir=audit, data_root=Path(tmp) / "data")
         local.start()
         drv = local.driver()
         try:
             rows = []
-            for name, program in example.programs(vectors).items():
+            for name, program in example.programs().items():
                 compiled = mp.compile(program, cluster=drv.cluster)
                 times, sent, means = [], [], []
                 for _ in range(args.runs):

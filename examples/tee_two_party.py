@@ -1,9 +1,9 @@
 """A two-party computation inside a TEE, with MOCK attestation.
 
-Alice (``P0``) and Bob (``P1``) each hold a salary vector. They want, without
-showing each other their vectors: the total payroll (for both), and for each
-position whether Alice pays more (for Alice only). The TEE ``T0`` (node_2)
-computes it:
+Alice (``P0``) and Bob (``P1``) each hold the salaries of the same 12 positions
+(``salaries.npy``, in their own data roots). They want, without showing each
+other their salaries: the total payroll (for both), and for each position whether
+Alice pays more (for Alice only). The TEE ``T0`` (node_2) computes it:
 
 1. T0 makes a fresh X25519 key pair and a quote binding its public key to the
    measurement of its code and of this exact computation;
@@ -18,18 +18,30 @@ a published key and T0 reports its own measurement, so it shows the protocol,
 not a hardware guarantee. With real hardware: T0's host cannot read the
 enclave; here node_2 sees both vectors.
 
+What leaves the enclave is what ``mplang init``'s policies allow: the payroll is an
+aggregate over each party's 12 rows (at least ``min_rows``, 10), and "Alice pays
+more" compares Alice's salaries with Bob's, position by position (``compare``).
+Each party reads its salaries on its own side (``tensor.load``); this demo writes
+both files into temporary data roots first (``mplang.libs.demo.simulated``).
+
 Run: ``python examples/tee_two_party.py``
 """
 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 import mplang as mp
+from mplang import tensor
+from mplang.libs.demo import simulated
+
+SALARIES = "salaries.npy"
+"""The file each of Alice and Bob keeps its salaries in, in its own data root."""
 
 
 def cluster() -> mp.ClusterSpec:
@@ -42,28 +54,37 @@ def cluster() -> mp.ClusterSpec:
                            "config": {"attestation": "mock"}}}})
 
 
-def compare(alice: np.ndarray, bob: np.ndarray) -> Any:
-    """A program: (payroll at P0, payroll at P1, Alice-pays-more mask at P0)."""
-    @mp.function
-    def program() -> Any:
-        a = mp.device("P0")(lambda: alice)()
-        b = mp.device("P1")(lambda: bob)()
-        total, more = mp.device("T0")(lambda x, y: (jnp.sum(x) + jnp.sum(y), x > y))(a, b)
-        return mp.put("P0", total), mp.put("P1", total), mp.put("P0", more)
+def make_salaries(seed: int = 7, n: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """Alice's and Bob's salaries of the same ``n`` positions (float32)."""
+    rng = np.random.default_rng(seed)
+    alice = np.round(rng.normal(5500.0, 800.0, size=n), -2).astype(np.float32)
+    bob = np.round(alice + rng.normal(0.0, 400.0, size=n), -2).astype(np.float32)
+    return alice, bob
 
-    return program
+
+def save_salaries(roots: dict[str, Path], alice: np.ndarray, bob: np.ndarray) -> None:
+    """What Alice and Bob each do on their own machines: keep their salaries in their data
+    roots (``roots`` maps node_0 and node_1 to them)."""
+    for node, salaries in (("node_0", alice), ("node_1", bob)):
+        roots[node].mkdir(parents=True, exist_ok=True)
+        np.save(roots[node] / SALARIES, salaries)
+
+
+@mp.function
+def compare() -> Any:
+    """(payroll at P0, payroll at P1, Alice-pays-more mask at P0)."""
+    a = mp.device("P0")(lambda: tensor.load(SALARIES))()
+    b = mp.device("P1")(lambda: tensor.load(SALARIES))()
+    total, more = mp.device("T0")(lambda x, y: (jnp.sum(x) + jnp.sum(y), x > y))(a, b)
+    return mp.put("P0", total), mp.put("P1", total), mp.put("P0", more)
 
 
 def main() -> dict[str, Any]:
-    alice = np.array([5200.0, 6100.0, 4800.0, 7000.0], dtype=np.float32)
-    bob = np.array([5000.0, 6400.0, 4800.0, 6900.0], dtype=np.float32)
-    sim = mp.Simulator(cluster())
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", mp.InsecureDeviceWarning)  # said above: a mock
-            total_a, total_b, more = mp.fetch(sim, mp.evaluate(sim, compare(alice, bob)))
-    finally:
-        sim.close()
+    alice, bob = make_salaries()
+    with simulated(cluster(), lambda roots: save_salaries(roots, alice, bob)) as sim, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", mp.InsecureDeviceWarning)  # said above: a mock
+        total_a, total_b, more = mp.fetch(sim, mp.evaluate(sim, compare))
     print("payroll (Alice's copy, Bob's copy):", float(total_a), float(total_b))
     print("Alice pays more at positions:", np.flatnonzero(more).tolist())
     return {"alice": alice, "bob": bob, "total": (total_a, total_b), "more": more}

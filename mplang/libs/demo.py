@@ -7,8 +7,9 @@ organisation's own disk.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +91,28 @@ def secure_mean(world_size: int) -> Any:
     return mp.put("P0", mp.device("SP0")(lambda *vs: jnp.mean(jnp.stack(vs)))(*vectors))
 
 
+@contextlib.contextmanager
+def simulated(cluster: mp.ClusterSpec, write: Callable[[dict[str, Path]], None],
+              prefix: str = "mplang-demo-") -> Iterator[Any]:
+    """A simulator of ``cluster`` whose parties read from temporary data roots, one per
+    node, standing in for each organisation's own disk: ``write(roots)`` fills them
+    first (``roots``: node name -> folder). Closed, and the folders removed, on exit."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        roots = {node.name: Path(folder) / node.name for node in cluster.nodes}
+        for root in roots.values():
+            root.mkdir()
+        write(roots)
+        sim = mp.Simulator(cluster, data_roots=roots)
+        try:
+            yield sim
+        finally:
+            sim.close()
+
+
 def run_demo(world_size: int = 3, echo: Callable[[str], None] = print) -> list[Any]:
     """Run every demo step on a ``world_size``-party simulator; return the fetched results."""
     results = []
-    cluster = mp.ClusterSpec.simple(world_size)
-    folder = tempfile.TemporaryDirectory(prefix="mplang-demo-")
-    roots = {node.name: Path(folder.name) / node.name for node in cluster.nodes}
-    write_inputs(roots)
-    with folder, mp.Simulator(cluster, data_roots=roots) as sim:
+    with simulated(mp.ClusterSpec.simple(world_size), write_inputs) as sim, sim:
         echo(f"MPLang demo on an in-memory simulator of {world_size} parties "
              "(each reads its inputs from its own data root)")
         for title, step in _steps(world_size):
@@ -117,5 +132,4 @@ def run_demo(world_size: int = 3, echo: Callable[[str], None] = print) -> list[A
             echo(f"- secure mean of the {world_size} private vectors, revealed to P0: "
                  f"{mean:.4f}")
             results += [richer, mean]
-        sim.close()
     return results

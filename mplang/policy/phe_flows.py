@@ -16,7 +16,17 @@ from typing import Any
 
 from mplang.edsl.graph import Operation
 from mplang.policy.flows import Analysis
-from mplang.policy.labels import Label, aggregated, combine, impure, join, masked, raw
+from mplang.policy.labels import (
+    Flow,
+    Label,
+    aggregated,
+    aligned_windows,
+    combine,
+    impure,
+    join,
+    masked,
+    raw,
+)
 
 
 def _opened(label: Label) -> Label:
@@ -98,7 +108,8 @@ def _contracted(c: Label, x: Label, c_last: int, x_ndim: int) -> Label:
         if lab.axis is None or lab.outer is not None or lab.at != 0:
             return raw([c, x])
         if lab.axis == row_axis:  # a sum over p's rows, weighted by the other side
-            if other is None or (_rowwise(other) and other.window != lab.window):
+            if other is None or (_rowwise(other) and not _contracted_alike(
+                    lab, other, 0 if lab is c else c_last)):
                 return raw([c, x])
             mismatch = other.mask != lab.mask if _rowwise(other) else other.mask
             return combine(aggregated(masked(lab) if mismatch else lab),
@@ -108,6 +119,13 @@ def _contracted(c: Label, x: Label, c_last: int, x_ndim: int) -> Label:
         axis = lab.axis if lab is c else c_last + lab.axis - 1
         return replace(combine(lab, other) or lab, axis=axis)
     return combine(c, x)
+
+
+def _contracted_alike(lab: Flow, other: Flow, other_axis: int) -> bool:
+    """Whether row-wise ``other``'s contracted axis holds the same rows of p as ``lab``'s
+    (the same rows of one source, or the same positions of sources of equal length)."""
+    return other.axis == other_axis and other.at == 0 and other.outer is None and \
+        aligned_windows(lab.window, other.window) is not None
 
 
 def bucket_sum_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:

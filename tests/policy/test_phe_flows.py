@@ -6,6 +6,7 @@ node_0 makes the key and decrypts; node_2 evaluates)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 import mplang as mp
 from mplang import phe, simp, tensor
 from mplang.cluster.local import write_dev_policies
+from mplang.policy.labels import raw
 
 pytest.importorskip("heu", reason="the phe extra (sf-heu) is not installed")
 
@@ -110,3 +112,19 @@ def test_standard_mode_judges_a_ciphertext_as_its_plaintext(sim: mp.Simulator) -
     judged as sending the data."""
     message = refusal(sim, at_node_2(lambda c: phe.sum(c)), mode="standard")
     assert "the value party 1 sends, row-wise (raw) values of spend.npy" in message, message
+
+
+def test_a_product_with_the_party_s_own_aligned_rows_is_an_aggregate() -> None:
+    """``phe.dot(c, x)`` over p's rows: with p's own row-wise ``x`` whose contracted axis
+    holds the same rows (here of two files of equal length), an aggregate; rows that do
+    not line up (``x``'s rows on its other axis) are raw."""
+    from mplang.policy.labels import Rows, combine, source
+    from mplang.policy.phe_flows import _contracted
+
+    x0, y = source("x0.npy", 64), source("y.npy", 64)
+    d = combine(x0, y)
+    assert d is not None and d.window == Rows(frozenset(["x0.npy", "y.npy"]), 0, 64)
+    got = _contracted(d, x0, 0, 2)
+    assert got is not None and (got.form, got.rows) == ("aggregate", 64)
+    assert _contracted(d, replace(x0, axis=1), 0, 2) == raw([d, x0])
+    assert _contracted(d, source("x1.npy", 32), 0, 2) == raw([d, source("x1.npy", 32)])
