@@ -415,6 +415,9 @@ def _probabilities(right_a: jax.Array, right_b: jax.Array, leaf: jax.Array, base
 
 _MIN_GAIN = 1e-3
 """A split on the device must gain more than this: fixed-point noise is not a gain."""
+_SECRET_TIE = 1e-3
+"""Gains on the device within this fraction of the best one are ties: its fixed-point
+divisions are accurate to about 1e-4."""
 
 
 def _secret_best_splits(hist: jax.Array, reg_lambda: float, min_leaf: int,
@@ -437,7 +440,7 @@ def _secret_best_splits(hist: jax.Array, reg_lambda: float, min_leaf: int,
         & (left[..., 1] >= min_weight) & (right[..., 1] >= min_weight)
     flat = jnp.where(ok, gain, -1.0).reshape(nodes, features * n_bins)
     top = jnp.max(flat, axis=1, keepdims=True)
-    best = jnp.argmax(flat >= top - _TIE * jnp.abs(top), axis=1)  # the first of the ties
+    best = jnp.argmax(flat >= top - _SECRET_TIE * jnp.abs(top), axis=1)  # the first tie
     split = top[:, 0] > _MIN_GAIN
     return (jnp.where(split, best // n_bins, -1).astype(jnp.int32),
             (best % n_bins).astype(jnp.int32))
