@@ -58,6 +58,19 @@ its columns go to the active party, the active party's routing bits to the passi
 party, and the probabilities to whoever fetches them (``plaintext_to``, or the
 program's digest in ``programs`` after review).
 
+On an SPU (``SecureBoost(..., device="SP0")``; semi-honest parties, and an honest
+majority on ABY3) the same trees grow with nothing but the trees leaving the device:
+each party bins its columns from counts (`grid_bins`), secret-shares the bins (the
+active party also its labels), and the device computes every histogram, split choice
+and row routing (`_secret_trees`). Each party receives its own splits (feature and
+bin; the threshold stays with it), the active party the leaf values. Every split
+leaves at least ``min_samples_leaf`` rows on each side, so each leaf is a sum over
+that many rows: this relies on the ``aggregate`` rule of both parties' policies with
+``min_rows`` at most ``min_samples_leaf`` (the members vouch for the function:
+`mplang.policy.vouched`), and passes the policies ``mplang init`` writes. Split
+choices compare gains computed in fixed point: ties within 0.1% go to the lowest
+feature and bin, and splits gaining less than ``1e-3`` are not made.
+
 Why PHE and not secret sharing: each level needs, for every (node, feature, bin), the sum
 of the gradients and hessians of the rows in that node whose *passive-party* bin
 matches. On secret shares the bin memberships and the gradients would both be
