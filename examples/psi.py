@@ -9,18 +9,30 @@ study their common customers without showing each other anyone else:
 * ``psi.join`` (libpsi's RR22 by default; KKRT and ECDH too) gives each party its
   own rows of the shared customers, in the same order on both sides, so row ``i``
   of the shop's result and row ``i`` of the bank's are the same customer. Neither
-  sees the other's columns.
+  sees the other's columns, and the rows never leave their holders.
+
+On those aligned rows the program computes only what the policies ``mplang init``
+writes let out (``docs/privacy.md``): the shared customers' average age (the
+shop's column) and balance (the bank's) per age band, under 50 and over, revealed
+to the shop. It is a group-by on the SPU: aggregates over the rows the join kept
+(at least ``min_rows`` of them, which each holder checks at run time), whose groups
+of fewer than ``min_rows`` rows are suppressed inside the SPU (reported as 0). Each
+program releases one aggregate of those rows: two (say, the average age of every
+shared customer beside the per-band one) could be subtracted from each other, so
+the policies refuse them together.
+
+Tensors have static shapes, so two programs run: the first counts the shared
+customers, the second joins and aggregates ``rows`` of them.
 
 Each party reads its table from its own data root (``table.read_csv``): no row passes
 through the driver. In this demo one process plays both parties, so it writes both
 files into temporary data roots first; on real workers each organisation keeps its
-file on its own machine (``mplang worker --data-root DIR``). To show the result, the
-demo then fetches both parties' joined rows, which only works because the simulator
-runs without policies; in a deployment each party reads its own result.
+file on its own machine (``mplang worker --data-root DIR``).
 
 Security: the protocols are secure against semi-honest parties (each follows the
-protocol but may try to learn from what it sees). What each party learns besides
-its own result: the other's number of rows (or of distinct IDs, for the count), and
+protocol but may try to learn from what it sees); the SPU's ABY3 also needs an
+honest majority (node_2 helps and holds no data). What each party learns besides
+the results: the other's number of rows (or of distinct IDs, for the count), and
 from the join which of its IDs the other holds (see ``mplang.libs.psi``).
 
 Run: ``python examples/psi.py``
@@ -28,17 +40,18 @@ Run: ``python examples/psi.py``
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
 import mplang as mp
 from mplang.dialects import table
-from mplang.libs import psi
+from mplang.libs import groupby, psi
+from mplang.libs.demo import simulated
 
 SIZES = (200, 150)
 """Number of customers of P0 and accounts of P1."""
@@ -64,59 +77,69 @@ def make_tables(seed: int = 0, sizes: tuple[int, int] = SIZES,
     return customers, accounts
 
 
+BANDS = ("under 50", "50 and over")
+"""The age bands of the group-by (key 0 and 1)."""
+
+
+def customers() -> Any:
+    return mp.device("P0")(lambda: table.read_csv(FILES["node_0"], SCHEMAS["node_0"]))()
+
+
+def accounts() -> Any:
+    return mp.device("P1")(lambda: table.read_csv(FILES["node_1"], SCHEMAS["node_1"]))()
+
+
 @mp.function
-def psi_program(protocol: str = "rr22") -> dict[str, Any]:
-    """P0 and P1 read their own tables; both learn the count and their own joined rows."""
-    customers = mp.device("P0")(lambda: table.read_csv(FILES["node_0"], SCHEMAS["node_0"]))()
-    accounts = mp.device("P1")(lambda: table.read_csv(FILES["node_1"], SCHEMAS["node_1"]))()
-    size = psi.intersection_size(customers, accounts, "id")
-    mine, theirs = psi.join(customers, accounts, "id", how="inner", protocol=protocol)
-    return {"size": size, "customers": mine, "accounts": theirs}
+def count_shared() -> Any:
+    """P0 and P1 read their own tables; both learn how many IDs they share."""
+    return psi.intersection_size(customers(), accounts(), "id")
 
 
-def save_table(data_root: Path, name: str, t: pa.Table) -> None:
-    """What a party does on its own machine: keep its table in its data root."""
-    data_root.mkdir(parents=True, exist_ok=True)
-    pcsv.write_csv(t, data_root / name)
+def study(rows: int, protocol: str = "rr22") -> Any:
+    """A program: the PSI join of the two tables (``rows`` shared customers), then their
+    average age and balance per age band, revealed to P0: ``[band, (age, balance)]``."""
+    @mp.function
+    def program() -> Any:
+        shop, bank = psi.join(customers(), accounts(), "id", how="inner", protocol=protocol)
+        ages = mp.device("P0")(lambda t: table.to_tensor(t, ["age"], rows=rows)[:, 0])(shop)
+        balances = mp.device("P1")(lambda t: table.to_tensor(t, ["balance"], rows=rows)[:, 0])(
+            bank)
+        bands = mp.device("P0")(lambda a: (a >= 50).astype(jnp.int32))(ages)
+        both = mp.device("SP0")(lambda a, b: jnp.stack([a.astype(jnp.float32),
+                                                        b.astype(jnp.float32)], axis=1))(
+            ages, balances)  # one row per shared customer, secret on the SPU
+        return groupby.groupby_mean(bands, both, len(BANDS), device="SP0", to="P0")
+
+    return program
+
+
+def save_tables(roots: dict[str, Path], customers: pa.Table, accounts: pa.Table) -> None:
+    """What each party does on its own machine: keep its table in its data root."""
+    for node, t in (("node_0", customers), ("node_1", accounts)):
+        roots[node].mkdir(parents=True, exist_ok=True)
+        pcsv.write_csv(t, roots[node] / FILES[node])
 
 
 def main(seed: int = 0, sizes: tuple[int, int] = SIZES, common: int = COMMON,
          cluster: mp.ClusterSpec | None = None, protocol: str = "rr22") -> dict[str, Any]:
-    """Run the PSI on a simulator of ``cluster`` (default: ``ClusterSpec.simple(2)``);
-    returns the inputs and what each party learns."""
-    customers, accounts = make_tables(seed, sizes, common)
-    cluster = cluster or mp.ClusterSpec.simple(2)
-    with tempfile.TemporaryDirectory(prefix="psi-") as folder:
-        roots = {node.name: Path(folder) / node.name for node in cluster.nodes}
-        save_table(roots["node_0"], FILES["node_0"], customers)  # on P0's machine
-        save_table(roots["node_1"], FILES["node_1"], accounts)  # on P1's machine
-        sim = mp.Simulator(cluster, data_roots=roots)
-        try:
-            out = mp.evaluate(sim, psi_program, protocol)
-            sizes_seen = mp.fetch(sim, out["size"])
-            return {
-                "customers": customers,
-                "accounts": accounts,
-                "size_at_p0": int(sizes_seen[0]),
-                "size_at_p1": int(sizes_seen[1]),
-                "joined_at_p0": mp.fetch(sim, out["customers"]),
-                "joined_at_p1": mp.fetch(sim, out["accounts"]),
-                "devices": {k: mp.get_dev_attr(v) for k, v in out.items()},
-            }
-        finally:
-            sim.close()
-
+    """Run the PSI on a simulator of ``cluster`` (default: ``ClusterSpec.simple(3)``: the
+    SPU needs the helper node_2); returns the inputs and what P0 and P1 learn
+    (``by_band``: ``[band, (average age, average balance)]``, at P0)."""
+    tables = make_tables(seed, sizes, common)
+    with simulated(cluster or mp.ClusterSpec.simple(3),
+                   lambda roots: save_tables(roots, *tables)) as sim:
+        size = mp.evaluate(sim, count_shared)
+        seen = mp.fetch(sim, size)
+        means = mp.evaluate(sim, study(int(seen[0]), protocol))
+        return {"customers": tables[0], "accounts": tables[1],
+                "size_at_p0": int(seen[0]), "size_at_p1": int(seen[1]),
+                "by_band": mp.fetch(sim, means), "device": mp.get_dev_attr(means)}
 
 if __name__ == "__main__":
     result = main()
     print(f"P0 holds {result['customers'].num_rows} customers, P1 holds "
           f"{result['accounts'].num_rows} accounts")
     print(f"intersection size (learned by P0 and P1): {result['size_at_p0']}")
-    shop, bank = result["joined_at_p0"], result["joined_at_p1"]
-    print("the first shared customers, P0's row beside P1's row:")
-    for i in range(min(5, shop.num_rows)):
-        print(f"  id {shop['id'][i]}: age {shop['age'][i]} (P0) | "
-              f"balance {bank['balance'][i]} (P1)")
-    expected = sorted(set(result["customers"]["id"].to_pylist())
-                      & set(result["accounts"]["id"].to_pylist()))
-    print(f"matches Python's set intersection: {shop['id'].to_pylist() == expected}")
+    for band, (age, balance) in zip(BANDS, result["by_band"], strict=True):
+        print(f"shared customers {band}: average age {age:.2f}, balance {balance:.2f} "
+              "(revealed to P0)")

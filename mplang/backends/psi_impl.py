@@ -232,6 +232,15 @@ def take_rows(table: pa.Table, index: np.ndarray) -> pa.Table:
     return table.take(picked)
 
 
+def distinct_keys(table: pa.Table, key: str) -> int:
+    """How many distinct non-null keys ``table`` holds: at most as many as the distinct
+    rows of this party's that a join's result ``table`` holds (the other party repeating
+    a key repeats this party's row, and a left or full join adds rows of nulls)."""
+    import pyarrow.compute as pc
+
+    return int(pc.count_distinct(table.column(key), mode="only_valid").as_py())
+
+
 def join_table(run: JoinRun, table: pa.Table, session: Session, link: Any) -> pa.Table:
     """This party's result of a ``psi.join`` (after the hello exchange succeeded)."""
     peer = run.members[1 - run.side]
@@ -296,8 +305,8 @@ def _join(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
     with stopping(interp, op, session):
         result = join_table(run, table, session, link)
     guard = interp.states["simp"].guard
-    if guard is not None:
-        guard.check_rows(op, result.num_rows, f"the join of its table ({run.how})")
+    if guard is not None:  # rows repeated for the other's repeated keys count once
+        guard.check_rows(op, distinct_keys(result, run.key), f"the join of its table ({run.how})")
     return [result, None] if side == 0 else [None, result]
 
 

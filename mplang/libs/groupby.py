@@ -184,9 +184,18 @@ def _secret_counts(num_groups: int, high: int, low: int, min_rows: int, keys: An
     return _suppress(counts, counts, min_rows)
 
 
-def _mean(sums: Any, counts: Any) -> Any:
-    counts = counts.reshape(counts.shape + (1,) * (sums.ndim - 1))
-    return sums / jnp.maximum(counts, 1).astype(jnp.float32)
+def _with_ones(values: Any) -> Any:
+    """``values`` as float32 columns and a column of ones, whose group sums are the
+    groups' row counts."""
+    columns = values.reshape(values.shape[0], -1).astype(jnp.float32)
+    return jnp.concatenate([columns, jnp.ones((columns.shape[0], 1), jnp.float32)], axis=1)
+
+
+def _mean(vector: bool, sums: Any) -> Any:
+    """Means from the group sums of `_with_ones` columns (a vector of one column each if
+    ``vector``)."""
+    means = sums[:, :-1] / jnp.maximum(sums[:, -1:], 1.0)
+    return means[:, 0] if vector else means
 
 
 def _sums(op: str, keys: Any, values: Any, num_groups: int, device: str, to: str | None,
@@ -249,8 +258,13 @@ def groupby_mean(keys: Any, values: Any, num_groups: int, device: str = "SP0",
     """Per-group means (float32; 0 for an empty group or one of fewer than ``min_rows``
     rows), computed on ``device`` from the sums and counts, which stay secret there; only
     the means are revealed to ``to``. Relies on the ``aggregate`` rule like
-    `groupby_sum`."""
+    `groupby_sum`: the counts are the group sums of a column of ones beside the values,
+    so one suppressed sum over the same groups gives both (two would be two releases of
+    the key holder's rows, when it owns values too)."""
     op = "groupby_mean"
-    sums = _sums(op, keys, values, num_groups, device, to, min_rows)
-    counts = _counts(op, keys, num_groups, device, to, min_rows)
-    return reveal(mp.device(device)(_mean)(sums, counts), to)
+    secure_device(op, device, to)
+    _check_values(op, _check_keys(op, keys, num_groups), values)
+    vector = len(device_value(op, values, "values").shape) == 1
+    augmented = mp.device(values.device)(_with_ones)(values)
+    sums = _sums(op, keys, augmented, num_groups, device, to, min_rows)
+    return reveal(mp.device(device)(bind(_mean, vector))(sums), to)

@@ -486,6 +486,36 @@ def test_an_aggregate_over_joined_rows_needs_min_rows_of_them(tmp_path: Path) ->
                     mp.evaluate(sim, prog)
 
 
+def test_rows_repeated_by_the_other_s_repeated_keys_count_once(tmp_path: Path) -> None:
+    """node_1 (with the driver) repeats one of node_0's keys 12 times: node_0's join keeps
+    12 copies of that one row, whose sum would reveal it, so node_0 counts it once and
+    refuses the join at run time."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
+                      "  - {to: ['*'], when: compare}\n")
+    roots = {}
+    for node, ids in (("node_0", np.arange(40)), ("node_1", np.full(12, 7))):
+        root = tmp_path / node
+        root.mkdir()
+        pd.DataFrame({"id": ids, "v": ids * 2.0}).to_csv(root / "t.csv", index=False)
+        roots[node] = str(root)
+
+    def prog() -> Any:
+        schema = {"id": "int64", "v": "float64"}
+        ta = simp.pcall((0,), lambda: table.read_csv("t.csv", schema))
+        tb = simp.pcall((1,), lambda: table.read_csv("t.csv", schema))
+        ja, _ = psi.join(ta, tb, "id")
+        column = simp.pcall((0,), lambda t: table.to_tensor(t, ["v"], rows=12), ja)
+        return simp.pcall((0,), jnp.sum, column)
+
+    with mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
+                      policies={"node_0": str(policy)}) as sim, \
+            pytest.raises(MPRefusedError, match=(
+                r"node_0 refuses op psi\.join at test_psi\.py:\d+: the join of its table "
+                r"\(inner\) has fewer than min_rows 10 rows")):
+        mp.evaluate(sim, prog)
+
+
 def test_aggregates_over_rows_two_joins_kept_are_refused_together(tmp_path: Path) -> None:
     """Two joins of node_0's table (or a join and the whole table) keep rows that data
     chose differently: their sums could differ by one row, so node_0 refuses both."""
