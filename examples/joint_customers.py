@@ -3,19 +3,31 @@
 A bank (``P0``, node_0) holds ``bank.csv``: customer ``id``, ``income``, ``debt`` and
 the label ``defaulted``. A retailer (``P1``, node_1) holds ``shop.csv``: ``id``,
 ``spend`` and ``visits``. They share some customers. Each reads its own file from
-its own data root, and:
+its own data root, and three programs run:
 
-1. **PSI inner join on ``id``** (libpsi, RR22): each keeps its own rows of the
-   shared customers, both in the same order; neither learns the other's other
-   customers. The number of shared customers is public to both (and to the
-   driver, which needs it to size the tensors of step 2);
-2. **a joint aggregate** on the SPU ``SP0``: the retailer's average spend of the
-   bank's defaulters and non-defaulters (an oblivious group-by: the labels and the
-   spend stay secret-shared; only the two means are revealed, to the bank);
-3. **a logistic regression** on the joined features (bank's and retailer's
-   columns, bank's labels), trained on secret shares: each party receives its own
-   part of the model (its weights), and the bank the model's accuracy on the joined
-   customers.
+1. **the number of shared customers** (``psi.intersection_size``, a comparison of
+   the two parties' IDs): public to both, and to the driver, which needs it to size
+   the tensors of the next programs;
+2. **a PSI inner join on ``id``** (libpsi, RR22; each keeps its own rows of the
+   shared customers, both in the same order, and neither learns the other's other
+   customers), then **a joint aggregate** on the SPU ``SP0``: the retailer's average
+   spend of the bank's defaulters and non-defaulters (an oblivious group-by: the
+   labels and the spend stay secret-shared; only the two means are revealed, to the
+   bank; a group of fewer than 10 customers would be reported as 0);
+3. **the same join, then a logistic regression** on the joined features (bank's and
+   retailer's columns, bank's labels), trained on secret shares: each party
+   receives its own part of the model (its weights), and the bank the model's
+   accuracy on the joined customers, computed on the SPU.
+
+Each program reveals only what the policies ``mplang init`` writes let out
+(``docs/privacy.md``): a comparison (the count), and aggregates over at least 10 of
+the rows the join kept (each holder checks that count at run time). The group means
+and the model are two programs because one program releasing both is refused: the
+groups and the whole set of joined rows are chosen by data, and subtracting the
+releases could isolate fewer rows than ``min_rows``. (Across programs, the policies'
+``max_uses`` and program digests are what bounds such differences.) The model trains
+on the full batch: a mini-batch is a part of the joined rows whose count the
+run-time check does not cover.
 
 Security: PSI (RR22) and the SPU (ABY3 here, with node_2 as a helper that holds no
 data) are secure against semi-honest parties; the SPU also needs an honest
@@ -26,7 +38,6 @@ Run: ``python examples/joint_customers.py``
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +48,7 @@ import pandas as pd
 import mplang as mp
 from mplang import table
 from mplang.libs import groupby, linear, psi
+from mplang.libs.demo import simulated
 
 
 def make_data(n: int = 400, shared: int = 300, seed: int = 3) -> tuple[pd.DataFrame,
@@ -58,59 +70,72 @@ def make_data(n: int = 400, shared: int = 300, seed: int = 3) -> tuple[pd.DataFr
     return bank.sample(frac=1, random_state=1), shop.sample(frac=1, random_state=2)
 
 
-def align() -> Any:
-    """Phase 1: each party reads its CSV; PSI inner join; the joined row count."""
+def customers() -> tuple[Any, Any]:
+    """Each party's table, read on its own side."""
+    return (mp.device("P0")(lambda: table.read_csv("bank.csv"))(),
+            mp.device("P1")(lambda: table.read_csv("shop.csv"))())
+
+
+@mp.function
+def count_shared() -> Any:
+    """Program 1: how many customers both hold (both parties learn it)."""
+    return psi.intersection_size(*customers(), "id")
+
+
+def joined(rows: int) -> dict[str, Any]:
+    """The PSI join of the two tables (``rows`` shared customers) as tensors: the bank's
+    features ``x0`` and labels ``y``, the retailer's standardized features ``x1`` and
+    its ``spend``."""
+    jbank, jshop = psi.join(*customers(), "id", how="inner", protocol="rr22")
+    x0 = mp.device("P0")(lambda t: table.to_tensor(t, ["income", "debt"], rows=rows))(jbank)
+    y = mp.device("P0")(lambda t: table.to_tensor(t, ["defaulted"], rows=rows)[:, 0])(jbank)
+    shop = mp.device("P1")(lambda t: table.to_tensor(t, ["spend", "visits"], rows=rows))(jshop)
+    x1 = mp.device("P1")(lambda x: (x - x.mean(0)) / (x.std(0) + 1e-6))(shop)
+    spend = mp.device("P1")(lambda x: x[:, 0])(shop)
+    return {"x0": x0, "y": y, "x1": x1, "spend": spend}
+
+
+def spend_by_default(rows: int) -> Any:
+    """Program 2: the retailer's average spend of the bank's non-defaulters and
+    defaulters, revealed to the bank."""
     @mp.function
     def program() -> Any:
-        bank = mp.device("P0")(lambda: table.read_csv("bank.csv"))()
-        shop = mp.device("P1")(lambda: table.read_csv("shop.csv"))()
-        jbank, jshop = psi.join(bank, shop, "id", how="inner", protocol="rr22")
-        count = mp.device("P0")(lambda t: table.to_tensor(
-            table.sql("SELECT CAST(COUNT(*) AS BIGINT) AS n FROM t", t=t), rows=1))(jbank)
-        return jbank, jshop, count
+        t = joined(rows)
+        return groupby.groupby_mean(t["y"], t["spend"], 2, device="SP0", to="P0")
 
     return program
 
 
-def analyse(rows: int, epochs: int = 20) -> Any:
-    """Phase 2 on the joined tables: group-by means and a vertical logistic regression."""
+def joint_model(rows: int, epochs: int = 100) -> Any:
+    """Program 3: a logistic regression on both parties' columns (each gets its weights)
+    and its accuracy on the shared customers (the bank gets it)."""
     @mp.function
-    def program(jbank: Any, jshop: Any) -> Any:
-        x0 = mp.device("P0")(lambda t: table.to_tensor(t, ["income", "debt"], rows=rows))(
-            jbank)
-        y = mp.device("P0")(lambda t: table.to_tensor(t, ["defaulted"], rows=rows)[:, 0])(
-            jbank)
-        x1 = mp.device("P1")(lambda t: table.to_tensor(t, ["spend", "visits"], rows=rows))(
-            jshop)
-        x1 = mp.device("P1")(lambda x: (x - x.mean(0)) / (x.std(0) + 1e-6))(x1)
-        spend = mp.device("P1")(lambda x: x[:, 0])(
-            mp.device("P1")(lambda t: table.to_tensor(t, ["spend"], rows=rows))(jshop))
-        means = groupby.groupby_mean(y, spend, 2, device="SP0", to="P0")
-        w0, w1 = linear.train_vertical_lr([x0, x1], y, epochs=epochs, lr=0.5,
-                                          device="SP0")
-        predicted = linear.predict([x0, x1], [w0, w1], device="SP0", to="P0")
-        accuracy = mp.device("P0")(lambda p, t: jnp.mean(p == t))(predicted, y)
-        return means, accuracy, w0, w1
+    def program() -> Any:
+        t = joined(rows)
+        features = [t["x0"], t["x1"]]
+        w0, w1 = linear.train_vertical_lr(features, t["y"], epochs=epochs, lr=0.5,
+                                          device="SP0", batch_size=None)
+        predicted = linear.predict(features, [w0, w1], device="SP0", to=None)
+        accuracy = mp.device("SP0")(lambda p, y: jnp.mean(p == y))(predicted, t["y"])
+        return mp.put("P0", accuracy), w0, w1
 
     return program
+
+
+def save_tables(roots: dict[str, Path], bank: pd.DataFrame, shop: pd.DataFrame) -> None:
+    """What each organisation does on its own machine: keep its table in its data root."""
+    for node, name, frame in (("node_0", "bank.csv", bank), ("node_1", "shop.csv", shop)):
+        roots[node].mkdir(parents=True, exist_ok=True)
+        frame.to_csv(roots[node] / name, index=False)
 
 
 def main(n: int = 400, shared: int = 300) -> dict[str, Any]:
     bank, shop = make_data(n, shared)
-    with tempfile.TemporaryDirectory() as tmp:
-        roots = {f"node_{i}": Path(tmp, f"node_{i}") for i in range(3)}
-        for root in roots.values():
-            root.mkdir()
-        bank.to_csv(roots["node_0"] / "bank.csv", index=False)  # on the bank's machine
-        shop.to_csv(roots["node_1"] / "shop.csv", index=False)  # on the retailer's
-        sim = mp.Simulator(mp.ClusterSpec.simple(3), data_roots=roots)
-        try:
-            jbank, jshop, count = mp.evaluate(sim, align())
-            rows = int(mp.fetch(sim, count)[0, 0])
-            means, accuracy, w0, w1 = mp.fetch(sim, mp.evaluate(sim, analyse(rows),
-                                                                jbank, jshop))
-        finally:
-            sim.close()
+    with simulated(mp.ClusterSpec.simple(3), lambda roots: save_tables(roots, bank, shop)
+                   ) as sim:
+        rows = int(mp.fetch(sim, mp.evaluate(sim, count_shared))[0])
+        means = mp.fetch(sim, mp.evaluate(sim, spend_by_default(rows)))
+        accuracy, w0, w1 = mp.fetch(sim, mp.evaluate(sim, joint_model(rows)))
     print(f"shared customers: {rows}")
     print(f"retailer's average spend, non-defaulters vs defaulters (bank only): "
           f"{means[0]:.3f} vs {means[1]:.3f}")

@@ -241,10 +241,16 @@ def masked(label: Flow) -> Flow:
 def _merged(main: Flow, other: Flow) -> Flow:
     """``main``'s shape with ``other``'s sources, rowsets and gating added."""
     enforced = main.enforced if other.form != "aggregate" else \
-        _gated_bound(main, other) if main.form == "aggregate" else None
+        _gated_bound(main, other) if main.form == "aggregate" else \
+        _both(main.enforced, other.rows) if main.gated else None
     return replace(main, sources=main.sources | other.sources,
                    rowsets=main.rowsets | other.rowsets, pure=False,
                    gated=main.gated or other.gated, enforced=enforced)
+
+
+def _both(a: int | None, b: int | None) -> int | None:
+    """The bound that holds for two sets of rows bounded by ``a`` and ``b`` (None: none)."""
+    return None if a is None or b is None else min(a, b)
 
 
 def _gated_bound(a: Flow, b: Flow) -> int | None:

@@ -452,18 +452,24 @@ def _narrow(label: Flow, lo: int, hi: int, src: Tensor | None) -> Label:
     if window.hi == UNKNOWN:
         return raw([label])
     count = window.size if not window.step else None
-    if label.gated and (count is None or lo > label.at or hi < label.at + count):
-        label = replace(label, enforced=None)  # a part of rows a run-time check counted whole
     if count is None:  # one block, not known which: only the whole of it
         full = src is not None and lo <= label.at and hi >= label.at + window.step
-        return label if full else raw([label])
+        return _part(label) if full else raw([label])
     first, last = max(lo, label.at), min(hi, label.at + count)
-    if first >= last:
+    if first >= last:  # none of p's rows: what was aggregated into them
         if label.rowsets:
-            return Flow("aggregate", label.sources, rowsets=label.rowsets, gated=label.gated)
+            return Flow("aggregate", label.sources, rowsets=label.rowsets, gated=label.gated,
+                        enforced=label.enforced)
         return None
+    if (first, last) != (label.at, label.at + count):
+        label = _part(label)
     rows = replace(window, lo=window.lo + first - label.at, hi=window.lo + last - label.at)
     return replace(label, window=rows, at=first - lo, pure=label.pure)
+
+
+def _part(label: Flow) -> Flow:
+    """``label`` of a part of its rows: a run-time check counted the whole of gated rows."""
+    return replace(label, enforced=None) if label.gated else label
 
 
 def _dynamic_slice(ins: list[Val], src: Tensor | None, sizes: tuple[int, ...]) -> Val:

@@ -209,6 +209,8 @@ the other holder's joined rows have the same label for x's owner (`subset`)."""
     (lambda x: jnp.sum(x[:, 0]), ()),  # a column: every kept row
     (lambda x, y: jnp.sum(x[:, 0] * y[:, 1]), (M,)),  # with the other holder's rows
     (lambda x, y: jnp.sum(x[:, 0] + y[:, 1] * 2.0), (M,)),
+    (lambda x: jnp.sum((x - x.mean(0)) / (x.std(0) + 1e-6)), ()),  # standardized first
+    (lambda x: jnp.sum((x - x.mean(0))[:0]) + jnp.sum(x), ()),  # no row: its mean's rows
 ])
 def test_aggregates_over_every_row_a_join_kept_are_checked_at_run_time(fn: Any, args: Any
                                                                        ) -> None:
@@ -229,6 +231,12 @@ def test_rows_a_join_kept_selected_again_are_a_data_dependent_count(fn: Any, arg
     a slice) over them makes an aggregate whose row count the analysis cannot bound."""
     out = flows(fn, M, *args, labels=[KEPT] * (1 + len(args))).outputs[0]
     assert out is not None and out.form == "aggregate" and out.rows is None
+
+
+def test_rows_a_join_kept_beside_a_small_aggregate_are_bounded_by_it() -> None:
+    out = flows(lambda x, y: jnp.sum(x - jnp.sum(y[:5])), M, M,
+                labels=[KEPT, source("y", 20)]).outputs[0]
+    assert out is not None and (out.form, out.rows) == ("aggregate", 5)
 
 
 def test_the_other_holder_s_joined_rows_are_row_wise_over_the_rows_kept() -> None:
