@@ -1,0 +1,136 @@
+"""The malicious driver of `tests/policy/test_malicious_driver.py` against two worker
+processes over mutual TLS, each with the policy `mplang init` writes (aggregates over
+at least 10 rows and comparisons to anyone, plaintext to nobody): every attack is
+refused by node_1 before anything runs, as `mp.MPRefusedError` naming node_1, the op,
+the user's line and the rule, and quoting no salary; the honest analytics run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mplang as mp
+from mplang.cluster.local import LocalCluster
+from mplang.libs.aggregation import secure_sum
+from mplang.libs.groupby import groupby_sum
+from tests.http import support
+from tests.policy import test_malicious_driver as attacks
+
+NODES = ("node_0", "node_1")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """node_0 and node_1 (CHEETAH SPU SP0) with the salaries, tables and ids the simulator
+    suite uses, each in its own data root."""
+    base = tmp_path_factory.mktemp("malicious-http")
+    spec = mp.ClusterSpec.simple(2).to_dict()
+    for node, port in zip(spec["nodes"], support.free_ports(2), strict=True):
+        node["endpoint"] = f"127.0.0.1:{port}"
+    for i, node in enumerate(NODES):
+        root = base / "data" / node
+        root.mkdir(parents=True)
+        np.save(root / "salaries.npy", attacks.SALARIES[i])
+        np.save(root / "ids.npy", attacks.IDS + i)
+    local = LocalCluster(mp.ClusterSpec.from_dict(spec), data_root=base / "data")
+    try:
+        local.start(timeout=120)
+        yield local
+    finally:
+        local.close()
+
+
+@pytest.fixture(scope="module")
+def driver(cluster: LocalCluster) -> Iterator[mp.Driver]:
+    with support.connected_driver(cluster) as d:
+        yield d
+
+
+def _refused(driver: mp.Driver, program: Callable[[], Any]) -> str:
+    """node_1's refusal of ``program``: its message, checked to quote no salary."""
+    with pytest.raises(mp.MPRefusedError) as caught:
+        mp.fetch(driver, mp.evaluate(driver, program))
+    message = str(caught.value)
+    for value in np.concatenate(attacks.SALARIES):
+        assert str(int(value)) not in message, (value, message)
+    return message
+
+
+def _policy(cluster: LocalCluster) -> str:
+    return str(cluster.spec_path.parent / "policies" / "node_1.yaml")
+
+
+@pytest.mark.parametrize("name", attacks.ATTACKS)
+def test_a_reveal_from_the_secure_device_is_refused(cluster: LocalCluster, driver: mp.Driver,
+                                                    name: str) -> None:
+    fn, what = attacks.ATTACKS[name]
+    message = _refused(driver, attacks.on_sp0(fn))
+    assert message.startswith("party 1 (node_1 at https://127.0.0.1:"), message
+    body = message.split(" ops: ", 1)[1]
+    assert body.startswith(f"node_1 refuses the program: op spu.reveal at {attacks.SP0_AT} "
+                           f"sends the value revealed from SP0, {what}, to node_0; "), body
+    assert body.endswith(f" in {_policy(cluster)}"), body
+
+
+@pytest.mark.parametrize("name", ["x @ eye", "sum of one row and zeros", "bits of every row",
+                                  "order statistic"])
+def test_an_output_of_node_1_itself_is_refused(cluster: LocalCluster, driver: mp.Driver,
+                                               name: str) -> None:
+    fn, what = attacks.ATTACKS[name]
+    message = _refused(driver, attacks.on_p1(fn))
+    assert f"node_1 refuses the program: op simp.pcall at {attacks.P1_AT} sends program " \
+           f"output 0, held by node_1, {what}, to driver; " in message, message
+
+
+def test_overlapping_aggregates_are_refused(driver: mp.Driver) -> None:
+    message = _refused(driver, attacks.on_sp0(lambda x: (jnp.sum(x), jnp.sum(x[1:]))))
+    assert attacks.OVERLAP in message, message
+
+
+def test_a_loop_whose_trip_count_is_a_salary_is_refused(driver: mp.Driver) -> None:
+    def count_up(x: Any) -> Any:
+        return jax.lax.while_loop(lambda c: c < x[3], lambda c: c + 1.0, 0.0)
+
+    message = _refused(driver, attacks.on_sp0(count_up))
+    assert f"op spu.run at {attacks.SP0_AT} sends the run time of a loop or branch that " \
+           "depends on it, row-wise (raw) values of salaries.npy, to driver; " in message
+
+
+def test_psi_against_a_table_the_driver_planted_is_refused(driver: mp.Driver) -> None:
+    from mplang.dialects import table
+    from mplang.libs import psi
+
+    planted = np.array([103, 106], np.int32)
+
+    def program() -> Any:
+        table_0 = mp.device("P0")(lambda: table.constant({"id": planted}))()
+        return psi.join(table_0, attacks._ids(1), "id")[0]
+
+    message = _refused(driver, program)
+    assert "op psi.join at test_malicious_driver_http.py:" in message, message
+    assert "sends which of the receiver's keys this party's table holds, row-wise (raw) " \
+           "values of ids.npy, to node_0; " in message, message
+
+
+def test_honest_analytics_run(driver: mp.Driver) -> None:
+    """The same policies let through the sum of each party's salary total, and, in
+    another program, node_1's salaries summed per node_0's groups (the group of 8 rows
+    zeroed in the device; in one program the two would be refused together, as their
+    difference is that group)."""
+    def totals() -> Any:
+        return secure_sum([mp.device(f"P{i}")(jnp.sum)(attacks.salaries(i)) for i in range(2)])
+
+    total = mp.fetch(driver, mp.evaluate(driver, totals))
+    salaries = np.concatenate(attacks.SALARIES).astype(np.float64)
+    assert float(total) == pytest.approx(salaries.sum(), rel=1e-5)
+    sums = mp.fetch(driver, mp.evaluate(driver, lambda: groupby_sum(
+        attacks.keys_of_node_0(), attacks.salaries(1), 2)))
+    keys = (attacks.SALARIES[0] > attacks.HIGH).astype(np.int32)
+    assert np.bincount(keys).tolist() == [8, 12]
+    kept = attacks.SALARIES[1][keys == 1].astype(np.float64)
+    np.testing.assert_allclose(sums, [0.0, kept.sum()], rtol=1e-5)
