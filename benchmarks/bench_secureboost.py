@@ -14,7 +14,14 @@ tree; the first fit of the process, and with ``--runs N`` the best of the next o
 and ``predict`` on the test rows, on the in-memory simulator (one process,
 a thread per party) or, with ``--http``, on two worker processes over mutual TLS.
 
+With ``--device SP0`` the trees grow on the SPU (CHEETAH between the two parties)
+under the policies ``mplang init`` writes, which refuse predicting (row-level); the
+accuracies then apply the trees the parties received, fetched, to the rows in the
+clear here, and ``predict`` is not measured. That mode uses 16 bins (the reference
+too) and the default ``min_samples_leaf`` of 20.
+
     .venv/bin/python benchmarks/bench_secureboost.py [--case a|b|all] [--http] [--runs N]
+        [--device SP0]
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from sklearn.datasets import make_classification
 from sklearn.ensemble import HistGradientBoostingClassifier
 
 import mplang as mp
-from mplang.cluster.local import LocalCluster
+from mplang.cluster.local import LocalCluster, write_dev_policies
+from mplang.libs import secureboost
 from mplang.libs.secureboost import SecureBoost
 
 CASES = {"a": (10_000, 1, 3), "b": (100_000, 5, 5)}
@@ -60,23 +68,40 @@ def allow_secureboost_flows(local: LocalCluster) -> None:
         path.write_text(text.replace("plaintext_to: []", f"plaintext_to: [{', '.join(others)}]"))
 
 
+def predicted(ctx: Any, model: SecureBoost, x: np.ndarray) -> np.ndarray:
+    """The classes the trees the parties received give ``x``, applied here in the clear."""
+    assert model.model is not None
+    parts = {k: np.asarray(mp.fetch(ctx, v)) for k, v in model.model.items()}
+    right0 = secureboost._decisions(x[:, :10], parts["feature0"], parts["threshold0"])
+    right1 = secureboost._decisions(x[:, 10:], parts["feature1"], parts["threshold1"])
+    depth = parts["leaf"].shape[1].bit_length() - 1
+    proba = secureboost._probabilities(right0, right1, parts["leaf"], parts["base"], depth)
+    return (np.asarray(proba) >= 0.5).astype(np.int64)
+
+
 def run_case(ctx: Any, data: dict[str, np.ndarray], trees: int, depth: int, rate: float,
-             scheme: str, key_bits: int, runs: int) -> dict[str, float]:
-    model = SecureBoost(trees, depth, n_bins=32, learning_rate=rate, scheme=scheme,
-                        key_bits=key_bits)
+             scheme: str, key_bits: int, runs: int, device: str | None) -> dict[str, float]:
+    bins = 32 if device is None else 16
+    model = SecureBoost(trees, depth, n_bins=bins, learning_rate=rate, scheme=scheme,
+                        key_bits=key_bits, device=device)
     fits = []
     for _ in range(runs):
         start = time.perf_counter()
         model.fit(ctx, ("train.npz", "x"), ("train.npz", "x"), ("train.npz", "y"))
         fits.append(time.perf_counter() - start)
     start = time.perf_counter()
-    test = model.predict(ctx, ("test.npz", "x"), ("test.npz", "x"))
-    predict = time.perf_counter() - start
-    train = model.predict(ctx, ("train.npz", "x"), ("train.npz", "x"))
+    if device is None:
+        test = model.predict(ctx, ("test.npz", "x"), ("test.npz", "x"))
+        predict = time.perf_counter() - start
+        train = model.predict(ctx, ("train.npz", "x"), ("train.npz", "x"))
+    else:
+        test, predict = predicted(ctx, model, data["x_test"]), float("nan")
+        train = predicted(ctx, model, data["x_train"])
     start = time.perf_counter()
-    ref = HistGradientBoostingClassifier(max_iter=trees, max_depth=depth, max_bins=32,
+    ref = HistGradientBoostingClassifier(max_iter=trees, max_depth=depth, max_bins=bins,
                                          learning_rate=rate, max_leaf_nodes=None,
-                                         early_stopping=False).fit(data["x_train"],
+                                         min_samples_leaf=20, early_stopping=False
+                                         ).fit(data["x_train"],
                                                                    data["y_train"])
     ref_fit = time.perf_counter() - start
     return {"fit": fits[0], "warm": min(fits[1:], default=float("nan")), "predict": predict,
@@ -95,6 +120,8 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=0.1)
     parser.add_argument("--scheme", default="ou")
     parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument("--device", default=None,
+                        help="grow the trees on this SPU under the init policies")
     parser.add_argument("--runs", type=int, default=1,
                         help="fits per case in one process: the first, and the best of the "
                              "others (warm: JAX modules compiled, workers started)")
@@ -114,15 +141,21 @@ def main() -> None:
                 for node, port in zip(spec["nodes"], free_ports(2), strict=True):
                     node["endpoint"] = f"127.0.0.1:{port}"
                 local = LocalCluster(mp.ClusterSpec.from_dict(spec), data_root=root)
-                allow_secureboost_flows(local)
+                if args.device is None:
+                    allow_secureboost_flows(local)
                 local.start()
                 ctx: Any = local.driver()
             else:
-                ctx = mp.Simulator(2, data_roots={f"node_{i}": root / f"node_{i}"
-                                                  for i in range(2)})
+                nodes = ("node_0", "node_1")
+                policies = None
+                if args.device is not None:
+                    write_dev_policies(mp.ClusterSpec.simple(2), root)
+                    policies = {n: str(root / "policies" / f"{n}.yaml") for n in nodes}
+                ctx = mp.Simulator(2, data_roots={n: root / n for n in nodes},
+                                   policies=policies)
             try:
                 r = run_case(ctx, data, trees, depth, args.learning_rate, args.scheme,
-                             args.key_bits, args.runs)
+                             args.key_bits, args.runs, args.device)
             finally:
                 ctx.close()
                 if args.http:

@@ -459,27 +459,33 @@ def _secret_best_splits(hist: jax.Array, reg_lambda: float, min_leaf: int,
             (best % n_bins).astype(jnp.int32))
 
 
+def _one_hot_bins(bins: jax.Array, n_bins: int) -> jax.Array:
+    """(rows, features * n_bins) int8: 1 at each row's bin of each column."""
+    hot = bins[:, :, None].astype(jnp.int32) == jnp.arange(n_bins, dtype=jnp.int32)
+    return hot.astype(jnp.int8).reshape(bins.shape[0], -1)
+
+
 @suppressing(min_rows_arg=3, partition=True)
 def _secret_trees(n_trees: int, max_depth: int, n_bins: int, min_leaf: int,
-                  active_features: int, learning_rate: float, reg_lambda: float,
-                  min_weight: float, bins0: jax.Array, bins1: jax.Array, y: jax.Array
+                  learning_rate: float, reg_lambda: float, min_weight: float,
+                  hot0: jax.Array, hot1: jax.Array, y: jax.Array
                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Every tree, on secret shares: per level the (node, feature, bin) sums of both
-    parties' columns as one product of the bins' one-hot matrix with the rows' node
-    memberships, each node's best split, and the rows' new memberships from the bins
-    right of it. Returns the active party's splits (trees, inner nodes, 2), the passive
-    party's (the same; `_own_splits`) and the leaf values (trees, 2**max_depth).
+    """Every tree, on secret shares, from both parties' one-hot bins (`_one_hot_bins`)
+    and the labels: per level, the (node, feature, bin) sums of gradient, hessian and
+    rows as one product of the one-hot matrix with the rows' node memberships, each
+    node's best split, and each row's side as one product of the one-hot matrix with the
+    bins right of the splits. Returns the active party's splits (trees, inner nodes, 2),
+    the passive party's (the same; `_own_splits`) and the leaf values (trees,
+    2**max_depth).
 
     Every split leaves at least ``min_leaf`` rows on each side, so every leaf value is a
     sum over ``min_leaf`` rows or more (a leaf under a node that did not split is empty
     or its parent; a root of fewer rows gives 0): the leaves partition the rows, none
     suppressed. Nothing but the leaves and the split choices leaves the device."""
-    bins = jnp.concatenate([bins0.astype(jnp.int32), bins1.astype(jnp.int32)], axis=1)
-    n, features = bins.shape
-    width = features * n_bins
-    iota = jnp.arange(n_bins, dtype=jnp.int32)
-    in_bin = (bins[:, :, None] == iota).astype(jnp.float32).reshape(n, width)
-    right_of = (bins[:, :, None] > iota).astype(jnp.float32).reshape(n, width)
+    in_bin = jnp.concatenate([hot0, hot1], axis=1).astype(jnp.float32)
+    n, width = in_bin.shape
+    features, active_features = width // n_bins, hot0.shape[1] // n_bins
+    above = (jnp.arange(n_bins)[:, None] < jnp.arange(n_bins)[None, :]).astype(jnp.float32)
     y = y.astype(jnp.float32)
     score = jnp.zeros((n,), jnp.float32) + _baseline(y)
     trees: list[tuple[jax.Array, jax.Array, jax.Array]] = []
@@ -494,9 +500,11 @@ def _secret_trees(n_trees: int, max_depth: int, n_bins: int, min_leaf: int,
             hist = (in_bin.T @ weighted).reshape(features, n_bins, nodes, 3)
             feature, bin_ = _secret_best_splits(hist.transpose(2, 0, 1, 3), reg_lambda,
                                                 min_leaf, min_weight)
-            chosen = (jnp.arange(width)[None, :] == (feature * n_bins + bin_)[:, None]) \
-                & (feature >= 0)[:, None]
-            right = right_of @ chosen.T.astype(jnp.float32)  # (rows, nodes)
+            chosen = ((jnp.arange(width)[None, :] == (feature * n_bins + bin_)[:, None])
+                      & (feature >= 0)[:, None]).astype(jnp.float32)
+            # a row goes right of a split at bin b when its bin of that column is above b
+            right_of = (chosen.reshape(nodes, features, n_bins) @ above).reshape(nodes, width)
+            right = in_bin @ right_of.T  # (rows, nodes)
             member = jnp.stack([member * (1 - right), member * right], axis=2
                                ).reshape(n, 2 * nodes)
             splits0.append(_own_splits(feature, bin_, 0, active_features))
@@ -661,7 +669,7 @@ def train(x_active: Data, x_passive: Data, y: Data, params: Params, *, active: s
     y = _run(a, _as_float, y)
     base = _run(a, _baseline, y)
     if params.device is not None:
-        model = _trained_on_device(params, (active, passive), (a, p), f0, (edges0, edges1),
+        model = _trained_on_device(params, (active, passive), (a, p), (edges0, edges1),
                                    (bins0, bins1), y)
     else:
         model = _trained_with_phe(params, (a, p), n, (f0, f1), (edges0, edges1),
@@ -689,7 +697,7 @@ def _trained_with_phe(params: Params, ranks: tuple[int, int], n: int,
 
 
 def _trained_on_device(params: Params, devices: tuple[str, str], ranks: tuple[int, int],
-                       active_features: int, edges: tuple[MPObject, MPObject],
+                       edges: tuple[MPObject, MPObject],
                        bins: tuple[MPObject, MPObject], y: MPObject) -> dict[str, MPObject]:
     """The trees grown on the SPU ``params.device`` (`_secret_trees`): each party
     receives its own splits and keeps their thresholds, the active party the leaves."""
@@ -706,10 +714,12 @@ def _trained_on_device(params: Params, devices: tuple[str, str], ranks: tuple[in
                           f"{', '.join(spus) or '(none)'}, or device=None for the PHE protocol")
     (active, passive), (a, p) = devices, ranks
     trees = bind(_secret_trees, params.n_trees, params.max_depth, params.n_bins,
-                 params.min_samples_leaf, active_features, float(params.learning_rate),
+                 params.min_samples_leaf, float(params.learning_rate),
                  float(params.reg_lambda), float(params.min_child_weight))
+    hot0 = _run(a, _one_hot_bins, bins[0], n_bins=params.n_bins)
+    hot1 = _run(p, _one_hot_bins, bins[1], n_bins=params.n_bins)
     splits0, splits1, leaf = mp.device(spu)(trees)(
-        place(bins[0], active), place(bins[1], passive), place(y, active))
+        place(hot0, active), place(hot1, passive), place(y, active))
     feature0, threshold0 = _run(a, _tree_thresholds, edges[0], mp.put(active, splits0))
     feature1, threshold1 = _run(p, _tree_thresholds, edges[1], mp.put(passive, splits1))
     return {"feature0": feature0, "threshold0": threshold0, "feature1": feature1,

@@ -43,8 +43,9 @@ def _reference(x: np.ndarray, y: np.ndarray, min_leaf: int = LEAF) -> dict[str, 
     """The same trees in plaintext JAX (float32 instead of the device's fixed point)."""
     e0, b0 = grid_bins(jnp.asarray(x[:, :4]), BINS)
     e1, b1 = grid_bins(jnp.asarray(x[:, 4:]), BINS)
-    s0, s1, leaf = secureboost._secret_trees(TREES, DEPTH, BINS, min_leaf, 4, RATE, 0.0, 1e-3,
-                                             b0, b1, jnp.asarray(y, jnp.float32))
+    s0, s1, leaf = secureboost._secret_trees(
+        TREES, DEPTH, BINS, min_leaf, RATE, 0.0, 1e-3, secureboost._one_hot_bins(b0, BINS),
+        secureboost._one_hot_bins(b1, BINS), jnp.asarray(y, jnp.float32))
     f0, t0 = secureboost._tree_thresholds(e0, s0)
     f1, t1 = secureboost._tree_thresholds(e1, s1)
     return {"feature0": np.asarray(f0), "threshold0": np.asarray(t0),
@@ -128,11 +129,13 @@ def test_a_function_posing_as_the_trees_is_not_vouched_for(sim: mp.Simulator) ->
     """The driver names the registered trees but sends its own StableHLO (per-bin sums of
     the labels, what the device keeps secret): the members derive the real function, see
     another text and judge the release as it is."""
-    @functools.wraps(secureboost._secret_trees)
-    def posing(bins0: Any, bins1: Any, y: Any) -> Any:
-        return (bins0[:, :1] == jnp.arange(BINS)).astype(jnp.float32).T @ y
+    one_hot = secureboost._one_hot_bins
 
-    posing.static_args = (TREES, DEPTH, BINS, LEAF, 4, RATE, 0.0, 1e-3)  # type: ignore
+    @functools.wraps(secureboost._secret_trees)
+    def posing(hot0: Any, hot1: Any, y: Any) -> Any:
+        return hot0.astype(jnp.float32).T @ y
+
+    posing.static_args = (TREES, DEPTH, BINS, LEAF, RATE, 0.0, 1e-3)  # type: ignore
 
     def program() -> Any:
         from mplang import tensor
@@ -143,8 +146,8 @@ def test_a_function_posing_as_the_trees_is_not_vouched_for(sim: mp.Simulator) ->
         x0 = mp.device("P0")(lambda: load(ARGS[0]))()
         x1 = mp.device("P1")(lambda: load(ARGS[1]))()
         y = mp.device("P0")(lambda: load(ARGS[2]))()
-        b0 = mp.device("P0")(lambda v: grid_bins(v, BINS)[1])(x0)
-        b1 = mp.device("P1")(lambda v: grid_bins(v, BINS)[1])(x1)
+        b0 = mp.device("P0")(lambda v: one_hot(grid_bins(v, BINS)[1], BINS))(x0)
+        b1 = mp.device("P1")(lambda v: one_hot(grid_bins(v, BINS)[1], BINS))(x1)
         return mp.put("P0", mp.device("SP0")(posing)(b0, b1, y))
 
     with pytest.raises(mp.MPRefusedError, match=r"aggregate over a data-dependent number of "
