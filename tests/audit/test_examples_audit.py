@@ -49,20 +49,16 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
     regression.save_party_data(roots, regression.load_data())
     np.save(roots["node_0"] / "region.npy", REGIONS)
     np.save(roots["node_1"] / "spend.npy", SPEND)
-    cluster = LocalCluster(spec, audit_dir=base / "audit", data_root=base / "data")
-    try:
-        cluster.start(timeout=120)
-        yield cluster, base / "audit"
-    finally:
-        cluster.close()
+    with support.audited_cluster(spec, base) as workers:
+        yield workers
 
 
-def _run(workers: tuple[LocalCluster, Path], prog: Any, *, fetched: int
-         ) -> tuple[Any, list[dict[str, Any]]]:
+def run_logged(workers: tuple[LocalCluster, Path], prog: Any, *, fetched: int
+               ) -> tuple[Any, list[dict[str, Any]]]:
     """Evaluate ``prog`` and fetch its results; the events of that execution and the
     driver's fetches, from every node's log."""
     cluster, audit_dir = workers
-    logs = [audit_dir / f"{node}.jsonl" for node in NODES]
+    logs = [audit_dir / f"{node.name}.jsonl" for node in cluster.cluster.nodes]
     before = read_events(p for p in logs if p.exists())
     with support.connected_driver(cluster) as driver:
         result = mp.fetch(driver, mp.evaluate(driver, prog))
@@ -91,7 +87,7 @@ def _no_plaintext_between_parties(events: list[dict[str, Any]]) -> None:
 
 def test_millionaire(workers: tuple[LocalCluster, Path]) -> None:
     example = load("millionaire")
-    answer, events = _run(workers, example.millionaire, fetched=1)
+    answer, events = run_logged(workers, example.millionaire, fetched=1)
     assert bool(answer) is False  # 2,500,000 < 1,999,999
     _no_plaintext_between_parties(events)
     (fetch,) = plaintext_received(events, "driver")
@@ -100,7 +96,7 @@ def test_millionaire(workers: tuple[LocalCluster, Path]) -> None:
 
 def test_secure_mean_and_variance(workers: tuple[LocalCluster, Path]) -> None:
     example = load("secure_mean_variance")
-    (mean, variance), events = _run(workers, example.joint_stats, fetched=2)
+    (mean, variance), events = run_logged(workers, example.joint_stats, fetched=2)
     values = np.concatenate(example.make_data(0)).astype(np.float64)
     assert float(mean) == pytest.approx(values.mean(), rel=1e-3)
     assert float(variance) == pytest.approx(values.var(), rel=1e-3)
@@ -112,7 +108,7 @@ def test_secure_mean_and_variance(workers: tuple[LocalCluster, Path]) -> None:
 
 def test_logistic_regression(workers: tuple[LocalCluster, Path]) -> None:
     example = load("logistic_regression")
-    out, events = _run(workers, lambda: example.vertical_logistic_regression(30), fetched=3)
+    out, events = run_logged(workers, lambda: example.vertical_logistic_regression(30), fetched=3)
     data = example.load_data()
     assert out["w0"].shape == (example.P0_FEATURES,)
     assert out["w1"].shape == (data["x1_train"].shape[1],)
@@ -139,7 +135,7 @@ def test_group_by_over_another_party_s_keys(workers: tuple[LocalCluster, Path]) 
 
     counts = np.bincount(REGIONS, minlength=4)
     assert counts[3] == 3 and (counts[:3] >= 10).all()
-    means, events = _run(workers, lambda: groupby_mean(*_region_and_spend(), 4), fetched=1)
+    means, events = run_logged(workers, lambda: groupby_mean(*_region_and_spend(), 4), fetched=1)
     want = [SPEND[np.equal(REGIONS, g)].mean() if counts[g] >= 10 else 0.0 for g in range(4)]
     np.testing.assert_allclose(means, want, rtol=1e-3)
     _no_plaintext_between_parties(events)
@@ -183,7 +179,7 @@ def test_phe_sum_of_another_party_s_rows(workers: tuple[LocalCluster, Path]) -> 
     pytest.importorskip("heu", reason="the phe extra (sf-heu) is not installed")
     from mplang import phe
 
-    total, events = _run(workers, _phe_release(lambda c: phe.sum(c)), fetched=1)
+    total, events = run_logged(workers, _phe_release(lambda c: phe.sum(c)), fetched=1)
     assert float(total[0]) == pytest.approx(float(SPEND.astype(np.float64).sum()), rel=1e-6)
     assert {e["verdict"] for e in events if e["event"] == "execution"} == {"accepted"}
     cluster, _ = workers
@@ -202,7 +198,7 @@ def test_tee_sum_of_two_parties_rows(workers: tuple[LocalCluster, Path]) -> None
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", mp.InsecureDeviceWarning)
-        total, events = _run(workers, on_t0(lambda r, s: jnp.sum(r) + jnp.sum(s)), fetched=1)
+        total, events = run_logged(workers, on_t0(lambda r, s: jnp.sum(r) + jnp.sum(s)), fetched=1)
         assert float(total) == pytest.approx(float(REGIONS.sum() + SPEND.sum()), rel=1e-5)
         assert {e["verdict"] for e in events if e["event"] == "execution"} == {"accepted"}
         cluster, _ = workers

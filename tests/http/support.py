@@ -259,6 +259,19 @@ def running_cluster(spec: mp.ClusterSpec, *, plugins: list[str] | None = None,
 
 
 @contextlib.contextmanager
+def audited_cluster(spec: mp.ClusterSpec, base: Path) -> Iterator[tuple[LocalCluster, Path]]:
+    """Worker processes for ``spec`` (new development keys and the policies `mplang init`
+    writes) reading ``base/data/NODE`` and logging to ``base/audit``, stopped on exit;
+    yields the cluster and the audit folder."""
+    cluster = LocalCluster(spec, audit_dir=base / "audit", data_root=base / "data")
+    try:
+        cluster.start(timeout=120)
+        yield cluster, base / "audit"
+    finally:
+        cluster.close()
+
+
+@contextlib.contextmanager
 def connected_driver(cluster: LocalCluster) -> Iterator[mp.Driver]:
     """A driver for ``cluster`` with bounded waits (a hung worker fails a test instead
     of stalling the session), closed on exit."""
