@@ -363,6 +363,34 @@ ENFORCED = 2**31
 ``min_rows`` (every rule's bound then holds)."""
 
 
+def narrowed(label: Flow, lo: int, hi: int, shaped: bool = True) -> Label:
+    """Row-wise ``label`` restricted to positions ``[lo, hi)`` of its row axis (``shaped``:
+    the value's shape is known). A part of gated rows loses the bound a run-time check
+    gave the whole of them."""
+    window = label.window
+    assert window is not None and label.axis is not None
+    if window.hi == UNKNOWN:
+        return raw([label])
+    count = window.size if not window.step else None
+    if count is None:  # one block, not known which: only the whole of it
+        full = shaped and lo <= label.at and hi >= label.at + window.step
+        return _part(label) if full else raw([label])
+    first, last = max(lo, label.at), min(hi, label.at + count)
+    if first >= last:  # none of p's rows: what was aggregated into them
+        if label.rowsets:
+            return Flow("aggregate", label.sources, rowsets=label.rowsets, gated=label.gated,
+                        enforced=label.enforced)
+        return None
+    if (first, last) != (label.at, label.at + count):
+        label = _part(label)
+    rows = replace(window, lo=window.lo + first - label.at, hi=window.lo + last - label.at)
+    return replace(label, window=rows, at=first - lo, pure=label.pure)
+
+
+def _part(label: Flow) -> Flow:
+    return replace(label, enforced=None) if label.gated else label
+
+
 def subset(own: Label, seen: Label, gate: int) -> Label:
     """A holder's rows kept where another owner's data says (a PSI join, ``gate``): ``own``'s
     rows, of a count known only at run time and checked there, with what ``seen`` reveals."""

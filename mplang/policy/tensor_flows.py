@@ -21,7 +21,6 @@ from typing import Any
 
 from mplang.analysis.stablehlo import Block, Module, Op, Tensor, parse
 from mplang.policy.labels import (
-    UNKNOWN,
     Flow,
     Label,
     aggregated,
@@ -32,6 +31,7 @@ from mplang.policy.labels import (
     join,
     join_all,
     masked,
+    narrowed,
     raw,
 )
 from mplang.util.lru import LRUCache
@@ -442,34 +442,7 @@ def _slice(v: Val, src: Tensor | None, start: Sequence[int], limit: Sequence[int
     a = label.axis
     if strides is not None and strides[a] != 1:
         return Val(raw([label]))
-    return Val(_narrow(label, int(start[a]), int(limit[a]), src), uniform)
-
-
-def _narrow(label: Flow, lo: int, hi: int, src: Tensor | None) -> Label:
-    """``label`` restricted to positions ``[lo, hi)`` of its row axis."""
-    window = label.window
-    assert window is not None and label.axis is not None
-    if window.hi == UNKNOWN:
-        return raw([label])
-    count = window.size if not window.step else None
-    if count is None:  # one block, not known which: only the whole of it
-        full = src is not None and lo <= label.at and hi >= label.at + window.step
-        return _part(label) if full else raw([label])
-    first, last = max(lo, label.at), min(hi, label.at + count)
-    if first >= last:  # none of p's rows: what was aggregated into them
-        if label.rowsets:
-            return Flow("aggregate", label.sources, rowsets=label.rowsets, gated=label.gated,
-                        enforced=label.enforced)
-        return None
-    if (first, last) != (label.at, label.at + count):
-        label = _part(label)
-    rows = replace(window, lo=window.lo + first - label.at, hi=window.lo + last - label.at)
-    return replace(label, window=rows, at=first - lo, pure=label.pure)
-
-
-def _part(label: Flow) -> Flow:
-    """``label`` of a part of its rows: a run-time check counted the whole of gated rows."""
-    return replace(label, enforced=None) if label.gated else label
+    return Val(narrowed(label, int(start[a]), int(limit[a]), src is not None), uniform)
 
 
 def _dynamic_slice(ins: list[Val], src: Tensor | None, sizes: tuple[int, ...]) -> Val:
@@ -493,7 +466,7 @@ def _dynamic_slice(ins: list[Val], src: Tensor | None, sizes: tuple[int, ...]) -
     if start is None:
         return Val(raw([label]))
     lo = int(min(max(start, 0), src.shape[a] - sizes[a]))
-    return Val(_narrow(label, lo, lo + sizes[a], src), value.uniform)
+    return Val(narrowed(label, lo, lo + sizes[a], src is not None), value.uniform)
 
 
 def _concatenate(ins: list[Val], types: Sequence[Tensor | None], dim: int) -> Val:
