@@ -67,7 +67,8 @@ def main() -> None:
         try:
             rows = []
             for name, program in example.programs().items():
-                compiled = mp.compile(program, cluster=drv.cluster)
+                with drv:  # the workers report the types of the files the parties load
+                    compiled = mp.compile(program, cluster=drv.cluster)
                 times, sent, means = [], [], []
                 for _ in range(args.runs):
                     before = sent_bytes(audit)
