@@ -25,6 +25,7 @@ import mplang as mp
 from mplang import simp, table
 from mplang.cluster.local import LocalCluster
 from mplang.libs import psi
+from mplang.records.audit import read_events
 from tests.audit.test_examples_audit import run_logged
 from tests.examples.test_examples import load, psi_by_band
 from tests.http import support
@@ -189,3 +190,48 @@ def test_two_joins_of_one_table_aggregated_are_refused_together(
                                     r"combine rows that data chose differently\)") + "$")):
         mp.evaluate(driver, lambda: (_joined_sum("ids.csv", 20),
                                      _joined_sum("ids_but_one.csv", 19)))
+
+
+def test_one_shared_customer_singled_out_of_the_join_is_refused(
+        workers: tuple[LocalCluster, Path]) -> None:
+    """The driver picks one shared customer by the shop's age column and asks for that
+    customer's balance: a sum over rows a comparison chose, whose count the join's
+    run-time check does not cover, so the bank refuses (the shop too)."""
+    example = load("psi")
+    customers, accounts = example.make_tables()
+    merged = customers.to_pandas().merge(accounts.to_pandas(), on="id")
+    age = int(merged["age"].value_counts().idxmin())
+
+    def program() -> Any:
+        shop, bank = psi.join(example.customers(), example.accounts(), "id")
+        ages = mp.device("P0")(lambda t: table.to_tensor(t, ["age"], rows=len(merged)))(shop)
+        balances = mp.device("P1")(lambda t: table.to_tensor(t, ["balance"],
+                                                             rows=len(merged)))(bank)
+        return mp.put("P0", mp.device("SP0")(lambda a, b: jnp.sum((a == age) * b))(
+            ages, balances))
+
+    def sends(node: str, source: str, *what: str) -> str:
+        return "; ".join(
+            rf"op spu\.reveal at test_examples_policies\.py:\d+ sends {w}, aggregate over a "
+            rf"data-dependent number of rows of {source}\.csv, to {to}; aggregate it in the "
+            r"secure device with groups of at least min_rows rows enforced at run time "
+            r"\(mplang\.libs\.groupby\), or allow-list the program digest in "
+            rf"\S+/policies/{node}\.yaml" for w, to in (x.split("|") for x in what))
+
+    refusal = r"^party {} \(node_{} at https://127\.0\.0\.1:\d+\) refused a program of \d+ " \
+        r"ops: node_{} refuses the program: {}$"
+    shop = refusal.format(0, 0, 0, sends(
+        "node_0", "customers", "program output 0, held by node_0|driver"))
+    bank = refusal.format(1, 1, 1, sends(
+        "node_1", "accounts", "the value revealed from SP0|node_0",
+        "program output 0, held by node_0|driver"))
+    cluster, audit = workers
+    with support.connected_driver(cluster) as driver, \
+            pytest.raises(mp.MPRefusedError, match=f"(?:{shop})|(?:{bank})"):
+        mp.evaluate(driver, program)
+    last = {node: [e for e in read_events([audit / f"{node}.jsonl"])
+                   if e["event"] == "execution"][-1] for node in ("node_0", "node_1")}
+    for node, source in (("node_0", "customers"), ("node_1", "accounts")):
+        assert last[node]["verdict"] == "refused", last[node]
+        assert f"aggregate over a data-dependent number of rows of {source}.csv" in \
+            last[node]["reason"], last[node]
