@@ -486,6 +486,37 @@ def test_an_aggregate_over_joined_rows_needs_min_rows_of_them(tmp_path: Path) ->
                     mp.evaluate(sim, prog)
 
 
+def test_joined_rows_selected_by_a_driver_constant_are_refused(tmp_path: Path) -> None:
+    """node_0's rows a join kept, selected again by ``id == 25`` (the driver's choice): the
+    run-time check counted the join, not the selection, which holds one row."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
+                      "  - {to: ['*'], when: compare}\n")
+    roots = {}
+    for node, ids in (("node_0", np.arange(40)), ("node_1", np.arange(20, 60))):
+        root = tmp_path / node
+        root.mkdir()
+        pd.DataFrame({"id": ids, "v": ids * 2.0}).to_csv(root / "t.csv", index=False)
+        roots[node] = str(root)
+
+    def prog() -> Any:
+        schema = {"id": "int64", "v": "float64"}
+        ta = simp.pcall((0,), lambda: table.read_csv("t.csv", schema))
+        tb = simp.pcall((1,), lambda: table.read_csv("t.csv", schema))
+        ja, _ = psi.join(ta, tb, "id")
+        ids = simp.pcall((0,), lambda t: table.to_tensor(t, ["id"], rows=20), ja)
+        values = simp.pcall((0,), lambda t: table.to_tensor(t, ["v"], rows=20), ja)
+        return simp.pcall((0,), lambda i, v: jnp.sum((i == 25) * v), ids, values)
+
+    with mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
+                      policies={n: str(policy) for n in roots}) as sim, \
+            pytest.raises(MPRefusedError, match=(
+                r"^node_0 refuses the program: op simp\.pcall at test_psi\.py:\d+ sends program "
+                r"output 0, held by node_0, aggregate over a data-dependent number of rows of "
+                r"t\.csv, to driver")):
+        mp.evaluate(sim, prog)
+
+
 def test_rows_repeated_by_the_other_s_repeated_keys_count_once(tmp_path: Path) -> None:
     """node_1 (with the driver) repeats one of node_0's keys 12 times: node_0's join keeps
     12 copies of that one row, whose sum would reveal it, so node_0 counts it once and
