@@ -79,9 +79,11 @@ def join(a: MPObject, b: MPObject, key: str, *, how: str = "inner",
     the module docstring for ``how``: ``inner``, ``left``, ``full``; ``protocol``:
     ``rr22``, ``kkrt``, ``ecdh``). Policies: each holder learns which of its keys the
     other holds, a ``compare`` between two owners' keys as loaded (raw membership, for
-    ``plaintext_to``, if a side is a constant or the driver's); aggregates over the
-    joined rows pass ``aggregate`` as the join keeps at least ``min_rows`` of them
-    (checked by each holder at run time)."""
+    ``plaintext_to``, if a side is a constant or the driver's); aggregates over all
+    the joined rows (a holder's own, and the other holder's, aligned with them) pass
+    ``aggregate`` as the join keeps at least ``min_rows`` distinct keys (checked by each
+    holder at run time); a part of them (a slice, a selection by a comparison) has a
+    count that check does not cover."""
     op = "psi.join"
     _holder(op, a, "a")
     _holder(op, b, "b")
