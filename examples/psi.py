@@ -82,10 +82,12 @@ BANDS = ("under 50", "50 and over")
 
 
 def customers() -> Any:
+    """P0's table, read from its own data root."""
     return mp.device("P0")(lambda: table.read_csv(FILES["node_0"], SCHEMAS["node_0"]))()
 
 
 def accounts() -> Any:
+    """P1's table, read from its own data root."""
     return mp.device("P1")(lambda: table.read_csv(FILES["node_1"], SCHEMAS["node_1"]))()
 
 
@@ -113,9 +115,9 @@ def study(rows: int, protocol: str = "rr22") -> Any:
     return program
 
 
-def save_tables(roots: dict[str, Path], customers: pa.Table, accounts: pa.Table) -> None:
+def save_tables(roots: dict[str, Path], shop: pa.Table, bank: pa.Table) -> None:
     """What each party does on its own machine: keep its table in its data root."""
-    for node, t in (("node_0", customers), ("node_1", accounts)):
+    for node, t in (("node_0", shop), ("node_1", bank)):
         roots[node].mkdir(parents=True, exist_ok=True)
         pcsv.write_csv(t, roots[node] / FILES[node])
 
@@ -134,6 +136,7 @@ def main(seed: int = 0, sizes: tuple[int, int] = SIZES, common: int = COMMON,
         return {"customers": tables[0], "accounts": tables[1],
                 "size_at_p0": int(seen[0]), "size_at_p1": int(seen[1]),
                 "by_band": mp.fetch(sim, means), "device": mp.get_dev_attr(means)}
+
 
 if __name__ == "__main__":
     result = main()
