@@ -18,8 +18,9 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 
 import mplang as mp
 from mplang.cluster.local import write_dev_policies
-from mplang.libs import secureboost
-from mplang.libs.secureboost import SecureBoost, grid_bins
+from mplang.libs import secret_trees, secureboost
+from mplang.libs.secret_trees import grid_bins
+from mplang.libs.secureboost import SecureBoost
 
 TREES, DEPTH, BINS, RATE, LEAF = 2, 3, 16, 0.3, 20
 ARGS = (("active.npz", "x"), "passive.npy", ("active.npz", "y"))
@@ -43,11 +44,11 @@ def _reference(x: np.ndarray, y: np.ndarray, min_leaf: int = LEAF) -> dict[str, 
     """The same trees in plaintext JAX (float32 instead of the device's fixed point)."""
     e0, b0 = grid_bins(jnp.asarray(x[:, :4]), BINS)
     e1, b1 = grid_bins(jnp.asarray(x[:, 4:]), BINS)
-    s0, s1, leaf = secureboost._secret_trees(
-        TREES, DEPTH, BINS, min_leaf, RATE, 0.0, 1e-3, secureboost._one_hot_bins(b0, BINS),
-        secureboost._one_hot_bins(b1, BINS), jnp.asarray(y, jnp.float32))
-    f0, t0 = secureboost._tree_thresholds(e0, s0)
-    f1, t1 = secureboost._tree_thresholds(e1, s1)
+    s0, s1, leaf = secret_trees._secret_trees(
+        TREES, DEPTH, BINS, min_leaf, RATE, 0.0, 1e-3, secret_trees._one_hot_bins(b0, BINS),
+        secret_trees._one_hot_bins(b1, BINS), jnp.asarray(y, jnp.float32))
+    f0, t0 = secret_trees._tree_thresholds(e0, s0)
+    f1, t1 = secret_trees._tree_thresholds(e1, s1)
     return {"feature0": np.asarray(f0), "threshold0": np.asarray(t0),
             "feature1": np.asarray(f1), "threshold1": np.asarray(t1), "leaf": np.asarray(leaf)}
 
@@ -129,9 +130,9 @@ def test_a_function_posing_as_the_trees_is_not_vouched_for(sim: mp.Simulator) ->
     """The driver names the registered trees but sends its own StableHLO (per-bin sums of
     the labels, what the device keeps secret): the members derive the real function, see
     another text and judge the release as it is."""
-    one_hot = secureboost._one_hot_bins
+    one_hot = secret_trees._one_hot_bins
 
-    @functools.wraps(secureboost._secret_trees)
+    @functools.wraps(secret_trees._secret_trees)
     def posing(hot0: Any, hot1: Any, y: Any) -> Any:
         return hot0.astype(jnp.float32).T @ y
 
