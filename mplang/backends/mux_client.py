@@ -24,7 +24,13 @@ from typing import Any
 import uvloop
 
 from mplang.backends.mux import ALPN, MuxProtocol
-from mplang.backends.transport_errors import Reply, StatusError, TransportError, UnreachableError
+from mplang.backends.transport_errors import (
+    NoAnswerError,
+    Reply,
+    StatusError,
+    TransportError,
+    UnreachableError,
+)
 from mplang.cluster.identity import LocalIdentity
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError
@@ -189,7 +195,7 @@ class MuxClients:
             reply = future.result(wait)
         except FutureTimeout:
             self._loop.call_soon_threadsafe(connection.cancel, stream)
-            raise TransportError(f"{path}: no answer within {wait:g} s") from None
+            raise NoAnswerError(f"{path}: no answer within {wait:g} s") from None
         if 400 <= reply.status_code < 500:
             raise StatusError(f"{path}: {reply.status_code} {reply.text[:500]}", reply)
         return reply

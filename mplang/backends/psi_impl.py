@@ -82,8 +82,7 @@ def _remove_traces(since: float) -> None:
 def _state(env: WorkerEnv) -> PsiState:
     from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory
 
-    links = MemLinkFactory(env.timeout) if env.in_process else \
-        ChannelLinkFactory(env.communicator, env.timeout)
+    links = MemLinkFactory() if env.in_process else ChannelLinkFactory(env.communicator)
     return PsiState(env, links)
 
 
@@ -300,7 +299,7 @@ def _join(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
     session.send(peer, "hello", U64.pack(table.num_rows))
 
     def link() -> Any:
-        return state.links.link(members, interp.exec_id, key, side)
+        return state.links.link(members, interp.exec_id, key, side, timeout)
 
     with stopping(interp, op, session):
         result = join_table(run, table, session, link)

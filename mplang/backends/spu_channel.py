@@ -20,23 +20,23 @@ from mplang.runtime.backend import Communicator
 
 class SpuLinkFactory(Protocol):
     """Creates the libspu link of one member for one run of an SPU op; ``(exec_id, key)``
-    is unique to that run."""
+    is unique to that run, and a receive waits at most ``timeout_s`` (the run's)."""
 
-    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any: ...
+    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int,
+                 timeout_s: float) -> Any: ...
 
 
 class MemLinkFactory:
     """libspu's in-memory links: all members live in this process."""
 
-    def __init__(self, recv_timeout_s: float):
-        self.recv_timeout_ms = int(recv_timeout_s * 1000)
+    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int,
+                 timeout_s: float) -> Any:
+        return self.link(config.members, exec_id, key, member_index, timeout_s)
 
-    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
-        return self.link(config.members, exec_id, key, member_index)
-
-    def link(self, members: Sequence[int], exec_id: str, key: str, member_index: int) -> Any:
+    def link(self, members: Sequence[int], exec_id: str, key: str, member_index: int,
+             timeout_s: float) -> Any:
         """The link of ``members[member_index]`` among the parties ``members`` (ranks)."""
-        desc = link_desc(members, exec_id, key, self.recv_timeout_ms, "mem")
+        desc = link_desc(members, exec_id, key, int(timeout_s * 1000), "mem")
         return libspu.link.create_mem(desc, member_index)
 
 
@@ -54,12 +54,14 @@ def link_desc(members: Sequence[int], exec_id: str, key: str, recv_timeout_ms: i
 class _CommChannel(libspu.link.IChannel):
     """One peer of one SPU link; libspu calls these (CamelCase) methods from its threads."""
 
-    def __init__(self, communicator: Communicator, peer: int, exec_id: str, prefix: str):
+    def __init__(self, communicator: Communicator, peer: int, exec_id: str, prefix: str,
+                 timeout_s: float):
         super().__init__()
         self._comm = communicator
         self._peer = peer
         self._exec_id = exec_id
         self._prefix = prefix
+        self._timeout_s = timeout_s
 
     def _tag(self, tag: str) -> tuple[str, str]:
         return (self._exec_id, f"{self._prefix}#{tag}")
@@ -74,7 +76,7 @@ class _CommChannel(libspu.link.IChannel):
         self.Send(tag, data)
 
     def Recv(self, tag: str) -> bytes:
-        data: bytes = self._comm.recv(self._peer, self._tag(tag))
+        data: bytes = self._comm.recv(self._peer, self._tag(tag), self._timeout_s)
         return data
 
     def TestSend(self, timeout: int) -> None:
@@ -99,17 +101,18 @@ class _CommChannel(libspu.link.IChannel):
 class ChannelLinkFactory:
     """SPU links whose messages go through ``communicator`` (one per worker)."""
 
-    def __init__(self, communicator: Communicator, recv_timeout_s: float):
+    def __init__(self, communicator: Communicator):
         self.communicator = communicator
-        self.recv_timeout_ms = int(recv_timeout_s * 1000)
 
-    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int) -> Any:
-        return self.link(config.members, exec_id, key, member_index)
+    def __call__(self, config: SpuConfig, exec_id: str, key: str, member_index: int,
+                 timeout_s: float) -> Any:
+        return self.link(config.members, exec_id, key, member_index, timeout_s)
 
-    def link(self, members: Sequence[int], exec_id: str, key: str, member_index: int) -> Any:
+    def link(self, members: Sequence[int], exec_id: str, key: str, member_index: int,
+             timeout_s: float) -> Any:
         """The link of ``members[member_index]`` among the parties ``members`` (ranks)."""
-        desc = link_desc(members, exec_id, key, self.recv_timeout_ms, "channel")
+        desc = link_desc(members, exec_id, key, int(timeout_s * 1000), "channel")
         channels = [None if i == member_index else
-                    _CommChannel(self.communicator, rank, exec_id, f"{key}/link")
+                    _CommChannel(self.communicator, rank, exec_id, f"{key}/link", timeout_s)
                     for i, rank in enumerate(members)]
         return libspu.link.create_with_channels(desc, member_index, channels)

@@ -221,9 +221,9 @@ def _state(env: WorkerEnv) -> SpuState:
     the worker's own communicator (authenticated, tagged by execution, abortable)."""
     from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory
 
-    channel = ChannelLinkFactory(env.communicator, env.timeout)
+    channel = ChannelLinkFactory(env.communicator)
     if env.in_process:
-        return SpuState(MemLinkFactory(env.timeout), channel)
+        return SpuState(MemLinkFactory(), channel)
     return SpuState(channel, channel)
 
 
@@ -356,7 +356,8 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     if worker.rank not in config.members:
         return [None] * len(op.outputs)
     state: SpuState = interp.states["spu"]
-    link = state.links(interp)(config, interp.exec_id, key, config.members.index(worker.rank))
+    link = state.links(interp)(config, interp.exec_id, key, config.members.index(worker.rank),
+                               interp.options.timeout or worker.timeout)
     runtime = spu.Runtime(link, runtime_config_for(config))
     for i, share in enumerate(args):
         if not isinstance(share, SpuShare):

@@ -11,6 +11,10 @@ class TransportError(Exception):
     """The worker could not be reached, or the connection broke or timed out."""
 
 
+class NoAnswerError(TransportError):
+    """The worker did not answer a request within its timeout."""
+
+
 class UnreachableError(TransportError):
     """No connection to the worker could be made: nothing listens at its endpoint, the
     connection was refused, or the connection attempt timed out."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,10 @@ from mplang.policy.vouched import library_attrs, min_rows_of, vouched
 
 ir: Any = _ir  # the MLIR bindings ship no type stubs
 SHARE_SCHEME = "spu"
+SHARE_BYTES_PER_ELEMENT = 2 * 16
+"""The most bytes one party's share of one element takes: two 128-bit ring elements."""
+SHARE_META_BYTES = 4096
+"""A bound of a share's metadata and chunk framing (its shape, storage type, offsets)."""
 SUPPORTED_DTYPES = DTYPES - {"bfloat16", "complex64", "complex128"}
 """Dtypes libspu can secret-share."""
 
@@ -75,6 +80,13 @@ class SecretShareType(BaseType):
 
     def plaintext(self) -> TensorType:
         return self.plaintext_type
+
+    def wire_bytes(self) -> int:
+        """Two ring elements of the widest field (FM128) per element, the most any
+        protocol gives one party (ABY3 holds two replicated shares), and the share's
+        metadata."""
+        return math.prod(self.plaintext_type.shape) * SHARE_BYTES_PER_ELEMENT + \
+            SHARE_META_BYTES
 
     def __str__(self) -> str:
         return f"share<{self.scheme},{self.plaintext_type}>"

@@ -65,6 +65,12 @@ class MPCommunicationError(MPRuntimeError):
     """A message between parties did not arrive in time, or its execution was abandoned."""
 
 
+class MPTimeoutError(MPCommunicationError):
+    """A wait ran out of time: a party's message, a secure device's protocol message, or
+    a party's answer to the driver. The message names the party that waited and whom it
+    waited for."""
+
+
 class MPRefusedError(MPLangError):
     """A party refused a request: its policy refuses a program, a fetch or a write
     (the message names the party, the op and the rule to add), or its worker refuses
@@ -75,6 +81,10 @@ class MPRefusedError(MPLangError):
     def __init__(self, message: str, status: int = 403):
         super().__init__(message)
         self.status = status
+        self.party: int | None = None
+        """The rank of the refusing party, where a run's refusal says it."""
+        self.op: str | None = None
+        """The op whose run was refused, where known."""
 
 
 class FeError(MPLangError):

@@ -9,7 +9,7 @@ import queue
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mplang.edsl.errors import MPLangError, MPRuntimeError
+from mplang.edsl.errors import MPLangError, MPRefusedError, MPRuntimeError
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.traits import Runtime
@@ -165,6 +165,9 @@ class Interpreter:
             if e.op == op.opcode:
                 e.key = e.key or key
                 e.loc = e.loc or op.loc
+        elif isinstance(e, MPRefusedError) and e.op is None:  # a refusal its run met
+            e.op, e.party = op.opcode, self.party
+            e.args = (f"{e.args[0]} (in op {op.opcode} at {key}{_at(op)})", *e.args[1:])
         elif not isinstance(e, MPLangError):
             results = ", ".join(f"%{v.name}" for v in op.outputs) or "no results"
             error = MPRuntimeError(

@@ -8,6 +8,8 @@ dispatches each simp op to the workers.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import queue
 import threading
@@ -16,7 +18,6 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from contextlib import nullcontext
 from typing import Any
 
 import jax
@@ -37,6 +38,11 @@ from mplang.runtime.options import DEFAULT_OPTIONS, Mode, RunOptions
 from mplang.runtime.scheduler import Scheduler
 from mplang.runtime.timeline import DRIVER, RunMonitor, monitoring
 from mplang.util.lru import LRUCache
+
+STRAGGLER_WAIT_S = 1.0
+"""How long the driver waits, after an execution failed and it aborted the others, for
+the parties still running: one busy in a long local op stops only at its next wait,
+and the driver reports the failure without it (what it makes is deleted when done)."""
 
 
 def to_host_value(value: Any) -> Any:
@@ -171,8 +177,9 @@ class SimpDriver(ExecutionContext, ABC):
             return [f.result() for f in futures]
         self._record_cause(exec_id, first[0])
         self.abort(exec_id, f"{first[0]}")
-        wait(pending)
-        errors = [e for f in futures if (e := f.exception()) is not None]
+        # the others stop at their next wait; one busy in a long local op is not waited for
+        wait(pending, timeout=STRAGGLER_WAIT_S)
+        errors = [e for f in futures if f.done() and (e := f.exception()) is not None]
         # the cause is what failed first; failures of parties waiting on it come later
         root = next((e for e in [*first, *errors] if not isinstance(e, MPCommunicationError)),
                     None)
@@ -216,9 +223,7 @@ class SimpDriver(ExecutionContext, ABC):
             results = self.collect(futures, exec_id)
         except BaseException:
             for r, f in zip(ranks, futures, strict=True):
-                if f.done() and not f.cancelled() and f.exception() is None:
-                    for uri in f.result():
-                        self.delete([uri if p == r else None for p in range(self.world_size)])
+                f.add_done_callback(functools.partial(self._drop_outputs, r))
             raise
         per_party: list[list[str | None]] = [[None] * len(graph.outputs)
                                              for _ in range(self.world_size)]
@@ -233,6 +238,14 @@ class SimpDriver(ExecutionContext, ABC):
         for var in out:
             self._retain(var)
         return out
+
+    def _drop_outputs(self, rank: int, future: Future[Any]) -> None:
+        """Delete what party ``rank``'s run of a failed execution made, once it is done."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        with contextlib.suppress(MPLangError):  # the driver may be closing
+            for uri in future.result():
+                self.delete([uri if p == rank else None for p in range(self.world_size)])
 
     def fetch_var(self, var: HostVar) -> list[Any]:
         """Each party's value of ``var`` (``None`` where it holds nothing)."""
@@ -286,7 +299,7 @@ class SimpDriver(ExecutionContext, ABC):
             self.runs += 1
             self._created[exec_id] = []
         try:
-            with monitoring(exec_id, monitor) if monitor is not None else nullcontext():
+            with monitoring(exec_id, monitor) if monitor is not None else contextlib.nullcontext():
                 results: list[HostVar] = interp.run(launcher, args)
             outputs: list[MPObject] = [self._handle(var, v.type, device) for var, v, device
                        in zip(results, program.graph.outputs, program.out_devices, strict=True)]

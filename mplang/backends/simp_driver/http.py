@@ -13,7 +13,7 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from mplang.backends.simp_driver.base import SimpDriver
 from mplang.backends.simp_driver.describe import describe_remote, describe_remote_input
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
 from mplang.backends.transport_errors import (
+    NoAnswerError,
     StatusError,
     TransportError,
     UnreachableError,
@@ -37,6 +38,7 @@ from mplang.edsl.errors import (
     MPLangError,
     MPRefusedError,
     MPRuntimeError,
+    MPTimeoutError,
 )
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
@@ -130,11 +132,17 @@ class SimpHttpDriver(SimpDriver):
         what = _what(graph)
         sent_ns = now_ns()
         try:
-            response = self._clients.post(rank, "/run", parts, timeout=self._run_timeout)
+            response = self._clients.post(rank, "/run", parts, timeout=self._bounded(
+                self._run_timeout, options, RUN_ANSWER_GRACE_S))
         except StatusError as e:
             raise self._refused(rank, what, e) from e
         except UnreachableError as e:
             raise self._unreachable(rank, f"run {what}", e) from e
+        except NoAnswerError as e:
+            raise MPTimeoutError(f"{self._where(rank)} did not answer within the time limit "
+                                 f"while running {what} ({e})", party=rank,
+                                 op=graph.operations[0].opcode
+                                 if len(graph.operations) == 1 else None) from e
         except TransportError as e:
             raise MPRuntimeError(f"{self._where(rank)} failed while running {what}: the "
                                  f"connection was lost or refused ({type(e).__name__}: {e})",
@@ -142,10 +150,7 @@ class SimpHttpDriver(SimpDriver):
                                  if len(graph.operations) == 1 else None) from e
         body = response.json()
         if response.status_code != 200:
-            cls = MPCommunicationError if body.get("kind") == "MPCommunicationError" \
-                else MPRuntimeError
-            raise cls(body.get("error", response.text), party=rank, op=body.get("op"),
-                      key=body.get("key"), loc=body.get("loc"))
+            raise _run_failure(rank, body, response.text)
         if options.monitor is not None and "trace" in body:
             self._merge_trace(options.monitor, rank, body["trace"], sent_ns, now_ns())
         outputs: list[str | None] = body["outputs"]
@@ -203,11 +208,15 @@ class SimpHttpDriver(SimpDriver):
         parts = pack_message({"exec": exec_id, "scope": scope, "inputs": input_uris,
                               "parties": parties, **split, **options.wire_fields()}, body)
         try:
-            response = self._clients.post(rank, "/prepare", parts)
+            response = self._clients.post(rank, "/prepare", parts, timeout=self._bounded(
+                self._timeout, options))
         except StatusError as e:
             raise self._refused(rank, _what(graph), e) from e
         except UnreachableError as e:
             raise self._unreachable(rank, f"prepare {_what(graph)}", e) from e
+        except NoAnswerError as e:
+            raise MPTimeoutError(f"{self._where(rank)} did not answer within the time limit "
+                                 f"to prepare {_what(graph)} ({e})", party=rank) from e
         except TransportError as e:
             raise MPRuntimeError(f"{self._where(rank)} could not be reached to prepare "
                                  f"{_what(graph)} ({type(e).__name__}: {e})", party=rank) from e
@@ -290,11 +299,12 @@ class SimpHttpDriver(SimpDriver):
                     return
 
     def abort(self, exec_id: str, reason: str) -> None:
+        """Tell every party to abandon ``exec_id``; waits at most `ABORT_WAIT_S` for the
+        answers (a frozen party answers late or never)."""
         futures = [self._pool.submit(self._best_effort, rank, "/abort",
                                      {"exec": exec_id, "reason": reason[:1000]})
                    for rank in range(self.world_size)]
-        for f in futures:
-            f.result()
+        wait(futures, timeout=ABORT_WAIT_S)
 
     def describe_data(self, rank: int, path: str, key: str | None) -> TensorType:
         """The type of array ``path`` (member ``key``) in party ``rank``'s data root, as
@@ -311,6 +321,19 @@ class SimpHttpDriver(SimpDriver):
         """The type of the input ``fields`` name (e.g. ``{"what": "table", "path": "a.csv",
         "format": "csv"}``) on party ``rank``, as its worker reports it."""
         return describe_remote_input(self._clients, rank, self._where(rank), dict(fields))
+
+    @staticmethod
+    def _bounded(default: float, options: RunOptions, grace: float = 0.0) -> float:
+        """A request's timeout: ``default``, or the evaluation's ``timeout`` (plus
+        ``grace`` for the party to report its own timeout) when that is shorter."""
+        return default if options.timeout is None else min(default, options.timeout + grace)
+
+    def close(self) -> None:
+        """Close the connections first: a request still waiting (a party's run of a failed
+        execution, busy in a long op) ends at once instead of at its timeout."""
+        if not self._closed:
+            self._clients.close()
+        super().close()
 
     def _close_transport(self) -> None:
         self._clients.close()  # the workers keep running
@@ -343,3 +366,28 @@ def make_driver(cluster: ClusterSpec | str | os.PathLike[str], **options: Any) -
         raise MPLangError("make_driver takes a cluster spec (path or ClusterSpec) and key: a "
                           "list of endpoints does not say which certificate each worker has")
     return Driver(cluster, **options)
+
+
+ABORT_WAIT_S = 1.0
+"""How long an abort waits for the parties to confirm it."""
+RUN_ANSWER_GRACE_S = 2.0
+"""How long past an evaluation's ``timeout`` the driver waits for a party's answer to a
+run: a party whose own wait ran out reports it in that time."""
+_RUN_FAILURES: dict[str, type[MPRuntimeError]] = {
+    "MPCommunicationError": MPCommunicationError, "MPTimeoutError": MPTimeoutError}
+"""The failures of a party's run that keep their class at the driver; others are
+`MPRuntimeError`s (refusals: `MPRefusedError`)."""
+
+
+def _run_failure(rank: int, body: dict[str, Any], text: str) -> MPLangError:
+    """The error of party ``rank``'s failed run from its answer ``body``: a refusal (of
+    a peer's message its run needed, a limit) is an `MPRefusedError` naming the party;
+    a wait that ran out of time an `MPTimeoutError`."""
+    error = str(body.get("error", text))
+    if body.get("kind") == "MPRefusedError":
+        refused = MPRefusedError(error if error.startswith(f"party {rank}") else
+                                 f"party {rank}: {error}", 409)
+        refused.party, refused.op = rank, body.get("op")
+        return refused
+    cls = _RUN_FAILURES.get(str(body.get("kind")), MPRuntimeError)
+    return cls(error, party=rank, op=body.get("op"), key=body.get("key"), loc=body.get("loc"))

@@ -76,20 +76,29 @@ def declared_bytes(vtype: object) -> int:
 
 def largest_message(graph: Graph, limits: WorkerLimits) -> int:
     """The most bytes one typed message of ``graph`` may carry: the largest sum of one
-    op's results. Raises `MPRefusedError` (413) for a value over the worker's limit."""
+    op's results or of its operands (an op may send what it was given, such as the
+    shares of an earlier evaluation it reveals). Raises `MPRefusedError` (413) for a
+    value over the worker's limit."""
     largest = 0
     for op in graph.walk():
-        total = 0
-        for value in op.outputs:
-            size = declared_bytes(value.type)
-            if size > limits.max_value_bytes:
-                where = f" at {op.loc}" if op.loc else ""
-                raise MPRefusedError(
-                    f"op {op.opcode}{where} declares a value {value.type} of {size} bytes, over "
-                    f"this worker's limit of {limits.max_value_bytes} bytes", 413)
-            total += size
-        largest = max(largest, total)
+        for values in (op.outputs, op.inputs):
+            total = 0
+            for value in values:
+                size = declared_bytes(value.type)
+                if size > limits.max_value_bytes:
+                    where = f" at {op.loc}" if op.loc else ""
+                    raise MPRefusedError(
+                        f"op {op.opcode}{where} declares a value {value.type} of {size} "
+                        f"bytes, over this worker's limit of {limits.max_value_bytes} bytes",
+                        413)
+                total += size
+            largest = max(largest, total)
     return largest + FRAMING_BYTES
+
+
+class RunRefusal(MPRefusedError):
+    """A message from a party of a run that the run here refuses: the run cannot go on
+    without it, so it stops here with this refusal as its cause."""
 
 
 @dataclass
@@ -185,31 +194,31 @@ class Executions:
                 if any(key.startswith(s + "/") for s in self._finished.get(exec_id, ())):
                     raise MPRefusedError(f"execution {exec_id} has ended here", 410)
                 raise MPRefusedError(f"execution {exec_id} is {NOT_YET}", 409)
-            op_index = key[len(run.scope) + 1:].split("/", 1)[0]
-            if op_index not in run.talkers:
-                raise MPRefusedError(f"op {key[:200]} of execution {exec_id} sends no messages",
-                                     403)
             if src not in run.parties:
                 raise MPRefusedError(f"party {src} takes no part in execution {exec_id}", 403)
+            op_index = key[len(run.scope) + 1:].split("/", 1)[0]
+            if op_index not in run.talkers:
+                raise RunRefusal(f"op {key[:200]} of execution {exec_id} sends no messages",
+                                 403)
             if program != run.program:
-                raise MPRefusedError(f"party {src} runs another program under execution "
-                                     f"{exec_id}", 409)
+                raise RunRefusal(f"party {src} runs another program under execution "
+                                 f"{exec_id}", 409)
             if time.monotonic() > run.deadline:
-                raise MPRefusedError(f"execution {exec_id} ran past its time limit", 410)
+                raise RunRefusal(f"execution {exec_id} ran past its time limit", 410)
             if run.received + nbytes > self.limits.max_execution_bytes:
-                raise MPRefusedError(f"execution {exec_id} would receive more than "
-                                     f"{self.limits.max_execution_bytes} bytes", 413)
+                raise RunRefusal(f"execution {exec_id} would receive more than "
+                                 f"{self.limits.max_execution_bytes} bytes", 413)
             if link:
                 counts = run.links.setdefault(src, [0, 0])
                 if counts[0] + nbytes > self.limits.max_link_bytes or \
                         counts[1] + 1 > self.limits.max_link_messages:
-                    raise MPRefusedError(f"party {src}'s link traffic into execution {exec_id} "
-                                         "is over its budget", 413)
+                    raise RunRefusal(f"party {src}'s link traffic into execution {exec_id} "
+                                     "is over its budget", 413)
                 counts[0] += nbytes
                 counts[1] += 1
             elif nbytes > run.max_message:
-                raise MPRefusedError(f"a message of {nbytes} bytes for {key[:200]} is larger "
-                                     f"than the program's types allow ({run.max_message})", 413)
+                raise RunRefusal(f"a message of {nbytes} bytes for {key[:200]} is larger "
+                                 f"than the program's types allow ({run.max_message})", 413)
             run.received += nbytes
 
     def _run_for(self, exec_id: str, key: str) -> Run | None:

@@ -12,7 +12,7 @@ from collections import deque
 from typing import Any
 
 from mplang.backends.wire import payload_bytes
-from mplang.edsl.errors import MPCommunicationError, MPRefusedError
+from mplang.edsl.errors import MPCommunicationError, MPRefusedError, MPTimeoutError
 from mplang.runtime.backend import Tag
 from mplang.runtime.timeline import monitor_of
 
@@ -36,7 +36,8 @@ class Mailbox:
         self._cond = threading.Condition()
         self._messages: dict[tuple[int, Tag], tuple[Any, int]] = {}
         self._bytes = 0
-        self._aborted: dict[str, str] = {}
+        self._aborted: dict[str, tuple[str, bool]] = {}
+        """exec_id -> (why it was aborted, whether by a refusal here)."""
         self._aborted_order: deque[str] = deque()
 
     def put(self, src: int, tag: Tag, value: Any, nbytes: int = 0) -> None:
@@ -63,22 +64,30 @@ class Mailbox:
                     value, nbytes = self._messages.pop(slot)
                     self._bytes -= nbytes
                     return value
-                reason = self._aborted.get(tag[0])
-                if reason is not None:
+                aborted = self._aborted.get(tag[0])
+                if aborted is not None:
+                    reason, refused = aborted
+                    if refused:
+                        raise MPRefusedError(reason, 409)
                     raise MPCommunicationError(
                         f"party {self.rank}: execution {tag[0]} was abandoned ({reason}) while "
                         f"waiting for party {src}", party=self.rank)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise MPCommunicationError(
+                    raise MPTimeoutError(
                         f"party {self.rank}: no message from party {src} for {tag[1]} within "
                         f"{timeout:g} s", party=self.rank)
                 self._cond.wait(remaining)
 
-    def abort(self, exec_id: str, reason: str) -> None:
-        """Fail every wait of ``exec_id`` and drop its messages, now and later."""
+    def abort(self, exec_id: str, reason: str, refused: bool = False) -> None:
+        """Fail every wait of ``exec_id`` and drop its messages, now and later; a wait
+        raises `MPRefusedError` with ``reason`` if ``refused`` (this party refused a
+        message the execution needs), else `MPCommunicationError`. The first abort's
+        reason stays."""
         with self._cond:
-            self._aborted[exec_id] = reason
+            if exec_id in self._aborted:
+                return
+            self._aborted[exec_id] = (reason, refused)
             self._aborted_order.append(exec_id)
             while len(self._aborted_order) > _ABORTED_MEMORY:
                 self._aborted.pop(self._aborted_order.popleft(), None)

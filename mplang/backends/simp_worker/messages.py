@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mplang.backends.mux_client import MuxClients
-from mplang.backends.simp_worker.executions import Executions
+from mplang.backends.simp_worker.executions import Executions, RunRefusal
 from mplang.backends.simp_worker.mailbox import Mailbox, count_message
 from mplang.backends.simp_worker.request import KEY_LIMIT, check_exec_id
 from mplang.backends.wire import Buffer, decode_value, encode_value, privacy_kind
@@ -97,7 +97,13 @@ class Inbox:
         if not key.startswith("/") or len(key) > KEY_LIMIT:
             raise MPSerializationError(f"header {H_KEY} must be an op key")
         link = headers.get(H_LINK) == "1"
-        self.executions.admit(sender.rank, exec_id, key, headers.get(H_PROGRAM, ""), size, link)
+        try:
+            self.executions.admit(sender.rank, exec_id, key, headers.get(H_PROGRAM, ""), size,
+                                  link)
+        except RunRefusal as e:  # the run will never get this message: it stops with why
+            self.mailbox.abort(exec_id, f"party {self.mailbox.rank} refused party "
+                               f"{sender.rank}'s message for {key[:200]}: {e}", refused=True)
+            raise
         return sender, exec_id, key, link
 
     def deliver(self, sender: Peer, exec_id: str, key: str, link: bool,
