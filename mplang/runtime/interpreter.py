@@ -165,7 +165,8 @@ class Interpreter:
             if e.op == op.opcode:
                 e.key = e.key or key
                 e.loc = e.loc or op.loc
-        elif isinstance(e, MPRefusedError) and e.op is None:  # a refusal its run met
+        elif type(e) is MPRefusedError and e.op is None and self.party is not None:
+            # a party's run met a refusal (of a message it needed): name where
             e.op, e.party = op.opcode, self.party
             e.args = (f"{e.args[0]} (in op {op.opcode} at {key}{_at(op)})", *e.args[1:])
         elif not isinstance(e, MPLangError):

@@ -122,8 +122,9 @@ def test_a_party_frozen_inside_a_secure_op_is_a_timeout(cluster: LocalCluster,
     error = outcome.get("error")
     assert isinstance(error, mp.MPTimeoutError), repr(error)
     assert outcome["finished"] - stopped < 3 + 2
-    assert re.search(r"no message from party 2 for /\S+/link#\S+ within 3 s", str(error)), \
-        error
+    # into the protocol, as a rule; under a heavy load the freeze may still meet the prepare
+    assert re.search(r"no message from party 2 for /\S+/link#\S+ within 3 s|party 2 "
+                     r"\(node_2 at \S+\) did not answer within the time limit", str(error)), error
     got = mp.fetch(driver, mp.evaluate(driver, lambda s: mp.put("P0", s), shares))
     np.testing.assert_allclose(got, VECTOR * VECTOR * 2, rtol=1e-3, atol=1e-3)
 
@@ -150,3 +151,29 @@ def test_a_refused_message_stops_the_run_with_the_refusal(tmp_path: Path) -> Non
                                                           mp.put("P1", np.int32(7)))))) == 42
         finally:
             driver.close()
+
+
+def test_ten_runs_of_three_chained_joins_never_hang(driver: mp.Driver) -> None:
+    """libpsi's link sends its connection test under one tag more than once: every send is
+    one receive (a later message under a tag no longer replaces an earlier one, which
+    left a receive waiting in about one run in ten)."""
+    import pyarrow as pa
+
+    from mplang.dialects import table
+    from mplang.libs import psi
+
+    rng = np.random.default_rng(1)
+    ids = [pa.table({"id": pa.array(rng.choice(2000, 1500, replace=False), pa.int64())})
+           for _ in range(3)]
+
+    def chained() -> Any:
+        a, b, c = (simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ids))
+        a1, b1 = psi.join(a, b, "id")
+        _, c2 = psi.join(b1, c, "id")
+        return psi.join(c2, a1, "id")[0]
+
+    shared = set(ids[0]["id"].to_pylist()) & set(ids[1]["id"].to_pylist()) & \
+        set(ids[2]["id"].to_pylist())
+    for _ in range(10):
+        got = mp.fetch(driver, mp.evaluate(driver, chained, timeout=20))[2]
+        assert sorted(got["id"].to_pylist()) == sorted(shared)

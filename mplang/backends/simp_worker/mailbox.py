@@ -34,24 +34,25 @@ class Mailbox:
         self.rank = rank
         self.capacity_bytes = capacity_bytes
         self._cond = threading.Condition()
-        self._messages: dict[tuple[int, Tag], tuple[Any, int]] = {}
+        self._messages: dict[tuple[int, Tag], deque[tuple[Any, int]]] = {}
+        """(source, tag) -> the messages under it, oldest first."""
         self._bytes = 0
         self._aborted: dict[str, tuple[str, bool]] = {}
         """exec_id -> (why it was aborted, whether by a refusal here)."""
         self._aborted_order: deque[str] = deque()
 
     def put(self, src: int, tag: Tag, value: Any, nbytes: int = 0) -> None:
-        """Queue ``value`` (``nbytes`` on the wire) for a `take`; a later message under the
-        same slot replaces the earlier one."""
+        """Queue ``value`` (``nbytes`` on the wire) for a `take`. Messages under one slot
+        are taken in the order they came: a secure device's link may send one tag twice
+        (its connection test), and each send is one receive."""
         with self._cond:
             if tag[0] in self._aborted:
                 return
-            previous = self._messages.get((src, tag))
-            held = self._bytes - (previous[1] if previous else 0)
+            held = self._bytes
             if self.capacity_bytes is not None and held + nbytes > self.capacity_bytes:
                 raise MPRefusedError(f"party {self.rank}'s mailbox is full ({held} of "
                                      f"{self.capacity_bytes} bytes held)", 429)
-            self._messages[(src, tag)] = (value, nbytes)
+            self._messages.setdefault((src, tag), deque()).append((value, nbytes))
             self._bytes = held + nbytes
             self._cond.notify_all()
 
@@ -60,8 +61,11 @@ class Mailbox:
         slot = (src, tag)
         with self._cond:
             while True:
-                if slot in self._messages:
-                    value, nbytes = self._messages.pop(slot)
+                queued = self._messages.get(slot)
+                if queued:
+                    value, nbytes = queued.popleft()
+                    if not queued:
+                        del self._messages[slot]
                     self._bytes -= nbytes
                     return value
                 aborted = self._aborted.get(tag[0])
@@ -102,11 +106,11 @@ class Mailbox:
     def _drop_locked(self, exec_id: str, scope: str | None) -> None:
         for slot in [s for s in self._messages if s[1][0] == exec_id and (
                 scope is None or s[1][1].startswith(scope + "/"))]:
-            self._bytes -= self._messages.pop(slot)[1]
+            self._bytes -= sum(nbytes for _, nbytes in self._messages.pop(slot))
 
     def pending(self) -> int:
         with self._cond:
-            return len(self._messages)
+            return sum(len(q) for q in self._messages.values())
 
     def pending_bytes(self) -> int:
         with self._cond:
