@@ -32,7 +32,6 @@ from mplang.dialects import table
 from mplang.libs import psi
 
 
-
 def _ring() -> Any:
     return simp.shuffle_static(simp.prank() * 7 + 1, {0: 2, 1: 0, 2: 1})
 
