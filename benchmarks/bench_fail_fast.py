@@ -86,7 +86,6 @@ def main() -> None:
     for node, port in zip(layout["nodes"], free_ports(3), strict=True):
         node["endpoint"] = f"127.0.0.1:{port}"
     with LocalCluster(mp.ClusterSpec.from_dict(layout)) as cluster:
-        cluster.start()
         driver = cluster.driver(timeout=30.0, run_timeout=120.0)
         try:
             mp.evaluate(driver, _ring)  # connections made
