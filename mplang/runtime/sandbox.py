@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mplang.edsl.errors import MPLangError, MPSerializationError
 from mplang.util.lru import LRUCache
@@ -68,8 +68,8 @@ def _main_hidden() -> Iterator[None]:
     only its check's module."""
     main = sys.modules.get("__main__")
     with _MAIN_LOCK:
-        saved = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__")
-                 if main is not None and k in main.__dict__}
+        saved: dict[str, Any] = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__")
+                                 if main is not None and k in main.__dict__}
         if main is not None:
             main.__spec__ = None
         try:
