@@ -7,8 +7,10 @@ of ``--runs``:
 - traced: the program as this process's tracer made it (never vetted);
 - first received: the very first received program (starts the checkers' helper
   processes, then vets);
+- new payloads, traced: programs of this process's tracer with another constant in
+  each (their first run compiles the new run_jax module and SPU executable here);
 - new payloads: received programs whose payloads this process has not seen (another
-  constant in each: the helpers parse and compile both payloads);
+  constant in each: the helpers parse and compile both payloads, then as above);
 - same bytes again: a new `Program.from_bytes` of bytes already vetted (verdicts
   cached by digest);
 - vetted program again: the same received `Program` object run again.
@@ -64,6 +66,8 @@ def main() -> None:
     data = [program(k).to_bytes() for k in range(args.runs + 1)]
     rows = {"first received (helpers start)": [timed(run(mp.Program.from_bytes(data[0])))]}
     rows["traced"] = [timed(run(traced)) for _ in range(args.runs)]
+    fresh = [program(k) for k in range(args.runs + 1, 2 * args.runs + 1)]
+    rows["new payloads, traced"] = [timed(run(p)) for p in fresh]
     rows["new payloads"] = [timed(run(mp.Program.from_bytes(b))) for b in data[1:]]
     rows["same bytes again"] = [timed(run(mp.Program.from_bytes(b))) for b in data[1:]]
     again = mp.Program.from_bytes(data[0])
