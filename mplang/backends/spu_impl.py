@@ -35,7 +35,7 @@ from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import MPType, TensorType
 from mplang.records.audit import SECRET_SHARE
-from mplang.runtime.backend import WorkerEnv, register_backend
+from mplang.runtime.backend import WorkerEnv, payload_refusal, register_backend
 from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.sandbox import NativePayloadChecker
 from mplang.util.lru import LRUCache
@@ -251,6 +251,10 @@ def _payload(op: Operation) -> bytes:
     return _FRAME.pack(len(text), len(name)) + text + name + op.attrs["executable"]
 
 
+NOT_ITS_EXECUTABLE = "the executable is not what libspu compiles its StableHLO to"
+"""`vet_run`'s refusal of an executable that does not match its StableHLO."""
+
+
 def vet_run(payload: bytes) -> None:
     """Parse the StableHLO of an ``spu.run`` (framed by `_payload`), refuse the ops a
     received run_jax module may not use, and refuse an executable that is not what libspu
@@ -266,8 +270,7 @@ def vet_run(payload: bytes) -> None:
                    if (problem := refused_op(op.name, op.attrs.get("call_target_name")))})
     if executable_of(text, len(main.args), len(main.returned()), name) \
             != payload[_FRAME.size + size + name_size:]:
-        raise MPSerializationError("the executable is not what libspu compiles its "
-                                   "StableHLO to")
+        raise MPSerializationError(NOT_ITS_EXECUTABLE)
 
 
 RUN_CHECKER = NativePayloadChecker(vet_run, "spu.run StableHLO")
@@ -279,15 +282,19 @@ def _check_run(op: Operation) -> None:
     """The helper vets the StableHLO and executable (`vet_run`); then the StableHLO's
     ``main`` must take and give the op's declared types."""
     where = f"spu.run[{op.attrs['fn']}]"
-    RUN_CHECKER.check(_payload(op), where)
+    try:
+        RUN_CHECKER.check(_payload(op), where)
+    except MPSerializationError as e:
+        field = "executable" if str(e).endswith(NOT_ITS_EXECUTABLE) else "stablehlo"
+        raise payload_refusal(str(e), field) from None
     main = parse(stablehlo_text(op)).functions["main"]
     found = [[None if t is None else (t.dtype, t.shape) for t in types]
              for types in (main.arg_types, main.returned_types())]
     declared = [[(c.dtype, c.shape) for c in map(canonical_type, op.attrs[name])]
                 for name in ("in_types", "out_types")]
     if found != declared:
-        raise MPSerializationError(f"{where}: its StableHLO takes and gives {found}, but the "
-                                   f"op declares {declared}")
+        raise payload_refusal(f"{where}: its StableHLO takes and gives {found}, but the op "
+                              f"declares {declared}", "stablehlo")
 
 
 def _worker(interp: Interpreter) -> SimpWorker:

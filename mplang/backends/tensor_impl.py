@@ -20,7 +20,7 @@ from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
 from mplang.frontend.pyfuncs import lookup_pyfunc
-from mplang.runtime.backend import register_backend
+from mplang.runtime.backend import payload_refusal, register_backend
 from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.sandbox import NativePayloadChecker
 
@@ -103,7 +103,10 @@ MODULE_CHECKER = NativePayloadChecker(vet_module, "run_jax module")
 
 @BACKEND.payload_check(_tensor.run_jax_p)
 def _check_run_jax(op: Operation) -> None:
-    MODULE_CHECKER.check(op.attrs["module"], f"tensor.run_jax[{op.attrs['fn']}]")
+    try:
+        MODULE_CHECKER.check(op.attrs["module"], f"tensor.run_jax[{op.attrs['fn']}]")
+    except MPSerializationError as e:
+        raise payload_refusal(str(e), "module") from None
 
 
 _COMPILED: dict[bytes, Callable[..., Any]] = {}

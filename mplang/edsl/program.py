@@ -30,7 +30,9 @@ class Program:
     """A compiled program: runs on ``world_size`` parties.
 
     Its graph inputs are the runtime inputs (MPLang objects) it takes, in order;
-    ``str(program)`` is the IR text.
+    ``str(program)`` is the IR text. ``received``: it was read from bytes or text
+    (`load`, `from_bytes`, `from_text`), not traced in this process, so its native
+    payloads are vetted before this process runs any of its ops.
     """
 
     graph: Graph
@@ -38,6 +40,7 @@ class Program:
     world_size: int
     name: str = "main"
     out_devices: tuple[str | None, ...] = ()
+    received: bool = False
 
     def __post_init__(self) -> None:
         if not self.out_devices:
@@ -135,7 +138,7 @@ def _checked_program(graph: Graph, meta: Any) -> Program:
         check_types(graph, world_size)
     except MPVerifyError as e:
         raise MPSerializationError(f"invalid program: {e}") from None
-    return Program(graph, out_tree, world_size, name, out_devices)
+    return Program(graph, out_tree, world_size, name, out_devices, received=True)
 
 
 def load(path: str | os.PathLike[str]) -> Program:

@@ -59,7 +59,7 @@ def optimize(program: Program, passes: Sequence[Pass] = DEFAULT_PASSES) -> Progr
         _check_signature(graph, result, name)
         graph = result
     return Program(graph, program.out_tree, program.world_size, program.name,
-                   program.out_devices)
+                   program.out_devices, received=program.received)
 
 
 def _check_signature(before: Graph, after: Graph, name: str) -> None:

@@ -22,12 +22,15 @@ lists dialects or op names. Value codecs for the wire are registered with
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.primitive import Primitive, primitives
+from mplang.edsl.program import Program
 from mplang.edsl.traits import Runtime as KernelRuntime
 from mplang.runtime.interpreter import Kernel, KernelTable
 
@@ -136,16 +139,51 @@ def driver_kernels(launch: bool, dispatch: Kernel) -> KernelTable:
     return KernelTable(("launch", "driver") if launch else ("driver",), resolve)
 
 
-def check_payloads(graph: Graph) -> None:
+def payload_refusal(message: str, field: str) -> MPSerializationError:
+    """The refusal of a payload check: ``message`` (starting with the op), raised from the
+    op's attribute ``field`` (`check_payloads` adds the field path and the user's line)."""
+    error = MPSerializationError(message)
+    error.field = field  # type: ignore[attr-defined]
+    return error
+
+
+def check_payloads(graph: Graph, path: str = "graph") -> None:
     """Run the payload check of every op of ``graph`` that has one (regions included).
 
-    Workers call it on every program received from another process before running
-    it; programs traced in this process need no check.
+    A refusal is an `MPSerializationError`; one made by `payload_refusal` ends with the
+    field path of the payload (``graph.ops[0].regions[0].ops[2].attrs.module``, as the serialized
+    program names it) and the user's line that traced the op. Workers call it on every
+    program received from another process before running it, the simulator on every
+    received program (`vet_program`); programs traced in this process need no check.
     """
-    for op in graph.walk():
+    for index, op in enumerate(graph.operations):
+        here = f"{path}.ops[{index}]"
         check = None if op.prim is None else op.prim.rule("payload_check")
         if check is not None:
-            check(op)
+            try:
+                check(op)
+            except MPSerializationError as e:
+                field = getattr(e, "field", None)
+                if field is not None:
+                    traced = f", traced at {op.loc}" if op.loc else ""
+                    e.args = (f"{e.args[0]} ({here}.attrs.{field}{traced})", *e.args[1:])
+                raise
+        for i, region in enumerate(op.regions):
+            check_payloads(region, f"{here}.regions[{i}]")
+
+
+_VETTED: weakref.WeakKeyDictionary[Program, Graph] = weakref.WeakKeyDictionary()
+"""Each received program vetted by this process, with the graph that was vetted."""
+
+
+def vet_program(program: Program) -> None:
+    """Check the native payloads of ``program`` (`check_payloads`) before this process
+    runs any of its ops, unless its tracer is this process's (``program.received`` is
+    False) or its graph was vetted already."""
+    if not program.received or _VETTED.get(program) is program.graph:
+        return
+    check_payloads(program.graph)
+    _VETTED[program] = program.graph
 
 
 class WorkerStates(dict[str, Any]):

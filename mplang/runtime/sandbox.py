@@ -14,9 +14,11 @@ from __future__ import annotations
 import hashlib
 import resource
 import signal
+import sys
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from mplang.edsl.errors import MPLangError, MPSerializationError
 from mplang.util.lru import LRUCache
@@ -53,6 +55,29 @@ def _serve(conn: Connection, check: Callable[[bytes], None], memory_limit: int |
         conn.send_bytes(answer[:MAX_MESSAGE].encode())
         if answer.startswith("!"):
             return
+
+
+_MAIN_LOCK = threading.Lock()
+
+
+@contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Start helpers without the user's script: ``spawn`` runs ``__main__`` again in the
+    child (found by its ``__file__`` or ``__spec__``), which for a script without an ``if
+    __name__ == "__main__":`` guard would run the user's program there. The helper needs
+    only its check's module."""
+    main = sys.modules.get("__main__")
+    with _MAIN_LOCK:
+        saved: dict[str, Any] = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__")
+                                 if main is not None and k in main.__dict__}
+        if main is not None:
+            main.__spec__ = None
+        try:
+            yield
+        finally:
+            if main is not None:
+                del main.__spec__
+                main.__dict__.update(saved)
 
 
 def _exit_reason(code: int | None) -> str:
@@ -128,7 +153,8 @@ class NativePayloadChecker:
         proc = ctx.Process(target=_serve, args=(theirs, self._check, self.memory_limit),
                            daemon=True,
                            name=f"mplang-check-{self.what.replace(' ', '-')}")
-        proc.start()
+        with _main_hidden():
+            proc.start()
         theirs.close()
         self._helper = (proc, ours)
         try:

@@ -1,8 +1,10 @@
 """The StableHLO of ``spu.run``: recorded at compile time, compiled by libspu into the
-executable, vetted by workers (`check_payloads`), followed by the flow analysis."""
+executable, vetted by workers and by the simulator for received programs
+(`check_payloads`), followed by the flow analysis."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
@@ -73,7 +75,8 @@ def test_an_executable_of_another_function_is_refused() -> None:
     other = run_op(spu_graph(jnp.multiply)).attrs["executable"]
     refused(with_run_attrs(spu_graph(add), executable=other),
             r"^spu\.run\[add\]: spu\.run StableHLO rejected: the executable is not what "
-            r"libspu compiles its StableHLO to$")
+            r"libspu compiles its StableHLO to \(graph\.ops\[4\]\.attrs\.executable, traced "
+            r"at test_spu_payloads\.py:\d+\)$")
 
 
 def test_a_stablehlo_of_another_function_is_refused() -> None:
@@ -107,7 +110,8 @@ def test_stablehlo_of_other_types_than_the_op_declares_is_refused() -> None:
                            executable=small.attrs["executable"])
     refused(graph, r"^spu\.run\[add\]: its StableHLO takes and gives \[\[\('int32', \(3,\)\), "
                    r"\('int32', \(3,\)\)\], \[\('int32', \(3,\)\)\]\], but the op declares "
-                   r"\[\[\('int32', \(4,\)\), \('int32', \(4,\)\)\], \[\('int32', \(4,\)\)\]\]$")
+                   r"\[\[\('int32', \(4,\)\), \('int32', \(4,\)\)\], \[\('int32', \(4,\)\)\]\] "
+                   r"\(graph\.ops\[4\]\.attrs\.stablehlo, traced at test_spu_payloads\.py:\d+\)$")
 
 
 def test_the_flow_rule_reads_the_stablehlo_that_the_check_binds_to_the_executable() -> None:
@@ -128,3 +132,32 @@ def test_the_flow_rule_reads_the_stablehlo_that_the_check_binds_to_the_executabl
     swapped = with_run_attrs(added, stablehlo=run_op(compared).attrs["stablehlo"])
     assert revealed(swapped) == ["compare"]  # what the analysis would believe, so workers
     refused(swapped, "the executable is not what libspu compiles its StableHLO to")
+
+
+def test_a_loaded_program_whose_executable_is_not_its_stablehlos_is_refused_on_the_simulator(
+        tmp_path: Path) -> None:
+    """The simulator vets a received program as a worker does, before any op runs."""
+    def prog() -> Any:
+        x = mp.put("P0", np.arange(4, dtype=np.int32))
+        y = mp.put("P1", np.ones(4, dtype=np.int32))
+        return mp.put("P0", mp.device("SP0")(add)(x, y))
+
+    program = mp.compile(prog, cluster=CLUSTER)
+    other = run_op(spu_graph(jnp.multiply)).attrs["executable"]
+    lying = mp.Program(with_run_attrs(program.graph, executable=other), program.out_tree,
+                       program.world_size, program.name, program.out_devices)
+    lying.save(tmp_path / "lying.mpl")
+    sim = mp.Simulator(CLUSTER)
+    loaded = mp.load(tmp_path / "lying.mpl")
+    assert loaded.received and not program.received
+    loc = run_op(program.graph).loc
+    assert loc is not None and loc.startswith("test_spu_payloads.py:")
+    with pytest.raises(MPSerializationError) as refusal:
+        mp.evaluate(sim, loaded)
+    assert str(refusal.value) == (
+        "spu.run[add]: spu.run StableHLO rejected: the executable is not what libspu compiles "
+        f"its StableHLO to (graph.ops[4].attrs.executable, traced at {loc})")
+    assert sim.runs == 0  # refused before any op ran
+    for received in (mp.Program.from_bytes(program.to_bytes()),
+                     mp.Program.from_text(program.to_text())):
+        assert mp.fetch(sim, mp.evaluate(sim, received)).tolist() == [1, 2, 3, 4]

@@ -284,7 +284,10 @@ def test_a_payload_that_crashes_the_parser_is_refused() -> None:
     check_types(bad, 1)
     with pytest.raises(MPSerializationError, match=r"^tensor\.run_jax\[sort\]: run_jax module "
                                                    r"rejected: the native payload crashed its "
-                                                   r"verifier \(signal \d+, SIG[A-Z]+\)$"):
+                                                   r"verifier \(signal \d+, SIG[A-Z]+\) "
+                                                   r"\(graph\.ops\[1\]\.regions\[0\]\.ops\[0\]"
+                                                   r"\.attrs\.module, traced at "
+                                                   r"test_native_payloads\.py:\d+\)$"):
         check_payloads(bad)
     check_payloads(graph)  # the helper was restarted
 

@@ -16,9 +16,11 @@ from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError
 from mplang.edsl.graph import Graph
 from mplang.edsl.object import MPObject
+from mplang.edsl.program import Program
 from mplang.edsl.typing import BaseType, TensorType
 from mplang.policy.enforce import install_guards
-from mplang.runtime.options import Mode, RunOptions
+from mplang.runtime.backend import vet_program
+from mplang.runtime.options import DEFAULT_OPTIONS, Mode, RunOptions
 from mplang.storage import data_root
 
 
@@ -41,6 +43,13 @@ class SimpMemDriver(SimpDriver):
         self._accepted: dict[tuple[str, str, int], Graph] = {}
         """Graphs the parties accepted in `prepare`, by (execution, scope, rank)."""
         self._accepted_lock = threading.Lock()
+
+    def run_program(self, program: Program, inputs: list[MPObject],
+                    options: RunOptions = DEFAULT_OPTIONS) -> list[MPObject]:
+        """As `SimpDriver.run_program`; the parties run in this process, so a received
+        program's native payloads are vetted first, as workers vet theirs (`vet_program`)."""
+        vet_program(program)
+        return super().run_program(program, inputs, options)
 
     def describe_data(self, rank: int, path: str, key: str | None) -> TensorType:
         """The type of array ``path`` (member ``key``) in party ``rank``'s data root."""
