@@ -105,8 +105,8 @@ def handshake_refused(cluster: DevCluster, name: str, rank: int) -> bool:
     (in TLS 1.3 the client's side of the handshake ends first: the refusal arrives as
     the worker's alert and close)."""
     try:
-        sock = tls_socket(cluster, name, rank)
-        return not health_over(sock, cluster) or closed_by_peer(sock, 5.0)
+        with tls_socket(cluster, name, rank) as sock:
+            return not health_over(sock, cluster)
     except OSError:
         return True
 

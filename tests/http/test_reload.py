@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,35 @@ def test_an_added_device_is_named(dev: support.DevCluster, workers: Any, edit: A
     assert response.status_code == 409
     assert "device 'P9' is added (kind PPU, members node_1): nodes, endpoints and " \
            "devices change only when every worker restarts" in response.json()["error"]
+
+
+def wait_for(condition: Any, timeout: float = 10.0) -> None:
+    """Until ``condition()`` holds (a worker process's watcher reloads once a second)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the workers did not reload the spec in time"
+        time.sleep(0.1)
+
+
+def test_worker_processes_reload_a_driver_added_then_removed(tmp_path: Path) -> None:
+    """What an operator does, on worker processes: a driver added to the spec reaches
+    every node and is refused by its policy; removed, it can no longer connect."""
+    with support.running_cluster(support.make_spec(support.free_ports(3))) as cluster:
+        dev = support.DevCluster(cluster.spec_path, cluster.keys_dir)
+        cert = add_party(dev, tmp_path, "driver3")
+        support.rewrite_spec(dev, lambda d: d["drivers"].append(
+            {"name": "driver3", "certificate": str(cert)}))
+        wait_for(lambda: not any(support.handshake_refused(dev, "driver3", r)
+                                 for r in range(3)))
+        driver = mp.Driver(dev.spec_path, key=dev.keys / "driver3.key", timeout=10.0)
+        try:
+            with pytest.raises(mp.MPRefusedError, match=re.escape(
+                    "refuses the program: driver 'driver3' is not in drivers [driver] of ")):
+                mp.evaluate(driver, lambda: simp.constant((0,), 1))
+        finally:
+            driver.close()
+        open_ = support.tls_socket(dev, "driver3", 0)
+        assert support.health_over(open_, dev).endswith(b"200 OK")
+        support.rewrite_spec(dev, lambda d: d["drivers"].pop())
+        assert support.closed_by_peer(open_, 10.0)
+        assert all(support.handshake_refused(dev, "driver3", r) for r in range(3))

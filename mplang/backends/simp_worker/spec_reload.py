@@ -1,7 +1,7 @@
 """A worker's cluster spec file, reloaded when it changes. Certificates and drivers may
 change while the worker runs (a key revoked or rotated, a driver added); its nodes,
 their endpoints and the devices need a restart of every worker: ranks, links and the
-devices' runtimes (SPU links, PHE keys, the programs accepted and running) are made
+devices' runtimes (their links and keys, the programs accepted and running) are made
 from them, and workers that load such a change one by one would disagree on a
 program's meaning while they do. A reload that changes them is refused, saying what
 changed (`restart_changes`)."""
