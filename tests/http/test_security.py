@@ -422,6 +422,12 @@ def test_a_reload_that_changes_nodes_is_refused(dev: support.DevCluster,
     try:
         support.rewrite_spec(dev, lambda d: d["nodes"][1].update(endpoint="127.0.0.1:1"))
         assert not workers[0].server.reload_if_changed()
+        with dev.client("driver", 0) as client:  # it sends the new spec's digest
+            response = post(client, "/run", support.valid_body("/run"))
+        assert response.status_code == 409
+        assert "node_0 did not reload" in response.json()["error"]
+        assert "the nodes change to node_0 at 127.0.0.1:" in response.json()["error"]
+        assert "node_1 at 127.0.0.1:1, node_2 at" in response.json()["error"]
     finally:
         dev.spec_path.write_text(original)
         workers[0].server.reload_if_changed()

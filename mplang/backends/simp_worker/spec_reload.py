@@ -31,13 +31,11 @@ def restart_changes(old: ClusterSpec, new: ClusterSpec) -> list[str]:
                        f"{', '.join(f'{n} at {e}' for n, e in old_nodes)})")
     for name in sorted(set(old.devices) | set(new.devices)):
         before, after = old.devices.get(name), new.devices.get(name)
-        if before == after:
-            continue
-        if before is None:
-            changes.append(f"device {name!r} is added ({_device(after)})")  # type: ignore[arg-type]
-        elif after is None:
+        if after is not None and before is None:
+            changes.append(f"device {name!r} is added ({_device(after)})")
+        elif before is not None and after is None:
             changes.append(f"device {name!r} is removed (was {_device(before)})")
-        else:
+        elif before is not None and after is not None and before != after:
             changes.append(f"device {name!r} changes to {_device(after)} (was "
                            f"{_device(before)})")
     return changes
