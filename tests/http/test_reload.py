@@ -174,4 +174,4 @@ def test_worker_processes_reload_a_driver_added_then_removed(tmp_path: Path) -> 
         assert support.health_over(open_, dev).endswith(b"200 OK")
         support.rewrite_spec(dev, lambda d: d["drivers"].pop())
         assert support.closed_by_peer(open_, 10.0)
-        assert all(support.handshake_refused(dev, "driver3", r) for r in range(3))
+        wait_for(lambda: all(support.handshake_refused(dev, "driver3", r) for r in range(3)))
