@@ -42,6 +42,9 @@ class PeerDirectory:
         spec.require_certificates()
         self.spec = spec
         self.digest = spec.digest()
+        self.refused_reload: str | None = None
+        """Why the worker serving this spec did not load its changed spec file (a spec
+        mismatch says so)."""
         self._peers: dict[str, Peer] = {}
         for rank, node in enumerate(spec.nodes):
             assert node.certificate is not None
@@ -69,10 +72,10 @@ class PeerDirectory:
             raise MPRefusedError(f"certificate {shown}... is not in {here}'s cluster spec "
                                  "(or has expired, or was revoked)", 403)
         if digest != self.digest:
+            why = self.refused_reload or "both must load the same spec"
             raise MPRefusedError(f"cluster spec mismatch: {here} has spec "
                                  f"{self.digest[:16]}..., {peer} sent "
-                                 f"{(digest or 'none')[:16]}...: both must load the same spec",
-                                 409)
+                                 f"{(digest or 'none')[:16]}...: {why}", 409)
         if peer.role != role:
             raise MPRefusedError(f"{peer} may not use {path} (only a {role} may)", 403)
         return peer

@@ -257,7 +257,9 @@ class Guard:
         self.policy = policy
         self.rank = rank
         self.names = list(names)
-        self.drivers = dict(drivers or {})
+        self.drivers = None if drivers is None else dict(drivers)
+        """Driver names by certificate fingerprint (None: drivers are not identified, as
+        in the simulator); replaced when a worker reloads its spec."""
         self.labels = LabelTable()
         self._vetted: weakref.WeakKeyDictionary[Graph, tuple[str | None, bool, Verdict]] = \
             weakref.WeakKeyDictionary()
@@ -270,17 +272,25 @@ class Guard:
     def vet(self, graph: Graph, digest: str | None, driver: str, whole: bool,
             uses: Callable[[str], int] | None = None) -> Verdict:
         """The verdict on running ``graph`` (``digest``) for the driver whose certificate
-        fingerprint is ``driver`` (a driver the spec does not name is not checked). If
+        fingerprint is ``driver`` (one `drivers` does not name is refused unless the policy
+        accepts every driver; none is checked when `drivers` is None). If
         ``graph`` is the ``whole`` program, every output derived from this party's data,
         whoever holds it, is judged as a flow to the driver; if it is one op of a program
         the driver interprets, every copy of this party's data sent to another party is
         (the driver may fetch it there), and the outputs this party holds are judged when
         the driver fetches them."""
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
-                        driver=self.drivers.get(driver), digest=digest, uses=uses,
+                        driver=self.driver_name(driver), digest=digest, uses=uses,
                         outputs_fetchable=whole, sends_reach_driver=not whole)
         self._vetted[graph] = (digest, whole, verdict)
         return verdict
+
+    def driver_name(self, fingerprint: str) -> str | None:
+        """The name of the driver with certificate ``fingerprint``, as its policy is
+        checked (None: drivers are not identified)."""
+        if self.drivers is None:
+            return None
+        return self.drivers.get(fingerprint, f"(unnamed, certificate {fingerprint[:16]}...)")
 
     def admit(self, graph: Graph, input_uris: Sequence[str | None]) -> Verdict:
         """The verdict on running ``graph`` on stored objects ``input_uris`` (whose labels

@@ -47,5 +47,9 @@ def worker_policy(cluster: ClusterSpec, node: str, path: str | os.PathLike[str] 
     ``policies/<node>.yaml`` next to the spec if it exists, else `Policy.default`."""
     policy = node_policy(node, path, spec_path)
     names = [n.name for n in cluster.nodes]
-    drivers = {d.certificate.fingerprint: d.name for d in cluster.drivers}
-    return Guard(policy, names.index(node), names, drivers)
+    return Guard(policy, names.index(node), names, driver_names(cluster))
+
+
+def driver_names(cluster: ClusterSpec) -> dict[str, str]:
+    """The names of ``cluster``'s drivers by certificate fingerprint (`Guard.drivers`)."""
+    return {d.certificate.fingerprint: d.name for d in cluster.drivers}

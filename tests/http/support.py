@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -65,6 +66,49 @@ class DevCluster:
         return httpx.Client(verify=self.identity(name).client_context(cert), timeout=30.0,
                             base_url=spec.base_urls()[rank],
                             headers={SPEC_HEADER: spec.digest()})
+
+
+def tls_socket(cluster: DevCluster, name: str, rank: int, alpn: str = "http/1.1"
+               ) -> ssl.SSLSocket:
+    """A mutual-TLS connection presenting ``name``'s certificate to worker ``rank``,
+    offering ``alpn`` (``mplang/1`` is the peers' protocol)."""
+    node = cluster.spec.nodes[rank]
+    assert node.certificate is not None
+    ctx = cluster.identity(name).client_context(node.certificate)
+    ctx.set_alpn_protocols([alpn])
+    host, port = node.endpoint.rsplit(":", 1)
+    return ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=10))
+
+
+def health_over(sock: ssl.SSLSocket, cluster: DevCluster) -> bytes:
+    """The status line of ``GET /health`` over an HTTP/1.1 connection (kept open)."""
+    sock.sendall(f"GET /health HTTP/1.1\r\nhost: worker\r\n{SPEC_HEADER}: "
+                 f"{cluster.spec.digest()}\r\n\r\n".encode())
+    return sock.recv(65536).split(b"\r\n", 1)[0]
+
+
+def closed_by_peer(sock: ssl.SSLSocket, wait: float) -> bool:
+    """Whether the worker closes (or refuses) ``sock`` within ``wait`` seconds."""
+    sock.settimeout(wait)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:  # a TLS alert or a reset
+        return True
+    return True
+
+
+def handshake_refused(cluster: DevCluster, name: str, rank: int) -> bool:
+    """Whether worker ``rank`` refuses a connection presenting ``name``'s certificate
+    (in TLS 1.3 the client's side of the handshake ends first: the refusal arrives as
+    the worker's alert and close)."""
+    try:
+        with tls_socket(cluster, name, rank) as sock:
+            return not health_over(sock, cluster)
+    except OSError:
+        return True
 
 
 def dev_cluster(tmp: Path, spec: mp.ClusterSpec) -> DevCluster:

@@ -397,25 +397,18 @@ def test_revoking_a_driver_and_rotating_a_node_key_take_effect_on_reload(
     try:
         support.rewrite_spec(dev, lambda d: d["drivers"].pop())  # drop driver2
         assert workers[0].server.reload_if_changed()
-        with dev.client("driver2", 0) as client:
-            # still trusted by TLS, no longer by the worker
-            response = client.get("/health", headers={"x-mplang-spec":
-                                                      dev.spec.digest()})
-            assert response.status_code == 403
+        assert support.handshake_refused(dev, "driver2", 0)  # TLS trusts it no more
         # node_2 gets a new key: the others accept the new certificate, refuse the old one
         keygen("node_2", tmp_path)
         support.rewrite_spec(dev, lambda d: d["nodes"][2].update(
             certificate=str(tmp_path / "node_2.crt")))
         assert workers[0].server.reload_if_changed()
-        spec = dev.spec
         new_node_2 = support.DevCluster(dev.spec_path, tmp_path)
         with new_node_2.client("node_2", 0) as client:
             response = post(client, "/msg", encode_value_bytes(1),
                             headers=support.msg_headers())
             assert response.status_code == 409  # known, but nothing expects this message
-        with dev.client("node_2", 0) as client:
-            old = client.get("/health", headers={"x-mplang-spec": spec.digest()})
-            assert old.status_code == 403
+        assert support.handshake_refused(dev, "node_2", 0)  # the old certificate
     finally:
         dev.spec_path.write_text(original)
         for w in workers:
@@ -429,6 +422,12 @@ def test_a_reload_that_changes_nodes_is_refused(dev: support.DevCluster,
     try:
         support.rewrite_spec(dev, lambda d: d["nodes"][1].update(endpoint="127.0.0.1:1"))
         assert not workers[0].server.reload_if_changed()
+        with dev.client("driver", 0) as client:  # it sends the new spec's digest
+            response = post(client, "/run", support.valid_body("/run"))
+        assert response.status_code == 409
+        assert "node_0 did not reload" in response.json()["error"]
+        assert "the nodes change to node_0 at 127.0.0.1:" in response.json()["error"]
+        assert "node_1 at 127.0.0.1:1, node_2 at" in response.json()["error"]
     finally:
         dev.spec_path.write_text(original)
         workers[0].server.reload_if_changed()

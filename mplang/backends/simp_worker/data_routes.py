@@ -70,7 +70,7 @@ def _describe(server: WorkerServer, header: dict[str, Any]) -> BaseType:
 def _check_driver(server: WorkerServer, driver: Peer) -> None:
     """A driver this node's policy does not accept learns nothing about its data."""
     guard = server.worker.guard
-    name = None if guard is None else guard.drivers.get(driver.certificate.fingerprint)
+    name = None if guard is None else guard.driver_name(driver.certificate.fingerprint)
     if guard is not None and name is not None and not guard.policy.accepts_driver(name):
         raise PolicyRefusedError(f"{server.node}'s policy does not accept driver {name!r} "
                                  f"(drivers: [{', '.join(guard.policy.drivers or ())}] in "

@@ -214,8 +214,8 @@ def uvicorn_server(server: WorkerServer) -> uvicorn.Server:
     """The uvicorn server of ``server``'s app on the endpoint its spec gives it."""
     host, port = host_port(server.cluster.nodes[server.rank].endpoint)
     app = create_app(server)
-    return uvicorn.Server(tls_config(app, host, port, server.ssl_context,
-                                     mux_protocol(server, app),
+    return uvicorn.Server(tls_config(app, host, port, server.trust.context,
+                                     mux_protocol(server, app), server.trust.opened,
                                      timeout_keep_alive=30, timeout_graceful_shutdown=1))
 
 

@@ -39,12 +39,12 @@ from mplang.backends.simp_worker.request import (
 )
 from mplang.backends.simp_worker.spec_reload import SpecFile
 from mplang.backends.simp_worker.state import SimpWorker
-from mplang.backends.simp_worker.tls import peer_of
-from mplang.cluster.identity import LocalIdentity, trust
+from mplang.backends.simp_worker.tls import ServerTrust, peer_of
+from mplang.cluster.identity import LocalIdentity
 from mplang.cluster.peers import Peer, PeerDirectory, Role
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
-from mplang.policy.enforce import worker_policy
+from mplang.policy.enforce import driver_names, worker_policy
 from mplang.records.audit import AuditLog
 from mplang.runtime.object_store import ObjectStore
 from mplang.runtime.timeline import monitoring
@@ -81,8 +81,9 @@ class WorkerServer:
         self.limits = limits or WorkerLimits()
         self.timeout = timeout
         self.spec_file = SpecFile(spec_path) if spec_path else None
-        self.ssl_context = identity.server_context(self.peers.certificates())
-        self.ssl_context.set_alpn_protocols([ALPN, "http/1.1"])
+        self.trust = ServerTrust(identity.server_context, self.peers.certificates(),
+                                 [ALPN, "http/1.1"])
+        """Who may complete the TLS handshake, and the open connections."""
         self.mailbox = Mailbox(self.rank, self.limits.mailbox_bytes)
         self.executions = Executions(self.rank, self.limits)
         self.audit = AuditLog(audit_log, node, [n.name for n in cluster.nodes]) \
@@ -221,7 +222,11 @@ class WorkerServer:
 
     # -- spec reload
     def reload_if_changed(self) -> bool:
-        """Reload the spec file if it changed (`SpecFile`); whether it reloaded."""
+        """Reload the spec file if it changed (`SpecFile`); whether it reloaded. The new
+        spec's certificates are the only ones trusted from then on, by the TLS handshake
+        of new connections and the clients to the peers; open connections of the others
+        are closed; the guard knows the new drivers by name. A spec that needs a restart
+        is refused, and a driver that sends it is told so (`PeerDirectory.refused_reload`)."""
         if self.spec_file is None:
             return False
         try:
@@ -229,15 +234,19 @@ class WorkerServer:
                                                  self.identity.fingerprint)
         except MPLangError as e:
             log.error("not reloading %s: %s", self.spec_file.path, e)
+            self.peers.refused_reload = f"{self.node} did not reload {self.spec_file.path}: {e}"
             return False
         if peers is None:
             return False
-        trust(self.ssl_context, peers.certificates())
+        if self.worker.guard is not None:
+            self.worker.guard.drivers = driver_names(peers.spec)
         old_clients, self._clients = self._clients, MuxClients(
             peers.spec, self.identity, self.timeout, self.communicator.refused)
         self.peers = peers
+        closed = self.trust.trust_only(peers.certificates())
         old_clients.close()
-        log.warning("reloaded %s (spec %s...)", self.spec_file.path, peers.digest[:16])
+        log.warning("reloaded %s (spec %s...; %d connections of removed certificates "
+                    "closed)", self.spec_file.path, peers.digest[:16], closed)
         return True
 
     def watch_spec(self, stop: threading.Event, interval: float = 1.0) -> None:

@@ -8,23 +8,83 @@ the handshake alone, never from a header or the body.
 
 A client that negotiated ``mplang/1`` by ALPN is handed to that protocol's
 server (`mplang.backends.simp_worker.mux_server`) on the same connection.
+
+`ServerTrust` is the worker's side of the handshake: the certificates it trusts,
+replaced when the spec is reloaded, and the open connections by peer, so that a
+reload closes those of a certificate it removed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from mplang.backends.mux import ALPN
-from mplang.cluster.identity import peer_certificate
+from mplang.cluster.identity import Certificate, peer_certificate
 
 MuxFactory = Callable[[str | None], asyncio.BaseProtocol]
 """Makes the ``mplang/1`` protocol of a connection from a peer's fingerprint."""
+Opened = Callable[[asyncio.Transport, str | None], None]
+"""Told of every connection: its transport and its peer certificate's fingerprint."""
+
+
+class ServerTrust:
+    """The server side of mutual TLS, whose trusted certificates a reload replaces.
+
+    The server listens with `context` for good. Its SNI callback, which OpenSSL calls
+    on every ClientHello (with a server name or not), moves the handshake to a context
+    made for the certificates trusted now: a certificate `trust_only` dropped fails the
+    handshake as one never listed does. No session tickets are issued (a resumed
+    session would skip the client certificate). Open connections are tracked by their
+    peer's fingerprint (`opened`) so that `trust_only` closes those of a dropped one.
+    """
+
+    def __init__(self, make: Callable[[Iterable[Certificate]], ssl.SSLContext],
+                 certificates: Iterable[Certificate], alpn: list[str]):
+        self._make, self._alpn = make, alpn
+        certificates = list(certificates)
+        self._current = self._context(certificates)
+        self.context = self._context(certificates)
+        """The context to listen with."""
+        self.context.sni_callback = self._switch
+        self._open: dict[asyncio.Transport, tuple[str | None, asyncio.AbstractEventLoop]] = {}
+        self._lock = threading.Lock()
+
+    def _context(self, certificates: Iterable[Certificate]) -> ssl.SSLContext:
+        ctx = self._make(certificates)
+        ctx.num_tickets = 0
+        ctx.set_alpn_protocols(self._alpn)
+        return ctx
+
+    def _switch(self, tls: ssl.SSLObject, name: str | None, ctx: ssl.SSLContext) -> None:
+        tls.context = self._current
+
+    def opened(self, transport: asyncio.Transport, fingerprint: str | None) -> None:
+        """Track a connection (on its event loop) until it closes."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for gone in [t for t in self._open if t.is_closing()]:
+                del self._open[gone]
+            self._open[transport] = (fingerprint, loop)
+
+    def trust_only(self, certificates: Iterable[Certificate]) -> int:
+        """Trust exactly ``certificates`` from the next handshake on and close the open
+        connections of any other (from any thread); how many it closes."""
+        certificates = list(certificates)
+        self._current = self._context(certificates)
+        keep = {c.fingerprint for c in certificates}
+        with self._lock:
+            dropped = [(t, loop) for t, (fp, loop) in self._open.items()
+                       if fp not in keep and not t.is_closing()]
+        for transport, loop in dropped:
+            loop.call_soon_threadsafe(transport.close)
+        return len(dropped)
 
 
 class PeerIdentityProtocol(HttpToolsProtocol):
@@ -33,10 +93,13 @@ class PeerIdentityProtocol(HttpToolsProtocol):
 
     _peer: str | None = None
     mux: ClassVar[list[MuxFactory]] = []  # the factory, if this server speaks mplang/1
+    opened: ClassVar[list[Opened]] = []  # told of each connection, if given
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         tls = transport.get_extra_info("ssl_object")
         peer = peer_certificate(tls)
+        if self.opened:
+            self.opened[0](transport, peer)
         if self.mux and tls is not None and tls.selected_alpn_protocol() == ALPN:
             protocol = self.mux[0](peer)
             transport.set_protocol(protocol)
@@ -56,11 +119,13 @@ def peer_of(scope: Any) -> str | None:
 
 
 def tls_config(app: Any, host: str, port: int, context: ssl.SSLContext,
-               mux: MuxFactory | None = None, **options: Any) -> uvicorn.Config:
+               mux: MuxFactory | None = None, opened: Opened | None = None,
+               **options: Any) -> uvicorn.Config:
     """A uvicorn config serving ``app`` on ``host:port`` with ``context`` (mutual TLS),
-    and ``mplang/1`` connections with ``mux``."""
-    protocol = type("PeerProtocol", (PeerIdentityProtocol,), {"mux": [mux]}) \
-        if mux is not None else PeerIdentityProtocol
+    and ``mplang/1`` connections with ``mux``; ``opened`` is told of each connection."""
+    protocol = type("PeerProtocol", (PeerIdentityProtocol,), {
+        "mux": [mux] if mux is not None else [],
+        "opened": [opened] if opened is not None else []})
     return uvicorn.Config(app, host=host, port=port, http=protocol,
                           ssl_context_factory=lambda config, default: context,
                           log_level="warning", **options)
