@@ -82,9 +82,13 @@ class WorkerMuxHandler:
             if self._in_flight + size > limit:
                 raise MPRefusedError(f"{self._in_flight + size} bytes would be in flight on one "
                                      f"connection, over the limit of {limit}", 429)
-            if path == "/msg":
-                admitted = server.inbox.admit(sender, headers, size)
             server.inflight.take(size)
+            if path == "/msg":
+                try:
+                    admitted = server.inbox.admit(sender, headers, size)
+                except (MPRefusedError, MPSerializationError):
+                    server.inflight.give(size)
+                    raise
         except MPRefusedError as e:
             return self._refuse_head(stream, headers, e.status, str(e), path)
         except MPSerializationError as e:
