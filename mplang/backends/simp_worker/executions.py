@@ -189,6 +189,10 @@ class Executions:
             self._remember(self._owners, exec_id, driver)
             self._remember(self._aborted, exec_id, None)
 
+    def aborted(self, exec_id: str) -> bool:
+        with self._lock:
+            return exec_id in self._aborted
+
     def admit(self, src: int, exec_id: str, key: str, program: str, nbytes: int,
               link: bool) -> None:
         """Check one peer message against the run that expects it; count its bytes."""
