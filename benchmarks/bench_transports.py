@@ -8,7 +8,7 @@ its own with `load_identity` and pins the other's certificate (`server_context`,
 Candidates:
 
 - ``http1``: HTTP/1.1 keep-alive, httpx client, uvicorn (httptools, uvloop) server with
-  ``mplang.backends.simp_worker.tls.tls_config``, as the worker runs today (a bare ASGI
+  ``mplang.backends.simp_worker.tls.tls_server``, as the worker runs today (a bare ASGI
   app instead of FastAPI, so the transport is what is measured);
 - ``http2``: HTTP/2, httpx[http2] ``AsyncClient`` on an event-loop thread (one connection,
   streams multiplexed), hypercorn server (uvloop) with the same ASGI app;
@@ -269,14 +269,13 @@ def asgi_app() -> Callable[..., Any]:
 
 
 def serve_http1(port: int, keys: Path) -> None:
-    import uvicorn
-
-    from mplang.backends.simp_worker.tls import tls_config
+    from mplang.backends.simp_worker.connections import ConnectionGate
+    from mplang.backends.simp_worker.executions import WorkerLimits
+    from mplang.backends.simp_worker.tls import tls_server
 
     me, client = identities(keys, "server", "client")
-    config = tls_config(asgi_app(), "127.0.0.1", port, me.server_context([client]),
-                        lifespan="off", access_log=False)
-    uvicorn.Server(config).run()
+    tls_server(asgi_app(), "127.0.0.1", port, me.server_context([client]),
+               ConnectionGate(WorkerLimits()), lifespan="off", access_log=False).run()
 
 
 def serve_http2(port: int, keys: Path) -> None:

@@ -16,6 +16,10 @@ identity (its certificate, pinned per party): frames carry no signature of their
 Frame: ``kind`` (1 byte: HEAD or DATA), ``stream`` (4 bytes), ``length`` (4 bytes),
 big-endian, then ``length`` bytes. A HEAD's bytes are the body size (8 bytes) and
 the JSON object.
+
+A receiver bounds what a peer can make it hold: a stream whose body it drops keeps
+a byte counter only (not its HEAD), at most ``max_streams`` streams are open at
+once, and a body that receives nothing for ``stall_seconds`` closes the connection.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,21 +54,26 @@ class MuxHandler(Protocol):
     """What a connection does with the messages it receives."""
 
     def on_head(self, stream: int, head: dict[str, Any], size: int) -> memoryview | None:
-        """A message begins: where its ``size``-byte body goes (None: read and drop it)."""
+        """A message begins: where its ``size``-byte body goes (None: read and drop it;
+        then `on_body` is not called)."""
 
-    def on_body(self, stream: int, head: dict[str, Any], body: memoryview | None) -> None:
-        """A message's body is complete (None if `on_head` chose to drop it)."""
+    def on_body(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
+        """A message's body is complete."""
 
     def on_lost(self, error: BaseException | None) -> None:
         """The connection closed (``error`` if it broke)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Incoming:
-    head: dict[str, Any]
+    head: dict[str, Any]  # empty for a dropped body: it keeps its counters only
     sink: memoryview | None
     size: int
     got: int = 0
+    touched: float = 0.0  # when it last received bytes (time.monotonic)
+
+
+_DROPPED: dict[str, Any] = {}
 
 
 class _Outgoing:
@@ -100,8 +110,12 @@ class _Outgoing:
 class MuxProtocol(asyncio.BufferedProtocol):
     """One end of an ``mplang/1`` connection. `send` is called on the loop's thread."""
 
-    def __init__(self, handler: MuxHandler):
+    def __init__(self, handler: MuxHandler, *, max_streams: int = 1 << 16,
+                 stall_seconds: float | None = None):
         self.handler = handler
+        self.max_streams = max_streams
+        self.stall_seconds = stall_seconds
+        self._stall_timer: asyncio.TimerHandle | None = None
         self.transport: Any = None  # an asyncio or uvloop TLS transport
         self._frame = memoryview(bytearray(_FRAME.size))
         self._filled = 0
@@ -120,9 +134,12 @@ class MuxProtocol(asyncio.BufferedProtocol):
     # -- connection
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
+        if self.stall_seconds is not None:
+            self._schedule_stall_check()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._stop_stall_checks()
         self._small.clear()
         self._bulk.clear()
         self.handler.on_lost(exc)
@@ -130,8 +147,32 @@ class MuxProtocol(asyncio.BufferedProtocol):
     def close(self, error: str | None = None) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
+            self._stop_stall_checks()
             self.transport.close()
             self.handler.on_lost(MuxProtocolError(error) if error else None)
+
+    # -- stalled bodies
+    def _schedule_stall_check(self) -> None:
+        assert self.stall_seconds is not None
+        self._stall_timer = asyncio.get_running_loop().call_later(
+            min(1.0, self.stall_seconds / 2), self._check_stalls)
+
+    def _stop_stall_checks(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _check_stalls(self) -> None:
+        """Close the connection if a body has received nothing for ``stall_seconds``."""
+        assert self.stall_seconds is not None
+        if self.closed:
+            return
+        oldest = min((i.touched for i in self._incoming.values()), default=None)
+        if oldest is not None and time.monotonic() - oldest > self.stall_seconds:
+            self.close(f"a body received nothing for {self.stall_seconds:g} s "
+                       f"({len(self._incoming)} streams open)")
+            return
+        self._schedule_stall_check()
 
     # -- sending
     def send(self, stream: int, head: dict[str, Any], parts: Sequence[Any] = ()) -> None:
@@ -217,6 +258,8 @@ class MuxProtocol(asyncio.BufferedProtocol):
                 if not _SIZE.size < self._left <= _SIZE.size + MAX_HEAD \
                         or self._stream in self._incoming:
                     raise MuxProtocolError("malformed HEAD frame")
+                if len(self._incoming) >= self.max_streams:
+                    raise MuxProtocolError(f"more than {self.max_streams} streams open at once")
                 self._head = memoryview(bytearray(self._left))
                 return
             incoming = self._incoming.get(self._stream)
@@ -230,9 +273,12 @@ class MuxProtocol(asyncio.BufferedProtocol):
             incoming.got += nbytes
             if self._left == 0:
                 self._filled = 0
+                if self.stall_seconds is not None:
+                    incoming.touched = time.monotonic()
                 if incoming.got == incoming.size:
                     del self._incoming[self._stream]
-                    self.handler.on_body(self._stream, incoming.head, incoming.sink)
+                    if incoming.sink is not None:
+                        self.handler.on_body(self._stream, incoming.head, incoming.sink)
             return
         if self._left == 0:
             self._filled = 0
@@ -253,6 +299,8 @@ class MuxProtocol(asyncio.BufferedProtocol):
         if sink is not None and len(sink) != size:
             raise MuxProtocolError("the handler's buffer does not fit the body")
         if size == 0:
-            self.handler.on_body(stream, head, sink)
+            if sink is not None:
+                self.handler.on_body(stream, head, sink)
         else:
-            self._incoming[stream] = _Incoming(head, sink, size)
+            self._incoming[stream] = _Incoming(head if sink is not None else _DROPPED, sink,
+                                               size, touched=time.monotonic())

@@ -83,9 +83,8 @@ class _Connection:
             return None  # a refusal is small: this is not one
         return memoryview(bytearray(size))
 
-    def on_body(self, stream: int, head: dict[str, Any], body: memoryview | None) -> None:
+    def on_body(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
         status = head.get("status")
-        body = body if body is not None else memoryview(b"")
         future = self.pending.pop(stream, None)
         if future is None:
             if self.unsolicited is not None:

@@ -106,6 +106,12 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="mplang-parent-watch").start()
 
 
+LIMIT_OPTIONS = ("max_body_bytes", "max_value_bytes", "mailbox_bytes", "max_inflight_bytes",
+                 "max_streams", "stall_seconds", "handshake_seconds", "max_connections_per_peer",
+                 "max_connections_per_address", "max_connections")
+"""The `WorkerLimits` that ``mplang worker`` takes as options (``--max-body-bytes`` ...)."""
+
+
 def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
     from mplang.backends.simp_worker.executions import WorkerLimits
     from mplang.backends.simp_worker.http import serve
@@ -119,9 +125,8 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
     identity = load_identity(key)
     if args.exit_with_parent:
         _exit_with_parent()
-    limits = WorkerLimits(**{name: value for name, value in (
-        ("max_body_bytes", args.max_body_bytes), ("max_value_bytes", args.max_value_bytes),
-        ("mailbox_bytes", args.mailbox_bytes)) if value is not None})
+    limits = WorkerLimits(**{name: getattr(args, name) for name in LIMIT_OPTIONS
+                             if getattr(args, name) is not None})
 
     def ready(server: WorkerServer) -> None:
         url = server.cluster.base_urls()[server.rank]
@@ -277,6 +282,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="largest value a program may declare")
     worker.add_argument("--mailbox-bytes", type=int,
                         help="bytes of peer messages held at once")
+    worker.add_argument("--max-inflight-bytes", type=int,
+                        help="bytes of bodies being received at once (default 4 GiB)")
+    worker.add_argument("--max-streams", type=int,
+                        help="streams open at once on one mplang/1 connection (default 1024)")
+    worker.add_argument("--stall-seconds", type=float,
+                        help="a body receiving nothing this long closes its connection "
+                             "(default 30)")
+    worker.add_argument("--handshake-seconds", type=float,
+                        help="longest TLS handshake (default 10)")
+    worker.add_argument("--max-connections-per-peer", type=int,
+                        help="connections one certificate may hold (default 64)")
+    worker.add_argument("--max-connections-per-address", type=int,
+                        help="connections from one source address (default 256)")
+    worker.add_argument("--max-connections", type=int,
+                        help="connections at once (default: the descriptor limit less 256)")
     worker.add_argument("--audit-log", metavar="PATH",
                         help="append this node's audit events (JSON lines) to PATH "
                              "(default ./audit/NODE.jsonl)")

@@ -4,9 +4,6 @@ small requests."""
 
 from __future__ import annotations
 
-import json
-import socket
-import ssl
 import struct
 import threading
 import time
@@ -19,51 +16,16 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.mux import ALPN
-from mplang.backends.mux_client import MuxClients, StatusError, host_port
+from mplang.backends.mux_client import MuxClients, StatusError
 from mplang.backends.wire import encode_value_bytes, pack_message
 from mplang.cluster.identity import load_identity
 from mplang.cluster.local import LocalCluster
-from tests.http import support
-
-
-def _raw(cluster: LocalCluster, name: str, rank: int = 0) -> ssl.SSLSocket:
-    """A TLS connection speaking mplang/1 to worker ``rank``, as party ``name``."""
-    cert = cluster.cluster.nodes[rank].certificate
-    assert cert is not None
-    context = load_identity(cluster.keys_dir / f"{name}.key").client_context(cert)
-    context.set_alpn_protocols([ALPN])
-    host, port = host_port(cluster.cluster.nodes[rank].endpoint)
-    sock = context.wrap_socket(socket.create_connection((host, port), timeout=10),
-                               server_hostname=host)
-    assert sock.selected_alpn_protocol() == ALPN
-    return sock
-
-
-def _head(stream: int, size: int, head: dict[str, Any]) -> bytes:
-    text = json.dumps(head).encode()
-    return struct.pack("!BII", 1, stream, 8 + len(text)) + struct.pack("!Q", size) + text
-
-
-def _read_answer(sock: ssl.SSLSocket) -> tuple[int, dict[str, Any]]:
-    """The stream and HEAD of the next frame the worker sends."""
-    def exact(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            assert chunk, "the worker closed the connection"
-            data += chunk
-        return data
-    while True:
-        kind, stream, length = struct.unpack("!BII", exact(9))
-        data = exact(length)
-        if kind == 1:  # a HEAD; skip the DATA of earlier answers
-            return stream, json.loads(data[8:])
+from tests.http import mux_wire, support
 
 
 def test_broken_framing_closes_that_connection_only(local_cluster: LocalCluster,
                                                     http_driver: mp.Driver) -> None:
-    sock = _raw(local_cluster, "driver")
+    sock = mux_wire.connect(local_cluster, "driver")
     sock.sendall(struct.pack("!BII", 7, 1, 3) + b"abc")
     assert sock.recv(10) == b""  # closed by the worker
     sock.close()
@@ -72,14 +34,14 @@ def test_broken_framing_closes_that_connection_only(local_cluster: LocalCluster,
 
 
 def test_a_body_over_the_limit_is_refused_from_its_head(local_cluster: LocalCluster) -> None:
-    sock = _raw(local_cluster, "driver")
+    sock = mux_wire.connect(local_cluster, "driver")
     spec = local_cluster.cluster.digest()
-    sock.sendall(_head(5, 1 << 40, {"path": "/run", "headers": {"x-mplang-spec": spec}}))
-    stream, answer = _read_answer(sock)  # answered before any body byte was sent
+    sock.sendall(mux_wire.head(5, 1 << 40, {"path": "/run", "headers": {"x-mplang-spec": spec}}))
+    stream, answer = mux_wire.read_answer(sock)  # answered before any body byte was sent
     assert stream == 5 and answer["status"] == 413
     assert answer["error"].startswith(f"body of {1 << 40} bytes exceeds the limit of")
-    sock.sendall(_head(7, 0, {"path": "/run", "headers": "not a dict"}))
-    stream, answer = _read_answer(sock)
+    sock.sendall(mux_wire.head(7, 0, {"path": "/run", "headers": "not a dict"}))
+    stream, answer = mux_wire.read_answer(sock)
     assert (stream, answer["status"]) == (7, 400)
     assert answer["error"] == "a request's HEAD needs a path and string headers"
     sock.close()

@@ -134,8 +134,48 @@ def test_a_dropped_body_is_read_and_discarded() -> None:
         p.send(3, {"after": True}, [b"ok"])
 
     feed(receiver, drained(sender, transport, send), random.Random(2))
-    assert [(s, h, b) for s, h, b in receiver_handler.messages] == [
-        (3, {"after": True}, None), (1, {"drop": True}, None)]  # the small one overtook
+    assert receiver_handler.messages == []  # a dropped body is not delivered
+    assert not receiver.closed and not receiver._incoming  # read to its end, nothing kept
+
+
+def test_a_dropped_stream_keeps_a_counter_not_its_head() -> None:
+    receiver = MuxProtocol(Recorder(sinks=False))
+    receiver.connection_made(Transport())  # type: ignore[arg-type]
+    big = {"padding": ["x" * 60] * 900}  # a HEAD near its 64 KiB limit
+    feed(receiver, _head(1, 10, big), random.Random(5))
+    assert receiver._incoming[1].head == {} and receiver._incoming[1].sink is None
+
+
+def test_streams_over_the_cap_close_the_connection() -> None:
+    recorder = Recorder(sinks=False)
+    receiver = MuxProtocol(recorder, max_streams=4)
+    transport = Transport()
+    receiver.connection_made(transport)  # type: ignore[arg-type]
+    feed(receiver, b"".join(_head(s, 10, {}) for s in range(1, 5)), random.Random(6))
+    assert not transport.closed  # four open streams are within the cap
+    feed(receiver, _head(5, 10, {}), random.Random(7))
+    assert transport.closed
+    assert [str(e) for e in recorder.lost] == ["more than 4 streams open at once"]
+
+
+def test_a_stalled_body_closes_the_connection() -> None:
+    async def run() -> tuple[Transport, Recorder]:
+        recorder = Recorder()
+        receiver = MuxProtocol(recorder, stall_seconds=0.2)
+        transport = Transport()
+        receiver.connection_made(transport)  # type: ignore[arg-type]
+        feed(receiver, _head(1, 10, {}) + struct.pack("!BII", DATA, 1, 4) + b"abcd",
+             random.Random(8))  # 4 of its 10 bytes, then nothing
+        for _ in range(40):
+            if transport.closed:
+                break
+            await asyncio.sleep(0.05)
+        return transport, recorder
+
+    transport, recorder = asyncio.run(run())
+    assert transport.closed
+    assert [str(e) for e in recorder.lost] == [
+        "a body received nothing for 0.2 s (1 streams open)"]
 
 
 def _head(stream: int, size: int, obj: Any) -> bytes:

@@ -20,7 +20,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from mplang.backends.simp_worker.request import read_body
+from mplang.backends.simp_worker.request import SMALL_BODY, read_body, upload_limit
 from mplang.backends.wire import decode_value, split_frame
 from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
 from mplang.edsl.serde import encode_type
@@ -33,8 +33,6 @@ from mplang.storage.named_objects import check_name
 if TYPE_CHECKING:
     from mplang.backends.simp_worker.server import WorkerServer
     from mplang.cluster.peers import Peer
-
-_HEADER_LIMIT = 1 << 16
 
 
 def _type_json(vtype: BaseType) -> dict[str, Any]:
@@ -97,8 +95,7 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
         if owner.rank != server.rank:
             raise MPRefusedError(f"{owner} may not upload to {server.node}: only the node's "
                                  "own key may", 403)
-        limit = min(server.limits.max_body_bytes, server.limits.max_value_bytes + _HEADER_LIMIT)
-        header, payload = split_frame(await read_body(request, limit))
+        header, payload = split_frame(await read_body(request, upload_limit(server.limits)))
         try:
             name = check_name(header.get("name"), "upload")
         except MPRuntimeError as e:
@@ -113,7 +110,7 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
     async def describe(request: Request) -> JSONResponse:
         driver = server.peer(request, "driver")
         _check_driver(server, driver)
-        header, _ = split_frame(await read_body(request, _HEADER_LIMIT))
+        header, _ = split_frame(await read_body(request, SMALL_BODY))
         loop = asyncio.get_running_loop()
         try:
             vtype = await loop.run_in_executor(server.pool, _describe, server, header)

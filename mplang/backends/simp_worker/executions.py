@@ -58,6 +58,21 @@ class WorkerLimits:
     remembered_runs: int = 20_000
     """Executions remembered after they end (about 300 bytes each): their ids cannot be
     reused, and late messages for them are refused, while remembered."""
+    max_inflight_bytes: int = 4 * GiB
+    """Bytes of bodies being received at once, over all connections (as their HEADs
+    announce them); a HEAD over the budget is refused (429) before anything is allocated."""
+    max_streams: int = 1024
+    """Streams open at once on one ``mplang/1`` connection; one more closes it."""
+    stall_seconds: float = 30.0
+    """A body that receives no byte for this long closes its connection."""
+    handshake_seconds: float = 10.0
+    """Longest TLS handshake; a connection that has not finished it is closed."""
+    max_connections_per_peer: int = 64
+    """Connections one certificate may hold open."""
+    max_connections_per_address: int = 256
+    """Connections (handshaking or open) from one source address."""
+    max_connections: int | None = None
+    """Connections at once over all sources; None: the descriptor limit less 256."""
 
 
 def declared_bytes(vtype: object) -> int:
@@ -182,6 +197,10 @@ class Executions:
                 raise MPRefusedError(f"execution {exec_id} belongs to another driver", 403)
             self._remember(self._owners, exec_id, driver)
             self._remember(self._aborted, exec_id, None)
+
+    def aborted(self, exec_id: str) -> bool:
+        with self._lock:
+            return exec_id in self._aborted
 
     def admit(self, src: int, exec_id: str, key: str, program: str, nbytes: int,
               link: bool) -> None:

@@ -40,12 +40,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mplang.backends.mux_client import host_port
+from mplang.backends.simp_worker.connections import ConnectionGate, raise_descriptor_limit
 from mplang.backends.simp_worker.data_routes import add_data_routes
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.simp_worker.mux_server import mux_protocol
 from mplang.backends.simp_worker.prepared import Prepared
 from mplang.backends.simp_worker.request import (
     KEY_LIMIT,
+    SMALL_BODY,
+    URIS_BODY,
     check_exec_id,
     inline_limit,
     read_body,
@@ -53,7 +56,7 @@ from mplang.backends.simp_worker.request import (
     str_or_none_list,
 )
 from mplang.backends.simp_worker.server import WorkerServer
-from mplang.backends.simp_worker.tls import peer_of, tls_config
+from mplang.backends.simp_worker.tls import peer_of, tls_server
 from mplang.backends.wire import split_frame
 from mplang.cluster.identity import LocalIdentity
 from mplang.cluster.peers import Peer
@@ -159,7 +162,7 @@ def create_app(server: WorkerServer) -> FastAPI:
     @app.post("/fetch")
     async def fetch(request: Request) -> Response:
         driver = server.peer(request, "driver")
-        header, _ = split_frame(await read_body(request, 1 << 16))
+        header, _ = split_frame(await read_body(request, SMALL_BODY))
         uri = require_str(header, "uri", 256)
         try:
             parts = server.outputs.fetch(uri, driver)
@@ -173,14 +176,14 @@ def create_app(server: WorkerServer) -> FastAPI:
     @app.post("/delete")
     async def delete(request: Request) -> Response:
         driver = server.peer(request, "driver")
-        header, _ = split_frame(await read_body(request, 1 << 20))
+        header, _ = split_frame(await read_body(request, URIS_BODY))
         uris = [u for u in str_or_none_list(header.get("uris"), "uris") if u is not None]
         return JSONResponse({"deleted": server.delete(uris, driver)})
 
     @app.post("/abort")
     async def abort(request: Request) -> Response:
         driver = server.peer(request, "driver")
-        header, _ = split_frame(await read_body(request, 1 << 16))
+        header, _ = split_frame(await read_body(request, SMALL_BODY))
         server.abort(check_exec_id(header.get("exec")), driver, require_str(header, "reason"))
         return JSONResponse({"ok": True})
 
@@ -214,9 +217,9 @@ def uvicorn_server(server: WorkerServer) -> uvicorn.Server:
     """The uvicorn server of ``server``'s app on the endpoint its spec gives it."""
     host, port = host_port(server.cluster.nodes[server.rank].endpoint)
     app = create_app(server)
-    return uvicorn.Server(tls_config(app, host, port, server.trust.context,
-                                     mux_protocol(server, app), server.trust.opened,
-                                     timeout_keep_alive=30, timeout_graceful_shutdown=1))
+    return tls_server(app, host, port, server.trust.context, ConnectionGate(server.limits),
+                      mux_protocol(server, app), server.trust.opened, timeout_keep_alive=30,
+                      timeout_graceful_shutdown=1)
 
 
 def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: float = 60.0,
@@ -228,6 +231,7 @@ def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: 
     spec file is reloaded when it changes; events go to the audit log ``audit_log``."""
     host, port = host_port(cluster.nodes[cluster.rank_of(node)].endpoint)
     check_port_free(host, port)
+    raise_descriptor_limit()
     server = WorkerServer(cluster, node, identity, timeout=timeout, limits=limits,
                           spec_path=spec_path, audit_log=audit_log, data_root=data_root,
                           policy=policy)

@@ -5,6 +5,9 @@ protocol instead of HTTP/1.1, on the same mutual-TLS connection; the peer is
 the certificate of that connection. A message's HEAD names the path and the
 headers of the same request over HTTP:
 
+Every stream is authorized from its HEAD (`mplang.backends.simp_worker.admission`):
+its peer's role for the path, its size, the worker's budget of bytes in flight.
+
 - ``/msg`` (a peer's message of a running execution) is admitted from its HEAD
   before its body is read, received straight into its own buffer and put in the
   mailbox. It is answered only if refused, with the refusal's status, execution
@@ -22,7 +25,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mplang.backends.mux import MuxProtocol
-from mplang.backends.mux_client import SPEC_HEADER
+from mplang.backends.simp_worker.admission import authorize_head, lazy_buffer
+from mplang.backends.simp_worker.connections import Ticket
 from mplang.backends.simp_worker.messages import H_EXEC, H_KEY, Admitted
 from mplang.edsl.errors import MPRefusedError, MPSerializationError
 
@@ -48,14 +52,18 @@ def _headers(head: dict[str, Any]) -> dict[str, str] | None:
 class WorkerMuxHandler:
     """Serves the requests and messages of one ``mplang/1`` connection."""
 
-    def __init__(self, server: WorkerServer, app: ASGIApp, fingerprint: str | None):
+    def __init__(self, server: WorkerServer, app: ASGIApp, fingerprint: str | None,
+                 ticket: Ticket | None = None):
         self.server = server
         self.app = app
         self.fingerprint = fingerprint
-        self.protocol = MuxProtocol(self)
-        self._refused: set[int] = set()
-        """Streams refused from their HEAD: their bodies are read and dropped."""
+        self.ticket = ticket
+        limits = server.limits
+        self.protocol = MuxProtocol(self, max_streams=limits.max_streams,
+                                    stall_seconds=limits.stall_seconds)
         self._messages: dict[int, Admitted] = {}
+        self._sizes: dict[int, int] = {}
+        """The announced size of each admitted body being received (in the budget)."""
         self._in_flight = 0
         """Bytes announced by the bodies being received."""
 
@@ -63,35 +71,37 @@ class WorkerMuxHandler:
         path, headers = head.get("path"), _headers(head)
         if not isinstance(path, str) or not path.startswith("/") or len(path) > _PATH_LIMIT \
                 or headers is None:
-            return self._refuse_head(stream, head, {}, 400,
+            return self._refuse_head(stream, {}, 400,
                                      "a request's HEAD needs a path and string headers")
         head["headers"] = headers  # checked and lower-cased, for on_body
-        limit = self.server.limits.max_body_bytes
+        server = self.server
+        limit = server.limits.max_body_bytes
         try:
-            if path == "/msg":
-                sender = self.server.peers.authorize(
-                    self.fingerprint, headers.get(SPEC_HEADER), "node", path, self.server.node)
-                admitted = self.server.inbox.admit(sender, headers, size)
-            elif size > limit:
-                raise MPRefusedError(f"body of {size} bytes exceeds the limit of {limit}", 413)
+            sender = authorize_head(server.peers, server.limits, server.node, server.rank,
+                                    self.fingerprint, path, headers, size)
             if self._in_flight + size > limit:
                 raise MPRefusedError(f"{self._in_flight + size} bytes would be in flight on one "
                                      f"connection, over the limit of {limit}", 429)
+            server.inflight.take(size)
+            if path == "/msg":
+                try:
+                    admitted = server.inbox.admit(sender, headers, size)
+                except (MPRefusedError, MPSerializationError):
+                    server.inflight.give(size)
+                    raise
         except MPRefusedError as e:
-            return self._refuse_head(stream, head, headers, e.status, str(e))
+            return self._refuse_head(stream, headers, e.status, str(e), path)
         except MPSerializationError as e:
-            return self._refuse_head(stream, head, headers, 400, str(e))
+            return self._refuse_head(stream, headers, 400, str(e), path)
         if path == "/msg":
             self._messages[stream] = admitted
+        if size:
+            self._sizes[stream] = size
         self._in_flight += size
-        return memoryview(bytearray(size))
+        return lazy_buffer(size)
 
-    def on_body(self, stream: int, head: dict[str, Any], body: memoryview | None) -> None:
-        if stream in self._refused:
-            self._refused.discard(stream)
-            return
-        assert body is not None
-        self._in_flight -= len(body)
+    def on_body(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
+        self._release(stream)
         message = self._messages.pop(stream, None)
         if message is None:
             asyncio.get_running_loop().create_task(self._serve(stream, head, body))
@@ -99,27 +109,42 @@ class WorkerMuxHandler:
         try:
             self.server.inbox.deliver(*message, body)
         except MPRefusedError as e:
-            self._refuse(stream, head, head["headers"], e.status, str(e))
+            self._refuse(stream, head["headers"], e.status, str(e), "/msg")
         except MPSerializationError as e:
-            self._refuse(stream, head, head["headers"], 400, str(e))
+            self._refuse(stream, head["headers"], 400, str(e), "/msg")
 
     def on_lost(self, error: BaseException | None) -> None:
+        for stream in list(self._sizes):
+            self._release(stream)
+        self._messages.clear()
+        if self.ticket is not None:
+            self.ticket.release()
         if error is not None:
-            log.warning("an mplang/1 connection closed: %s", error)
+            log.warning("an mplang/1 connection%s closed: %s", self._who(), error)
 
-    def _refuse_head(self, stream: int, head: dict[str, Any], headers: dict[str, str],
-                     status: int, error: str) -> memoryview | None:
-        """Refuse a message from its HEAD: answer now; its body is read and dropped."""
-        self._refused.add(stream)
-        self._refuse(stream, head, headers, status, error)
+    def _who(self) -> str:
+        peer = self.server.peers.lookup(self.fingerprint)
+        return f" from {peer}" if peer is not None else ""
+
+    def _release(self, stream: int) -> None:
+        """A body ended (received, or its connection lost): out of the budgets."""
+        size = self._sizes.pop(stream, 0)
+        self._in_flight -= size
+        self.server.inflight.give(size)
+
+    def _refuse_head(self, stream: int, headers: dict[str, str], status: int, error: str,
+                     path: str = "") -> memoryview | None:
+        """Refuse a message from its HEAD: answer now; its body is read and dropped (the
+        stream keeps a byte counter only)."""
+        self._refuse(stream, headers, status, error, path)
         return None
 
-    def _refuse(self, stream: int, head: dict[str, Any], headers: dict[str, str], status: int,
-                error: str) -> None:
+    def _refuse(self, stream: int, headers: dict[str, str], status: int, error: str,
+                path: str) -> None:
         """Answer ``stream`` with a refusal; one of a peer message names its execution and
         key (from its checked ``headers``)."""
-        if head.get("path") != "/msg":
-            log.warning("refused %s over mplang/1: %s", str(head.get("path"))[:64], error)
+        if path != "/msg":
+            log.warning("refused %s over mplang/1: %s", path[:64], error)
         answer = {"status": status, "error": error[:2000],
                   "exec": headers.get(H_EXEC), "key": headers.get(H_KEY)}
         if not self.protocol.closed:
@@ -167,9 +192,11 @@ class WorkerMuxHandler:
             self.protocol.send(stream, {"status": status}, chunks)
 
 
-def mux_protocol(server: WorkerServer, app: ASGIApp) -> Callable[[str | None], MuxProtocol]:
+def mux_protocol(server: WorkerServer,
+                 app: ASGIApp) -> Callable[[str | None, Ticket | None], MuxProtocol]:
     """For `mplang.backends.simp_worker.tls`: the protocol of a new ``mplang/1``
-    connection from the peer with certificate fingerprint ``fingerprint``."""
-    def make(fingerprint: str | None) -> MuxProtocol:
-        return WorkerMuxHandler(server, app, fingerprint).protocol
+    connection from the peer with certificate fingerprint ``fingerprint`` (``ticket``:
+    its place in the connection caps, released when it closes)."""
+    def make(fingerprint: str | None, ticket: Ticket | None) -> MuxProtocol:
+        return WorkerMuxHandler(server, app, fingerprint, ticket).protocol
     return make

@@ -93,7 +93,8 @@ def _refusals(*statuses: int) -> dict[str, Any]:
         "410": "the execution has ended, was aborted or ran past its time limit",
         "411": "no content-length",
         "413": "body, message or declared value over this worker's limits",
-        "429": "too many runs at once, or the mailbox is full",
+        "429": "too many runs at once, the mailbox is full, or the bodies being received "
+               "would exceed this worker's in-flight budget",
     }
     return {str(s): _json(_ERROR, why[str(s)]) for s in statuses}
 

@@ -48,6 +48,8 @@ class PreparedRuns:
         with self._lock:
             self._sweep(time.monotonic())
             self.runs[(prepared.run.exec_id, prepared.run.scope)] = prepared
+        if self.executions.aborted(prepared.run.exec_id):  # an abort that came while it
+            self.drop(prepared.run.exec_id)                 # was being prepared
 
     def take(self, exec_id: str, scope: str, driver: str) -> Prepared:
         """The run that driver (certificate fingerprint) ``driver`` prepared, to start it;

@@ -14,6 +14,8 @@ from mplang.runtime.timeline import RunMonitor
 if TYPE_CHECKING:  # the worker's HTTP layer brings the web framework in
     from starlette.requests import Request
 
+    from mplang.backends.simp_worker.executions import WorkerLimits
+
 log = logging.getLogger("mplang.worker")
 
 ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
@@ -22,6 +24,10 @@ KEY_LIMIT = 1024
 """The longest op key or scope."""
 MAX_INLINE = 1 << 20
 """The most bytes of outputs a ``/run`` answer carries."""
+SMALL_BODY = 1 << 16
+"""The largest body of ``/fetch``, ``/abort``, ``/describe`` and ``/health`` (a JSON header)."""
+URIS_BODY = 1 << 20
+"""The largest body of ``/delete`` (a list of URIs)."""
 
 
 async def read_body(request: Request, limit: int) -> bytes | memoryview:
@@ -38,6 +44,11 @@ async def read_body(request: Request, limit: int) -> bytes | memoryview:
             raise MPRefusedError(f"body exceeds the limit of {limit} bytes", 413)
         chunks.append(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one chunk: not copied
+
+
+def upload_limit(limits: WorkerLimits) -> int:
+    """The largest ``/upload`` body: a value of the largest size and its header."""
+    return min(limits.max_body_bytes, limits.max_value_bytes + SMALL_BODY)
 
 
 def check_exec_id(value: Any) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mplang.backends.mux import ALPN
 from mplang.backends.mux_client import SPEC_HEADER, MuxClients
+from mplang.backends.simp_worker.admission import InflightBudget
 from mplang.backends.simp_worker.consent import check_votes, sign_vote, split_program
 from mplang.backends.simp_worker.executions import Executions, WorkerLimits
 from mplang.backends.simp_worker.mailbox import Mailbox
@@ -85,6 +86,8 @@ class WorkerServer:
                                  [ALPN, "http/1.1"])
         """Who may complete the TLS handshake, and the open connections."""
         self.mailbox = Mailbox(self.rank, self.limits.mailbox_bytes)
+        self.inflight = InflightBudget(self.limits.max_inflight_bytes)
+        """Bytes of bodies being received over all connections (`authorize_head`)."""
         self.executions = Executions(self.rank, self.limits)
         self.audit = AuditLog(audit_log, node, [n.name for n in cluster.nodes]) \
             if audit_log is not None else None

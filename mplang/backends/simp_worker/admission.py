@@ -1,0 +1,101 @@
+"""Admitting an ``mplang/1`` stream from its HEAD, before anything is allocated.
+
+A HEAD names a path and announces a body size. Its peer (the connection's
+certificate) must hold the path's role, the size must fit the path's limit, and
+the worker-wide budget of bytes being received (`InflightBudget`) must have room
+for it; otherwise the stream is refused at once. An admitted body gets a buffer
+whose pages the kernel provides only as its bytes arrive (`lazy_buffer`), so a
+HEAD alone costs no memory.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from mplang.backends.mux_client import SPEC_HEADER
+from mplang.backends.simp_worker.executions import WorkerLimits
+from mplang.backends.simp_worker.request import SMALL_BODY, URIS_BODY, upload_limit
+from mplang.cluster.peers import Peer, PeerDirectory, Role
+from mplang.edsl.errors import MPRefusedError
+
+_EAGER = 1 << 20
+"""Bodies up to this size get an ordinary buffer."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """Who may send to a path (None: any listed party) and its largest body."""
+
+    role: Role | None
+    limit: Callable[[WorkerLimits], int]
+
+
+def _largest(limits: WorkerLimits) -> int:
+    return limits.max_body_bytes
+
+
+ROUTES: Mapping[str, Route] = {
+    "/prepare": Route("driver", _largest),
+    "/run": Route("driver", _largest),
+    "/fetch": Route("driver", lambda _: SMALL_BODY),
+    "/delete": Route("driver", lambda _: URIS_BODY),
+    "/abort": Route("driver", lambda _: SMALL_BODY),
+    "/describe": Route("driver", lambda _: SMALL_BODY),
+    "/msg": Route("node", _largest),
+    "/upload": Route("node", upload_limit),
+    "/health": Route(None, lambda _: SMALL_BODY),
+}
+"""The paths a worker serves over ``mplang/1``."""
+
+
+def authorize_head(peers: PeerDirectory, limits: WorkerLimits, here: str, rank: int,
+                   fingerprint: str | None, path: str, headers: Mapping[str, str],
+                   size: int) -> Peer:
+    """The peer sending a ``size``-byte body to ``path``, if it may (`MPRefusedError`:
+    404 no such path, 403/409 not this peer, 413 too large)."""
+    route = ROUTES.get(path)
+    if route is None:
+        raise MPRefusedError(f"{here} serves no path {path[:64]}", 404)
+    if route.role is None:
+        peer = peers.lookup(fingerprint)
+        if peer is None:
+            raise MPRefusedError(f"certificate not in {here}'s cluster spec", 403)
+    else:
+        peer = peers.authorize(fingerprint, headers.get(SPEC_HEADER), route.role, path, here)
+    if path == "/upload" and peer.rank != rank:
+        raise MPRefusedError(f"{peer} may not upload to {here}: only the node's own key may",
+                             403)
+    limit = route.limit(limits)
+    if size > limit:
+        raise MPRefusedError(f"body of {size} bytes exceeds the limit of {limit} for {path}",
+                             413)
+    return peer
+
+
+class InflightBudget:
+    """Bytes of bodies being received, over all connections (touched on the event loop's
+    thread only)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+
+    def take(self, size: int) -> None:
+        """Reserve ``size`` bytes, or refuse (429) if the budget has no room."""
+        if self.used + size > self.limit:
+            raise MPRefusedError(f"{size} more bytes in flight would exceed the worker's "
+                                 f"budget of {self.limit} ({self.used} in flight)", 429)
+        self.used += size
+
+    def give(self, size: int) -> None:
+        self.used -= size
+
+
+def lazy_buffer(size: int) -> memoryview:
+    """A writable buffer of ``size`` zero bytes; above 1 MiB, its memory is taken only as
+    it is written (an anonymous mapping), not when it is made."""
+    if size <= _EAGER:
+        return memoryview(bytearray(size))
+    return memoryview(mmap.mmap(-1, size))
