@@ -37,6 +37,7 @@ from mplang.libs.secureboost import (
     _EPS,
     Params,
     _baseline,
+    _chosen_splits,
     _gradients,
     _own_splits,
     _run,
@@ -90,7 +91,7 @@ def _secret_best_splits(hist: jax.Array, reg_lambda: float, min_leaf: int,
     of both parties' columns; the left sums by a product with a triangular constant (a
     running sum along the bins would be a window reduction, which the flow analysis
     does not model), the right ones by subtraction (exact in fixed point)."""
-    nodes, features, n_bins, _ = hist.shape
+    n_bins = hist.shape[2]
     upto = (jnp.arange(n_bins)[:, None] <= jnp.arange(n_bins)[None, :]).astype(jnp.float32)
     left = jnp.einsum("kfbc,bd->kfdc", hist, upto)
     total = left[:, :1, -1:, :]
@@ -100,14 +101,8 @@ def _secret_best_splits(hist: jax.Array, reg_lambda: float, min_leaf: int,
         return s[..., 0] ** 2 / jnp.maximum(s[..., 1] + reg_lambda, _EPS)
 
     gain = score(left) + score(right) - score(total)
-    ok = (left[..., 2] >= min_leaf) & (right[..., 2] >= min_leaf) \
-        & (left[..., 1] >= min_weight) & (right[..., 1] >= min_weight)
-    flat = jnp.where(ok, gain, -1.0).reshape(nodes, features * n_bins)
-    top = jnp.max(flat, axis=1, keepdims=True)
-    best = jnp.argmax(flat >= top - _SECRET_TIE * jnp.abs(top), axis=1)  # the first tie
-    split = top[:, 0] > _MIN_GAIN
-    return (jnp.where(split, best // n_bins, -1).astype(jnp.int32),
-            (best % n_bins).astype(jnp.int32))
+    return _chosen_splits(gain, left, right, min_leaf, min_weight, invalid=-1.0,
+                         tie=_SECRET_TIE, min_gain=_MIN_GAIN)
 
 
 def _one_hot_bins(bins: jax.Array, n_bins: int) -> jax.Array:

@@ -270,13 +270,25 @@ def _best_splits(hist0: jax.Array, hist1: jax.Array, reg_lambda: float, min_leaf
     offset = reg_lambda * g ** 2 / jnp.maximum((hess + 2 * reg_lambda) * (hess + reg_lambda),
                                                _EPS)
     gain = cross ** 2 / jnp.maximum(a * b * (a + b), _EPS) - offset
+    return _chosen_splits(gain, left, right, min_leaf, min_weight, invalid=-jnp.inf, tie=_TIE,
+                         min_gain=0.0)
+
+
+def _chosen_splits(gain: jax.Array, left: jax.Array, right: jax.Array, min_leaf: int,
+                  min_weight: float, *, invalid: float, tie: float, min_gain: float
+                  ) -> tuple[jax.Array, jax.Array]:
+    """Per node, the feature (-1: no split gains more than ``min_gain``) and bin of the
+    best split by ``gain`` (nodes, features, bins), among those leaving ``min_leaf`` rows
+    and ``min_weight`` hessian on each side (``left``/``right``: their sums of gradient,
+    hessian and rows; others score ``invalid``); gains within ``tie`` of the best are
+    ties, which go to the lowest feature, then the lowest bin."""
     ok = (left[..., 2] >= min_leaf) & (right[..., 2] >= min_leaf) \
         & (left[..., 1] >= min_weight) & (right[..., 1] >= min_weight)
-    flat = jnp.where(ok, gain, -jnp.inf).reshape(h.shape[0], -1)
+    flat = jnp.where(ok, gain, invalid).reshape(gain.shape[0], -1)
     top = jnp.max(flat, axis=1, keepdims=True)
-    best = jnp.argmax(flat >= top - _TIE * jnp.abs(top), axis=1)  # the first of the ties
-    split = top[:, 0] > 0
-    n_bins = h.shape[2]
+    best = jnp.argmax(flat >= top - tie * jnp.abs(top), axis=1)  # the first of the ties
+    split = top[:, 0] > min_gain
+    n_bins = gain.shape[2]
     return (jnp.where(split, best // n_bins, -1).astype(jnp.int32),
             (best % n_bins).astype(jnp.int32))
 
