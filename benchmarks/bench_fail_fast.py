@@ -37,7 +37,7 @@ def _ring() -> Any:
 
 
 def _rounds(v: Any) -> Any:
-    for _ in range(60):
+    for _ in range(240):  # several seconds: longer than the freeze delay
         v = jnp.where(v > 50.0, v * 0.5, v * 1.5)
     return v
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MPLangError(Exception):
     """Base class of every error MPLang raises on purpose."""
@@ -62,7 +64,12 @@ class MPPublicError(MPRuntimeError):
 
 
 class MPCommunicationError(MPRuntimeError):
-    """A message between parties did not arrive in time, or its execution was abandoned."""
+    """A message between parties did not arrive in time, or its execution was abandoned
+    while a party waited for one (``peer``: the party it waited for, when known)."""
+
+    def __init__(self, message: str, *, peer: int | None = None, **where: Any):
+        super().__init__(message, **where)
+        self.peer = peer
 
 
 class MPTimeoutError(MPCommunicationError):

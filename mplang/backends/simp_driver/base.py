@@ -28,7 +28,12 @@ from mplang.backends.simp_driver.values import DriverObject, HostVar
 from mplang.device.cluster import ClusterSpec
 from mplang.dialects.func import call_p
 from mplang.edsl.context import ExecutionContext
-from mplang.edsl.errors import MPCommunicationError, MPLangError, MPRuntimeError
+from mplang.edsl.errors import (
+    MPCommunicationError,
+    MPLangError,
+    MPRuntimeError,
+    MPTimeoutError,
+)
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program
@@ -185,7 +190,7 @@ class SimpDriver(ExecutionContext, ABC):
                     None)
         if root is None:  # abandoned because another op of the execution failed: its cause
             with self._causes_lock:
-                root = self._causes.lookup(exec_id) or first[0]
+                root = self._causes.lookup(exec_id) or _end_of_waits(errors) or first[0]
         assert root is not None
         if isinstance(root, MPRuntimeError) and root.op is None:
             # a party was lost without saying where: report where the others stopped
@@ -322,3 +327,20 @@ class SimpDriver(ExecutionContext, ABC):
     def _handle(self, var: HostVar, vtype: Any, device: str | None) -> DriverObject:
         self._retain(var)
         return DriverObject(self, var, vtype, self.discard, device)
+
+
+def _end_of_waits(errors: Sequence[BaseException]) -> MPTimeoutError | None:
+    """When parties' waits failed, each waiting for another (party 0 for 1, 1 for 2) and
+    one ran out of time, the party at the end of that chain, which reported nothing: an
+    error naming it rather than a party that was itself waiting (None: no such chain)."""
+    waits = [e for e in errors if isinstance(e, MPCommunicationError) and e.peer is not None]
+    timeout = next((e for e in waits if isinstance(e, MPTimeoutError)), None)
+    waiting = {e.party for e in waits}
+    end = next((e for e in waits if e.peer not in waiting), None)
+    if timeout is None or end is None:
+        return None
+    if end is timeout:
+        return timeout
+    return MPTimeoutError(f"party {end.peer} sent nothing in time: party {end.party} was "
+                          f"waiting for it when {timeout}", party=end.peer, op=end.op,
+                          key=end.key, loc=end.loc)

@@ -332,11 +332,8 @@ class SimpHttpDriver(SimpDriver):
         """Close the connections first: a request still waiting (a party's run of a failed
         execution, busy in a long op) ends at once instead of at its timeout."""
         if not self._closed:
-            self._clients.close()
+            self._clients.close()  # the workers keep running
         super().close()
-
-    def _close_transport(self) -> None:
-        self._clients.close()  # the workers keep running
 
     def __repr__(self) -> str:
         return f"Driver({', '.join(self._urls)})"
@@ -390,4 +387,8 @@ def _run_failure(rank: int, body: dict[str, Any], text: str) -> MPLangError:
         refused.party, refused.op = rank, body.get("op")
         return refused
     cls = _RUN_FAILURES.get(str(body.get("kind")), MPRuntimeError)
-    return cls(error, party=rank, op=body.get("op"), key=body.get("key"), loc=body.get("loc"))
+    failure = cls(error, party=rank, op=body.get("op"), key=body.get("key"),
+                  loc=body.get("loc"))
+    if isinstance(failure, MPCommunicationError) and type(body.get("peer")) is int:
+        failure.peer = body["peer"]
+    return failure

@@ -111,7 +111,7 @@ def create_app(server: WorkerServer) -> FastAPI:
             log.info("execution %s failed: %s", exec_id, e)
             return _error(500, str(e), kind=type(e).__name__, party=server.rank,
                           op=getattr(e, "op", None), key=getattr(e, "key", None),
-                          loc=getattr(e, "loc", None))
+                          loc=getattr(e, "loc", None), peer=getattr(e, "peer", None))
         except Exception:  # a bug must not take the worker down; its text stays here
             log.exception("execution %s crashed", exec_id)
             return _error(500, f"execution {exec_id} crashed on {server.node} (its log has "

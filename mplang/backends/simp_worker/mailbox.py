@@ -75,12 +75,12 @@ class Mailbox:
                         raise MPRefusedError(reason, 409)
                     raise MPCommunicationError(
                         f"party {self.rank}: execution {tag[0]} was abandoned ({reason}) while "
-                        f"waiting for party {src}", party=self.rank)
+                        f"waiting for party {src}", party=self.rank, peer=src)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise MPTimeoutError(
                         f"party {self.rank}: no message from party {src} for {tag[1]} within "
-                        f"{timeout:g} s", party=self.rank)
+                        f"{timeout:g} s", party=self.rank, peer=src)
                 self._cond.wait(remaining)
 
     def abort(self, exec_id: str, reason: str, refused: bool = False) -> None:

@@ -56,6 +56,8 @@ _FAILED_RUN = {
         "op": {"type": ["string", "null"]},
         "key": {"type": ["string", "null"]},
         "loc": {"type": ["string", "null"]},
+        "peer": {"type": ["integer", "null"], "description": "for a wait that failed, the "
+                                                             "party it waited for"},
     },
 }
 
