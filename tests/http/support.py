@@ -291,10 +291,11 @@ def mplang_command() -> list[str]:
 
 
 @contextlib.contextmanager
-def running_cluster(spec: mp.ClusterSpec, *, plugins: list[str] | None = None,
-                    timeout: float = 60.0) -> Iterator[LocalCluster]:
-    """Worker processes for ``spec`` (new development keys), stopped on exit."""
-    cluster = LocalCluster(spec, plugins=plugins)
+def running_cluster(spec: mp.ClusterSpec | Path, *, timeout: float = 60.0,
+                    **options: Any) -> Iterator[LocalCluster]:
+    """Worker processes for ``spec`` (new development keys, unless it is a spec file
+    with its keys beside it), stopped on exit; ``options`` go to `LocalCluster`."""
+    cluster = LocalCluster(spec, **options)
     try:
         cluster.start(timeout=timeout)
         yield cluster

@@ -37,12 +37,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         root.mkdir(parents=True)
         np.save(root / "salaries.npy", attacks.SALARIES[i])
         np.save(root / "ids.npy", attacks.IDS + i)
-    local = LocalCluster(mp.ClusterSpec.from_dict(spec), data_root=base / "data")
-    try:
-        local.start(timeout=120)
+    with support.running_cluster(mp.ClusterSpec.from_dict(spec), timeout=120,
+                                 data_root=base / "data") as local:
         yield local
-    finally:
-        local.close()
 
 
 @pytest.fixture(scope="module")

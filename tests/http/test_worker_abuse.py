@@ -48,12 +48,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     spec = support.spec_dict(support.free_ports(2))
     spec["devices"]["SP0"]["config"]["protocol"] = "SEMI2K"
     dev = support.dev_cluster(tmp_path_factory.mktemp("abuse"), mp.ClusterSpec.from_dict(spec))
-    local = LocalCluster(dev.spec_path, worker_args=ARGS)  # keys of driver2 and mallory too
-    try:
-        local.start(timeout=120)
+    # keys of driver2 and mallory too
+    with support.running_cluster(dev.spec_path, timeout=120, worker_args=ARGS) as local:
         yield local
-    finally:
-        local.close()
 
 
 @pytest.fixture(scope="module")

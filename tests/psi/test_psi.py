@@ -448,13 +448,38 @@ def test_policy_sees_the_join_as_a_comparison(tmp_path: Path) -> None:
             sim.close()
 
 
+def _aggregate_policy(tmp_path: Path) -> Path:
+    """A policy file of aggregates over at least 10 rows and comparisons, to anyone."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
+                      "  - {to: ['*'], when: compare}\n")
+    return policy
+
+
+def _id_tables(base: Path, ids: dict[str, np.ndarray]) -> dict[str, str]:
+    """Each node's data root under ``base`` holding ``t.csv``: its ``ids`` and ``v = 2 id``."""
+    roots = {}
+    for node, node_ids in ids.items():
+        root = base / node
+        root.mkdir()
+        pd.DataFrame({"id": node_ids, "v": node_ids * 2.0}).to_csv(root / "t.csv", index=False)
+        roots[node] = str(root)
+    return roots
+
+
+def _node_0_joined() -> Any:
+    """node_0's rows of its ``t.csv`` that a join with node_1's keeps (traced)."""
+    schema = {"id": "int64", "v": "float64"}
+    ta = simp.pcall((0,), lambda: table.read_csv("t.csv", schema))
+    tb = simp.pcall((1,), lambda: table.read_csv("t.csv", schema))
+    return psi.join(ta, tb, "id")[0]
+
+
 def test_an_aggregate_over_joined_rows_needs_min_rows_of_them(tmp_path: Path) -> None:
     """The rows a join keeps are chosen by the other party's keys, so the analysis cannot
     count them: each holder's kernel refuses a join that keeps fewer rows than its
     min_rows, and an aggregate over a large enough join is released."""
-    policy = tmp_path / "p.yaml"
-    policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
-                      "  - {to: ['*'], when: compare}\n")
+    policy = _aggregate_policy(tmp_path)
     for shared, ok in ((30, True), (5, False)):
         roots = {}
         for i, node in enumerate(("node_0", "node_1")):
@@ -489,21 +514,11 @@ def test_an_aggregate_over_joined_rows_needs_min_rows_of_them(tmp_path: Path) ->
 def test_joined_rows_selected_by_a_driver_constant_are_refused(tmp_path: Path) -> None:
     """node_0's rows a join kept, selected again by ``id == 25`` (the driver's choice): the
     run-time check counted the join, not the selection, which holds one row."""
-    policy = tmp_path / "p.yaml"
-    policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
-                      "  - {to: ['*'], when: compare}\n")
-    roots = {}
-    for node, ids in (("node_0", np.arange(40)), ("node_1", np.arange(20, 60))):
-        root = tmp_path / node
-        root.mkdir()
-        pd.DataFrame({"id": ids, "v": ids * 2.0}).to_csv(root / "t.csv", index=False)
-        roots[node] = str(root)
+    policy = _aggregate_policy(tmp_path)
+    roots = _id_tables(tmp_path, {"node_0": np.arange(40), "node_1": np.arange(20, 60)})
 
     def prog() -> Any:
-        schema = {"id": "int64", "v": "float64"}
-        ta = simp.pcall((0,), lambda: table.read_csv("t.csv", schema))
-        tb = simp.pcall((1,), lambda: table.read_csv("t.csv", schema))
-        ja, _ = psi.join(ta, tb, "id")
+        ja = _node_0_joined()
         ids = simp.pcall((0,), lambda t: table.to_tensor(t, ["id"], rows=20), ja)
         values = simp.pcall((0,), lambda t: table.to_tensor(t, ["v"], rows=20), ja)
         return simp.pcall((0,), lambda i, v: jnp.sum((i == 25) * v), ids, values)
@@ -521,21 +536,11 @@ def test_rows_repeated_by_the_other_s_repeated_keys_count_once(tmp_path: Path) -
     """node_1 (with the driver) repeats one of node_0's keys 12 times: node_0's join keeps
     12 copies of that one row, whose sum would reveal it, so node_0 counts it once and
     refuses the join at run time."""
-    policy = tmp_path / "p.yaml"
-    policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
-                      "  - {to: ['*'], when: compare}\n")
-    roots = {}
-    for node, ids in (("node_0", np.arange(40)), ("node_1", np.full(12, 7))):
-        root = tmp_path / node
-        root.mkdir()
-        pd.DataFrame({"id": ids, "v": ids * 2.0}).to_csv(root / "t.csv", index=False)
-        roots[node] = str(root)
+    policy = _aggregate_policy(tmp_path)
+    roots = _id_tables(tmp_path, {"node_0": np.arange(40), "node_1": np.full(12, 7)})
 
     def prog() -> Any:
-        schema = {"id": "int64", "v": "float64"}
-        ta = simp.pcall((0,), lambda: table.read_csv("t.csv", schema))
-        tb = simp.pcall((1,), lambda: table.read_csv("t.csv", schema))
-        ja, _ = psi.join(ta, tb, "id")
+        ja = _node_0_joined()
         column = simp.pcall((0,), lambda t: table.to_tensor(t, ["v"], rows=12), ja)
         return simp.pcall((0,), jnp.sum, column)
 
@@ -550,9 +555,7 @@ def test_rows_repeated_by_the_other_s_repeated_keys_count_once(tmp_path: Path) -
 def test_aggregates_over_rows_two_joins_kept_are_refused_together(tmp_path: Path) -> None:
     """Two joins of node_0's table (or a join and the whole table) keep rows that data
     chose differently: their sums could differ by one row, so node_0 refuses both."""
-    policy = tmp_path / "p.yaml"
-    policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
-                      "  - {to: ['*'], when: compare}\n")
+    policy = _aggregate_policy(tmp_path)
     roots = {}
     for i, node in enumerate(("node_0", "node_1")):
         root = tmp_path / node
