@@ -13,7 +13,7 @@ from mplang.backends.mux_client import MuxClients, StatusError, TransportError
 from mplang.backends.wire import encode_value, pack_message
 from mplang.cluster.identity import load_identity
 from mplang.device.cluster import ClusterSpec
-from mplang.edsl.errors import MPLangError
+from mplang.edsl.errors import MPLangError, MPRefusedError
 from mplang.storage.named_objects import check_name
 
 
@@ -41,8 +41,10 @@ def put(spec_path: str | os.PathLike[str], node: str, name: str, value: Any, *,
         response = clients.post(rank, "/upload",
                                 pack_message({"name": name}, encode_value(np.asarray(value))))
     except StatusError as e:
-        raise MPLangError(f"{node} refused the upload: {e.response.status_code} "
-                          f"{e.response.text[:500]}") from None
+        refused = MPRefusedError(f"{node} refused the upload: {e.response.status_code} "
+                                 f"{e.response.text[:500]}", e.response.status_code)
+        refused.party = rank
+        raise refused from None
     except TransportError as e:
         raise MPLangError(f"{node} could not be reached: {type(e).__name__}: {e}") from None
     finally:

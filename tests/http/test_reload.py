@@ -126,10 +126,11 @@ def test_a_device_change_is_refused_and_the_driver_told_to_restart_the_workers(
                "node_1, node_2, config {'protocol': 'ABY3', 'field': 'FM64'})")
     driver = mp.Driver(dev.spec_path, key=dev.keys / "driver.key", timeout=10.0)
     try:
-        with pytest.raises(mp.MPLangError) as refused:
+        with pytest.raises(mp.MPRefusedError) as refused:
             mp.evaluate(driver, lambda: simp.constant((0,), 1))
     finally:
         driver.close()
+    assert (refused.value.party, refused.value.status) == (0, 409)
     assert f"node_0 did not reload {dev.spec_path}: {changed}: nodes, endpoints and " \
            "devices change only when every worker restarts with the new spec" \
         in str(refused.value)

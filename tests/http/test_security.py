@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import os
 import pickle
+import re
 import shlex
 import socket
 import ssl
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -224,6 +226,27 @@ def test_spec_digest_mismatch_is_refused(dev: support.DevCluster, workers: Any) 
         assert response.status_code == 409
         assert "cluster spec mismatch" in response.json()["error"]
 
+
+
+def test_a_driver_with_another_spec_gets_a_refusal_naming_the_party(
+        dev: support.DevCluster, workers: Any) -> None:
+    """A driver whose spec differs (here by one device) is refused by the first party it
+    asks: `mp.MPRefusedError` with that party, the status, and what to check."""
+    edited = yaml.safe_load(dev.spec_path.read_text())
+    edited["devices"]["P9"] = {"kind": "PPU", "members": ["node_1"]}
+    other = dev.spec_path.with_name("other_cluster.yaml")  # beside the certificates
+    other.write_text(yaml.safe_dump(edited))
+    driver = mp.Driver(other, key=dev.keys / "driver.key", timeout=10.0)
+    try:
+        with pytest.raises(mp.MPRefusedError) as refused:
+            mp.evaluate(driver, lambda: simp.constant((0,), 1))
+    finally:
+        driver.close()
+    assert (refused.value.party, refused.value.status) == (0, 409)
+    assert re.fullmatch(r"party 0 \(node_0 at https://127\.0\.0\.1:\d+\) refused op "
+                        r"simp\.constant: 409 cluster spec mismatch: node_0 has spec "
+                        r"[0-9a-f]{16}\.\.\., driver 'driver' sent [0-9a-f]{16}\.\.\.: both "
+                        r"must load the same spec", str(refused.value))
 
 # ---------------------------------------------------------------- roles
 

@@ -64,10 +64,13 @@ def _ask(clients: MuxClients, rank: int, where: str, fields: dict[str, Any]) -> 
         response = clients.post(rank, "/describe", pack_message(fields, []))
     except StatusError as e:
         status = e.response.status_code
-        if refused_by_policy(e.response):
-            raise MPRefusedError(f"{where}: {_error_text(e.response)}", status) from None
-        hint = (f" ({where} did not accept this driver)" if status in (403, 409) else "")
-        raise MPRuntimeError(f"{_error_text(e.response)}{hint}", party=rank) from None
+        if status in (400, 404) and not refused_by_policy(e.response):  # a bad question
+            raise MPRuntimeError(_error_text(e.response), party=rank) from None
+        hint = ("" if refused_by_policy(e.response) or status not in (403, 409) else
+                f" ({where} did not accept this driver)")
+        refused = MPRefusedError(f"{where}: {_error_text(e.response)}{hint}", status)
+        refused.party = rank
+        raise refused from None
     except UnreachableError as e:
         raise MPRuntimeError(f"{where} is not reachable, so the type of a private input "
                              f"cannot be asked ({e}); {start_worker_hint(clients.nodes[rank])}",

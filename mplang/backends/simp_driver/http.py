@@ -187,18 +187,27 @@ class SimpHttpDriver(SimpDriver):
                               party=rank)
 
     def _refused(self, rank: int, what: str, e: StatusError) -> MPLangError:
-        """The error for party ``rank``'s 4xx answer. A 403 that is not about certificates
-        is the party's own decision (its policy), as is any answer of kind
-        ``PolicyRefusedError``: an `MPRefusedError` carrying the party's whole message
-        (which names the op, its source line and the rule to add)."""
+        """The error for party ``rank``'s 4xx answer. A refusal is an `MPRefusedError`
+        naming the party: its policy's (a 403 not about certificates, or an answer of
+        kind ``PolicyRefusedError``) carries the party's whole message, which names the
+        op, its source line and the rule to add; a certificate or spec the party does not
+        know (403, 409) says what to check; a limit (413, 429) gives its status. A request
+        the party cannot make sense of (400, 404: an ill-formed program, a missing file)
+        is an `MPRuntimeError` naming the party, as on the simulator."""
         status = e.response.status_code
         error = error_message(e.response) or e.response.text[:500]
+        if status in (400, 404) and not refused_by_policy(e.response):
+            return MPRuntimeError(f"{self._where(rank)} refused to run {what}: {status} "
+                                  f"{error}", party=rank)
         if refused_by_policy(e.response) or (status == 403 and "certificate" not in error):
-            return MPRefusedError(f"{self._where(rank)} refused {what}: {error}", status)
-        hint = (" (is this driver's certificate listed in that party's spec, and do both "
-                "load the same spec?)" if status in (403, 409) else "")
-        return MPRuntimeError(f"{self._where(rank)} refused to run {what}: {status} "
-                              f"{error}{hint}", party=rank)
+            refused = MPRefusedError(f"{self._where(rank)} refused {what}: {error}", status)
+        else:
+            hint = (" (is this driver's certificate listed in that party's spec?)"
+                    if status == 403 else "")  # a 409 says which specs differ and why
+            refused = MPRefusedError(f"{self._where(rank)} refused {what}: {status} {error}"
+                                     f"{hint}", status)
+        refused.party = rank
+        return refused
 
     def _prepare_one(self, rank: int, graph: Graph, input_uris: list[str | None],
                      exec_id: str, scope: str, parties: list[int],
@@ -265,10 +274,9 @@ class SimpHttpDriver(SimpDriver):
         try:
             response = self._clients.post(rank, "/fetch", pack_message({"uri": uri}, []))
         except (StatusError, TransportError) as e:
-            if isinstance(e, StatusError) and refused_by_policy(e.response):
-                raise MPRefusedError(f"{self._where(rank)} refused a fetch: "  # names the rule
-                                     f"{error_message(e.response)}",
-                                     e.response.status_code) from None
+            if isinstance(e, StatusError) and (e.response.status_code not in (400, 404)
+                                               or refused_by_policy(e.response)):
+                raise self._refused(rank, "a fetch", e) from None  # refusals: the party's
             raise MPRuntimeError(f"fetching {uri} from {self._where(rank)} failed: {e}",
                                  party=rank) from e
         return decode_value(response.content)
