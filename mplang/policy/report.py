@@ -15,6 +15,7 @@ from mplang.policy.enforce import node_policy
 from mplang.policy.flows import PartyLabels
 from mplang.policy.labels import Flow
 from mplang.policy.policy import Policy
+from mplang.runtime.backend import vet_program
 
 
 def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.PathLike[str],
@@ -26,6 +27,7 @@ def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.P
     Whether every checked node accepts the program."""
     cluster = ClusterSpec.from_yaml(cluster_path)
     program = load(program_path)
+    vet_program(program)  # before the rules parse its payloads, as a worker would
     names = [n.name for n in cluster.nodes]
     given = Policy.load(policy_path) if policy_path is not None else None
     digest = program_digest(program.graph, cluster.world_size)

@@ -98,3 +98,28 @@ def test_only_received_programs_are_vetted_and_each_once(monkeypatch: pytest.Mon
         assert p.received
         assert mp.fetch(sim, mp.evaluate(sim, p)).tolist() == EXPECTED
     assert len(checked) == 2  # once for the loaded program, once for the optimized one
+
+
+def test_analyze_and_check_vet_a_received_program_before_parsing_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``mp.analyze`` and ``mplang check`` parse a program's payloads; a received one with a
+    tampered SPU executable is refused first, naming the field path, as the simulator
+    refuses to run it."""
+    import mplang as mp
+    from mplang.cli.main import main
+    from mplang.cluster.local import init_cluster
+    from tests.security.loaded_mutants import mutant, payload_span, program
+
+    traced = program()
+    data = traced.to_bytes()
+    tampered = mutant(data, payload_span(data, traced, "executable"), "executable", 0, 0)
+    assert mp.analyze(mp.Program.from_bytes(data)).name == traced.name
+    with pytest.raises(mp.MPSerializationError, match=r"graph\.ops\[\d+\](\.regions\[\d+\]"
+                                                      r"\.ops\[\d+\])*\.attrs\.executable"):
+        mp.analyze(mp.Program.from_bytes(tampered))
+    spec = init_cluster(2, tmp_path / "dev")
+    path = tmp_path / "tampered.mpl"
+    path.write_bytes(tampered)
+    assert main(["check", "--cluster", str(spec), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mplang check: ") and ".attrs.executable" in err
