@@ -141,9 +141,15 @@ def test_an_added_device_is_named(dev: support.DevCluster, workers: Any, edit: A
         P9={"kind": "PPU", "members": ["node_1"]})))
     with dev.client("driver", 1) as client:
         response = client.post("/run", content=support.run_body(support.local_graph()))
+        health = client.get("/health").json()
     assert response.status_code == 409
     assert "device 'P9' is added (kind PPU, members node_1): nodes, endpoints and " \
            "devices change only when every worker restarts" in response.json()["error"]
+    assert health["spec"] != dev.spec.digest()  # the spec in force is still the old one
+    assert health["refused_reload"] == (
+        f"node_1 did not reload {dev.spec_path}: device 'P9' is added (kind PPU, members "
+        "node_1): nodes, endpoints and devices change only when every worker restarts with "
+        "the new spec")
 
 
 def wait_for(condition: Any, timeout: float = 10.0) -> None:

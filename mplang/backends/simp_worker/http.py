@@ -96,8 +96,11 @@ def create_app(server: WorkerServer) -> FastAPI:
     async def health(request: Request) -> dict[str, Any]:
         if server.peers.lookup(peer_of(request.scope)) is None:
             raise MPRefusedError("certificate not in this party's cluster spec", 403)
-        return {"status": "ok", "node": server.node, "rank": server.rank,
-                "fingerprint": server.identity.fingerprint, "spec": server.peers.digest}
+        answer = {"status": "ok", "node": server.node, "rank": server.rank,
+                  "fingerprint": server.identity.fingerprint, "spec": server.peers.digest}
+        if server.peers.refused_reload is not None:  # the spec on disk is not in force
+            answer["refused_reload"] = server.peers.refused_reload
+        return answer
 
     async def run_prepared(prepared: Prepared, driver: Peer, received_ns: int) -> Response:
         loop = asyncio.get_running_loop()

@@ -144,8 +144,10 @@ WORKER_API: dict[str, Any] = {
                                              "node": {"type": "string"},
                                              "rank": {"type": "integer", "minimum": 0},
                                              "fingerprint": {"type": "string"},
-                                             "spec": SPEC_DIGEST}},
-                             "the worker is up"),
+                                             "spec": SPEC_DIGEST,
+                                             "refused_reload": {"type": "string"}}},
+                             "the worker is up (refused_reload: why the spec file's "
+                             "latest edit is not in force, if it is not)"),
                 **_refusals(403)}}},
         "/prepare": _post(
             "Accept a run of a program on several parties (driver); its /run starts it. "
