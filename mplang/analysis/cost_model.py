@@ -10,7 +10,6 @@ shares of a seal) count once. Every primitive declares its cost rule in its dial
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -77,10 +76,14 @@ def _base(t: ValueType) -> BaseType:
     return t.base if isinstance(t, MPType) else t
 
 
+SYMBOLIC_ROWS = 10_000
+"""The size estimates assume for a dimension known only at run time."""
+
+
 def elements(t: ValueType) -> int:
     """Tensor elements of a value of type ``t`` (the plaintext of shares and ciphertexts)."""
     plain = _base(t).plaintext()
-    return 0 if plain is None else math.prod(plain.shape)
+    return 0 if plain is None else plain.size_estimate(SYMBOLIC_ROWS)
 
 
 def value_bytes(t: ValueType, model: CostModel) -> float:
@@ -95,7 +98,7 @@ def value_bytes(t: ValueType, model: CostModel) -> float:
     if plain is None:
         return 0.0
     factor = model.share_factor if base.expansion is None else base.expansion
-    return factor * numpy_dtype(plain.dtype).itemsize * math.prod(plain.shape)
+    return factor * numpy_dtype(plain.dtype).itemsize * plain.size_estimate(SYMBOLIC_ROWS)
 
 
 def _elements_of(values: tuple[Value, ...]) -> int:

@@ -178,7 +178,8 @@ def bytes_tensor(data: bytes, t: TensorType) -> np.ndarray:
     expected = dtype.itemsize * math.prod(t.shape)
     if len(data) != expected:
         raise CryptoError(f"{len(data)} bytes cannot be a {t} ({expected} bytes)")
-    return np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(t.shape)
+    return np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(
+        t.static_shape("crypto"))
 
 
 def _u8(data: bytes) -> np.ndarray:

@@ -323,10 +323,11 @@ def _to_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) ->
     table = _input(interp, op, args[0], 0)
     out = op.outputs[0].type
     assert isinstance(out, TensorType)
-    columns, rows = op.attrs["columns"], op.attrs["rows"]
-    if table.num_rows != rows:
-        raise _fail(interp, op, f"the table has {table.num_rows} rows, but the program "
-                                f"declared rows={rows}")
+    columns, declared = op.attrs["columns"], op.attrs["rows"]
+    rows = table.num_rows
+    if isinstance(declared, int) and rows != declared:
+        raise _fail(interp, op, f"the table has {rows} rows, but the program declared "
+                                f"rows={declared}")
     arrays = []
     for name in columns:
         column = table.column(name)

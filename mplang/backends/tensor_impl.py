@@ -11,9 +11,11 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src.interpreters.mlir import refine_polymorphic_shapes
 from jax.extend.mlir import ir as _ir
 from jax.interpreters.mlir import make_ir_context
 
+from mplang.backends.symbolic_sizes import bind_sizes
 from mplang.dialects import tensor as _tensor
 from mplang.dialects.tensor import exported_module, module_info
 from mplang.edsl.errors import MPSerializationError
@@ -23,6 +25,7 @@ from mplang.frontend.pyfuncs import lookup_pyfunc
 from mplang.runtime.backend import payload_refusal, register_backend
 from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.sandbox import NativePayloadChecker
+from mplang.util.lru import LRUCache
 
 BACKEND = register_backend("tensor")
 ir: Any = _ir  # the MLIR bindings ship no type stubs
@@ -32,6 +35,12 @@ SAFE_CUSTOM_CALLS = frozenset(["mhlo.topk", "ApproxTopK"])
 """Custom calls XLA rewrites into ordinary HLO. The others run native kernels that trust
 the module's buffer shapes (a LAPACK result declared too small is a heap overflow) or
 call host functions, so received modules may not use them."""
+SHAPE_POLYMORPHISM = frozenset(
+    ["custom call 'shape_assertion'", *(f"stablehlo.{name}" for name in [
+        "dynamic_broadcast_in_dim", "dynamic_conv", "dynamic_gather", "dynamic_iota",
+        "dynamic_pad", "dynamic_reshape", "real_dynamic_slice", "get_dimension_size"])])
+"""What a module of sizes known at run time uses before JAX refines it to each run's
+sizes; the refined module has none of it (`_refined` checks)."""
 REFUSED_OPS = frozenset(f"stablehlo.{name}" for name in [
     "infeed", "outfeed", "send", "recv", "all_gather", "all_reduce", "all_to_all",
     "collective_broadcast", "collective_permute", "reduce_scatter", "dynamic_broadcast_in_dim",
@@ -71,12 +80,9 @@ def refuse_unsafe(unsafe: set[str]) -> None:
                                    "module may not")
 
 
-def vet_module(module: bytes) -> None:
-    """Parse ``module``, refuse unsafe ops (custom calls outside `SAFE_CUSTOM_CALLS`,
-    `REFUSED_OPS`, FFTs whose lengths do not fit their shapes), then lower and compile
-    it for its declared input types as the kernel's first call does. Runs in the payload
-    checker's helper process."""
-    exp = exported_module(module)
+def _unsafe_ops(module: Any) -> set[str]:
+    """Why each op of parsed ``module`` may not run in a received module (`refused_op`,
+    FFTs whose lengths do not fit their shapes)."""
     unsafe: set[str] = set()
 
     def visit(op: Any) -> Any:
@@ -89,12 +95,26 @@ def vet_module(module: bytes) -> None:
             unsafe.add(problem)
         return ir.WalkResult.ADVANCE
 
+    module.operation.walk(visit)
+    return unsafe
+
+
+def vet_module(module: bytes) -> None:
+    """Parse ``module``, refuse unsafe ops (custom calls outside `SAFE_CUSTOM_CALLS`,
+    `REFUSED_OPS`, FFTs whose lengths do not fit their shapes), then lower and compile
+    it for its declared input types as the kernel's first call does. A module of sizes
+    known at run time is vetted again, refined, for each run's sizes (`_refined`). Runs
+    in the payload checker's helper process."""
+    exp = exported_module(module)
     with make_ir_context():
-        ir.Module.parse(exp.mlir_module()).operation.walk(visit)
-    refuse_unsafe(unsafe)
-    specs = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype))
-             for t in module_info(module).in_types]
-    jax.jit(exp.call).lower(*specs).compile()
+        unsafe = _unsafe_ops(ir.Module.parse(exp.mlir_module()))
+    info = module_info(module)
+    if all(t.is_static for t in info.in_types):
+        refuse_unsafe(unsafe)
+        specs = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in info.in_types]
+        jax.jit(exp.call).lower(*specs).compile()
+    else:
+        refuse_unsafe(unsafe - SHAPE_POLYMORPHISM)
 
 
 MODULE_CHECKER = NativePayloadChecker(vet_module, "run_jax module")
@@ -128,9 +148,35 @@ def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> 
     return [op.attrs["value"]]
 
 
+_REFINED = LRUCache(1024)
+"""(module, input shapes) -> the module compiled for those shapes."""
+
+
+def _refined(module: bytes, args: list[Any]) -> Callable[..., Any]:
+    """A symbolic module compiled for the shapes of ``args``: refined by JAX to static
+    shapes, vetted as a static module would be, then compiled (cached per shapes)."""
+    key = (module, tuple(np.shape(a) for a in args))
+    fn = _REFINED.lookup(key)
+    if fn is None:
+        specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
+        lowered = jax.jit(exported_module(module).call).lower(*specs)
+        with make_ir_context():
+            refuse_unsafe(_unsafe_ops(refine_polymorphic_shapes(
+                lowered.compiler_ir("stablehlo"))))
+        fn = lowered.compile()
+        _REFINED.store(key, fn)
+    return fn
+
+
 @BACKEND.kernel(_tensor.run_jax_p)
 def _run_jax(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    out = _compiled(op.attrs["module"])(*args)
+    module = op.attrs["module"]
+    info = module_info(module)
+    if all(t.is_static for t in info.in_types):
+        out = _compiled(module)(*args)
+    else:
+        bind_sizes(f"tensor.run_jax[{op.attrs['fn']}]", info.in_types, args)
+        out = _refined(module, args)(*args)
     return list(jax.tree_util.tree_leaves(out))
 
 

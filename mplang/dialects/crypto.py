@@ -186,7 +186,7 @@ class SharedSecret(BaseType):
 
 def nbytes(t: TensorType) -> int:
     """The raw bytes of a tensor of type ``t``."""
-    return numpy_dtype(t.dtype).itemsize * math.prod(t.shape)
+    return numpy_dtype(t.dtype).itemsize * math.prod(t.static_shape("crypto"))
 
 
 def _bytes_tensor(op: str, what: str, t: TensorType, size: int) -> TensorType:

@@ -313,7 +313,7 @@ def _encrypt_rule(sig: Signature) -> list[ValueType]:
         raise MPTypeError(f"{op}: integer tensors are encrypted at scale 1, got "
                           f"scale={sig.scale}")
     try:
-        return [Ciphertext(x.dtype, x.shape, pk.key, sig.scale)]
+        return [Ciphertext(x.dtype, x.static_shape(op), pk.key, sig.scale)]
     except MPTypeError as e:
         raise MPTypeError(f"{op}: {e}") from None
 
@@ -410,7 +410,7 @@ def _dot_rule(sig: Signature) -> list[ValueType]:
                           f"or matrix, got {c} and {x}")
     if c.shape[-1] != x.shape[0]:
         raise MPTypeError(f"{op}: inner dimensions differ: {c} and {x}")
-    shape = c.shape[:-1] + x.shape[1:]
+    shape = c.shape[:-1] + x.static_shape(op)[1:]
     return [_product(op, c, x, shape, sig.scale)]
 
 
@@ -426,7 +426,8 @@ def _bucket_sum_rule(sig: Signature) -> list[ValueType]:
         raise MPTypeError(f"{op}: sums the rows of a ciphertext vector (n) or matrix (n, k), "
                           f"got {c}")
     n = c.shape[0]
-    if len(bins.shape) != 2 or bins.shape[0] != n or bins.shape[1] < 1:
+    if len(bins.shape) != 2 or bins.shape[0] != n or not isinstance(bins.shape[1], int) \
+            or bins.shape[1] < 1:
         raise MPTypeError(f"{op}: the bins must be an integer matrix of shape [{n}, features] "
                           f"(row i: the bin of each feature of row i of the ciphertext), got "
                           f"{bins}")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +61,9 @@ from mplang.policy.vouched import library_attrs, min_rows_of, vouched
 ir: Any = _ir  # the MLIR bindings ship no type stubs
 SHARE_SCHEME = "spu"
 SHARE_BYTES_PER_ELEMENT = 2 * 16
+MAX_SYMBOLIC_ELEMENTS = 1 << 25
+"""The elements a share of a size known only at run time may have on the wire (1 GiB
+at `SHARE_BYTES_PER_ELEMENT`); the worker's in-flight budget bounds the total."""
 """The most bytes one party's share of one element takes: two 128-bit ring elements."""
 SHARE_META_BYTES = 4096
 """A bound of a share's metadata and chunk framing (its shape, storage type, offsets)."""
@@ -84,9 +86,10 @@ class SecretShareType(BaseType):
     def wire_bytes(self) -> int:
         """Two ring elements of the widest field (FM128) per element, the most any
         protocol gives one party (ABY3 holds two replicated shares), and the share's
-        metadata."""
-        return math.prod(self.plaintext_type.shape) * SHARE_BYTES_PER_ELEMENT + \
-            SHARE_META_BYTES
+        metadata; a size known only at run time counts as `MAX_SYMBOLIC_ELEMENTS`."""
+        t = self.plaintext_type
+        elements = t.size_estimate(1) if t.is_static else MAX_SYMBOLIC_ELEMENTS
+        return elements * SHARE_BYTES_PER_ELEMENT + SHARE_META_BYTES
 
     def __str__(self) -> str:
         return f"share<{self.scheme},{self.plaintext_type}>"

@@ -47,11 +47,14 @@ from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import LOCAL_EFFECT, LOCAL_PURE
 from mplang.edsl.typing import (
     BaseType,
+    Dim,
     Mask,
     TensorType,
     TypeDecoder,
     TypeEncoder,
     ValueType,
+    dim_text,
+    is_symbolic,
     register_type,
 )
 from mplang.frontend.feop import feop
@@ -109,10 +112,11 @@ def _label(name: str) -> str:
 @dataclass(frozen=True)
 class TableType(BaseType):
     """A table: named columns ``(name, dtype)`` in order, each dtype one of
-    `TABLE_DTYPES`, and ``rows`` when known while tracing (None: known at run time)."""
+    `TABLE_DTYPES`, and ``rows``: a count known while tracing, a symbol (`Dim`) shared
+    with the tables and tensors of the same row count, or None (known at run time)."""
 
     columns: tuple[tuple[str, str], ...]
-    rows: int | None = None
+    rows: Dim | None = None
 
     def __post_init__(self) -> None:
         cols = self.columns
@@ -128,13 +132,14 @@ class TableType(BaseType):
                 raise MPTypeError(f"column {name!r} has dtype {dtype!r}; table columns have "
                                   f"one of {', '.join(TABLE_DTYPES)}")
         rows = self.rows
-        if rows is not None and (type(rows) is not int or not 0 <= rows <= MAX_ROWS):
-            raise MPTypeError(f"a table's row count must be None or an int in [0, "
-                              f"{MAX_ROWS}], got {rows!r}")
+        if rows is not None and not is_symbolic(rows) and (
+                type(rows) is not int or not 0 <= rows <= MAX_ROWS):
+            raise MPTypeError(f"a table's row count must be None, a symbol or an int in "
+                              f"[0, {MAX_ROWS}], got {rows!r}")
 
     @staticmethod
     def of(columns: Mapping[str, Any] | Iterable[tuple[str, Any]],
-           rows: int | None = None) -> TableType:
+           rows: Dim | None = None) -> TableType:
         """A table type from ``{name: dtype}`` or ``[(name, dtype), ...]``; dtypes may be
         any numpy dtype spelling (``"i8"``, ``np.int64``) or ``"string"``/``str``."""
         pairs = columns.items() if isinstance(columns, Mapping) else columns
@@ -164,7 +169,7 @@ class TableType(BaseType):
     def wire_bytes(self) -> int:
         """Numeric columns of a known row count: their bytes, validity bits and IPC
         framing; otherwise `MAX_TABLE_BYTES`."""
-        if self.rows is None or any(d == "string" for _, d in self.columns):
+        if not isinstance(self.rows, int) or any(d == "string" for _, d in self.columns):
             return MAX_TABLE_BYTES
         width = sum(1 if d == "bool" else np.dtype(d).itemsize for _, d in self.columns)
         return (self.rows * width + len(self.columns) * (self.rows // 8 + 64
@@ -187,7 +192,7 @@ class TableType(BaseType):
 
     def __str__(self) -> str:
         cols = ",".join(f"{_label(n)}:{_SHORT[d]}" for n, d in self.columns)
-        return f"table<{cols}>" + ("" if self.rows is None else f"[{self.rows}]")
+        return f"table<{cols}>" + ("" if self.rows is None else f"[{dim_text(self.rows)}]")
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -246,7 +251,9 @@ to_tensor_p = Primitive(
     "table.to_tensor", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
     operands=[Operand("t", TABLE)],
     attrs={"columns": _COLUMNS,
-           "rows": Attr(int, required=True, min=0, max=MAX_ROWS, doc="the table's row count")},
+           "rows": Attr((int, str), required=True,
+                        doc="the table's row count, or the symbol of a count known at run "
+                            "time")},
     results=[Result("out", TENSOR)], targets=("PPU",), cost=local_cost,
     doc="Numeric columns of a table as a 2-D tensor.")
 from_tensor_p = Primitive(
@@ -339,9 +346,14 @@ def _check_sql_name(op: str, name: Any) -> str:
     return name
 
 
-def to_tensor_type(op: str, t: TableType, columns: tuple[str, ...], rows: int) -> TensorType:
+def to_tensor_type(op: str, t: TableType, columns: tuple[str, ...], rows: Dim) -> TensorType:
     """The tensor ``table.to_tensor`` makes of ``columns`` of ``t``: ``[rows,
-    len(columns)]`` of the columns' common dtype (numpy promotion), canonical for JAX."""
+    len(columns)]`` of the columns' common dtype (numpy promotion), canonical for JAX.
+    ``rows`` is a count (checked at run time when ``t``'s is not known) or ``t``'s
+    symbol."""
+    if not is_symbolic(rows) and (type(rows) is not int or not 0 <= rows <= MAX_ROWS):
+        raise MPTypeError(f"{op}: rows must be a count in [0, {MAX_ROWS}] or a symbol, got "
+                          f"{rows!r}")
     if not columns:
         raise MPTypeError(f"{op}: name at least one column")
     dtypes = []
@@ -355,7 +367,9 @@ def to_tensor_type(op: str, t: TableType, columns: tuple[str, ...], rows: int) -
             raise MPTypeError(f"{op}: column {name!r} of {t} is {dtype}; only numeric and "
                               "bool columns become tensors (encode strings in SQL first)")
         dtypes.append(np.dtype(dtype))
-    if t.rows is not None and t.rows != rows:
+    if t.rows is not None and t.rows != rows and not isinstance(rows, int):
+        raise MPTypeError(f"{op}: {t} has {dim_text(t.rows)} rows, not {dim_text(rows)}")
+    if isinstance(t.rows, int) and t.rows != rows:
         raise MPTypeError(f"{op}: {t} has {t.rows} rows, not rows={rows}")
     common = np.result_type(*dtypes)
     return canonical_type(TensorType(common.name, (rows, len(columns))))
@@ -547,10 +561,10 @@ def to_tensor(t: MPObject, columns: Sequence[str] | None = None, *,
     len(columns)]`` of their common dtype (numpy promotion, then JAX's canonical dtype:
     32-bit unless x64 is enabled); a one-column call still gives ``[rows, 1]``.
 
-    A tensor's shape is static, so ``rows`` must be known: ``t``'s own row count (a
-    constant, a file read on one party), or ``rows=N`` for a table whose row count is
-    known at run time only (files read by several parties, a SQL result), checked when
-    it runs. Null values are a run-time error.
+    A row count known only at run time (files read by several parties, a SQL result, a
+    PSI join) is a symbol in the tensor's type, ``f32[?n0,2]``, shared by every tensor
+    and table of those rows (both sides of one join). ``rows=N`` asserts the count
+    instead, checked when it runs. Null values are a run-time error.
     """
     op = "table.to_tensor"
     _local(op)
@@ -558,13 +572,9 @@ def to_tensor(t: MPObject, columns: Sequence[str] | None = None, *,
         raise MPTypeError(f"{op}: expected a table, got {type(t).__name__}")
     tt = table_type(op, current_tracer(op).lift(t).type)
     names = tt.names if columns is None else _columns(op, columns)
-    if rows is None:
-        if tt.rows is None:
-            raise MPTypeError(f"{op}: the row count of {tt} is known at run time only (a "
-                              "table read from a file or made by table.sql); pass rows=N, "
-                              "the number of rows it will have")
-        rows = tt.rows
-    return to_tensor_p.bind([t], {"columns": names, "rows": rows})[0]
+    counted: Dim = (rows if rows is not None else tt.rows if tt.rows is not None
+                    else current_tracer(op).row_symbol(t))
+    return to_tensor_p.bind([t], {"columns": names, "rows": counted})[0]
 
 
 @feop(from_tensor_p, example='t = table.from_tensor(x, ["a", "b"])')

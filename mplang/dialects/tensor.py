@@ -42,7 +42,7 @@ from mplang.edsl.sources import declared_type, looked_up_type
 from mplang.edsl.text_printer import AttrCodec, PayloadError, register_attr_codec
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import LOCAL_EFFECT, LOCAL_PURE
-from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, numpy_dtype
+from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, is_symbolic, numpy_dtype
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
@@ -162,7 +162,7 @@ def _tensor_types(value: Any, field: str) -> tuple[TensorType, ...]:
         dtype, shape = item
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise _malformed(f"{here}.dtype", f"unsupported dtype {dtype!r}")
-        dims = tuple(_int_in(d, 0, MAX_DIM, f"{here}.shape[{j}]")
+        dims = tuple(d if is_symbolic(d) else _int_in(d, 0, MAX_DIM, f"{here}.shape[{j}]")
                      for j, d in enumerate(_list(shape, MAX_RANK, f"{here}.shape")))
         types.append(TensorType(dtype, dims))
     return tuple(types)
@@ -228,11 +228,12 @@ def module_info(module: bytes) -> ModuleInfo:
 
 
 def _encode_module(name: str, exp: jax_export.Exported) -> bytes:
+    symbolic = not all(TensorType.of(a.dtype, a.shape).is_static for a in exp.in_avals)
     fixed = {"nr_devices": (exp.nr_devices, 1),
              "ordered_effects": (exp.ordered_effects, ()),
              "unordered_effects": (exp.unordered_effects, ()),
              "disabled_safety_checks": (tuple(exp.disabled_safety_checks), ()),
-             "uses_global_constants": (exp.uses_global_constants, False),
+             "uses_global_constants": (exp.uses_global_constants, symbolic),
              "shardings": ({*exp.in_shardings_hlo, *exp.out_shardings_hlo} - {None}, set())}
     for field, (found, expected) in fixed.items():
         if found != expected:
@@ -261,21 +262,31 @@ def exported_module(module: bytes) -> jax_export.Exported:
     (`mplang.backends.tensor_impl`) first."""
     info = module_info(module)
     n, m = len(info.in_types), len(info.out_types)
+    scope = jax_export.SymbolicScope()
     return jax_export.Exported(
         fun_name="run_jax",
         in_tree=jax.tree_util.tree_structure(((0,) * n, {})),
-        in_avals=tuple(_aval(t) for t in info.in_types),
+        in_avals=tuple(_shaped(a) for a in avals(info.in_types, scope)),
         out_tree=jax.tree_util.tree_structure((0,) * m),
-        out_avals=tuple(_aval(t) for t in info.out_types),
+        out_avals=tuple(_shaped(a) for a in avals(info.out_types, scope)),
         in_shardings_hlo=(None,) * n, out_shardings_hlo=(None,) * m,
         nr_devices=1, platforms=(info.platform,), ordered_effects=(), unordered_effects=(),
         disabled_safety_checks=(), mlir_module_serialized=info.bytecode,
         calling_convention_version=info.calling_convention, module_kept_var_idx=info.kept,
-        uses_global_constants=False, _get_vjp=None)
+        uses_global_constants=not all(t.is_static for t in info.in_types), _get_vjp=None)
 
 
-def _aval(t: TensorType) -> jax.core.ShapedArray:
-    return jax.core.ShapedArray(t.shape, numpy_dtype(t.dtype))
+def _shaped(spec: jax.ShapeDtypeStruct) -> jax.core.ShapedArray:
+    return jax.core.ShapedArray(spec.shape, spec.dtype)
+
+
+def avals(types: Sequence[TensorType], scope: Any = None) -> list[jax.ShapeDtypeStruct]:
+    """JAX's abstract values of ``types``; their symbolic dimensions are JAX's symbolic
+    shapes of one scope (``scope``, or a new one), so equal symbols are one size."""
+    scope = scope if scope is not None else jax_export.SymbolicScope()
+    return [jax.ShapeDtypeStruct(
+        jax_export.symbolic_shape(",".join(map(str, t.shape)), scope=scope)
+        if not t.is_static else t.shape, numpy_dtype(t.dtype)) for t in types]
 
 
 def _tensor_type(fn: str, t: ValueType, i: int) -> TensorType:
@@ -339,12 +350,11 @@ def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, .
         args, kwargs = tree_unflatten(tree, leaves)
         return fn(*args, **kwargs)
 
-    avals = [jax.ShapeDtypeStruct(t.shape, np.dtype(t.dtype)) for t in in_types]
     try:
         # no source locations in the module: program bytes must not depend on (or reveal)
         # where the code lives
         with traceback_in_locations_limit(0):
-            exp = jax_export.export(jax.jit(flat))(*avals)
+            exp = jax_export.export(jax.jit(flat))(*avals(in_types))
     except Exception as e:
         types = ", ".join(map(str, in_types))
         raise MPTypeError(f"tensor.run_jax[{name}]: JAX could not trace the function on "

@@ -13,7 +13,7 @@ from typing import Any
 
 from mplang.edsl.errors import MPConcreteValueError, MPTraceError
 from mplang.edsl.location import caller_location, locate_error
-from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType
+from mplang.edsl.typing import BaseType, Dim, Mask, MPType, TensorType, ValueType
 
 OperatorImpl = Callable[..., Any]
 OPERATORS: dict[str, OperatorImpl] = {}
@@ -101,7 +101,7 @@ class MPObject:
         return base.dtype
 
     @property
-    def shape(self) -> tuple[int, ...]:
+    def shape(self) -> tuple[Dim, ...]:
         """The shape of a tensor value; AttributeError for other base types."""
         base = self.base_type
         if not isinstance(base, TensorType):
@@ -149,6 +149,8 @@ class MPObject:
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a scalar")
+        if not isinstance(self.shape[0], int):
+            raise TypeError(f"len() of a value of {self.shape[0]} rows, known at run time only")
         return self.shape[0]
 
     __hash__ = object.__hash__

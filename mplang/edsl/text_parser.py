@@ -34,10 +34,20 @@ from mplang.edsl.text_printer import (
     element_kind,
     literal_value,
 )
-from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType, numpy_dtype
+from mplang.edsl.typing import (
+    BaseType,
+    Dim,
+    Mask,
+    MPType,
+    TensorType,
+    ValueType,
+    is_symbolic,
+    numpy_dtype,
+)
 
 _SPACE = re.compile(r"(?:\s+|//[^\n]*)*")
 _NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?")
+_SYMBOLIC_DIM = re.compile(r"[A-Za-z0-9_+*()-]+")
 _TOKEN = re.compile(r'[A-Za-z0-9_.$-]+|"(?:[^"\\\n]|\\.)*"?|\S')
 _LINE_END = re.compile(r"[ \t]*\n")
 _PAYLOAD_LINE = re.compile(r"[ \t]*\|([^\n]*)(?:\n|$)")
@@ -198,10 +208,21 @@ class _Parser:
         if word not in _DTYPES or not self.text.startswith("[", start + len(word)):
             self.expected("a type")
         self.pos += len(word) + 1
-        dims = self.separated("]", lambda: self.integer("a dimension"))
-        if any(d < 0 for d in dims):
+        dims = self.separated("]", self.dimension)
+        if any(isinstance(d, int) and d < 0 for d in dims):
             self.fail("a dimension is a non-negative integer", start)
         return TensorType(_DTYPES[word], tuple(dims))
+
+    def dimension(self) -> Dim:
+        """A size, or ``?`` and a symbolic dimension (``?n0``, ``?2*n0+1``)."""
+        start = self.skip()
+        if not self.accept("?"):
+            return self.integer("a dimension")
+        match = _SYMBOLIC_DIM.match(self.text, self.pos)
+        if match is None or not is_symbolic(match.group()):
+            self.fail("expected a symbolic dimension after '?'", start)
+        self.pos = match.end()
+        return match.group()
 
     def type(self) -> ValueType:
         base = self.base_type()
@@ -295,19 +316,22 @@ class _Parser:
             self.fail("an array's type is a tensor type", start)
         self.expect(":")
         dtype = numpy_dtype(t.dtype)
-        if not numpy_can_hold(list(t.shape), dtype.itemsize):
-            self.fail(f"array shape {list(t.shape)}: rank or size beyond numpy's limits", start)
+        if not t.is_static:
+            self.fail(f"an array's shape is known: {t} has symbolic sizes", start)
+        shape = tuple(d for d in t.shape if isinstance(d, int))
+        if not numpy_can_hold(list(shape), dtype.itemsize):
+            self.fail(f"array shape {list(shape)}: rank or size beyond numpy's limits", start)
         body = self.skip()
         if self.text.startswith('b64"', body):
             raw = self.b64()
-            if len(raw) != dtype.itemsize * math.prod(t.shape):
+            if len(raw) != dtype.itemsize * math.prod(shape):
                 self.fail(f"{len(raw)} bytes do not hold an array of {t}", body)
-            value = np.frombuffer(raw, dtype.newbyteorder("<")).astype(dtype).reshape(t.shape)
+            value = np.frombuffer(raw, dtype.newbyteorder("<")).astype(dtype).reshape(shape)
         else:
             flat: list[Any] = []
-            self.elements(t.shape, element_kind(t.dtype), flat)
+            self.elements(shape, element_kind(t.dtype), flat)
             try:
-                value = array_of(flat, t.dtype, t.shape)
+                value = array_of(flat, t.dtype, shape)
             except (ValueError, OverflowError) as e:
                 self.fail(f"elements do not fit {t}: {e}", body)
         self.expect(">")

@@ -120,6 +120,8 @@ class Tracer(Context):
         self.local = local
         self._names: _Counter = parent._names if parent is not None else _Counter()
         self._ids: _Counter = parent._ids if parent is not None else _Counter()
+        self._row_symbols: dict[int, tuple[Value, str]] = (
+            parent._row_symbols if parent is not None else {})
         self.inputs: list[Value] = []
         self.operations: list[Operation] = []
         self.captured: list[MPObject] = []
@@ -128,6 +130,16 @@ class Tracer(Context):
     def child(self, *, local: bool, parties: Mask | None = None) -> Tracer:
         """A tracer for a region; ``parties`` run it (a pcall body's parties)."""
         return Tracer(self.world_size, parent=self, local=local or self.local, parties=parties)
+
+    def row_symbol(self, obj: MPObject) -> str:
+        """The symbol of the row count of ``obj``, a value whose row count is known at run
+        time only: a new one (`fresh_id` ``n``) the first time, then the same one, in
+        every region of this trace."""
+        value = obj.value if isinstance(obj, TraceObject) else self.lift(obj)
+        known = self._row_symbols.get(id(value))
+        if known is None:
+            known = self._row_symbols[id(value)] = (value, self.fresh_id("n"))
+        return known[1]
 
     def fresh_id(self, prefix: str) -> str:
         """An identifier unique within this trace (all its regions) and the same each time

@@ -6,6 +6,8 @@ printer uses, e.g. ``f32[3,4]@{0,1}``.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -176,19 +178,50 @@ def registered_types() -> dict[str, type[BaseType]]:
     return dict(_TYPES)
 
 
+Dim = int | str
+"""A tensor dimension: a size known while tracing, or a size known only at run time
+(`is_symbolic`): a symbol such as ``"n0"``, or an expression JAX derived from symbols
+(``"2*n0"``, ``"n0 + 1"``). Values of one symbol have the same size at run time."""
+_SYMBOLIC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_ +*()-]*[A-Za-z_][A-Za-z0-9_ +*()-]*")
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_SYMBOLIC = 64
+"""The longest symbolic dimension (its text)."""
+
+
+def is_symbolic(d: object) -> bool:
+    """Whether ``d`` is a well-formed symbolic dimension (see `Dim`)."""
+    return (type(d) is str and 0 < len(d) <= MAX_SYMBOLIC and _SYMBOLIC.fullmatch(d)
+            is not None and d.count("(") == d.count(")"))
+
+
+def symbols_of(d: Dim) -> frozenset[str]:
+    """The symbols dimension ``d`` depends on (none for a static size)."""
+    return frozenset(_SYMBOL.findall(d)) if isinstance(d, str) else frozenset()
+
+
+def dim_text(d: Dim) -> str:
+    """A dimension as types print it: ``3``, or ``?n0`` for a symbolic one."""
+    return f"?{d.replace(' ', '')}" if isinstance(d, str) else str(d)
+
+
 @register_type("tensor")
 @dataclass(frozen=True)
 class TensorType(BaseType):
-    """A dense array with a numpy dtype name and a static shape (``()`` for scalars)."""
+    """A dense array with a numpy dtype name and a shape (``()`` for scalars), whose
+    dimensions are sizes or symbols known only at run time (`Dim`)."""
 
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPE_SHORT:
             raise MPTypeError(f"unsupported tensor dtype {self.dtype!r}")
-        if not all(type(d) is int and d >= 0 for d in self.shape):
-            raise MPTypeError(f"tensor shape must be non-negative ints, got {self.shape!r}")
+        if not all((type(d) is int and d >= 0) or is_symbolic(d) for d in self.shape):
+            raise MPTypeError(f"tensor shape must be non-negative ints or symbols, got "
+                              f"{self.shape!r}")
+        if any(isinstance(d, str) and " " in d for d in self.shape):  # one spelling each
+            object.__setattr__(self, "shape", tuple(
+                d.replace(" ", "") if isinstance(d, str) else d for d in self.shape))
 
     def plaintext(self) -> TensorType:
         return self
@@ -204,21 +237,52 @@ class TensorType(BaseType):
         return TensorType(dtype, tuple(shape))
 
     @staticmethod
-    def of(dtype: object, shape: Iterable[int]) -> TensorType:
-        """The tensor type of anything numpy takes as a dtype, and ``shape``."""
+    def of(dtype: object, shape: Iterable[Any]) -> TensorType:
+        """The tensor type of anything numpy takes as a dtype, and ``shape`` (ints, or
+        symbolic dimensions: strings, or JAX's symbolic dimension expressions)."""
         try:
             name = np.dtype(dtype).name  # type: ignore[call-overload]
         except TypeError as e:
             raise MPTypeError(f"not a dtype: {dtype!r} ({e})") from None
-        return TensorType(name, tuple(int(d) for d in shape))
+        return TensorType(name, tuple(d if isinstance(d, str) else
+                                      int(d) if _is_int(d) else str(d) for d in shape))
 
     @property
     def is_scalar(self) -> bool:
         """Whether the shape is ``()``."""
         return self.shape == ()
 
+    @property
+    def is_static(self) -> bool:
+        """Whether every dimension is known while tracing (no symbol)."""
+        return all(type(d) is int for d in self.shape)
+
+    def static_shape(self, op: str) -> tuple[int, ...]:
+        """The shape, whose sizes ``op`` needs while tracing; `MPTypeError` naming ``op``
+        when one is known only at run time."""
+        if not self.is_static:
+            raise MPTypeError(f"{op}: {self} has a size known only at run time, and {op} "
+                              "needs every size while tracing")
+        return tuple(int(d) for d in self.shape)
+
+    def size_estimate(self, symbolic: int) -> int:
+        """Elements, counting each symbolic dimension as ``symbolic`` (for estimates)."""
+        return math.prod(d if isinstance(d, int) else symbolic for d in self.shape)
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        """The symbols the shape depends on."""
+        return frozenset().union(*(symbols_of(d) for d in self.shape))
+
     def __str__(self) -> str:
-        return f"{_DTYPE_SHORT[self.dtype]}[{','.join(str(d) for d in self.shape)}]"
+        return f"{_DTYPE_SHORT[self.dtype]}[{','.join(dim_text(d) for d in self.shape)}]"
+
+
+def _is_int(d: Any) -> bool:
+    try:
+        return int(d) == d and not isinstance(d, str)
+    except (TypeError, ValueError, Exception):  # a symbolic expression is no int
+        return False
 
 
 def scalar(dtype: object) -> TensorType:

@@ -51,13 +51,14 @@ import jax.numpy as jnp
 import mplang as mp
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
+from mplang.edsl.typing import Dim
 from mplang.libs.aggregation import bind, device_value, on_party, reveal, secure_device
 from mplang.policy.vouched import suppressing
 
 __all__ = ["digit_bases", "groupby_count", "groupby_mean", "groupby_sum"]
 
 
-def _check_keys(op: str, keys: Any, num_groups: Any) -> int:
+def _check_keys(op: str, keys: Any, num_groups: Any) -> Dim:
     """The number of rows ``keys`` has."""
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
         raise MPTypeError(f"{op}: num_groups must be a positive int, got {num_groups!r}")
@@ -77,7 +78,7 @@ def _check_min_rows(op: str, min_rows: Any) -> int:
     return min_rows
 
 
-def _check_values(op: str, rows: int, values: Any) -> None:
+def _check_values(op: str, rows: Dim, values: Any) -> None:
     t = device_value(op, values, "values", min_ndim=1)
     if len(t.shape) > 2 or t.shape[0] != rows:
         raise MPTypeError(f"{op}: values must have one row per key: shape ({rows},) or "

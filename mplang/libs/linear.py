@@ -178,9 +178,13 @@ def _scores(op: str, features: Any, weights: Any) -> list[Any]:
     scores = []
     for i, (x, t) in enumerate(zip(xs, types, strict=False)):
         wt = device_value(op, weights[i], f"weights[{i}]", min_ndim=1)
-        if weights[i].device != x.device or wt.shape[0] not in (t.shape[1], t.shape[1] + 1):
-            raise MPTypeError(f"{op}: weights[{i}] must be the {t.shape[1]} (or, with the "
-                              f"intercept, {t.shape[1] + 1}) weights of features[{i}] on "
+        features = t.shape[1]
+        if not isinstance(features, int):
+            raise MPTypeError(f"{op}: features[{i}] has {t.shape[1]} columns, a count known "
+                              "only at run time; its columns must be known while tracing")
+        if weights[i].device != x.device or wt.shape[0] not in (features, features + 1):
+            raise MPTypeError(f"{op}: weights[{i}] must be the {features} (or, with the "
+                              f"intercept, {features + 1}) weights of features[{i}] on "
                               f"{x.device}, got {wt.shape} on {weights[i].device}")
         scores.append(mp.device(x.device)(_partial_score)(x, weights[i]))
     if len(weights) > len(xs):

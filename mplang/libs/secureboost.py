@@ -436,7 +436,7 @@ def _shape(x: MPObject, ndim: int, what: str) -> tuple[int, ...]:
     if not isinstance(t, TensorType) or len(t.shape) != ndim or t.dtype == "bool":
         want = "a (rows, features) matrix" if ndim == 2 else "a vector of 0/1 labels"
         raise MPTypeError(f"{what} must be {want} of numbers, got {describe(x)}")
-    return t.shape
+    return t.static_shape(what)
 
 
 def _at(x: MPObject, dst: int, src: int) -> MPObject:

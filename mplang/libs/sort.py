@@ -29,12 +29,13 @@ import mplang as mp
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
+from mplang.edsl.typing import Dim
 from mplang.libs.aggregation import bind, device_value, reveal, secure_device
 
 __all__ = ["argsort", "sort", "sort_with_indices", "top_k"]
 
 
-def _parts(op: str, x: Any) -> tuple[list[Any], tuple[int, ...]]:
+def _parts(op: str, x: Any) -> tuple[list[Any], tuple[Dim, ...]]:
     """``x`` as a list of parts to join along the last axis, and the joined shape."""
     parts = [x] if isinstance(x, MPObject) or not isinstance(x, Sequence) else list(x)
     if not parts:
@@ -45,7 +46,11 @@ def _parts(op: str, x: Any) -> tuple[list[Any], tuple[int, ...]]:
         shapes = ", ".join(str(t.shape) for t in types)
         raise MPTypeError(f"{op}: parts are joined along the last axis, so their other "
                           f"dimensions must agree; got shapes {shapes}")
-    return parts, (*types[0].shape[:-1], sum(t.shape[-1] for t in types))
+    widths = [t.shape[-1] for t in types]
+    if not all(isinstance(w, int) for w in widths):
+        raise MPTypeError(f"{op}: the parts' last dimensions must be known while tracing, "
+                          f"got {', '.join(map(str, types))}")
+    return parts, (*types[0].shape[:-1], sum(w for w in widths if isinstance(w, int)))
 
 
 def _sorted(descending: bool, *parts: Any) -> tuple[Any, Any]:
@@ -126,7 +131,9 @@ def top_k(x: Any, k: int, device: str = "SP0", to: str | None = "P0") -> tuple[A
     op = "top_k"
     secure_device(op, device, to)
     parts, shape = _parts(op, x)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= shape[-1]:
+    width = shape[-1]  # known while tracing (`_parts`)
+    if isinstance(k, bool) or not isinstance(k, int) or not isinstance(width, int) \
+            or not 1 <= k <= width:
         raise MPTypeError(f"{op}: k must be an int in 1..{shape[-1]} (the length of the last "
                           f"axis), got {k!r}")
     return reveal(mp.device(device)(bind(_top, k))(*parts), to)
