@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mplang.analysis.stablehlo import parse
-from mplang.backends.tensor_impl import refuse_unsafe, refused_op
+from mplang.backends.spu_sizes import sized_executable
+from mplang.backends.tensor_impl import SHAPE_POLYMORPHISM, refuse_unsafe, refused_op
 from mplang.backends.wire import ValueCodec, register_value_codec
 from mplang.dialects import spu as _spu
 from mplang.dialects.common import canonical_type
@@ -168,9 +169,10 @@ def _received_share(value: Any, op: Operation, sender: int | str,
         shape = share_shape(value)
     except ValueError as e:
         raise RuntimeError(f"{who} sent a malformed share: {e}") from None
-    if shape != plaintext.shape:
+    if len(shape) != len(plaintext.shape) or any(
+            isinstance(d, int) and d != n for d, n in zip(plaintext.shape, shape, strict=True)):
         raise RuntimeError(f"{who} sent a share of shape {shape}; {op.opcode} "
-                           f"declares {plaintext.shape}")
+                           f"declares {plaintext}")
     return value
 
 
@@ -258,7 +260,9 @@ NOT_ITS_EXECUTABLE = "the executable is not what libspu compiles its StableHLO t
 def vet_run(payload: bytes) -> None:
     """Parse the StableHLO of an ``spu.run`` (framed by `_payload`), refuse the ops a
     received run_jax module may not use, and refuse an executable that is not what libspu
-    compiles the StableHLO to. Runs in the payload checker's helper process."""
+    compiles the StableHLO to. An empty executable (sizes known at run time) is compiled
+    by each member for each run's sizes (`sized_executable`), which vets the refined
+    module again. Runs in the payload checker's helper process."""
     size, name_size = _FRAME.unpack_from(payload)
     text = payload[_FRAME.size:_FRAME.size + size].decode()
     name = payload[_FRAME.size + size:_FRAME.size + size + name_size].decode()
@@ -266,10 +270,14 @@ def vet_run(payload: bytes) -> None:
     main = module.functions.get("main")
     if main is None:
         raise MPSerializationError("the StableHLO has no main function")
-    refuse_unsafe({problem for op in module.walk()
-                   if (problem := refused_op(op.name, op.attrs.get("call_target_name")))})
-    if executable_of(text, len(main.args), len(main.returned()), name) \
-            != payload[_FRAME.size + size + name_size:]:
+    unsafe = {problem for op in module.walk()
+              if (problem := refused_op(op.name, op.attrs.get("call_target_name")))}
+    executable = payload[_FRAME.size + size + name_size:]
+    if not executable:  # sizes known at run time: vetted again, static, per run's sizes
+        refuse_unsafe(unsafe - SHAPE_POLYMORPHISM)
+        return
+    refuse_unsafe(unsafe)
+    if executable_of(text, len(main.args), len(main.returned()), name) != executable:
         raise MPSerializationError(NOT_ITS_EXECUTABLE)
 
 
@@ -290,11 +298,16 @@ def _check_run(op: Operation) -> None:
     main = parse(stablehlo_text(op)).functions["main"]
     found = [[None if t is None else (t.dtype, t.shape) for t in types]
              for types in (main.arg_types, main.returned_types())]
-    declared = [[(c.dtype, c.shape) for c in map(canonical_type, op.attrs[name])]
+    declared = [[(c.dtype, tuple(d if isinstance(d, int) else _DYNAMIC for d in c.shape))
+                 for c in map(canonical_type, op.attrs[name])]
                 for name in ("in_types", "out_types")]
     if found != declared:
         raise payload_refusal(f"{where}: its StableHLO takes and gives {found}, but the op "
                               f"declares {declared}", "stablehlo")
+
+
+_DYNAMIC = -(1 << 63)
+"""How parsed StableHLO gives a size known only at run time (MLIR's dynamic size)."""
 
 
 def _worker(interp: Interpreter) -> SimpWorker:
@@ -365,12 +378,15 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     state: SpuState = interp.states["spu"]
     link = state.links(interp)(config, interp.exec_id, key, config.members.index(worker.rank),
                                interp.options.timeout or worker.timeout)
-    runtime = spu.Runtime(link, runtime_config_for(config))
     for i, share in enumerate(args):
         if not isinstance(share, SpuShare):
             raise RuntimeError(f"input {i} is not a secret share held by this party")
+    executable = op.attrs["executable"] or sized_executable(  # sizes known at run time
+        op, [share_shape(share) for share in args])
+    runtime = spu.Runtime(link, runtime_config_for(config))
+    for i, share in enumerate(args):
         runtime.set_var(input_name(i), share.to_libspu())
-    runtime.run(_executable(op.attrs["executable"]))
+    runtime.run(_executable(executable))
     return [SpuShare(runtime.get_var(output_name(i)))
             for i in range(len(op.outputs))]
 

@@ -10,22 +10,19 @@ fails here, naming the op, the symbol and the inputs, and never the sizes themse
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
 
 from mplang.edsl.errors import MPPublicError
 from mplang.edsl.typing import TensorType, dim_text
 
 
-def bind_sizes(op: str, types: Sequence[TensorType], arrays: Sequence[Any]) -> dict[str, int]:
-    """The size of each bare symbol of ``types`` (``n0``, not ``2*n0``) in ``arrays``,
+def bind_sizes(op: str, types: Sequence[TensorType], shapes: Sequence[Sequence[int]]
+               ) -> dict[str, int]:
+    """The size of each bare symbol of ``types`` (``n0``, not ``2*n0``) in ``shapes``,
     after checking every static dimension and that each symbol has one size; raises
     `MPPublicError` naming ``op``, the symbol and the inputs that disagree. JAX's
     symbolic sizes are at least 1: an empty size is refused by name too."""
     sizes: dict[str, tuple[int, int]] = {}
-    for i, (t, array) in enumerate(zip(types, arrays, strict=True)):
-        shape = np.shape(array)
+    for i, (t, shape) in enumerate(zip(types, shapes, strict=True)):
         if len(shape) != len(t.shape):
             raise MPPublicError(f"{op}: input {i} has {len(shape)} dimensions, the program "
                                 f"expects {t}", op=op.split("[")[0])

@@ -80,7 +80,7 @@ def refuse_unsafe(unsafe: set[str]) -> None:
                                    "module may not")
 
 
-def _unsafe_ops(module: Any) -> set[str]:
+def unsafe_ops(module: Any) -> set[str]:
     """Why each op of parsed ``module`` may not run in a received module (`refused_op`,
     FFTs whose lengths do not fit their shapes)."""
     unsafe: set[str] = set()
@@ -107,7 +107,7 @@ def vet_module(module: bytes) -> None:
     in the payload checker's helper process."""
     exp = exported_module(module)
     with make_ir_context():
-        unsafe = _unsafe_ops(ir.Module.parse(exp.mlir_module()))
+        unsafe = unsafe_ops(ir.Module.parse(exp.mlir_module()))
     info = module_info(module)
     if all(t.is_static for t in info.in_types):
         refuse_unsafe(unsafe)
@@ -161,7 +161,7 @@ def _refined(module: bytes, args: list[Any]) -> Callable[..., Any]:
         specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
         lowered = jax.jit(exported_module(module).call).lower(*specs)
         with make_ir_context():
-            refuse_unsafe(_unsafe_ops(refine_polymorphic_shapes(
+            refuse_unsafe(unsafe_ops(refine_polymorphic_shapes(
                 lowered.compiler_ir("stablehlo"))))
         fn = lowered.compile()
         _REFINED.store(key, fn)
@@ -175,7 +175,8 @@ def _run_jax(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
     if all(t.is_static for t in info.in_types):
         out = _compiled(module)(*args)
     else:
-        bind_sizes(f"tensor.run_jax[{op.attrs['fn']}]", info.in_types, args)
+        bind_sizes(f"tensor.run_jax[{op.attrs['fn']}]", info.in_types,
+                   [np.shape(a) for a in args])
         out = _refined(module, args)(*args)
     return list(jax.tree_util.tree_leaves(out))
 

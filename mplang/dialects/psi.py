@@ -27,8 +27,9 @@ from mplang.edsl.graph import Operation
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Operand, Primitive, Result, Signature, held
+from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
-from mplang.edsl.typing import Mask, MPType, TensorType, ValueType, scalar
+from mplang.edsl.typing import Mask, MPType, TensorType, ValueType, is_symbolic, scalar
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels
 from mplang.policy.labels import compared, raw, subset
@@ -58,7 +59,9 @@ join_p = Primitive(
     operands=_TABLES,
     attrs={"key": _KEY,
            "how": Attr(str, default="inner", choices=JOINS, doc="which rows to keep"),
-           "protocol": Attr(str, default="rr22", choices=PROTOCOLS, doc="libpsi's protocol")},
+           "protocol": Attr(str, default="rr22", choices=PROTOCOLS, doc="libpsi's protocol"),
+           "rows": Attr(str, default="", optional=True,
+                        doc="the symbol of the joined row count, shared by both results")},
     results=[Result("ja", HELD_TABLE, doc="A's rows, held by A"),
              Result("jb", HELD_TABLE, doc="B's rows, held by B")],
     cost=_cost,
@@ -127,8 +130,11 @@ def key_types(op: str, a: MPType, b: MPType, key: str
 @join_p.def_type_rule
 def _join_rule(sig: Signature) -> list[ValueType]:
     a, holder_a, b, holder_b, _ = key_types("psi.join", sig.a, sig.b, sig.key)
-    return [MPType(TableType(a.columns, None), Mask.of([holder_a])),
-            MPType(TableType(b.columns, None), Mask.of([holder_b]))]
+    rows = sig.attrs.get("rows") or None
+    if rows is not None and not is_symbolic(rows):
+        raise MPTypeError(f"psi.join: rows must be a symbol, got {rows!r}")
+    return [MPType(TableType(a.columns, rows), Mask.of([holder_a])),
+            MPType(TableType(b.columns, rows), Mask.of([holder_b]))]
 
 
 @size_p.def_type_rule
@@ -179,8 +185,11 @@ def _size_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
 @function
 def join(a: MPObject, b: MPObject, *, key: str, how: str = "inner", protocol: str = "rr22"
          ) -> tuple[MPObject, MPObject]:
-    """PSI join of ``a`` and ``b`` on column ``key``: each holder's rows, aligned."""
-    ja, jb = join_p.bind([a, b], {"key": key, "how": how, "protocol": protocol})
+    """PSI join of ``a`` and ``b`` on column ``key``: each holder's rows, aligned (one row
+    count, a symbol shared by both results: ``table<...>[?n0]``)."""
+    rows = current_tracer("psi.join").fresh_id("n")
+    ja, jb = join_p.bind([a, b], {"key": key, "how": how, "protocol": protocol,
+                                  "rows": rows})
     return ja, jb
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax import export as jax_export
 from jax.extend.mlir import hlo_to_stablehlo
 from jax.extend.mlir import ir as _ir
 from jax.interpreters.mlir import make_ir_context
@@ -178,7 +179,10 @@ run_p = Primitive(
     operands=[Operand("args", SHARE, variadic=True)],
     attrs={**CONFIG_ATTRS,
            "fn": Attr(str, default="fn", doc="the function's name, for readers"),
-           "executable": Attr(bytes, required=True, doc="the serialized libspu Executable"),
+           "executable": Attr(bytes, required=True,
+                              doc="the serialized libspu Executable (empty where a size is "
+                                  "known only at run time: each member compiles the "
+                                  "StableHLO for each run's sizes)"),
            "stablehlo": Attr(bytes, required=True,
                              doc="the StableHLO text (UTF-8) the executable compiles from"),
            "in_types": Attr(tuple, required=True, doc="the plaintext types of the inputs"),
@@ -429,6 +433,36 @@ def lower(fn: Callable[..., Any], avals: list[Any]) -> tuple[str, Any]:
         return str(ir.Module.parse(hlo_to_stablehlo(hlo))), out_avals
 
 
+def _patched_for_libspu(lowering: Callable[[], Any]) -> Any:
+    """``lowering()`` under libspu's JAX frontend patches (its float sort), with JAX's
+    ``interpreter`` platform registered as libspu's frontend does."""
+    import spu.utils.frontend as spu_frontend
+    from jax._src.xla_bridge import _backends, register_backend_factory
+    from jax.interpreters.xla import Backend
+
+    with spu_frontend._jax_lock:
+        if "interpreter" not in _backends:
+            register_backend_factory("interpreter", Backend, priority=-100)
+        patches = spu_frontend._patch_jax()
+        try:
+            return lowering()
+        finally:
+            spu_frontend._restore_jax_patch(patches)
+
+
+def lower_symbolic(fn: Callable[..., Any], in_types: tuple[TensorType, ...]
+                   ) -> tuple[str, Any]:
+    """``fn`` on inputs of sizes known only at run time, exported once (``jax.export``,
+    shape-polymorphic StableHLO text) for each member to refine and compile for each run's
+    sizes (`mplang.backends.spu_sizes`); and its output avals, with symbolic sizes."""
+    from mplang.dialects.tensor import avals
+
+    exp = _patched_for_libspu(lambda: jax_export.export(
+        jax.jit(fn, keep_unused=True), platforms=["interpreter"])(*avals(in_types)))
+    with make_ir_context():
+        return str(ir.Module.parse(exp.mlir_module())), exp.out_avals
+
+
 def executable_of(stablehlo: str, inputs: int, outputs: int, name: str) -> bytes:
     """The serialized libspu executable that StableHLO ``stablehlo`` compiles to, with
     ``inputs`` secret inputs and ``outputs`` results (named by `input_name`,
@@ -454,11 +488,16 @@ def _compile(fn: Callable[..., Any], name: str, label: str, tree: Any, spec: tup
         args, kwargs = tree_unflatten(tree, leaves)
         return fn(*args, **kwargs)
 
-    avals = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in in_types]
+    symbolic = not all(t.is_static for t in in_types)
     try:
-        stablehlo, out_avals = lower(flat, avals)
+        if symbolic:  # exported once; each member compiles it for each run's sizes
+            stablehlo, out_avals = lower_symbolic(flat, in_types)
+        else:
+            avals = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in in_types]
+            stablehlo, out_avals = lower(flat, avals)
         leaves, out_tree = jax.tree_util.tree_flatten(out_avals)
-        executable = executable_of(stablehlo, len(avals), len(leaves), name)
+        executable = b"" if symbolic else executable_of(stablehlo, len(in_types),
+                                                          len(leaves), name)
     except Exception as e:
         types = ", ".join(map(str, in_types))
         raise MPTypeError(f"{label}: could not compile the function for SPU on ({types}): "
