@@ -187,7 +187,7 @@ def join(a: MPObject, b: MPObject, *, key: str, how: str = "inner", protocol: st
          ) -> tuple[MPObject, MPObject]:
     """PSI join of ``a`` and ``b`` on column ``key``: each holder's rows, aligned (one row
     count, a symbol shared by both results: ``table<...>[?n0]``)."""
-    rows = current_tracer("psi.join").fresh_id("n")
+    rows = current_tracer("psi.join").fresh_symbol()
     ja, jb = join_p.bind([a, b], {"key": key, "how": how, "protocol": protocol,
                                   "rows": rows})
     return ja, jb

@@ -42,6 +42,7 @@ from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import (
     DTYPES,
+    MAX_SYMBOLIC_ELEMENTS,
     BaseType,
     Mask,
     MPType,
@@ -62,9 +63,6 @@ from mplang.policy.vouched import library_attrs, min_rows_of, vouched
 ir: Any = _ir  # the MLIR bindings ship no type stubs
 SHARE_SCHEME = "spu"
 SHARE_BYTES_PER_ELEMENT = 2 * 16
-MAX_SYMBOLIC_ELEMENTS = 1 << 25
-"""The elements a share of a size known only at run time may have on the wire (1 GiB
-at `SHARE_BYTES_PER_ELEMENT`); the worker's in-flight budget bounds the total."""
 """The most bytes one party's share of one element takes: two 128-bit ring elements."""
 SHARE_META_BYTES = 4096
 """A bound of a share's metadata and chunk framing (its shape, storage type, offsets)."""

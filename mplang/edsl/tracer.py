@@ -120,6 +120,7 @@ class Tracer(Context):
         self.local = local
         self._names: _Counter = parent._names if parent is not None else _Counter()
         self._ids: _Counter = parent._ids if parent is not None else _Counter()
+        self._symbols: _Counter = parent._symbols if parent is not None else _Counter()
         self._row_symbols: dict[int, tuple[Value, str]] = (
             parent._row_symbols if parent is not None else {})
         self.inputs: list[Value] = []
@@ -133,13 +134,18 @@ class Tracer(Context):
 
     def row_symbol(self, obj: MPObject) -> str:
         """The symbol of the row count of ``obj``, a value whose row count is known at run
-        time only: a new one (`fresh_id` ``n``) the first time, then the same one, in
-        every region of this trace."""
+        time only: a new one (`fresh_symbol`) the first time, then the same one, in every
+        region of this trace."""
         value = obj.value if isinstance(obj, TraceObject) else self.lift(obj)
         known = self._row_symbols.get(id(value))
         if known is None:
-            known = self._row_symbols[id(value)] = (value, self.fresh_id("n"))
+            known = self._row_symbols[id(value)] = (value, self.fresh_symbol())
         return known[1]
+
+    def fresh_symbol(self) -> str:
+        """A new symbol for a size known only at run time (``n0``, ``n1``, ...), unique
+        within this trace and the same each time the program is traced."""
+        return "n" + self._symbols.take()
 
     def fresh_id(self, prefix: str) -> str:
         """An identifier unique within this trace (all its regions) and the same each time

@@ -186,6 +186,9 @@ _SYMBOLIC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_ +*()-]*[A-Za-z_][A-Z
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_SYMBOLIC = 64
 """The longest symbolic dimension (its text)."""
+MAX_SYMBOLIC_ELEMENTS = 1 << 25
+"""The elements a value whose size is known only at run time may have in one message: the
+bound a receiver puts on it (its worker's in-flight budget bounds the total)."""
 
 
 def is_symbolic(d: object) -> bool:

@@ -11,7 +11,6 @@ else is refused at once (`MPRefusedError`) and logged.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -21,7 +20,7 @@ import numpy as np
 
 from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph, communicates
-from mplang.edsl.typing import MPType
+from mplang.edsl.typing import MAX_SYMBOLIC_ELEMENTS, MPType
 
 log = logging.getLogger("mplang.worker")
 
@@ -84,7 +83,8 @@ def declared_bytes(vtype: object) -> int:
     plain = getattr(base, "plaintext", lambda: None)()
     if plain is None:
         return 0
-    size = math.prod(plain.shape) * np.dtype(plain.dtype).itemsize
+    elements = plain.size_estimate(1) if plain.is_static else MAX_SYMBOLIC_ELEMENTS
+    size = elements * np.dtype(plain.dtype).itemsize
     expansion = getattr(base, "expansion", 1.0)
     return int(size * (SHARE_EXPANSION if expansion is None else max(expansion, 1.0)))
 
