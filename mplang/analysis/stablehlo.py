@@ -124,8 +124,8 @@ def tensor_type(t: Any) -> Tensor | None:
 
 def _attr(attr: Any) -> Any:
     """An attribute as plain data: numbers, strings, tuples of ints, the scalar of a splat
-    constant, a comparison direction (``LT``), dot dimension numbers as a dict; others as
-    their text (None for a non-splat dense constant)."""
+    constant, a comparison direction (``LT``), dot and gather dimension numbers as dicts;
+    others as their text (None for a non-splat dense constant)."""
     if isinstance(attr, ir.BoolAttr | ir.IntegerAttr | ir.FloatAttr | ir.StringAttr
                   | ir.FlatSymbolRefAttr):
         return attr.value
@@ -140,6 +140,12 @@ def _attr(attr: Any) -> Any:
         return {name: tuple(getattr(dims, name)) for name in (
             "lhs_batching_dimensions", "rhs_batching_dimensions",
             "lhs_contracting_dimensions", "rhs_contracting_dimensions")}
+    if hlo.GatherDimensionNumbers.isinstance(attr):
+        gather = hlo.GatherDimensionNumbers(attr)
+        numbers: dict[str, Any] = {name: tuple(getattr(gather, name)) for name in (
+            "offset_dims", "collapsed_slice_dims", "operand_batching_dims",
+            "start_indices_batching_dims", "start_index_map")}
+        return {**numbers, "index_vector_dim": int(gather.index_vector_dim)}
     return str(attr)
 
 

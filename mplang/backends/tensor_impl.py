@@ -11,12 +11,12 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src.interpreters.mlir import refine_polymorphic_shapes
 from jax.extend.mlir import ir as _ir
 from jax.interpreters.mlir import make_ir_context
 
 from mplang.backends.symbolic_sizes import bind_sizes
 from mplang.dialects import tensor as _tensor
+from mplang.dialects.symbolic import lowered, refined
 from mplang.dialects.tensor import exported_module, module_info
 from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.graph import Operation
@@ -158,12 +158,10 @@ def _refined(module: bytes, args: list[Any]) -> Callable[..., Any]:
     key = (module, tuple(np.shape(a) for a in args))
     fn = _REFINED.lookup(key)
     if fn is None:
-        specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
-        lowered = jax.jit(exported_module(module).call).lower(*specs)
+        low = lowered(exported_module(module), [np.shape(a) for a in args])
         with make_ir_context():
-            refuse_unsafe(unsafe_ops(refine_polymorphic_shapes(
-                lowered.compiler_ir("stablehlo"))))
-        fn = lowered.compile()
+            refuse_unsafe(unsafe_ops(refined(low)))
+        fn = low.compile()
         _REFINED.store(key, fn)
     return fn
 

@@ -24,12 +24,16 @@ from typing import Any
 import jax
 import numpy as np
 from jax import export as jax_export
+from jax._src.config import jax_export_calling_convention_version
+from jax._src.lib import xla_client
 from jax.extend.mlir import hlo_to_stablehlo
 from jax.extend.mlir import ir as _ir
 from jax.interpreters.mlir import make_ir_context
 
+from mplang.analysis.stablehlo import hlo
 from mplang.dialects.common import trace_failure
 from mplang.dialects.simp import converge_p
+from mplang.dialects.symbolic import avals, exported, probe_text
 from mplang.edsl.attrs import Attr, NoneType
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
@@ -124,7 +128,9 @@ def run_rounds(op: Operation, model: Any) -> int:
     """Estimated protocol rounds of an ``spu.run`` (see `mplang.analysis.spu_rounds`)."""
     from mplang.analysis.spu_rounds import estimate_spu_rounds
 
-    return estimate_spu_rounds(stablehlo_text(op), op.attrs["field"], model.loop_iterations)
+    text = analysis_text(op)
+    return 0 if text is None else estimate_spu_rounds(text, op.attrs["field"],
+                                                      model.loop_iterations)
 
 
 def _run_cost(op: Operation, model: Any) -> Any:
@@ -453,12 +459,42 @@ def lower_symbolic(fn: Callable[..., Any], in_types: tuple[TensorType, ...]
     """``fn`` on inputs of sizes known only at run time, exported once (``jax.export``,
     shape-polymorphic StableHLO text) for each member to refine and compile for each run's
     sizes (`mplang.backends.spu_sizes`); and its output avals, with symbolic sizes."""
-    from mplang.dialects.tensor import avals
-
     exp = _patched_for_libspu(lambda: jax_export.export(
         jax.jit(fn, keep_unused=True), platforms=["interpreter"])(*avals(in_types)))
     with make_ir_context():
-        return str(ir.Module.parse(exp.mlir_module())), exp.out_avals
+        return (str(ir.Module.parse(exp.mlir_module())),
+                jax.tree_util.tree_unflatten(exp.out_tree, exp.out_avals))
+
+
+@functools.lru_cache(maxsize=64)
+def exported_run(stablehlo: bytes, in_types: tuple[TensorType, ...],
+                 out_types: tuple[TensorType, ...]) -> jax_export.Exported:
+    """The ``jax.export.Exported`` of the shape-polymorphic StableHLO text of an
+    ``spu.run`` whose sizes are known only at run time (`lower_symbolic`)."""
+    bytecode = xla_client._xla.mlir.serialize_portable_artifact(
+        stablehlo.decode(), hlo.get_current_version(), True)
+    return exported(bytecode, in_types, out_types, "interpreter",
+                    jax_export_calling_convention_version.value, range(len(in_types)))
+
+
+@functools.lru_cache(maxsize=64)
+def _probe(stablehlo: bytes, in_types: tuple[TensorType, ...],
+           out_types: tuple[TensorType, ...]) -> str | None:
+    try:
+        exp = exported_run(stablehlo, in_types, out_types)
+    except Exception:  # not StableHLO: the analyses treat it as unknown
+        return None
+    return probe_text(exp, in_types, _patched_for_libspu)
+
+
+def analysis_text(op: Operation) -> str | None:
+    """The StableHLO an analysis of ``spu.run`` ``op`` reads: its text, or, where sizes
+    are known only at run time, the module refined to probe sizes
+    (`mplang.dialects.symbolic`; None if it does not refine)."""
+    if op.attrs["executable"]:
+        return stablehlo_text(op)
+    return _probe(bytes(op.attrs["stablehlo"]), tuple(op.attrs["in_types"]),
+                  tuple(op.attrs["out_types"]))
 
 
 def executable_of(stablehlo: str, inputs: int, outputs: int, name: str) -> bytes:
@@ -622,11 +658,10 @@ def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyL
     """Labels through the StableHLO of the executable, to every member; a registered
     library function's suppressed groups hold at least its ``min_rows`` rows."""
     _device_use(a, op)
-    text = stablehlo_text(op)
-    result = labels_through(text, [everywhere(v) for v in ins], len(op.outputs))
+    result = labels_through(analysis_text(op), [everywhere(v) for v in ins], len(op.outputs))
     a.observe(op, result.observed)
     outputs = result.outputs
-    entry = vouched(op, text, _derive) if any(
+    entry = vouched(op, stablehlo_text(op), _derive) if any(
         lab is not None and lab.gated for lab in outputs) else None
     if entry is not None:
         outputs = [suppressed(lab, min_rows_of(op, entry), gate=id(op),

@@ -30,6 +30,7 @@ from jax._src.lib import xla_client
 from mplang.analysis.cost_model import local_cost
 from mplang.analysis.stablehlo import hlo, ir, make_ir_context
 from mplang.dialects.common import as_array, canonical_type, trace_failure
+from mplang.dialects.symbolic import avals, exported, probe_text
 from mplang.edsl.attrs import Attr, NoneType
 from mplang.edsl.errors import MPLangError, MPSerializationError, MPTypeError
 from mplang.edsl.function import function
@@ -42,7 +43,7 @@ from mplang.edsl.sources import declared_type, looked_up_type
 from mplang.edsl.text_printer import AttrCodec, PayloadError, register_attr_codec
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import LOCAL_EFFECT, LOCAL_PURE
-from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, is_symbolic, numpy_dtype
+from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, is_symbolic
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
@@ -261,32 +262,8 @@ def exported_module(module: bytes) -> jax_export.Exported:
     when it is first lowered: a received module must pass the worker's payload check
     (`mplang.backends.tensor_impl`) first."""
     info = module_info(module)
-    n, m = len(info.in_types), len(info.out_types)
-    scope = jax_export.SymbolicScope()
-    return jax_export.Exported(
-        fun_name="run_jax",
-        in_tree=jax.tree_util.tree_structure(((0,) * n, {})),
-        in_avals=tuple(_shaped(a) for a in avals(info.in_types, scope)),
-        out_tree=jax.tree_util.tree_structure((0,) * m),
-        out_avals=tuple(_shaped(a) for a in avals(info.out_types, scope)),
-        in_shardings_hlo=(None,) * n, out_shardings_hlo=(None,) * m,
-        nr_devices=1, platforms=(info.platform,), ordered_effects=(), unordered_effects=(),
-        disabled_safety_checks=(), mlir_module_serialized=info.bytecode,
-        calling_convention_version=info.calling_convention, module_kept_var_idx=info.kept,
-        uses_global_constants=not all(t.is_static for t in info.in_types), _get_vjp=None)
-
-
-def _shaped(spec: jax.ShapeDtypeStruct) -> jax.core.ShapedArray:
-    return jax.core.ShapedArray(spec.shape, spec.dtype)
-
-
-def avals(types: Sequence[TensorType], scope: Any = None) -> list[jax.ShapeDtypeStruct]:
-    """JAX's abstract values of ``types``; their symbolic dimensions are JAX's symbolic
-    shapes of one scope (``scope``, or a new one), so equal symbols are one size."""
-    scope = scope if scope is not None else jax_export.SymbolicScope()
-    return [jax.ShapeDtypeStruct(
-        jax_export.symbolic_shape(",".join(map(str, t.shape)), scope=scope)
-        if not t.is_static else t.shape, numpy_dtype(t.dtype)) for t in types]
+    return exported(info.bytecode, info.in_types, info.out_types, info.platform,
+                    info.calling_convention, info.kept)
 
 
 def _tensor_type(fn: str, t: ValueType, i: int) -> TensorType:
@@ -504,8 +481,12 @@ LOCAL_OPERATORS: dict[str, Callable[..., Any]] = {
 
 
 def _stablehlo(module: bytes) -> str:
-    """A run_jax module's StableHLO as MLIR text."""
-    return _mlir_text(module_info(module).bytecode)
+    """A run_jax module's StableHLO as MLIR text; a module of sizes known only at run time
+    refined to probe sizes first (`mplang.dialects.symbolic`)."""
+    info = module_info(module)
+    if all(t.is_static for t in info.in_types):
+        return _mlir_text(info.bytecode)
+    return probe_text(exported_module(module), info.in_types) or ""
 
 
 @constant_p.def_local_flow
