@@ -3,11 +3,13 @@
 A bank (``P0``, node_0) holds ``bank.csv``: customer ``id``, ``income``, ``debt`` and
 the label ``defaulted``. A retailer (``P1``, node_1) holds ``shop.csv``: ``id``,
 ``spend`` and ``visits``. They share some customers. Each reads its own file from
-its own data root, and three programs run:
+its own data root. Nobody knows how many customers they share when a program is
+traced: the joined tables and their tensors have a symbolic row count (``?n0``, one
+symbol for both sides), and each SPU member compiles the functions for the count of
+the run. Three programs run:
 
 1. **the number of shared customers** (``psi.intersection_size``, a comparison of
-   the two parties' IDs): public to both, and to the driver, which needs it to size
-   the tensors of the next programs;
+   the two parties' IDs), for both parties and the driver to report;
 2. **a PSI inner join on ``id``** (libpsi, RR22; each keeps its own rows of the
    shared customers, both in the same order, and neither learns the other's other
    customers), then **a joint aggregate** on the SPU ``SP0``: the retailer's average
@@ -82,36 +84,33 @@ def count_shared() -> Any:
     return psi.intersection_size(*customers(), "id")
 
 
-def joined(rows: int) -> dict[str, Any]:
-    """The PSI join of the two tables (``rows`` shared customers) as tensors: the bank's
+def joined() -> dict[str, Any]:
+    """The PSI join of the two tables as tensors of the shared customers: the bank's
     features ``x0`` and labels ``y``, the retailer's standardized features ``x1`` and
     its ``spend``."""
     jbank, jshop = psi.join(*customers(), "id", how="inner", protocol="rr22")
-    x0 = mp.device("P0")(lambda t: table.to_tensor(t, ["income", "debt"], rows=rows))(jbank)
-    y = mp.device("P0")(lambda t: table.to_tensor(t, ["defaulted"], rows=rows)[:, 0])(jbank)
-    shop = mp.device("P1")(lambda t: table.to_tensor(t, ["spend", "visits"], rows=rows))(jshop)
+    x0 = mp.device("P0")(lambda t: table.to_tensor(t, ["income", "debt"]))(jbank)
+    y = mp.device("P0")(lambda t: table.to_tensor(t, ["defaulted"])[:, 0])(jbank)
+    shop = mp.device("P1")(lambda t: table.to_tensor(t, ["spend", "visits"]))(jshop)
     x1 = mp.device("P1")(lambda x: (x - x.mean(0)) / (x.std(0) + 1e-6))(shop)
     spend = mp.device("P1")(lambda x: x[:, 0])(shop)
     return {"x0": x0, "y": y, "x1": x1, "spend": spend}
 
 
-def spend_by_default(rows: int) -> Any:
+@mp.function
+def spend_by_default() -> Any:
     """Program 2: the retailer's average spend of the bank's non-defaulters and
     defaulters, revealed to the bank."""
-    @mp.function
-    def program() -> Any:
-        t = joined(rows)
-        return groupby.groupby_mean(t["y"], t["spend"], 2, device="SP0", to="P0")
-
-    return program
+    t = joined()
+    return groupby.groupby_mean(t["y"], t["spend"], 2, device="SP0", to="P0")
 
 
-def joint_model(rows: int, epochs: int = 100) -> Any:
+def joint_model(epochs: int = 100) -> Any:
     """Program 3: a logistic regression on both parties' columns (each gets its weights)
     and its accuracy on the shared customers (the bank gets it)."""
     @mp.function
     def program() -> Any:
-        t = joined(rows)
+        t = joined()
         features = [t["x0"], t["x1"]]
         w0, w1 = linear.train_vertical_lr(features, t["y"], epochs=epochs, lr=0.5,
                                           device="SP0", batch_size=None)
@@ -134,8 +133,8 @@ def main(n: int = 400, shared: int = 300) -> dict[str, Any]:
     with simulated(mp.ClusterSpec.simple(3), lambda roots: save_tables(roots, bank, shop)
                    ) as sim:
         rows = int(mp.fetch(sim, mp.evaluate(sim, count_shared))[0])
-        means = mp.fetch(sim, mp.evaluate(sim, spend_by_default(rows)))
-        accuracy, w0, w1 = mp.fetch(sim, mp.evaluate(sim, joint_model(rows)))
+        means = mp.fetch(sim, mp.evaluate(sim, spend_by_default))
+        accuracy, w0, w1 = mp.fetch(sim, mp.evaluate(sim, joint_model()))
     print(f"shared customers: {rows}")
     print(f"retailer's average spend, non-defaulters vs defaulters (bank only): "
           f"{means[0]:.3f} vs {means[1]:.3f}")

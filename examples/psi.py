@@ -21,8 +21,11 @@ program releases one aggregate of those rows: two (say, the average age of every
 shared customer beside the per-band one) could be subtracted from each other, so
 the policies refuse them together.
 
-Tensors have static shapes, so two programs run: the first counts the shared
-customers, the second joins and aggregates ``rows`` of them.
+Nobody knows the number of shared customers when the program is traced: it is a
+symbol in the types of the joined tables and of their tensors (``?n0``, one symbol for
+both sides), and each SPU member compiles the group-by for the count of the run. So one
+program joins and aggregates; the count is a program of its own, for the parties that
+want just it.
 
 Each party reads its table from its own data root (``table.read_csv``): no row passes
 through the driver. In this demo one process plays both parties, so it writes both
@@ -97,15 +100,14 @@ def count_shared() -> Any:
     return psi.intersection_size(customers(), accounts(), "id")
 
 
-def study(rows: int, protocol: str = "rr22") -> Any:
-    """A program: the PSI join of the two tables (``rows`` shared customers), then their
-    average age and balance per age band, revealed to P0: ``[band, (age, balance)]``."""
+def study(protocol: str = "rr22") -> Any:
+    """A program: the PSI join of the two tables, then the shared customers' average age
+    and balance per age band, revealed to P0: ``[band, (age, balance)]``."""
     @mp.function
     def program() -> Any:
         shop, bank = psi.join(customers(), accounts(), "id", how="inner", protocol=protocol)
-        ages = mp.device("P0")(lambda t: table.to_tensor(t, ["age"], rows=rows)[:, 0])(shop)
-        balances = mp.device("P1")(lambda t: table.to_tensor(t, ["balance"], rows=rows)[:, 0])(
-            bank)
+        ages = mp.device("P0")(lambda t: table.to_tensor(t, ["age"])[:, 0])(shop)
+        balances = mp.device("P1")(lambda t: table.to_tensor(t, ["balance"])[:, 0])(bank)
         bands = mp.device("P0")(lambda a: (a >= 50).astype(jnp.int32))(ages)
         both = mp.device("SP0")(lambda a, b: jnp.stack([a.astype(jnp.float32),
                                                         b.astype(jnp.float32)], axis=1))(
@@ -132,7 +134,7 @@ def main(seed: int = 0, sizes: tuple[int, int] = SIZES, common: int = COMMON,
                    lambda roots: save_tables(roots, *tables)) as sim:
         size = mp.evaluate(sim, count_shared)
         seen = mp.fetch(sim, size)
-        means = mp.evaluate(sim, study(int(seen[0]), protocol))
+        means = mp.evaluate(sim, study(protocol))
         return {"customers": tables[0], "accounts": tables[1],
                 "size_at_p0": int(seen[0]), "size_at_p1": int(seen[1]),
                 "by_band": mp.fetch(sim, means), "device": mp.get_dev_attr(means)}

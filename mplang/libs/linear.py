@@ -75,8 +75,8 @@ def _number(op: str, name: str, value: Any, allow_zero: bool = False) -> float:
 
 def _train(epochs: int, lr: float, batch: int, l2: float, intercept: bool, y: Any,
            *xs: Any) -> tuple[Any, ...]:
-    """Mini-batch gradient descent from zero weights; the weights split per party (the
-    intercept last)."""
+    """Mini-batch gradient descent from zero weights (``batch`` 0: the full batch); the
+    weights split per party (the intercept last)."""
     x = jnp.concatenate([a.astype(jnp.float32) for a in xs], axis=1)
     y = y.reshape(-1).astype(jnp.float32)
     n = x.shape[0]
@@ -89,6 +89,9 @@ def _train(epochs: int, lr: float, batch: int, l2: float, intercept: bool, y: An
         error = jax.nn.sigmoid(xb @ w) - yb
         return w - lr * (xb.T @ error / xb.shape[0] + penalty * w)
 
+    if batch == 0:  # the full batch (the row count may be known only at run time)
+        w = jax.lax.fori_loop(0, epochs, lambda _, w: update(w, x, y), jnp.zeros(d, jnp.float32))
+        return _split(w, xs, intercept)
     head = max(n // batch - 1, 0) * batch  # every batch has at least `batch` rows
     blocks_x = x[:head].reshape(-1, batch, d)
     blocks_y = y[:head].reshape(-1, batch)
@@ -104,6 +107,11 @@ def _train(epochs: int, lr: float, batch: int, l2: float, intercept: bool, y: An
         return update(w, x[head:], y[head:])  # the last batch takes the rows left over
 
     w = jax.lax.fori_loop(0, epochs, epoch, jnp.zeros(d, jnp.float32))
+    return _split(w, xs, intercept)
+
+
+def _split(w: Any, xs: Sequence[Any], intercept: bool) -> tuple[Any, ...]:
+    """The weights of each party's columns (the intercept last)."""
     bounds = [0, *itertools.accumulate(a.shape[1] for a in xs)]
     return (*(w[lo:hi] for lo, hi in itertools.pairwise(bounds)),
             *((w[-1:],) if intercept else ()))
@@ -137,7 +145,13 @@ def train_vertical_lr(features: Sequence[Any], labels: Any, epochs: int = 10, lr
         raise MPTypeError(f"{op}: labels must have one entry per row, shape ({rows},), got "
                           f"{t.shape}")
     owner = _party_device(op, labels, "labels")
-    batch = rows if batch_size is None else min(_positive_int(op, "batch_size", batch_size), rows)
+    if batch_size is None:
+        batch = 0  # the full batch, whatever the row count
+    elif not isinstance(rows, int):
+        raise MPTypeError(f"{op}: the row count is known only at run time ({rows}), so "
+                          "mini-batches are not: pass batch_size=None (the full batch)")
+    else:
+        batch = min(_positive_int(op, "batch_size", batch_size), rows)
     intercept = bool(fit_intercept)
     train = bind(_train, _positive_int(op, "epochs", epochs), _number(op, "lr", lr), batch,
                  _number(op, "l2", l2, allow_zero=True), intercept)
@@ -165,8 +179,9 @@ def _partial_score(x: Any, w: Any) -> Any:
     return score + w[-1] if w.shape[0] == x.shape[1] + 1 else score
 
 
-def _bias_column(rows: int, b: Any) -> Any:
-    return jnp.full((rows,), b[0], jnp.float32)
+def _bias(b: Any) -> Any:
+    """The intercept's share of the logits: a scalar, added to every row's."""
+    return b[0].astype(jnp.float32)
 
 
 def _scores(op: str, features: Any, weights: Any) -> list[Any]:
@@ -193,8 +208,7 @@ def _scores(op: str, features: Any, weights: Any) -> list[Any]:
         if bt.shape != (1,):
             raise MPTypeError(f"{op}: weights[{len(xs)}] must be the intercept, shape (1,), "
                               f"got {bt.shape}")
-        scores.append(mp.device(_party_device(op, b, "the intercept"))(
-            bind(_bias_column, types[0].shape[0]))(b))
+        scores.append(mp.device(_party_device(op, b, "the intercept"))(_bias)(b))
     return scores
 
 

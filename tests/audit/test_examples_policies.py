@@ -110,7 +110,7 @@ def test_psi(workers: tuple[LocalCluster, Path]) -> None:
     merged = customers.to_pandas().merge(accounts.to_pandas(), on="id")
     sizes = _accepted(workers, example.count_shared, fetched=2)  # from P0 and P1
     assert [int(s) for s in sizes[:2]] == [len(merged)] * 2 and sizes[2:] == [None, None]
-    by_band = _accepted(workers, example.study(len(merged)), fetched=1)
+    by_band = _accepted(workers, example.study(), fetched=1)
     np.testing.assert_allclose(by_band, psi_by_band(merged), rtol=1e-3, atol=1e-2)
 
 
@@ -122,10 +122,10 @@ def test_joint_customers(workers: tuple[LocalCluster, Path]) -> None:
     merged = bank.merge(shop, on="id")
     rows = int(_accepted(workers, example.count_shared, fetched=2)[0])
     assert rows == len(merged) == CUSTOMERS[1]
-    means = _accepted(workers, example.spend_by_default(rows), fetched=1)
+    means = _accepted(workers, example.spend_by_default, fetched=1)
     want = merged.groupby("defaulted")["spend"].mean()
     np.testing.assert_allclose(means, [want[0], want[1]], atol=2e-3)
-    accuracy, w0, w1 = _accepted(workers, example.joint_model(rows), fetched=3)
+    accuracy, w0, w1 = _accepted(workers, example.joint_model(), fetched=3)
     features = merged[["spend", "visits"]].to_numpy()
     x = np.hstack([merged[["income", "debt"]].to_numpy(),
                    (features - features.mean(0)) / (features.std(0) + 1e-6)])
