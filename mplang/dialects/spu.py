@@ -60,7 +60,7 @@ from mplang.edsl.typing import (
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels, conservative, everywhere
-from mplang.policy.labels import suppressed
+from mplang.policy.labels import row_count, suppressed
 from mplang.policy.program_flows import labels_through
 from mplang.policy.vouched import library_attrs, min_rows_of, vouched
 
@@ -645,11 +645,17 @@ def _device_use(a: Analysis, op: Operation, sealed_from: int | None = None) -> N
 
 @seal_p.def_flow
 def _seal_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
-    """Shares are not plaintext: the label follows them to every member, unchecked."""
+    """Shares are not plaintext: the label follows them to every member, unchecked. A size
+    known only at run time is not hidden: the members learn the row count (`row_count`)."""
     holders = a.holders(op.inputs[0])
     src = holders[0] if len(holders) == 1 else None
     _device_use(a, op, src)
     label = ins[0].get(src) if src is not None else everywhere(ins[0])
+    plain = op.inputs[0].type
+    if label is not None and isinstance(plain, MPType) and isinstance(plain.base, TensorType) \
+            and not plain.base.is_static:
+        for member in op.attrs["members"]:
+            a.send(op, member, row_count(label), "the row count of the shares it receives")
     return [{} if label is None else dict.fromkeys(op.attrs["members"], label)]
 
 

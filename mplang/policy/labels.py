@@ -194,6 +194,18 @@ def aggregated(label: Flow, whole: bool = False) -> Flow:
                 gated=label.gated, enforced=label.enforced)
 
 
+def row_count(label: Flow) -> Label:
+    """What the number of rows of a value labelled ``label`` tells: of rows a PSI join
+    kept, a count of comparisons between the holders' keys (what the join tells each
+    holder already); of other row-wise values, an aggregate over their rows; a value
+    already aggregated or compared tells no more than itself; raw values stay raw."""
+    if label.form == "rowwise" and label.window is not None:
+        if label.window.gate:
+            return Flow("compare", label.sources, rowsets=label.rowsets)
+        return aggregated(label, whole=True)
+    return label if label.form in ("aggregate", "compare") else raw([label])
+
+
 def combine(a: Label, b: Label) -> Label:
     """The label of an elementwise combination of p's ``a`` and ``b`` (each may be None
     or foreign; the caller checks row alignment with values p does not own)."""

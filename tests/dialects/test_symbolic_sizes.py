@@ -141,7 +141,8 @@ def test_a_symbol_with_two_sizes_at_run_time_names_the_op_and_symbol(
                         r"input 1 \(dimension 0\): values the program made of the same rows "
                         r"must keep the same rows \(at /0/4, traced at "
                         r"test_symbolic_sizes\.py:\d+\)", str(failed.value))
-    assert mp.fetch(sim, mp.evaluate(sim, _same_symbol(5, 5)))[0] == pytest.approx(float(
+    total = mp.fetch(sim, mp.evaluate(sim, _same_symbol(5, 5)))
+    assert float(np.ravel(total)[0]) == pytest.approx(float(
         (np.arange(5.0) ** 2).sum()), abs=1e-3)
 
 
@@ -192,3 +193,58 @@ def test_rows_still_asserts_a_count(sim: mp.Simulator) -> None:
     with pytest.raises(mp.MPRuntimeError, match=r"^op table\.to_tensor at test_symbolic_sizes"
                                                 r"\.py:\d+ failed on node_0"):
         mp.evaluate(sim, prog, 31)
+
+
+def _verdicts(tmp_path: Path, prog: Any) -> list[Any]:
+    """Each node's verdict on ``prog`` (reading ``a.csv`` on node_0, ``b.csv`` on node_1)
+    under the policies ``mplang init`` writes."""
+    from mplang.cluster.local import init_cluster
+    from mplang.policy.check import check
+    from mplang.policy.enforce import node_policy
+
+    spec = init_cluster(3, tmp_path / "dev")
+    cluster = mp.ClusterSpec.from_yaml(spec)
+    roots = {n.name: tmp_path / n.name for n in cluster.nodes}
+    for root in roots.values():
+        root.mkdir()
+    (roots["node_0"] / "a.csv").write_text(
+        "id,age\n" + "".join(f"{i},{i % 70}\n" for i in IDS_A))
+    (roots["node_1"] / "b.csv").write_text(
+        "id,income\n" + "".join(f"{i},{i * 2.0}\n" for i in IDS_B))
+    with mp.Simulator(cluster, data_roots=roots) as sim:
+        program = mp.compile(prog, cluster=cluster)
+        del sim
+    names = [n.name for n in cluster.nodes]
+    return [check(program.graph, 3, rank, node_policy(names[rank], None, spec), names=names)
+            for rank in range(3)]
+
+
+def test_the_row_count_reaching_a_secure_device_is_judged(tmp_path: Path) -> None:
+    """The members of a secure device learn a symbolic row count: a joined count is a
+    comparison (what the join told the holders), which the init policies allow; the
+    count of a filter over a party's rows is raw, refused."""
+    def joined() -> Any:
+        a = mp.device("P0")(lambda: table.read_csv("a.csv"))()
+        b = mp.device("P1")(lambda: table.read_csv("b.csv"))()
+        ja, jb = psi.join(a, b, "id")
+        xa = mp.device("P0")(lambda t: table.to_tensor(t, ["age"]))(ja)
+        xb = mp.device("P1")(lambda t: table.to_tensor(t, ["income"]))(jb)
+        return mp.put("P0", mp.device("SP0")(lambda x, y: jnp.sum(x * y))(xa, xb))
+
+    verdicts = _verdicts(tmp_path / "joined", joined)
+    assert all(v.accepted for v in verdicts), [v.reasons for v in verdicts]
+    counted = [f for f in verdicts[0].flows if f.startswith("compare of a.csv -> node_2 (the "
+                                                            "row count of the shares")]
+    assert len(counted) == 2  # both sides' shares: node_1's rows are the ones node_0's kept
+    assert all(f.endswith('allowed: rule {to: ["*"], when: compare}') for f in counted)
+
+    def filtered() -> Any:
+        older = mp.device("P0")(lambda: table.to_tensor(table.sql(
+            "SELECT age FROM t WHERE age > 60", t=table.read_csv("a.csv"))))()
+        return mp.put("P0", mp.device("SP0")(lambda x: jnp.sum(x))(older))
+
+    verdict = _verdicts(tmp_path / "filtered", filtered)[0]
+    assert not verdict.accepted
+    assert any(r.startswith("op spu.seal at test_symbolic_sizes.py:") and
+               "sends the row count of the shares it receives, raw" in r and "to node_1" in r
+               for r in verdict.reasons), verdict.reasons
