@@ -4,6 +4,7 @@ program makes sizes equal, compiled per run's sizes locally (JAX) and on the SPU
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
