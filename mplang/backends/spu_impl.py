@@ -172,7 +172,7 @@ def _received_share(value: Any, op: Operation, sender: int | str,
     if len(shape) != len(plaintext.shape) or any(
             isinstance(d, int) and d != n for d, n in zip(plaintext.shape, shape, strict=True)):
         raise RuntimeError(f"{who} sent a share of shape {shape}; {op.opcode} "
-                           f"declares {plaintext}")
+                           f"declares {plaintext.shape}")
     return value
 
 

@@ -218,8 +218,8 @@ class _Flows:
                           op.attrs.get("strides"))
         if kind == "dynamic_slice":
             return _dynamic_slice(ins, types[0], tuple(op.attrs["slice_sizes"]))
-        if kind == "gather" and _slice_like(op):
-            return _gathered_slice(ins, types[0], op)
+        if kind == "gather":
+            return _gathered(ins, types[0], op)
         if kind == "concatenate":
             return _concatenate(ins, types, int(op.attrs["dimension"]))
         if kind == "pad":
@@ -471,31 +471,21 @@ def _dynamic_slice(ins: list[Val], src: Tensor | None, sizes: tuple[int, ...]) -
     return Val(narrowed(label, lo, lo + sizes[a], src is not None), value.uniform)
 
 
-def _slice_like(op: Op) -> bool:
-    """Whether gather ``op`` is one slice at one start (what JAX makes of ``x[:, 0]`` when
-    a size is known only at run time): a single index vector, no batching dims."""
+def _gathered(ins: list[Val], src: Tensor | None, op: Op) -> Val:
+    """A gather of one slice (what JAX makes of ``x[:, 0]`` when the rows are a symbol)
+    keeps the rows if it keeps them all in one axis; other gathers are indexing."""
     numbers, starts = op.attrs.get("dimension_numbers"), op.operand_types[1]
-    return (isinstance(numbers, dict) and starts is not None and len(starts.shape) == 1
-            and numbers["index_vector_dim"] == 0 and not numbers["operand_batching_dims"]
-            and numbers["offset_dims"] == tuple(range(len(numbers["offset_dims"]))))
-
-
-def _gathered_slice(ins: list[Val], src: Tensor | None, op: Op) -> Val:
-    """A slice-like gather (`_slice_like`): the rows survive when the slice keeps them
-    all and the row axis is not collapsed, now at its place among the kept axes; a
-    slice of some rows (at a start the analysis does not follow) is raw."""
-    value, starts = ins
-    label = value.label
-    moved = starts.label is not None and starts.label.mine
-    if moved or label is None or not label.mine:
-        return Val(raw([label, starts.label]) if moved else label)
-    collapsed = op.attrs["dimension_numbers"]["collapsed_slice_dims"]
-    a, sizes = label.axis, tuple(op.attrs["slice_sizes"])
+    label = ins[0].label
+    if not isinstance(numbers, dict) or starts is None or len(starts.shape) != 1 or \
+            numbers["index_vector_dim"] != 0 or numbers["operand_batching_dims"] or \
+            numbers["offset_dims"] != tuple(range(len(numbers["offset_dims"]))) or \
+            label is None or not label.mine or (ins[1].label is not None and ins[1].label.mine):
+        return _indexing(ins)
+    collapsed, a, sizes = numbers["collapsed_slice_dims"], label.axis, op.attrs["slice_sizes"]
     if label.form != "rowwise" or a is None or src is None or label.outer is not None \
             or a in collapsed or sizes[a] != src.shape[a]:
         return Val(raw([label]))
-    kept = [d for d in range(len(sizes)) if d not in collapsed]
-    return Val(replace(label, axis=kept.index(a)))
+    return Val(replace(label, axis=[d for d in range(len(sizes)) if d not in collapsed].index(a)))
 
 
 def _concatenate(ins: list[Val], types: Sequence[Tensor | None], dim: int) -> Val:
