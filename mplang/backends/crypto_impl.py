@@ -15,7 +15,6 @@ Each primitive imports ``cryptography`` when called, so importing this module do
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -34,6 +33,7 @@ from mplang.dialects.crypto import (
     PublicKey,
     SymmetricKey,
 )
+from mplang.dialects.symbolic import shape_of_elements
 from mplang.edsl.errors import MPPublicError, MPRuntimeError, MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
@@ -167,7 +167,8 @@ def tensor_bytes(value: Any, t: TensorType) -> bytes:
     """The raw little-endian C-order bytes of ``value`` as a tensor of type ``t``."""
     dtype = numpy_dtype(t.dtype)
     arr = np.asarray(value, dtype=dtype)
-    if arr.shape != t.shape:
+    if len(arr.shape) != len(t.shape) or any(
+            isinstance(d, int) and d != n for d, n in zip(t.shape, arr.shape, strict=True)):
         raise CryptoError(f"the value has shape {arr.shape}, its type is {t}")
     return np.ascontiguousarray(arr, dtype=dtype.newbyteorder("<")).tobytes()
 
@@ -175,11 +176,10 @@ def tensor_bytes(value: Any, t: TensorType) -> bytes:
 def bytes_tensor(data: bytes, t: TensorType) -> np.ndarray:
     """The tensor of type ``t`` whose raw little-endian C-order bytes are ``data``."""
     dtype = numpy_dtype(t.dtype)
-    expected = dtype.itemsize * math.prod(t.shape)
-    if len(data) != expected:
-        raise CryptoError(f"{len(data)} bytes cannot be a {t} ({expected} bytes)")
-    return np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(
-        t.static_shape("crypto"))
+    shape = shape_of_elements(t, len(data) // dtype.itemsize)
+    if shape is None or len(data) % dtype.itemsize:
+        raise CryptoError(f"{len(data)} bytes cannot be a {t}")
+    return np.frombuffer(data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
 
 
 def _u8(data: bytes) -> np.ndarray:

@@ -20,7 +20,6 @@ removed by passes). The kernels are in `mplang.backends.crypto_impl`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -28,15 +27,18 @@ import numpy as np
 
 from mplang.dialects import tensor
 from mplang.dialects.common import canonical_type
+from mplang.dialects.symbolic import scaled_size
 from mplang.edsl.attrs import Attr
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.object import MPObject
 from mplang.edsl.traits import OpTraits
 from mplang.edsl.typing import (
     BaseType,
+    Dim,
     TensorType,
     TypeDecoder,
     TypeEncoder,
+    dim_text,
     numpy_dtype,
     register_type,
 )
@@ -184,9 +186,10 @@ class SharedSecret(BaseType):
 # ---------------------------------------------------------------- type-rule helpers
 
 
-def nbytes(t: TensorType) -> int:
-    """The raw bytes of a tensor of type ``t``."""
-    return numpy_dtype(t.dtype).itemsize * math.prod(t.static_shape("crypto"))
+def nbytes(t: TensorType, offset: int = 0) -> Dim:
+    """The raw bytes of a tensor of type ``t`` (plus ``offset``): an expression of its
+    symbols when its size is known only at run time (`scaled_size`)."""
+    return scaled_size(t, numpy_dtype(t.dtype).itemsize, offset)
 
 
 def _bytes_tensor(op: str, what: str, t: TensorType, size: int) -> TensorType:
@@ -241,7 +244,7 @@ def _aes_encrypt(x: TensorType, key: SymmetricKey, *, aad: bytes = b"") -> Tenso
     """Encrypt tensor ``x`` with AES-256-GCM under a fresh random nonce, authenticating
     ``aad``: a uint8 tensor ``nonce ‖ ciphertext ‖ tag`` of ``28 + x.nbytes`` bytes."""
     _aes_key("crypto.aes_encrypt", key)
-    return TensorType("uint8", (OVERHEAD + nbytes(x),))
+    return TensorType("uint8", (nbytes(x, OVERHEAD),))
 
 
 def aes_encrypt(x: Any, key: MPObject, *, aad: bytes = b"") -> MPObject:
@@ -258,10 +261,10 @@ def _aes_decrypt(c: TensorType, key: SymmetricKey, *, like: TensorType, aad: byt
     fails at run time if the ciphertext, ``aad`` or the key is not the one encrypted with."""
     op = "crypto.aes_decrypt"
     _aes_key(op, key)
-    size = OVERHEAD + nbytes(like)
+    size = nbytes(like, OVERHEAD)
     if c.dtype != "uint8" or len(c.shape) != 1 or c.shape[0] != size:
-        raise MPTypeError(f"{op}: the ciphertext must be u8[{size}] (nonce, tag and the "
-                          f"{nbytes(like)} bytes of {like}), got {c}")
+        raise MPTypeError(f"{op}: the ciphertext must be u8[{dim_text(size)}] (nonce, tag "
+                          f"and the {dim_text(nbytes(like))} bytes of {like}), got {c}")
     return like
 
 

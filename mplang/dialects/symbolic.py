@@ -6,6 +6,7 @@ those: refined, a module has no dynamic-shape op left for them to treat as unkno
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ from jax import export as jax_export
 from jax._src.interpreters.mlir import refine_polymorphic_shapes
 from jax.interpreters.mlir import make_ir_context
 
-from mplang.edsl.typing import TensorType, numpy_dtype
+from mplang.edsl.typing import Dim, TensorType, numpy_dtype
 
 PROBE_SIZES = (1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049, 1051, 1061, 1063, 1069)
 """The sizes probes give symbols, in order of appearance: primes no program is likely to
@@ -102,3 +103,30 @@ def probe_text(exp: jax_export.Exported, in_types: Sequence[TensorType],
             return str(refined(low))
     except Exception:  # a module that does not refine at these sizes
         return None
+
+
+def scaled_size(t: TensorType, scale: int, offset: int = 0) -> Dim:
+    """``scale`` times the elements of ``t``, plus ``offset``: an int when ``t``'s shape is
+    static, else the expression of its symbols as JAX writes it (so one size is always
+    spelled the same, ``4*n0+28``)."""
+    if t.is_static:
+        return scale * math.prod(d for d in t.shape if isinstance(d, int)) + offset
+    total: Any = scale
+    for d in jax_export.symbolic_shape(",".join(map(str, t.shape))):
+        total = total * d
+    return str(total + offset).replace(" ", "")
+
+
+def shape_of_elements(t: TensorType, elements: int) -> tuple[int, ...] | None:
+    """The shape of type ``t`` holding ``elements`` elements: its static shape, or with
+    its one symbolic dimension (a bare symbol) solved; None if there is none."""
+    known = math.prod(d for d in t.shape if isinstance(d, int))
+    symbolic = [i for i, d in enumerate(t.shape) if isinstance(d, str)]
+    if not symbolic:
+        return tuple(int(d) for d in t.shape) if known == elements else None
+    dim = t.shape[symbolic[0]]
+    if len(symbolic) > 1 or not isinstance(dim, str) or not dim.isidentifier() or \
+            known == 0 or elements % known or elements // known < 1:
+        return None
+    return tuple(elements // known if i == symbolic[0] else int(d)
+                 for i, d in enumerate(t.shape))

@@ -4,6 +4,7 @@ program makes sizes equal, compiled per run's sizes locally (JAX) and on the SPU
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +250,33 @@ def test_the_row_count_reaching_a_secure_device_is_judged(tmp_path: Path) -> Non
     assert any(r.startswith("op spu.seal at test_symbolic_sizes.py:") and
                "sends the row count of the shares it receives, raw" in r and "to node_1" in r
                for r in verdict.reasons), verdict.reasons
+
+
+def test_a_tee_function_takes_joined_rows_of_any_count() -> None:
+    """The TEE's sealed transfers carry sizes known at run time (a ciphertext of
+    ``u8[?4*n0+28]`` bytes), and its JAX function is shape polymorphic."""
+    spec = mp.ClusterSpec.from_dict({
+        "nodes": [{"name": f"node_{i}", "endpoint": f"127.0.0.1:{61930 + i}"}
+                  for i in range(3)],
+        "devices": {"P0": {"kind": "PPU", "members": ["node_0"]},
+                    "P1": {"kind": "PPU", "members": ["node_1"]},
+                    "T0": {"kind": "TEE", "members": ["node_2"],
+                           "config": {"attestation": "mock"}}}})
+
+    @mp.function
+    def prog() -> Any:
+        ja, jb = psi.join(*_tables(), "id")
+        xa = mp.device("P0")(lambda t: table.to_tensor(t, ["age"]))(ja)
+        xb = mp.device("P1")(lambda t: table.to_tensor(t, ["income"]))(jb)
+        total, more = mp.device("T0")(lambda x, y: (jnp.sum(x) + jnp.sum(y), x > y))(xa, xb)
+        return mp.put("P0", total), mp.put("P0", more)
+
+    with warnings.catch_warnings(), mp.Simulator(spec) as sim:
+        warnings.simplefilter("ignore", mp.InsecureDeviceWarning)  # the mock quote
+        program = mp.compile(prog, cluster=spec)
+        sealed = [str(v.type) for op in program.graph.walk() for v in op.outputs
+                  if op.opcode == "crypto.aes_encrypt"]
+        assert "u8[?4*n0+28]" in sealed
+        total, more = mp.fetch(sim, mp.evaluate(sim, program))
+    assert float(total) == float(SHARED.sum() + (SHARED * 2.0).sum())
+    np.testing.assert_array_equal(more[:, 0], SHARED > SHARED * 2.0)
