@@ -42,9 +42,11 @@ from mplang.dialects.phe import (
     sub_p,
     sum_p,
 )
+from mplang.dialects.symbolic import shape_of_elements
 from mplang.edsl.errors import MPPublicError, MPRuntimeError, MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import Primitive
+from mplang.edsl.typing import TensorType
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter, op_error
 
@@ -181,6 +183,25 @@ def encode(kit: Any, what: str, x: Any, shape: tuple[int, ...], scale: int) -> A
     return kit.array(np.ascontiguousarray(ints) if fast else ints, encoder)
 
 
+def logical_shape(t: Ciphertext | TensorType, storage: tuple[int, int]) -> tuple[int, ...]:
+    """The shape of a value of type ``t`` stored as an sf-heu array of ``storage``: its
+    type's, with a size known only at run time solved from the stored elements."""
+    shape = shape_of_elements(TensorType(t.dtype, tuple(t.shape)), storage[0] * storage[1])
+    if shape is None or storage_shape(shape) != storage:
+        raise ValueError(f"a ciphertext stored as {list(storage)} cannot be a {t}")
+    return shape
+
+
+def sized(t: Ciphertext | TensorType, x: Any) -> tuple[int, ...]:
+    """The shape plaintext ``x`` gives type ``t``: ``x``'s, if it has ``t``'s static sizes
+    (a size known only at run time takes ``x``'s)."""
+    shape = np.shape(x)
+    if len(shape) != len(t.shape) or any(
+            isinstance(d, int) and d != n for d, n in zip(t.shape, shape, strict=True)):
+        raise ValueError(f"a value of shape {list(shape)} cannot be a {t}")
+    return tuple(shape)
+
+
 def decrypt_in_range(private: PhePrivateKey, c: PheCiphertext, t: Ciphertext) -> np.ndarray:
     """The plaintext of ``c`` (type ``t``) as a ``t.dtype`` array of ``t.shape``. Every value
     is decoded as an integer of any size, divided by ``t.scale`` and checked against the
@@ -201,7 +222,7 @@ def decrypt_in_range(private: PhePrivateKey, c: PheCiphertext, t: Ciphertext) ->
             raise ValueError(f"a decrypted value (about 2^{abs(worst).bit_length()} / scale "
                              f"2^{t.scale.bit_length() - 1}) does not fit {t.dtype}: the "
                              "computation overflowed the plaintext space or the dtype")
-        return out.astype(dtype).reshape(t.shape)
+        return out.astype(dtype).reshape(logical_shape(t, c.shape))
     info = np.iinfo(dtype)
     if values.size:
         low, high = min(values.tolist()), max(values.tolist())
@@ -210,7 +231,7 @@ def decrypt_in_range(private: PhePrivateKey, c: PheCiphertext, t: Ciphertext) ->
             raise ValueError(f"a decrypted value ({_magnitude(worst)}) does not fit {t.dtype} "
                              f"[{info.min}, {info.max}]: the computation overflowed; encrypt "
                              "a wider dtype (int64) or reduce the values")
-    return values.astype(dtype).reshape(t.shape)
+    return values.astype(dtype).reshape(logical_shape(t, c.shape))
 
 
 def _magnitude(v: int) -> str:
@@ -267,7 +288,7 @@ def _encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
     t = op.outputs[0].type
     assert isinstance(t, Ciphertext)
     try:
-        plain = encode(public.kit, "phe.encrypt", x, t.shape, t.scale)
+        plain = encode(public.kit, "phe.encrypt", x, sized(t, x), t.scale)
     except ValueError as e:
         raise _fail(interp, op, str(e)) from None
     return [PheCiphertext(public.kit.encryptor().encrypt(plain), public)]
@@ -304,7 +325,8 @@ def _additive(prim: Primitive) -> None:
             _same_key(interp, op, a, b)
             return [PheCiphertext(combine(a.array, b.array), a.public)]
         try:
-            plain = encode(a.public.kit, prim.name, args[1], t.shape, t.scale)
+            plain = encode(a.public.kit, prim.name, args[1], logical_shape(t, a.shape),
+                           t.scale)
         except ValueError as e:
             raise _fail(interp, op, str(e)) from None
         return [PheCiphertext(combine(a.array, plain), a.public)]
@@ -319,7 +341,7 @@ def _mul_plain(interp: Interpreter, op: Operation, args: list[Any], key: str) ->
     c = _ciphertext(interp, op, args[0], "the ciphertext")
     t, x = _in_type(op, 0), _in_type(op, 1)
     try:
-        plain = encode(c.public.kit, "phe.mul_plain", args[1], t.shape,
+        plain = encode(c.public.kit, "phe.mul_plain", args[1], logical_shape(t, c.shape),
                        plain_scale(x, op.attrs["scale"]))
     except ValueError as e:
         raise _fail(interp, op, str(e)) from None
@@ -390,7 +412,7 @@ def _bucket_sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -
     groups = np.zeros(n, np.int64) if len(args) < 3 else \
         _index_array(interp, op, args[2], "every group id", -1, n_groups)
     kit = c.public.kit
-    rows, cols = storage_shape(out_t.shape)
+    rows, cols = storage_shape(out_t.plaintext().static_shape("phe.bucket_sum"))
     if n == 0:  # no rows: every bucket is an encryption of 0
         zero = encode(kit, "phe.bucket_sum", 0, (rows, cols), out_t.scale)
         return [PheCiphertext(kit.encryptor().encrypt(zero), c.public)]

@@ -42,10 +42,13 @@ from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import LOCAL_PURE, OpTraits
 from mplang.edsl.typing import (
     BaseType,
+    Dim,
     TensorType,
     TypeDecoder,
     TypeEncoder,
     ValueType,
+    dim_text,
+    is_symbolic,
     register_type,
 )
 from mplang.frontend.feop import feop
@@ -76,6 +79,9 @@ DTYPES = INT_DTYPES + FLOAT_DTYPES
 WIRE_KEY_BYTES = 64 * 1024
 """The most bytes a serialized public key may take on the wire."""
 WIRE_BYTES_PER_ELEMENT = 2 * MAX_KEY_BITS // 8 + 64
+MAX_SYMBOLIC_CIPHERTEXTS = 1 << 21
+"""The elements a ciphertext of a size known only at run time may have in one message
+(about 1.2 GiB at `WIRE_BYTES_PER_ELEMENT`)."""
 """A bound of one serialized ciphertext element (at most ``2 * key_bits`` bits, framed)."""
 MAX_SCALE_BITS = 512
 """Scales multiply with every plaintext multiplication; past 2**512 a result cannot be
@@ -150,7 +156,7 @@ class Ciphertext(BaseType):
 
     expansion = None
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
     key: str
     scale: int
 
@@ -159,8 +165,10 @@ class Ciphertext(BaseType):
             raise MPTypeError(f"a ciphertext holds one of {', '.join(DTYPES)}, "
                               f"not {self.dtype!r}")
         shape = self.shape
-        if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
-            raise MPTypeError(f"a ciphertext's shape must be a tuple of sizes, got {shape!r}")
+        if not isinstance(shape, tuple) or not all(
+                (type(d) is int and d >= 0) or is_symbolic(d) for d in shape):
+            raise MPTypeError(f"a ciphertext's shape must be a tuple of sizes or symbols, got "
+                              f"{shape!r}")
         _check_key_id(self.key)
         if type(self.scale) is not int or not 1 <= self.scale < (1 << MAX_SCALE_BITS):
             raise MPTypeError(f"a ciphertext's scale must be an int in [1, 2**{MAX_SCALE_BITS}),"
@@ -172,10 +180,10 @@ class Ciphertext(BaseType):
         return TensorType(self.dtype, self.shape)
 
     def wire_bytes(self) -> int:
-        """Its elements at the largest key size, with the public key it carries."""
-        elements = 1
-        for d in self.shape:
-            elements *= d
+        """Its elements at the largest key size, with the public key it carries (a size
+        known only at run time: `MAX_SYMBOLIC_CIPHERTEXTS` elements)."""
+        plain = self.plaintext()
+        elements = plain.size_estimate(1) if plain.is_static else MAX_SYMBOLIC_CIPHERTEXTS
         return max(elements, 1) * WIRE_BYTES_PER_ELEMENT + WIRE_KEY_BYTES + 256
 
     def to_json(self, encode: TypeEncoder) -> Any:
@@ -189,7 +197,7 @@ class Ciphertext(BaseType):
         return cls(body[0], tuple(body[1]), body[2], int(body[3]))
 
     def __str__(self) -> str:
-        dims = ",".join(map(str, self.shape))
+        dims = ",".join(map(dim_text, self.shape))
         scale = "" if self.scale == 1 else f",scale=2^{self.scale.bit_length() - 1}" \
             if self.scale & (self.scale - 1) == 0 else f",scale={self.scale}"
         return f"phe.ct<{self.dtype}[{dims}],{self.key}{scale}>"
@@ -313,7 +321,7 @@ def _encrypt_rule(sig: Signature) -> list[ValueType]:
         raise MPTypeError(f"{op}: integer tensors are encrypted at scale 1, got "
                           f"scale={sig.scale}")
     try:
-        return [Ciphertext(x.dtype, x.static_shape(op), pk.key, sig.scale)]
+        return [Ciphertext(x.dtype, x.shape, pk.key, sig.scale)]
     except MPTypeError as e:
         raise MPTypeError(f"{op}: {e}") from None
 
@@ -373,7 +381,7 @@ def _mul_plain_rule(sig: Signature) -> list[ValueType]:
     return [_product(op, c, x, c.shape, sig.scale)]
 
 
-def _product(op: str, c: Ciphertext, x: TensorType, shape: tuple[int, ...],
+def _product(op: str, c: Ciphertext, x: TensorType, shape: tuple[Dim, ...],
              scale: int | None) -> Ciphertext:
     factor = plain_scale(x, scale)
     dtype = c.dtype if c.dtype in FLOAT_DTYPES or factor == 1 else "float64"
@@ -410,7 +418,7 @@ def _dot_rule(sig: Signature) -> list[ValueType]:
                           f"or matrix, got {c} and {x}")
     if c.shape[-1] != x.shape[0]:
         raise MPTypeError(f"{op}: inner dimensions differ: {c} and {x}")
-    shape = c.shape[:-1] + x.static_shape(op)[1:]
+    shape = c.shape[:-1] + x.shape[1:]
     return [_product(op, c, x, shape, sig.scale)]
 
 

@@ -280,3 +280,29 @@ def test_a_tee_function_takes_joined_rows_of_any_count() -> None:
         total, more = mp.fetch(sim, mp.evaluate(sim, program))
     assert float(total) == float(SHARED.sum() + (SHARED * 2.0).sum())
     np.testing.assert_array_equal(more[:, 0], SHARED > SHARED * 2.0)
+
+
+def test_a_phe_device_adds_joined_columns_of_any_count() -> None:
+    """Ciphertexts of a size known only at run time (``phe.ct<float32[?n0,1],...>``): the
+    evaluator adds the two joined columns, the key owner decrypts their rows."""
+    spec = mp.ClusterSpec.from_dict({
+        "nodes": [{"name": f"node_{i}", "endpoint": f"127.0.0.1:{61920 + i}"}
+                  for i in range(3)],
+        "devices": {**{f"P{i}": {"kind": "PPU", "members": [f"node_{i}"]} for i in range(3)},
+                    "HE0": {"kind": "PHE", "members": ["node_0", "node_1"],
+                            "config": {"scheme": "paillier", "key_bits": 1024}}}})
+
+    @mp.function
+    def prog() -> Any:
+        ja, jb = psi.join(*_tables(), "id")
+        xa = mp.device("P0")(lambda t: table.to_tensor(t, ["age"]))(ja)
+        xb = mp.device("P1")(lambda t: table.to_tensor(t, ["income"]))(jb)
+        both = mp.device("HE0")(lambda a, b: a + b * 2.0)(mp.put("HE0", xa), mp.put("HE0", xb))
+        return mp.put("P0", both)
+
+    with mp.Simulator(spec) as sim:
+        program = mp.compile(prog, cluster=spec)
+        assert any("float32[?n0,1]" in str(v.type) for op in program.graph.walk()
+                   for v in op.outputs if op.opcode == "phe.encrypt")
+        both = mp.fetch(sim, mp.evaluate(sim, program))
+    np.testing.assert_allclose(both[:, 0], SHARED + SHARED * 4.0, rtol=1e-5)
