@@ -84,10 +84,9 @@ def context(http: bool, save: Callable[[dict[str, Path]], None]) -> Iterator[Any
     from tests.http import support
 
     with tempfile.TemporaryDirectory() as tmp:
-        roots = {f"node_{i}": Path(tmp) / f"node_{i}" for i in range(3)}
-        save(roots)
+        save({f"node_{i}": Path(tmp) / f"node_{i}" for i in range(3)})
         spec = support.make_spec(support.free_ports(3))
-        with support.running_cluster(spec, data_roots=roots) as cluster, \
+        with support.running_cluster(spec, data_root=tmp) as cluster, \
                 support.connected_driver(cluster) as driver:
             yield driver
 

@@ -33,11 +33,14 @@ SQL_CONFIG: dict[str, Any] = {
     "enable_external_file_cache": False,
     "temp_directory": "",
     "memory_limit": "4GB",
+    "preserve_insertion_order": True,
     "lock_configuration": True,
 }
 """The configuration of every DuckDB database of the table dialect: no files, network,
 extensions, secrets or temporary files; no Python variables as tables (replacement
-scans); a memory limit; and the configuration locked (``SET`` is refused)."""
+scans); a memory limit; results in their tables' row order unless the query orders
+them (a projection of joined rows stays aligned with the other side's, `kept_rows`);
+and the configuration locked (``SET`` is refused)."""
 
 DUCKDB_DTYPES = {
     "BOOLEAN": "bool", "TINYINT": "int8", "SMALLINT": "int16", "INTEGER": "int32",
@@ -148,6 +151,49 @@ def _result_dtype(query: str, name: str, duck_type: Any) -> str:
                       f"{short_query(query)})")
 
 
+ROW_MAKING_FUNCTIONS = frozenset(["unnest", "generate_series", "range", "generate_subscripts"])
+"""Functions that make rows in a select list (a query calling one keeps no row count)."""
+
+
+def kept_rows(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
+    """The input table whose rows ``query`` keeps one for one, in order, if it is a plain
+    projection of it: one SELECT from that table with no WHERE, GROUP BY, HAVING,
+    QUALIFY, SAMPLE, ORDER BY, LIMIT or DISTINCT, no CTE, subquery or join, and no
+    aggregate or row-making function outside a window. None otherwise."""
+    import duckdb
+
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0][0])
+        node = tree["statements"][0]["node"]
+        source = node["from_table"]
+    except (duckdb.Error, ValueError, RecursionError, KeyError, IndexError, TypeError):
+        return None
+    if tree.get("error") is not False or len(tree["statements"]) != 1 or \
+            node.get("type") != "SELECT_NODE" or source.get("type") != "BASE_TABLE" or \
+            source.get("schema_name") or node.get("modifiers") or \
+            node.get("cte_map", {}).get("map") or any(node.get(k) for k in (
+                "where_clause", "group_expressions", "group_sets", "having", "sample", "qualify")):
+        return None
+    aggregates = {row[0] for row in con.execute(
+        "SELECT DISTINCT function_name FROM duckdb_functions() "
+        "WHERE function_type = 'aggregate'").fetchall()}
+    nodes: list[Any] = list(node["select_list"])
+    while nodes:
+        item = nodes.pop()
+        if isinstance(item, dict):
+            if item.get("class") == "WINDOW":
+                continue  # a window function gives every row a value
+            name = str(item.get("function_name", "")).lower()
+            if item.get("class") == "SUBQUERY" or name in aggregates or \
+                    name in ROW_MAKING_FUNCTIONS:
+                return None
+            nodes.extend(item.values())
+        elif isinstance(item, list):
+            nodes.extend(item)
+    table = source.get("table_name")
+    return table if isinstance(table, str) else None
+
+
 _SQL_TYPES = LRUCache(1024)
 """(query, input names and types) -> the result's `TableType`."""
 
@@ -155,11 +201,12 @@ _SQL_TYPES = LRUCache(1024)
 def sql_result_type(query: str, inputs: Mapping[str, TableType]) -> TableType:
     """The type of ``query``'s result on tables of types ``inputs`` (by name), as DuckDB
     binds it in a locked-down database of empty tables; `MPTypeError` naming the query
-    if it does not bind or a result column has no table dtype (`DUCKDB_DTYPES`)."""
+    if it does not bind or a result column has no table dtype (`DUCKDB_DTYPES`). A plain
+    projection of one input (`kept_rows`) keeps that input's row count or symbol."""
     import duckdb
     import pyarrow as pa
 
-    key = (query, tuple((name, t.columns) for name, t in inputs.items()))
+    key = (query, tuple((name, t.columns, t.rows) for name, t in inputs.items()))
     found: TableType | None = _SQL_TYPES.lookup(key)
     if found is not None:
         return found
@@ -173,6 +220,7 @@ def sql_result_type(query: str, inputs: Mapping[str, TableType]) -> TableType:
         try:
             rel = con.sql(query)
             columns, types = rel.columns, rel.types
+            kept = kept_rows(con, query)
         except duckdb.Error as e:
             raise MPTypeError(f"table.sql: {first_line(e)} (query {short_query(query)})"
                               ) from None
@@ -182,7 +230,8 @@ def sql_result_type(query: str, inputs: Mapping[str, TableType]) -> TableType:
         dup = next(c for c in columns if columns.count(c) > 1)
         raise MPTypeError(f"table.sql: the result has two columns named {dup!r}; name them "
                           f"apart with AS (query {short_query(query)})")
+    rows = inputs[kept].rows if kept in inputs else None
     result = TableType(tuple((name, _result_dtype(query, name, t))
-                             for name, t in zip(columns, types, strict=True)))
+                             for name, t in zip(columns, types, strict=True)), rows)
     _SQL_TYPES.store(key, result)
     return result

@@ -103,6 +103,31 @@ def test_psi_join_sql_free_flow_into_the_spu_in_one_program(sim: mp.Simulator) -
     assert abs(float(again[0]) - SHARED.mean()) < 1e-3
 
 
+def test_sql_that_keeps_the_joined_rows_keeps_their_symbol(sim: mp.Simulator) -> None:
+    """Read, join, SQL, tensors: a projection of the joined rows (computed columns, a
+    window) keeps the join's symbol and order; a filter has a row count of its own."""
+    def derived(t: Any) -> Any:
+        return table.sql("SELECT age * 2 AS twice, CASE WHEN age > 20 THEN 1 ELSE 0 END AS "
+                         "old, count(*) OVER () AS n FROM j", j=t)
+
+    @mp.function
+    def prog() -> Any:
+        ja, jb = psi.join(*_tables(), "id")
+        xa = mp.device("P0")(lambda t: table.to_tensor(derived(t), ["twice", "old", "n"]))(ja)
+        older = mp.device("P0")(lambda t: table.sql("SELECT age FROM j WHERE age > 20", j=t))(ja)
+        xb = mp.device("P1")(lambda t: table.to_tensor(t, ["income"]))(jb)
+        dot = mp.device("SP0")(lambda x, y: jnp.sum(x[:, 0] * y[:, 0]))(xa, xb)
+        return mp.put("P0", dot), xa, older
+
+    program = mp.compile(prog, cluster=CLUSTER)
+    types = [str(v.type) for v in program.graph.outputs]
+    assert types[1:] == ["f32[?n0,3]@{0}", "table<age:f64>@{0}"]
+    dot, xa, _ = mp.fetch(sim, mp.evaluate(sim, program))
+    assert float(dot) == pytest.approx(float((SHARED * 2.0 * SHARED * 2.0).sum()), rel=1e-3)
+    np.testing.assert_array_equal(xa[:, 0], SHARED * 2.0)
+    np.testing.assert_array_equal(xa[:, 2], [len(SHARED)] * len(SHARED))
+
+
 def test_different_symbols_do_not_meet_while_tracing() -> None:
     """Two row counts known only at run time (a join's and a filter's) are two symbols:
     an op that needs them equal is refused when traced."""

@@ -137,7 +137,7 @@ def test_sql_result_type_is_computed_while_tracing(sim: mp.Simulator) -> None:
 
     out = mp.evaluate(sim, prog)
     assert str(out.base_type) == ("table<id:i64,senior:bool,name:str,x:f64,a32:i32,a8:u8,"
-                                  "f:f32>")
+                                  "f:f32>[6]")  # a projection keeps p's 6 rows
     got = mp.fetch(sim, out)[0].to_pandas()
     np.testing.assert_array_equal(got["senior"], PEOPLE["age"] > 30)
     assert list(got["name"]) == [n.upper() for n in PEOPLE["name"]]
@@ -427,8 +427,9 @@ def test_branches_returning_different_table_types_fail_while_tracing(sim: mp.Sim
             lambda t: simp.pcall(None, lambda t: table.sql("SELECT name FROM t", t=t), t), t)
 
     with pytest.raises(mp.MPTypeError, match=r"simp\.uniform_cond: branches must return the same "
-                                             r"types; then-branch returns \(table<id:i64>@\{0,1\}\)"
-                                             r", else-branch returns \(table<name:str>@\{0,1\}\)"):
+                                             r"types; then-branch returns "
+                                             r"\(table<id:i64>\[6\]@\{0,1\}\), else-branch "
+                                             r"returns \(table<name:str>\[6\]@\{0,1\}\)"):
         mp.evaluate(sim, prog)
 
 
