@@ -230,7 +230,7 @@ def sql_result_type(query: str, inputs: Mapping[str, TableType]) -> TableType:
         dup = next(c for c in columns if columns.count(c) > 1)
         raise MPTypeError(f"table.sql: the result has two columns named {dup!r}; name them "
                           f"apart with AS (query {short_query(query)})")
-    rows = inputs[kept].rows if kept in inputs else None
+    rows = inputs[kept].rows if kept is not None and kept in inputs else None
     result = TableType(tuple((name, _result_dtype(query, name, t))
                              for name, t in zip(columns, types, strict=True)), rows)
     _SQL_TYPES.store(key, result)
