@@ -1,4 +1,5 @@
-"""Private set intersection (PSI) of two parties' tables.
+"""Private set intersection (PSI) of parties' tables: `join` and `intersection_size` of
+two, `join_n` of n, and unbalanced PSI (`ub_prepare` once, `ub_join` many times).
 
 ``a`` is a table held by one party (A) and ``b`` a table held by another (B),
 both with a key column of the same name and dtype; no table ever leaves its
