@@ -43,7 +43,7 @@ from mplang.dialects import table
 from mplang.libs import psi
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_psi import alternating_best  # noqa: E402
+from bench_psi import alternating_best
 
 _NPC = {"ecdh_3pc": libpsi.PsiProtocol.PROTOCOL_ECDH_3PC,
         "ecdh_npc": libpsi.PsiProtocol.PROTOCOL_ECDH_NPC,
@@ -266,7 +266,7 @@ def main() -> None:
     lines = bench_n(args.rows, args.parties, args.repeats, args.protocols) \
         if args.protocols else []
     if args.server_rows:
-        lines += [""] + bench_ub(args.server_rows, args.client_rows)
+        lines += ["", *bench_ub(args.server_rows, args.client_rows)]
     print("\n".join(lines), flush=True)
 
 

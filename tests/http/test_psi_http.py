@@ -101,8 +101,8 @@ def _n_tables() -> list[pa.Table]:
     ids = RNG.choice(100_000, 600, replace=False)
     parts = [np.concatenate([ids[:180], ids[200:300]]), np.concatenate([ids[:180], ids[300:350]]),
              np.concatenate([ids[:120], ids[400:600]])]
-    return [pa.table({"id": pa.array(p, pa.int64()), f"v{i}": pa.array(np.arange(len(p)) * (i + 1))})
-            for i, p in enumerate(parts)]
+    return [pa.table({"id": pa.array(p, pa.int64()),
+                      f"v{i}": pa.array(np.arange(len(p)) * (i + 1))}) for i, p in enumerate(parts)]
 
 
 @pytest.mark.parametrize("protocol", ["ecdh_3pc", "kkrt_npc"])
