@@ -22,10 +22,8 @@ twice: the first copies the server's evaluated set to the client, the second reu
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +32,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
-import spu.libspu as libspu
 import spu.psi as libpsi
 
 import mplang as mp
@@ -43,7 +40,7 @@ from mplang.dialects import table
 from mplang.libs import psi
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_psi import alternating_best
+from bench_psi import alternating_best, raw_threads
 
 _NPC = {"ecdh_3pc": libpsi.PsiProtocol.PROTOCOL_ECDH_3PC,
         "ecdh_npc": libpsi.PsiProtocol.PROTOCOL_ECDH_NPC,
@@ -74,30 +71,6 @@ def n_party_files(base: Path, parties: int, rows: int) -> tuple[dict[str, Path],
         _write(base / f"node_{p}.keys.csv", {"id": ids, "i": np.arange(rows)})
         roots[f"node_{p}"] = root
     return roots, shared
-
-
-def raw_threads(parties: int, run: Callable[[int, Any], None], name: str) -> None:
-    """``run(rank, link)`` in one thread per party over libspu's in-memory links."""
-    desc = libspu.link.Desc()
-    desc.id = f"{name}-{os.getpid()}-{time.monotonic_ns()}"
-    desc.recv_timeout_ms = 3_600_000
-    for rank in range(parties):
-        desc.add_party(f"party{rank}", f"mem:{rank}")
-    errors: list[BaseException] = []
-
-    def party(rank: int) -> None:
-        try:
-            run(rank, libspu.link.create_mem(desc, rank))
-        except BaseException as e:  # reported by the caller's thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=party, args=(r,)) for r in range(parties)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
 
 
 class RawNpc:

@@ -45,6 +45,20 @@ def reference(how: str) -> tuple[pa.Table, pa.Table]:
     return A.take(pa.array(ra, pa.int64())), B.take(pa.array(rb, pa.int64()))
 
 
+def party_2_failure(ctx: Any, prog: Any, op: str, tag: str, request: pytest.FixtureRequest,
+                    caplog: pytest.LogCaptureFixture) -> str:
+    """Run ``prog``, which fails on party 2 at op ``op`` (the line tagged ``tag``): the
+    driver hears the generic error; returns party 2's logged detail."""
+    with pytest.raises(mp.MPRuntimeError) as info:
+        mp.evaluate(ctx, prog)
+    at = traced_at(__file__, tag)
+    assert_generic(info.value, op, at, 2)
+    if isinstance(ctx, mp.Driver):
+        cluster: LocalCluster = request.getfixturevalue("local_cluster")
+        return logged_failure_line(cluster.log_tail("node_2", 1 << 20), op, at, "node_2")
+    return logged_failure(caplog, op, at, "node_2")
+
+
 @pytest.mark.parametrize(("how", "protocol", "parties"),
                          [("inner", "rr22", (0, 1)), ("left", "ecdh", (2, 0))])
 def test_join_across_workers(ctx: Any, how: str, protocol: str,
@@ -81,16 +95,7 @@ def test_bad_keys_fail_both_workers_at_once(ctx: Any, request: pytest.FixtureReq
         b = simp.pcall((2,), lambda: table.constant(nulls))
         return psi.join(a, b, "id")  # @join
 
-    with pytest.raises(mp.MPRuntimeError) as info:
-        mp.evaluate(ctx, prog)
-    at = traced_at(__file__, "join")
-    assert_generic(info.value, "psi.join", at, 2)
-    if isinstance(ctx, mp.Driver):
-        cluster: LocalCluster = request.getfixturevalue("local_cluster")
-        detail = logged_failure_line(cluster.log_tail("node_2", 1 << 20), "psi.join", at,
-                                     "node_2")
-    else:
-        detail = logged_failure(caplog, "psi.join", at, "node_2")
+    detail = party_2_failure(ctx, prog, "psi.join", "join", request, caplog)
     assert detail.startswith("MPRuntimeError: party 2: op psi.join: key column 'id' of party "
                              "2's table has 1 null value(s)")
     test_intersection_size_across_workers(ctx)  # the workers are fine afterwards
@@ -135,16 +140,7 @@ def test_join_n_repeated_keys_fail_every_worker_at_once(ctx: Any, request: pytes
         held = [simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ts)]
         return psi.join_n(held, "id")  # @join_n
 
-    with pytest.raises(mp.MPRuntimeError) as info:
-        mp.evaluate(ctx, prog)
-    at = traced_at(__file__, "join_n")
-    assert_generic(info.value, "psi.join_n", at, 2)
-    if isinstance(ctx, mp.Driver):
-        cluster: LocalCluster = request.getfixturevalue("local_cluster")
-        detail = logged_failure_line(cluster.log_tail("node_2", 1 << 20), "psi.join_n", at,
-                                     "node_2")
-    else:
-        detail = logged_failure(caplog, "psi.join_n", at, "node_2")
+    detail = party_2_failure(ctx, prog, "psi.join_n", "join_n", request, caplog)
     assert detail.startswith("MPRuntimeError: party 2: op psi.join_n: key column 'id' of party "
                              "2's table has 1 repeated value(s)")
     test_join_n_across_workers(ctx, "ecdh_3pc")  # the workers are fine afterwards
