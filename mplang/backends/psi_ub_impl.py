@@ -41,6 +41,7 @@ from mplang.backends.psi_impl import (
     write_keys,
 )
 from mplang.backends.psi_session import (
+    FAILED,
     NO_STATE,
     Session,
     check_table,
@@ -48,7 +49,7 @@ from mplang.backends.psi_session import (
     stopping,
 )
 from mplang.dialects import psi
-from mplang.edsl.errors import MPRuntimeError
+from mplang.edsl.errors import MPRefusedError, MPRuntimeError
 from mplang.edsl.graph import Operation
 from mplang.runtime.interpreter import Interpreter, op_error
 from mplang.storage import data_root
@@ -120,9 +121,12 @@ def prepare(folder: Path, key: str, column: pa.ChunkedArray, link: Any) -> int:
     source, cache = folder / "server-keys.csv", folder / "server-cache"
     write_keys(source, keys)
     shutil.rmtree(cache, ignore_errors=True)
-    config = _config("MODE_OFFLINE_GEN_CACHE", "ROLE_SERVER", cache, source,
-                     folder / "server-result.csv")
-    call_libpsi(libpsi.ub_psi_execute, config, link)
+    if len(keys):
+        config = _config("MODE_OFFLINE_GEN_CACHE", "ROLE_SERVER", cache, source,
+                         folder / "server-result.csv")
+        call_libpsi(libpsi.ub_psi_execute, config, link)
+    else:  # an empty set: every join is empty, libpsi does not run
+        cache.mkdir()
     state = {"format": FORMAT, "key": key, "dtype": str(column.type), "keys": len(keys),
              "token": secrets.token_hex(16)}
     tmp = folder / "server.json.tmp"
@@ -190,8 +194,8 @@ def _serve(interp: Interpreter, op: Operation, key: str, client: int) -> int:
         session.send(client, "hello", json.dumps(
             {"token": prepared.token, "dtype": prepared.dtype, "keys": prepared.keys}).encode())
         rows, wants = _ANSWER.unpack(_answer(session.recv(client, "answer")))
-        if rows == 0:
-            return 0
+        if rows == 0 or prepared.keys == 0:
+            return int(rows)
         from spu import psi as libpsi
 
         with tempfile.TemporaryDirectory(prefix="mplang-psi-") as tmp:
@@ -212,10 +216,12 @@ def _answer(data: bytes) -> bytes:
 def _hello(data: bytes, server: int) -> dict[str, Any]:
     try:
         hello = json.loads(data)
-        assert isinstance(hello, dict) and {"token", "dtype", "keys"} <= hello.keys()
-        return hello
-    except (ValueError, AssertionError):
-        raise MPRuntimeError(f"party {server}'s hello is malformed") from None
+        if isinstance(hello, dict) and isinstance(hello.get("token"), str) and \
+                isinstance(hello.get("dtype"), str) and type(hello.get("keys")) is int:
+            return hello
+    except ValueError:
+        pass
+    raise MPRuntimeError(f"party {server}'s hello is malformed")
 
 
 def _client_token(folder: Path) -> str | None:
@@ -236,6 +242,12 @@ def _join(interp: Interpreter, op: Operation, key: str, table: pa.Table, server:
     name, column, rank = op.attrs["name"], op.attrs["key"], state.env.rank
     timeout = interp.options.timeout or state.env.timeout
     session = Session(state.env.communicator, interp.exec_id, key, timeout, [(server, "answer")])
+    try:  # before any message: the policy's writes must allow the copy of the server's set
+        worker.check_write("op psi.ub_join" + (f" at {op.loc}" if op.loc else ""),
+                           f"{psi.UB_FOLDER}/{name}")
+    except MPRefusedError:
+        session.fail(FAILED)
+        raise
     with stopping(interp, op, session):
         hello = _hello(session.recv(server, "hello"), server)
         mine = str(table.column(column).type)
@@ -244,15 +256,14 @@ def _join(interp: Interpreter, op: Operation, key: str, table: pa.Table, server:
                                  f"but party {server} prepared {name!r} with {hello['dtype']} "
                                  "keys; cast the key column to that type")
         folder = _folder(worker, name, "psi.ub_join", write=False)
-        wants = table.num_rows > 0 and _client_token(folder) != hello["token"]
+        runs = table.num_rows > 0 and hello["keys"] > 0
+        wants = runs and _client_token(folder) != hello["token"]
         if wants:
-            what = "op psi.ub_join" + (f" at {op.loc}" if op.loc else "")
-            worker.check_write(what, f"{psi.UB_FOLDER}/{name}")
             folder = _folder(worker, name, "psi.ub_join", write=True)
             (folder / "client.json").unlink(missing_ok=True)
             shutil.rmtree(folder / "client-cache", ignore_errors=True)
         session.send(server, "answer", _ANSWER.pack(table.num_rows, int(wants)))
-        if table.num_rows == 0:
+        if not runs:
             return take_rows(table, np.zeros(0, np.int64))
         keys = encode_keys(table.column(column))
         members = (server, rank)

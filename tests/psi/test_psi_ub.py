@@ -101,13 +101,16 @@ def test_preparing_again_refreshes_the_clients_copy(sim: mp.Simulator,
         "token": token}
 
 
-def test_empty_client_table_and_strings(sim: mp.Simulator) -> None:
+def test_empty_tables_and_strings(sim: mp.Simulator) -> None:
     words = pa.table({"id": pa.array(["a,b", "ü", 'q"', "x\ny", "zz"])})
     prepare(sim, words, name="words")
     assert query(sim, 2, words.slice(0, 0), name="words").num_rows == 0
     mine = pa.table({"id": pa.array(["zz", "nope", "a,b", "zz"]), "n": pa.array([0, 1, 2, 3])})
     got = query(sim, 2, mine, name="words")
     assert got.to_pydict() == {"id": ["a,b", "zz", "zz"], "n": [2, 0, 3]}
+    assert prepare(sim, words.slice(0, 0), name="none") == 0  # libpsi does not run
+    assert query(sim, 1, mine, name="none").schema == mine.schema
+    assert query(sim, 1, mine, name="none").num_rows == 0
 
 
 def test_a_missing_state_names_the_server_and_what_to_do(
