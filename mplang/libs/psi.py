@@ -167,8 +167,9 @@ def ub_join(t: MPObject, key: str, *, server: int, name: str) -> MPObject:
     allowed. The first join of a client with a prepared set copies the server's
     evaluated set into the client's data root (``ub-psi/NAME``); later joins reuse it.
     The client learns which of its keys the server holds and the server's number of
-    keys; the server learns the client's number of distinct keys, never which.
-    Policies: a ``compare`` of the client's keys with the server's prepared set."""
+    keys; the server learns the client's row count and number of distinct keys, never
+    which. Policies: a ``compare`` of the client's keys with the server's prepared set;
+    both parties' ``writes`` must allow ``ub-psi/NAME``."""
     op = "psi.ub_join"
     _holder(op, t, "t")
     if type(server) is not int:
