@@ -209,7 +209,7 @@ def pair_shared(index: np.ndarray, keys: pa.Array, side: int) -> np.ndarray:
     sides repeat a key; both parties rebuild the pairing from that shape alone, so
     they agree on it without another message."""
     rows, starts = sorted_rows(index, keys)
-    if side == 0 or len(rows) == 0:
+    if side == 0 or starts.all():  # A's order, or no key repeated: nothing to pair
         return rows
     first = np.flatnonzero(starts)
     sizes = np.diff(np.append(first, len(rows)))
