@@ -4,10 +4,6 @@ link, the intersection count over its messages; the same programs in the simulat
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -149,41 +145,3 @@ def test_join_n_repeated_keys_fail_every_worker_at_once(ctx: Any, request: pytes
                              "2's table has 1 repeated value(s)")
     test_join_n_across_workers(ctx, "ecdh_3pc")  # the workers are fine afterwards
 
-
-def test_join_n_waits_end_at_the_run_timeout(local_cluster: LocalCluster,
-                                             http_driver: mp.Driver) -> None:
-    """node_2 stops while the three workers run libpsi: the others' waits end at the
-    evaluation's timeout (not libpsi's 30 or 60 minutes), naming party 2."""
-    rows = np.random.default_rng(2).permutation(400_000)
-    ts = [pa.table({"id": pa.array(rows[i * 50_000: i * 50_000 + 150_000], pa.int64())})
-          for i in range(3)]
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        @mp.function
-        def prog() -> Any:
-            held = [simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ts)]
-            return psi.join_n(held, "id", protocol="ecdh_npc")
-
-        try:
-            mp.evaluate(http_driver, prog, timeout=3)
-        except BaseException as e:  # recorded for the test thread
-            outcome["error"] = e
-        outcome["finished"] = time.monotonic()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    time.sleep(1.5)  # prepared, and into the protocol
-    pid = local_cluster.processes["node_2"].pid
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        stopped = time.monotonic()
-        thread.join(3 + 5)
-        assert not thread.is_alive(), "evaluate did not return"
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    error = outcome.get("error")
-    assert isinstance(error, mp.MPTimeoutError), repr(error)
-    assert outcome["finished"] - stopped < 3 + 2
-    assert "party 2" in str(error), error
-    test_join_n_across_workers(http_driver, "kkrt_npc")  # the workers are fine afterwards
