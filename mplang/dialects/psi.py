@@ -110,8 +110,9 @@ ub_prepare_p = Primitive(
     cost=_cost,
     doc="The offline phase of unbalanced PSI: the server's keys, evaluated under its secret "
         "key (libpsi's ECDH-OPRF), stored in its data root under a name.")
-ub_join_p = Primitive(
-    "psi.ub_join", kind="communication", execution_model="multi_party", traits=_TRAITS,
+ub_join_p = Primitive(  # with effects: the client keeps a copy of the server's set
+    "psi.ub_join", kind="communication", execution_model="multi_party",
+    traits=OpTraits(pure=False, communicates=True, runtimes=WORKER_AND_DRIVER),
     operands=[Operand("t", HELD_TABLE, doc="the client's table")],
     attrs={"key": _KEY, "name": _UB_NAME,
            "server": Attr(int, required=True, doc="the rank of the server")},
