@@ -98,41 +98,47 @@ class RawCase:
 
     def __init__(self, inputs: list[Path], protocol: str, out: Path):
         self.inputs = inputs
-        self.protocol, self.out, self.runs = protocol, out, 0
+        self.protocol, self.out = protocol, out
         self.counts: list[int] = [0, 0]
 
-    def _party(self, rank: int, desc: Any, errors: list[BaseException]) -> None:
+    def _party(self, rank: int, link: Any) -> None:
+        config = libpsi.PsiExecuteConfig(
+            protocol_conf=libpsi.PsiProtocolConfig(
+                protocol=_PROTOCOLS[self.protocol], receiver_rank=0, broadcast_result=True,
+                ecdh_params=libpsi.EcdhParams(curve=libpsi.EllipticCurveType.CURVE_25519)),
+            input_params=libpsi.InputParams(path=str(self.inputs[rank]),
+                                            selected_keys=["id"], keys_unique=False),
+            output_params=libpsi.OutputParams(path=str(self.out / f"out{rank}.csv")),
+            join_conf=libpsi.ResultJoinConfig(
+                type=libpsi.ResultJoinType.JOIN_TYPE_INNER_JOIN, left_side_rank=0))
+        self.counts[rank] = libpsi.psi_execute(config, link).intersection_count
+
+    def __call__(self) -> None:
+        raw_threads(2, self._party, "raw-psi")
+
+
+def raw_threads(parties: int, run: Callable[[int, Any], None], name: str) -> None:
+    """``run(rank, link)`` in one thread per party over libspu's in-memory links."""
+    desc = libspu.link.Desc()
+    desc.id = f"{name}-{os.getpid()}-{time.monotonic_ns()}"
+    desc.recv_timeout_ms = 3_600_000
+    for rank in range(parties):
+        desc.add_party(f"party{rank}", f"mem:{rank}")
+    errors: list[BaseException] = []
+
+    def party(rank: int) -> None:
         try:
-            link = libspu.link.create_mem(desc, rank)
-            config = libpsi.PsiExecuteConfig(
-                protocol_conf=libpsi.PsiProtocolConfig(
-                    protocol=_PROTOCOLS[self.protocol], receiver_rank=0, broadcast_result=True,
-                    ecdh_params=libpsi.EcdhParams(curve=libpsi.EllipticCurveType.CURVE_25519)),
-                input_params=libpsi.InputParams(path=str(self.inputs[rank]),
-                                                selected_keys=["id"], keys_unique=False),
-                output_params=libpsi.OutputParams(path=str(self.out / f"out{rank}.csv")),
-                join_conf=libpsi.ResultJoinConfig(
-                    type=libpsi.ResultJoinType.JOIN_TYPE_INNER_JOIN, left_side_rank=0))
-            self.counts[rank] = libpsi.psi_execute(config, link).intersection_count
+            run(rank, libspu.link.create_mem(desc, rank))
         except BaseException as e:  # reported by the caller's thread
             errors.append(e)
 
-    def __call__(self) -> None:
-        self.runs += 1
-        desc = libspu.link.Desc()
-        desc.id = f"raw-psi-{os.getpid()}-{self.runs}"
-        desc.recv_timeout_ms = 900_000
-        for rank in range(2):
-            desc.add_party(f"party{rank}", f"mem:{rank}")
-        errors: list[BaseException] = []
-        threads = [threading.Thread(target=self._party, args=(r, desc, errors))
-                   for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+    threads = [threading.Thread(target=party, args=(r,)) for r in range(parties)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def alternating_best(repeats: int, *cases: Callable[[], Any]) -> list[float]:

@@ -35,13 +35,15 @@ PACKAGE = ROOT / "mplang"
 
 SPU_OWN = frozenset(["mplang/dialects/spu.py", "mplang/device/spu.py",
                      "mplang/analysis/spu_rounds.py",
-                     "mplang/backends/psi_impl.py"])
-"""SPU's own modules (plus ``mplang/backends/spu_*.py``). ``psi_impl`` runs libpsi, which
-ships in the spu wheel (``spu.psi``): it names the package, not the SPU dialect."""
+                     "mplang/backends/psi_impl.py", "mplang/backends/psi_npc_impl.py",
+                     "mplang/backends/psi_ub_impl.py"])
+"""SPU's own modules (plus ``mplang/backends/spu_*.py``). The ``psi_*_impl`` modules run
+libpsi, which ships in the spu wheel (``spu.psi``): they name the package, not the SPU
+dialect."""
 MAX_SPU_MENTIONS = 3
 MAX_MODULE_LINES = 600
 """The most non-blank lines (``grep -c .``) one module may have."""
-LINE_BUDGET = 25_300
+LINE_BUDGET = 26_100
 """The most lines of code (non-blank, non-comment: `linecount.count`) the package may have:
 a little above its size when the budget was set (raised from 22,500 for the row-aware
 flow analysis of declassification and the containment of op errors, then from 24,000 for
@@ -49,8 +51,10 @@ SecureBoost's trees on a secure device, which the default policies accept, then 
 24,300 for the workers' abuse limits: admission from the HEAD and the connection caps,
 then from 24,400 for spec reloads that take effect, vetting received programs on the
 simulator, and failures that end a run with their cause, then from 24,750 for sizes known
-only at run time: symbols in types, shape-polymorphic JAX and per-size SPU compilation,
-and their analyses). Raise it only for a reason."""
+only at run time (symbols in types, shape-polymorphic JAX and per-size SPU compilation,
+and their analyses), n-party and unbalanced PSI (``psi.join_n``, ``psi.ub_prepare``,
+``psi.ub_join``), the chaos suite's fixes and the frame fuzzing's). Raise it only for a
+reason."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,18 +101,57 @@ class JoinRun:
     """The ranks of A and B."""
 
 
+def write_keys(path: Path, keys: pa.Array) -> None:
+    """libpsi's input: encoded ``keys`` (column ``k``) and their row numbers (``i``),
+    under a header without quotes (libpsi's older CSV reader takes them literally)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    rows = pa.array(np.arange(len(keys), dtype=np.int64))
+    with open(path, "wb") as f:
+        f.write(b"k,i\n")
+        pcsv.write_csv(pa.table({"k": keys, "i": rows}), f,
+                       pcsv.WriteOptions(quoting_style="none", include_header=False))
+
+
+def read_rows(path: Path, rows: int) -> np.ndarray:
+    """The row numbers (column ``i``) of a libpsi result, -1 for its empty rows; each
+    checked to be a row of a table of ``rows`` rows."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    out = pcsv.read_csv(path, convert_options=pcsv.ConvertOptions(
+        column_types={"i": pa.int64()}, include_columns=["i"], null_values=[_NULL],
+        strings_can_be_null=False))
+    found: np.ndarray = out.column("i").combine_chunks().fill_null(-1).to_numpy(
+        zero_copy_only=False)
+    if found.size and (found.max() >= rows or found.min() < -1):
+        raise MPRuntimeError(f"libpsi returned row numbers outside 0..{rows - 1}")
+    return found
+
+
+def call_libpsi(run: Callable[..., Any], *args: Any) -> Any:
+    """``run(*args)`` (a libpsi entry point), its errors as `MPRuntimeError`s of one
+    line, the Perfetto traces it wrote removed."""
+    started = time.time()
+    try:
+        return run(*args)
+    except MPLangError:
+        raise
+    except RuntimeError as e:  # libpsi's own errors (its link's too)
+        raise MPRuntimeError(f"libpsi failed: {_libpsi_message(e)}") from None
+    finally:
+        _remove_traces(started)
+
+
 def run_libpsi(run: JoinRun, keys: pa.Array, link: Any, folder: Path) -> np.ndarray:
     """libpsi's output for this party, given its encoded ``keys``: for each result row,
     the number of this party's row it shows, or -1 where libpsi puts an empty row (this
     party has no match there)."""
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
     from spu import psi as libpsi
 
     source, result = folder / "keys.csv", folder / "result.csv"
-    rows = pa.array(np.arange(len(keys), dtype=np.int64))
-    pcsv.write_csv(pa.table({"k": keys, "i": rows}), source,
-                   pcsv.WriteOptions(quoting_style="none"))
+    write_keys(source, keys)
     config = libpsi.PsiExecuteConfig(
         protocol_conf=libpsi.PsiProtocolConfig(
             protocol=getattr(libpsi.PsiProtocol, f"PROTOCOL_{run.protocol.upper()}"),
@@ -124,19 +163,8 @@ def run_libpsi(run: JoinRun, keys: pa.Array, link: Any, folder: Path) -> np.ndar
         join_conf=libpsi.ResultJoinConfig(
             type=getattr(libpsi.ResultJoinType, f"JOIN_TYPE_{run.how.upper()}_JOIN"),
             left_side_rank=0))
-    started = time.time()
-    try:
-        libpsi.psi_execute(config, link)
-    finally:
-        _remove_traces(started)
-    out = pcsv.read_csv(result, convert_options=pcsv.ConvertOptions(
-        column_types={"i": pa.int64()}, include_columns=["i"], null_values=[_NULL],
-        strings_can_be_null=False))
-    index = out.column("i").combine_chunks()
-    found: np.ndarray = index.fill_null(-1).to_numpy(zero_copy_only=False)
-    if found.size and (found.max() >= len(keys) or found.min() < -1):
-        raise MPRuntimeError(f"libpsi returned row numbers outside 0..{len(keys) - 1}")
-    return found
+    call_libpsi(libpsi.psi_execute, config, link)
+    return read_rows(result, len(keys))
 
 
 def sections(how: str, total: int, mine_missing: int, peer_missing: int, side: int
@@ -152,7 +180,7 @@ def sections(how: str, total: int, mine_missing: int, peer_missing: int, side: i
     return [(0, shared), (shared, shared + a_only), (shared + a_only, total)]
 
 
-def _sorted_rows(index: np.ndarray, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def sorted_rows(index: np.ndarray, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``index`` (row numbers, repeats allowed) sorted by (encoded key, row), and where
     each run of equal keys starts."""
     import pyarrow as pa
@@ -180,8 +208,8 @@ def pair_shared(index: np.ndarray, keys: pa.Array, side: int) -> np.ndarray:
     the peer has rows with that key, but does not pair them into a product when both
     sides repeat a key; both parties rebuild the pairing from that shape alone, so
     they agree on it without another message."""
-    rows, starts = _sorted_rows(index, keys)
-    if side == 0 or len(rows) == 0:
+    rows, starts = sorted_rows(index, keys)
+    if side == 0 or starts.all():  # A's order, or no key repeated: nothing to pair
         return rows
     first = np.flatnonzero(starts)
     sizes = np.diff(np.append(first, len(rows)))
@@ -207,7 +235,7 @@ def order_result(index: np.ndarray, keys: pa.Array, ranges: Sequence[tuple[int, 
         part = out[lo:hi]
         if part.size == 0 or part[0] < 0:
             continue
-        out[lo:hi] = pair_shared(part, keys, side) if n == 0 else _sorted_rows(part, keys)[0]
+        out[lo:hi] = pair_shared(part, keys, side) if n == 0 else sorted_rows(part, keys)[0]
     return out
 
 
@@ -254,12 +282,7 @@ def join_table(run: JoinRun, table: pa.Table, session: Session, link: Any) -> pa
                           int((index >= 0).sum()), run.side)
     else:
         with tempfile.TemporaryDirectory(prefix="mplang-psi-") as folder:
-            try:
-                index = run_libpsi(run, keys, link(), Path(folder))
-            except MPLangError:
-                raise
-            except RuntimeError as e:  # libpsi's own errors (its link's too)
-                raise MPRuntimeError(f"libpsi failed: {_libpsi_message(e)}") from None
+            index = run_libpsi(run, keys, link(), Path(folder))
         ranges = [(0, len(index))]
         if run.how != "inner":
             missing = int((index < 0).sum())

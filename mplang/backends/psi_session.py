@@ -24,11 +24,14 @@ from mplang.runtime.interpreter import Interpreter, op_error
 if TYPE_CHECKING:
     import pyarrow as pa
 
-OK, BAD_INPUT, NULL_KEYS, FAILED = 0, 1, 2, 3
+OK, BAD_INPUT, NULL_KEYS, FAILED, DUPLICATE_KEYS, NO_STATE = 0, 1, 2, 3, 4, 5
 """Status codes of a message frame: a peer learns why another party stopped, never more."""
 _REASONS = {BAD_INPUT: "its input is not a table with the key column",
             NULL_KEYS: "its key column has null values",
-            FAILED: "it stopped (see its own error)"}
+            FAILED: "it stopped (see its own error)",
+            DUPLICATE_KEYS: "its key column has duplicate values",
+            NO_STATE: "it has no usable prepared set of that name (run psi.ub_prepare on it "
+                      "again)"}
 U64 = struct.Struct("<Q")
 """A count in a message: an unsigned 64-bit little-endian integer."""
 
@@ -96,6 +99,20 @@ def check_table(table: Any, key: str, rank: int) -> tuple[int, str] | None:
         encode_keys(table.column(key).slice(0, 0))
     except ValueError as e:
         return BAD_INPUT, f"key column {key!r} of party {rank}'s table: {e}"
+    return None
+
+
+def check_distinct(table: pa.Table, key: str, rank: int, op: str) -> tuple[int, str] | None:
+    """Why ``op`` cannot take this party's table, whose key column must hold distinct
+    values (checked by `check_table` first), as (status code, message); None if it can."""
+    import pyarrow.compute as pc
+
+    keys = encode_keys(table.column(key))
+    repeated = len(keys) - int(pc.count_distinct(keys, mode="all").as_py())
+    if repeated:
+        return DUPLICATE_KEYS, f"key column {key!r} of party {rank}'s table has {repeated} " \
+                               f"repeated value(s); {op} needs distinct keys (keep one row " \
+                               "per key, e.g. with table.sql and GROUP BY)"
     return None
 
 

@@ -97,6 +97,13 @@ class _CommChannel(libspu.link.IChannel):
     def SetChunkParallelSendSize(self, size: int) -> None:
         pass
 
+    def SetRecvTimeout(self, timeout_ms: int) -> None:
+        """Ignored: a receive waits at most the run's timeout (libpsi's n-party protocols
+        ask for 30 or 60 minutes)."""
+
+    def GetRecvTimeout(self) -> int:
+        return int(self._timeout_s * 1000)
+
 
 class ChannelLinkFactory:
     """SPU links whose messages go through ``communicator`` (one per worker)."""

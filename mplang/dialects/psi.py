@@ -1,22 +1,29 @@
-"""The ``psi`` dialect: private set intersection of two parties' tables.
+"""The ``psi`` dialect: private set intersection of parties' tables.
 
-Two multi-party ops over tables held by one party each (``a`` by party A, ``b``
-by party B), matched on a key column of the same name and dtype on both sides:
+Multi-party ops over tables held by one party each, matched on a key column of the
+same name and dtype on every side:
 
-- ``psi.join`` (libpsi: RR22, KKRT or ECDH): each party gets its own rows for the
-  shared keys (``inner``), or also its unmatched rows (``left``, ``full``), both
-  results aligned row by row;
+- ``psi.join`` (libpsi: RR22, KKRT or ECDH) of two tables (``a`` by party A, ``b`` by
+  party B): each party gets its own rows for the shared keys (``inner``), or also its
+  unmatched rows (``left``, ``full``), both results aligned row by row;
 - ``psi.intersection_size``: only the number of distinct shared keys, for the
-  parties named by ``reveal_to`` (ECDH over X25519, see `mplang.backends.psi_count`).
+  parties named by ``reveal_to`` (ECDH over X25519, see `mplang.backends.psi_count`);
+- ``psi.join_n`` (libpsi: ECDH_3PC, ECDH_NPC, KKRT_NPC) of n tables: each holder gets
+  its own rows for the keys all n hold, aligned;
+- ``psi.ub_prepare`` and ``psi.ub_join``: unbalanced PSI (libpsi's ECDH-OPRF), a
+  server's set prepared once into its data root, then joined with clients' small sets.
 
 Declarations, type and flow rules; the kernels are in `mplang.backends.psi_impl`
-(the join) and `mplang.backends.psi_count` (the count), the user-facing functions
+(the join), `mplang.backends.psi_count` (the count), `mplang.backends.psi_npc_impl`
+(n parties) and `mplang.backends.psi_ub_impl` (unbalanced), the user-facing functions
 in `mplang.libs.psi`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Any
 
 from mplang.analysis.cost_model import CostModel, OpCost, value_bytes
 from mplang.dialects.table import TableType
@@ -32,7 +39,7 @@ from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import Mask, MPType, TensorType, ValueType, is_symbolic, scalar
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels
-from mplang.policy.labels import compared, raw, subset
+from mplang.policy.labels import compared, join_all, raw, source, subset
 
 mark_library(__file__)
 
@@ -41,6 +48,13 @@ PROTOCOLS = ("rr22", "kkrt", "ecdh")
 ECDH (Diffie-Hellman over Curve25519; the least communication rounds)."""
 JOINS = ("inner", "left", "full")
 """What ``psi.join`` keeps: shared keys only; also A's unmatched rows; also both sides'."""
+NPC_PROTOCOLS = ("ecdh_3pc", "ecdh_npc", "kkrt_npc")
+"""libpsi's protocols of ``psi.join_n``: ECDH_3PC (three parties only), ECDH_NPC and
+KKRT_NPC (a tree of two-party ECDH or KKRT PSIs, any number of parties)."""
+UB_FOLDER = "ub-psi"
+"""The folder of a party's data root that holds its unbalanced-PSI state, one
+subfolder per name."""
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
 def _cost(op: Operation, model: CostModel) -> OpCost:
@@ -50,6 +64,8 @@ def _cost(op: Operation, model: CostModel) -> OpCost:
 
 
 _TRAITS = OpTraits(pure=True, communicates=True, runtimes=WORKER_AND_DRIVER)
+_ROWS = Attr(str, default="", optional=True,
+             doc="the symbol of the joined row count, shared by every result")
 HELD_TABLE = held(TableType, name="a table at the simp level")
 _TABLES = [Operand("a", HELD_TABLE, doc="party A's table"),
            Operand("b", HELD_TABLE, doc="party B's table")]
@@ -60,8 +76,7 @@ join_p = Primitive(
     attrs={"key": _KEY,
            "how": Attr(str, default="inner", choices=JOINS, doc="which rows to keep"),
            "protocol": Attr(str, default="rr22", choices=PROTOCOLS, doc="libpsi's protocol"),
-           "rows": Attr(str, default="", optional=True,
-                        doc="the symbol of the joined row count, shared by both results")},
+           "rows": _ROWS},
     results=[Result("ja", HELD_TABLE, doc="A's rows, held by A"),
              Result("jb", HELD_TABLE, doc="B's rows, held by B")],
     cost=_cost,
@@ -78,12 +93,57 @@ size_p = Primitive(
         "parties only (ECDH over X25519).")
 
 
+_N_TABLES = [Operand("tables", HELD_TABLE, variadic=True, doc="one table per holder")]
+join_n_p = Primitive(
+    "psi.join_n", kind="communication", execution_model="multi_party", traits=_TRAITS,
+    operands=_N_TABLES,
+    attrs={"key": _KEY,
+           "protocol": Attr(str, required=True, choices=NPC_PROTOCOLS, doc="libpsi's protocol"),
+           "rows": _ROWS},
+    results=[Result("joined", HELD_TABLE, variadic=True, doc="each holder's rows, held by it")],
+    cost=_cost,
+    doc="Private set intersection of n parties' tables on a key column of distinct keys "
+        "(libpsi); each holder gets its own rows for the keys all n hold, aligned by key.")
+_UB_NAME = Attr(str, required=True, doc=f"the name of the server's state ({UB_FOLDER}/NAME "
+                                        "in its data root)")
+ub_prepare_p = Primitive(
+    "psi.ub_prepare", kind="communication", execution_model="multi_party",
+    traits=OpTraits(pure=False, communicates=False, runtimes=WORKER_AND_DRIVER),
+    operands=[Operand("t", HELD_TABLE, doc="the server's table")],
+    attrs={"key": _KEY, "name": _UB_NAME},
+    results=[Result("keys", held(TensorType), doc="an int64 scalar: the distinct keys prepared")],
+    cost=_cost,
+    doc="The offline phase of unbalanced PSI: the server's keys, evaluated under its secret "
+        "key (libpsi's ECDH-OPRF), stored in its data root under a name.")
+ub_join_p = Primitive(  # with effects: the client keeps a copy of the server's set
+    "psi.ub_join", kind="communication", execution_model="multi_party",
+    traits=OpTraits(pure=False, communicates=True, runtimes=WORKER_AND_DRIVER),
+    operands=[Operand("t", HELD_TABLE, doc="the client's table")],
+    attrs={"key": _KEY, "name": _UB_NAME,
+           "server": Attr(int, required=True, doc="the rank of the server")},
+    results=[Result("joined", HELD_TABLE, doc="the client's rows whose key the server holds"),
+             Result("rows", held(TensorType),
+                    doc="an int64 scalar at the server: the client's row count")],
+    cost=_cost,
+    doc="The online phase of unbalanced PSI: the client's rows whose key the server's set "
+        "(prepared by psi.ub_prepare) holds, for the client only.")
+
+
 def holders(op: Operation) -> tuple[int, int]:
     """The ranks of A and B, the holders of a psi op's two tables."""
     ta, tb = op.inputs[0].type, op.inputs[1].type
     assert isinstance(ta, MPType) and ta.pmask is not None
     assert isinstance(tb, MPType) and tb.pmask is not None
     return ta.pmask.parties[0], tb.pmask.parties[0]
+
+
+def holders_n(op: Operation) -> tuple[int, ...]:
+    """The ranks of the holders of a psi op's tables, in operand order."""
+    ranks = []
+    for v in op.inputs:
+        assert isinstance(v.type, MPType) and v.type.pmask is not None
+        ranks.append(v.type.pmask.parties[0])
+    return tuple(ranks)
 
 
 def counter_of(members: tuple[int, int], reveal_to: Sequence[int]) -> int:
@@ -110,29 +170,40 @@ def key_types(op: str, a: MPType, b: MPType, key: str
     if holder_a == holder_b:
         raise MPTypeError(f"{op}: a and b are both held by party {holder_a}; PSI runs between "
                           "two parties (join tables of one party locally, with table.sql)")
-    if not key:
-        raise MPTypeError(f"{op}: the key must be a column name, got {key!r}")
-    assert isinstance(a.base, TableType) and isinstance(b.base, TableType)
-    dtypes = []
-    for name, t, holder in (("a", a.base, holder_a), ("b", b.base, holder_b)):
-        found = dict(t.columns).get(key)
-        if found is None:
-            raise MPTypeError(f"{op}: {name} (held by party {holder}) has no key column "
-                              f"{key!r}; its columns: {', '.join(c for c, _ in t.columns)}")
-        dtypes.append(found)
+    dtypes = [key_dtype(op, name, t, holder, key)
+              for name, t, holder in (("a", a, holder_a), ("b", b, holder_b))]
     if dtypes[0] != dtypes[1]:
         raise MPTypeError(f"{op}: key column {key!r} is {dtypes[0]} in a (held by party "
                           f"{holder_a}) but {dtypes[1]} in b (held by party {holder_b}); "
                           "cast one side so both keys have the same dtype")
+    assert isinstance(a.base, TableType) and isinstance(b.base, TableType)
     return a.base, holder_a, b.base, holder_b, dtypes[0]
+
+
+def key_dtype(op: str, what: str, t: MPType, holder: int, key: str) -> str:
+    """The dtype of column ``key`` of table ``what`` (held by ``holder``)."""
+    if not key:
+        raise MPTypeError(f"{op}: the key must be a column name, got {key!r}")
+    assert isinstance(t.base, TableType)
+    found = dict(t.base.columns).get(key)
+    if found is None:
+        raise MPTypeError(f"{op}: {what} (held by party {holder}) has no key column "
+                          f"{key!r}; its columns: {', '.join(c for c, _ in t.base.columns)}")
+    return str(found)
+
+
+def check_name(op: str, name: Any) -> str:
+    """``name`` as the name of unbalanced-PSI state: letters, digits, ``_.-``."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise MPTypeError(f"{op}: name={name!r} must be 1 to 100 letters, digits, '_', '.' "
+                          "or '-', starting with a letter or digit")
+    return name
 
 
 @join_p.def_type_rule
 def _join_rule(sig: Signature) -> list[ValueType]:
     a, holder_a, b, holder_b, _ = key_types("psi.join", sig.a, sig.b, sig.key)
-    rows = sig.attrs.get("rows") or None
-    if rows is not None and not is_symbolic(rows):
-        raise MPTypeError(f"psi.join: rows must be a symbol, got {rows!r}")
+    rows = _rows_symbol("psi.join", sig)
     return [MPType(TableType(a.columns, rows), Mask.of([holder_a])),
             MPType(TableType(b.columns, rows), Mask.of([holder_b]))]
 
@@ -146,6 +217,66 @@ def _size_rule(sig: Signature) -> list[ValueType]:
         raise MPTypeError(f"psi.intersection_size: reveal_to must be distinct parties of a "
                           f"{sig.world_size}-party world in increasing order, got {reveal_to!r}")
     return [MPType(scalar("int64"), Mask.of(reveal_to))]
+
+
+def _rows_symbol(op: str, sig: Signature) -> str | None:
+    """The symbol of a join's row count (its optional ``rows``), checked."""
+    rows = sig.attrs.get("rows") or None
+    if rows is not None and not is_symbolic(rows):
+        raise MPTypeError(f"{op}: rows must be a symbol, got {rows!r}")
+    return rows
+
+
+@join_n_p.def_type_rule
+def _join_n_rule(sig: Signature) -> list[ValueType]:
+    op = "psi.join_n"
+    tables: list[MPType] = list(sig.inputs)  # type: ignore[arg-type]
+    if len(tables) < 2:
+        raise MPTypeError(f"{op}: needs at least two tables, got {len(tables)}")
+    ranks = [_holder(op, f"table {i}", t) for i, t in enumerate(tables)]
+    if len(set(ranks)) != len(ranks):
+        raise MPTypeError(f"{op}: the tables are held by parties {ranks}; each party may "
+                          "hold one table only (join tables of one party locally, with "
+                          "table.sql)")
+    if sig.protocol == "ecdh_3pc" and len(tables) != 3:
+        raise MPTypeError(f"{op}: protocol 'ecdh_3pc' joins exactly three tables, got "
+                          f"{len(tables)}; use 'ecdh_npc' or 'kkrt_npc'")
+    dtypes = [key_dtype(op, f"table {i}", t, r, sig.key)
+              for i, (t, r) in enumerate(zip(tables, ranks, strict=True))]
+    for i, dtype in enumerate(dtypes):
+        if dtype != dtypes[0]:
+            raise MPTypeError(f"{op}: key column {sig.key!r} is {dtypes[0]} in table 0 (held "
+                              f"by party {ranks[0]}) but {dtype} in table {i} (held by party "
+                              f"{ranks[i]}); cast so every key has the same dtype")
+    out: list[ValueType] = []
+    rows = _rows_symbol(op, sig)
+    for t, r in zip(tables, ranks, strict=True):
+        assert isinstance(t.base, TableType)
+        out.append(MPType(TableType(t.base.columns, rows), Mask.of([r])))
+    return out
+
+
+@ub_prepare_p.def_type_rule
+def _ub_prepare_rule(sig: Signature) -> list[ValueType]:
+    op = "psi.ub_prepare"
+    server = _holder(op, "t", sig.t)
+    key_dtype(op, "t", sig.t, server, sig.key)
+    check_name(op, sig.name)
+    return [MPType(scalar("int64"), Mask.of([server]))]
+
+
+@ub_join_p.def_type_rule
+def _ub_join_rule(sig: Signature) -> list[ValueType]:
+    op = "psi.ub_join"
+    client, server = _holder(op, "t", sig.t), sig.server
+    key_dtype(op, "t", sig.t, client, sig.key)
+    check_name(op, sig.name)
+    if type(server) is not int or not 0 <= server < sig.world_size or server == client:
+        raise MPTypeError(f"{op}: server={server!r} must be a party of a {sig.world_size}-"
+                          f"party world other than the client (party {client})")
+    assert isinstance(sig.t.base, TableType)
+    return [MPType(TableType(sig.t.base.columns, None), Mask.of([client])),
+            MPType(scalar("int64"), Mask.of([server]))]
 
 
 @join_p.def_flow
@@ -163,6 +294,49 @@ def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
     out_a, out_b = subset(la, seen_by_a, id(op)), subset(lb, seen_by_b, id(op))
     return [{} if out_a is None else {holder_a: out_a},
             {} if out_b is None else {holder_b: out_b}]
+
+
+@join_n_p.def_flow
+def _join_n_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """Each holder keeps those of its rows whose keys every other holder's table holds. It
+    may learn, during the protocol, which of its keys one other holder holds (libpsi's
+    NPC tree) or how many keys two others share (ECDH_3PC): a comparison between its keys
+    and each other holder's, as for ``psi.join`` with each of them."""
+    ranks = holders_n(op)
+    labels = [lab.get(r) for lab, r in zip(ins, ranks, strict=True)]
+    out: list[PartyLabels] = []
+    for i, (rank, mine) in enumerate(zip(ranks, labels, strict=True)):
+        seen = join_all(compared(mine, other) for j, other in enumerate(labels) if j != i)
+        a.send(op, rank, seen, "which of the receiver's keys the other holders' tables hold")
+        kept = subset(mine, seen, id(op))
+        out.append({} if kept is None else {rank: kept})
+    return out
+
+
+@ub_prepare_p.def_flow
+def _ub_prepare_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """The server writes its evaluated keys into its data root (its policy's ``writes``);
+    the count of its keys stays with it."""
+    a.write(op, f"{UB_FOLDER}/{op.attrs['name']}", holders_n(op)[0])
+    return [{}]
+
+
+@ub_join_p.def_flow
+def _ub_join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
+    """The client keeps its rows whose keys the server's prepared set holds: a comparison
+    between its keys and the server's (the prepared set is the server's data, from its
+    data root). The client stores the server's evaluated set in its own data root."""
+    (client,), server = holders_n(op), int(op.attrs["server"])
+    folder = f"{UB_FOLDER}/{op.attrs['name']}"
+    theirs = None
+    if a.party == server:
+        a.source(op, folder)
+        theirs = source(folder, None, table=True)
+    a.write(op, folder, client)
+    seen = compared(ins[0].get(client), theirs)
+    a.send(op, client, seen, "which of the client's keys the server's prepared set holds")
+    kept = subset(ins[0].get(client), seen, id(op))
+    return [{} if kept is None else {client: kept}, {}]
 
 
 @size_p.def_flow
@@ -191,6 +365,31 @@ def join(a: MPObject, b: MPObject, *, key: str, how: str = "inner", protocol: st
     ja, jb = join_p.bind([a, b], {"key": key, "how": how, "protocol": protocol,
                                   "rows": rows})
     return ja, jb
+
+
+@feop(join_n_p, example='js = psi.join_n([a, b, c], key="id", protocol="ecdh_3pc")')
+@function
+def join_n(tables: Sequence[MPObject], *, key: str, protocol: str) -> list[MPObject]:
+    """n-party PSI of ``tables`` on column ``key``: each holder's rows, aligned (one row
+    count, a symbol every result shares)."""
+    rows = current_tracer("psi.join_n").fresh_symbol()
+    return list(join_n_p.bind(list(tables), {"key": key, "protocol": protocol, "rows": rows}))
+
+
+@feop(ub_prepare_p, example='n = psi.ub_prepare(t, key="id", name="customers")')
+@function
+def ub_prepare(t: MPObject, *, key: str, name: str) -> MPObject:
+    """Prepare the server's table ``t`` for unbalanced PSI under ``name``."""
+    return ub_prepare_p.bind([t], {"key": key, "name": name})[0]
+
+
+@feop(ub_join_p, example='j, n = psi.ub_join(t, key="id", name="customers", server=0)')
+@function
+def ub_join(t: MPObject, *, key: str, name: str, server: int) -> tuple[MPObject, MPObject]:
+    """The client's rows of ``t`` whose key the server's prepared set ``name`` holds, and
+    the client's row count at the server."""
+    joined, rows = ub_join_p.bind([t], {"key": key, "name": name, "server": server})
+    return joined, rows
 
 
 @feop(size_p, example='n = psi.intersection_size(a, b, key="id", reveal_to=(0, 1))')

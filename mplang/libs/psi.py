@@ -1,4 +1,5 @@
-"""Private set intersection (PSI) of two parties' tables.
+"""Private set intersection (PSI) of parties' tables: `join` and `intersection_size` of
+two, `join_n` of n, and unbalanced PSI (`ub_prepare` once, `ub_join` many times).
 
 ``a`` is a table held by one party (A) and ``b`` a table held by another (B),
 both with a key column of the same name and dtype; no table ever leaves its
@@ -39,7 +40,7 @@ in Python): use it for tables up to about 10^5 keys.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mplang.device.kinds import place
@@ -58,7 +59,12 @@ JOINS = _psi.JOINS
 """The kinds of `join`: ``"inner"`` (shared keys), ``"left"`` (also A's unmatched rows),
 ``"full"`` (also both sides' unmatched rows)."""
 
-__all__ = ["JOINS", "PROTOCOLS", "intersection_size", "join"]
+NPC_PROTOCOLS = _psi.NPC_PROTOCOLS
+"""The protocols of `join_n`: ``"ecdh_3pc"`` (three tables only), ``"ecdh_npc"``,
+``"kkrt_npc"``."""
+
+__all__ = ["JOINS", "NPC_PROTOCOLS", "PROTOCOLS", "intersection_size", "join", "join_n",
+           "ub_join", "ub_prepare"]
 
 
 def _holder(op: str, x: Any, what: str) -> int:
@@ -111,3 +117,62 @@ def intersection_size(a: MPObject, b: MPObject, key: str, *,
     if not ranks or not all(type(r) is int for r in ranks):
         raise MPTypeError(f"{op}: reveal_to must be party ranks (ints), got {reveal_to!r}")
     return _psi.intersection_size(a, b, key=key, reveal_to=tuple(sorted(set(ranks))))
+
+
+@function
+def join_n(tables: Sequence[MPObject], key: str, *, protocol: str | None = None
+           ) -> list[MPObject]:
+    """n-party PSI of ``tables`` (each held by another party; keys distinct within each
+    table) on column ``key``: one table per holder, its own rows whose key every table
+    holds, ordered by key, so row ``i`` of every result belongs to one key. ``protocol``:
+    ``"ecdh_3pc"`` (the default for three tables), ``"ecdh_npc"``, ``"kkrt_npc"`` (the
+    default otherwise).
+
+    What the holders learn besides the result (libpsi, semi-honest): every holder's
+    row count; with ``ecdh_3pc`` (holders 0, 1, 2 in argument order), holders 0 and 1
+    also learn how many keys holders 1 and 2 share; with the NPC protocols, a tree of
+    two-party PSIs, some holders learn which of their keys one other holder has
+    (holder 0 with the largest other table) and the sizes of these partial
+    intersections (see docs/psi.md). Policies: for each holder, a ``compare`` of its keys
+    with every other holder's, and the joined rows as for `join`."""
+    op = "psi.join_n"
+    tables = list(tables)
+    for i, t in enumerate(tables):
+        _holder(op, t, f"table {i}")
+    if protocol is None:
+        protocol = "ecdh_3pc" if len(tables) == 3 else "kkrt_npc"
+    if protocol not in NPC_PROTOCOLS:
+        raise MPTypeError(f"{op}: protocol={protocol!r}; use one of {', '.join(NPC_PROTOCOLS)}")
+    joined = _psi.join_n(tables, key=key, protocol=protocol)
+    return [place(j, t.device) if t.device else j for j, t in zip(joined, tables, strict=True)]
+
+
+@function
+def ub_prepare(t: MPObject, key: str, *, name: str) -> MPObject:
+    """The offline phase of unbalanced PSI, run by the holder of ``t`` (the server) alone:
+    its distinct keys of column ``key``, evaluated under a fresh secret key (libpsi's
+    ECDH-OPRF over Curve25519), stored with that key in its data root as
+    ``ub-psi/NAME`` (its policy's ``writes`` must allow it). Returns the number of
+    distinct keys prepared (an int64 scalar at the server). Preparing a name again
+    replaces its state; clients then fetch the new set on their next `ub_join`."""
+    _holder("psi.ub_prepare", t, "t")
+    return _psi.ub_prepare(t, key=key, name=name)
+
+
+@function
+def ub_join(t: MPObject, key: str, *, server: int, name: str) -> MPObject:
+    """The online phase of unbalanced PSI between the holder of ``t`` (a client) and party
+    ``server``, which prepared ``name`` with `ub_prepare`: the client's rows whose key
+    the server's set holds, ordered by (key, row), at the client only; duplicate keys
+    allowed. The first join of a client with a prepared set copies the server's
+    evaluated set into the client's data root (``ub-psi/NAME``); later joins reuse it.
+    The client learns which of its keys the server holds and the server's number of
+    keys; the server learns the client's row count and number of distinct keys, never
+    which. Policies: a ``compare`` of the client's keys with the server's prepared set;
+    both parties' ``writes`` must allow ``ub-psi/NAME``."""
+    op = "psi.ub_join"
+    _holder(op, t, "t")
+    if type(server) is not int:
+        raise MPTypeError(f"{op}: server must be a party rank (int), got {server!r}")
+    joined, _ = _psi.ub_join(t, key=key, name=name, server=server)
+    return place(joined, t.device) if t.device else joined

@@ -331,3 +331,26 @@ def test_a_phe_device_adds_joined_columns_of_any_count() -> None:
                    for v in op.outputs if op.opcode == "phe.encrypt")
         both = mp.fetch(sim, mp.evaluate(sim, program))
     np.testing.assert_allclose(both[:, 0], SHARED + SHARED * 4.0, rtol=1e-5)
+
+
+def test_the_results_of_an_n_party_join_share_one_row_symbol() -> None:
+    cluster = mp.ClusterSpec.simple(3)
+    ids = [np.arange(0, 60), np.arange(10, 70), np.arange(5, 50)]
+    common = np.arange(10, 50)
+
+    @mp.function
+    def prog() -> Any:
+        tables = [mp.device(f"P{i}")(lambda i=i: table.constant(
+            {"id": ids[i], f"v{i}": ids[i] * float(i + 1)}))() for i in range(3)]
+        joined = psi.join_n(tables, "id")
+        xs = [mp.device(f"P{i}")(lambda t, i=i: table.to_tensor(t, [f"v{i}"]))(j)
+              for i, j in enumerate(joined)]
+        return mp.put("P0", mp.device("SP0")(lambda a, b, c: jnp.sum(a * b - c))(*xs)), *xs
+
+    program = mp.compile(prog, cluster=cluster)
+    assert [str(v.type) for v in program.graph.outputs[1:]] == [
+        "f32[?n0,1]@{0}", "f32[?n0,1]@{1}", "f32[?n0,1]@{2}"]
+    with mp.Simulator(cluster) as sim:
+        total, *_ = mp.fetch(sim, mp.evaluate(sim, program))
+    want = float((common * common * 2.0 - common * 3.0).sum())
+    assert float(total) == pytest.approx(want, rel=1e-3)

@@ -45,6 +45,20 @@ def reference(how: str) -> tuple[pa.Table, pa.Table]:
     return A.take(pa.array(ra, pa.int64())), B.take(pa.array(rb, pa.int64()))
 
 
+def party_2_failure(ctx: Any, prog: Any, op: str, tag: str, request: pytest.FixtureRequest,
+                    caplog: pytest.LogCaptureFixture) -> str:
+    """Run ``prog``, which fails on party 2 at op ``op`` (the line tagged ``tag``): the
+    driver hears the generic error; returns party 2's logged detail."""
+    with pytest.raises(mp.MPRuntimeError) as info:
+        mp.evaluate(ctx, prog)
+    at = traced_at(__file__, tag)
+    assert_generic(info.value, op, at, 2)
+    if isinstance(ctx, mp.Driver):
+        cluster: LocalCluster = request.getfixturevalue("local_cluster")
+        return logged_failure_line(cluster.log_tail("node_2", 1 << 20), op, at, "node_2")
+    return logged_failure(caplog, op, at, "node_2")
+
+
 @pytest.mark.parametrize(("how", "protocol", "parties"),
                          [("inner", "rr22", (0, 1)), ("left", "ecdh", (2, 0))])
 def test_join_across_workers(ctx: Any, how: str, protocol: str,
@@ -81,16 +95,53 @@ def test_bad_keys_fail_both_workers_at_once(ctx: Any, request: pytest.FixtureReq
         b = simp.pcall((2,), lambda: table.constant(nulls))
         return psi.join(a, b, "id")  # @join
 
-    with pytest.raises(mp.MPRuntimeError) as info:
-        mp.evaluate(ctx, prog)
-    at = traced_at(__file__, "join")
-    assert_generic(info.value, "psi.join", at, 2)
-    if isinstance(ctx, mp.Driver):
-        cluster: LocalCluster = request.getfixturevalue("local_cluster")
-        detail = logged_failure_line(cluster.log_tail("node_2", 1 << 20), "psi.join", at,
-                                     "node_2")
-    else:
-        detail = logged_failure(caplog, "psi.join", at, "node_2")
+    detail = party_2_failure(ctx, prog, "psi.join", "join", request, caplog)
     assert detail.startswith("MPRuntimeError: party 2: op psi.join: key column 'id' of party "
                              "2's table has 1 null value(s)")
     test_intersection_size_across_workers(ctx)  # the workers are fine afterwards
+
+
+def _n_tables() -> list[pa.Table]:
+    """Three tables of distinct ids: 120 shared by all, 60 more by parties 0 and 1."""
+    ids = RNG.choice(100_000, 600, replace=False)
+    parts = [np.concatenate([ids[:180], ids[200:300]]), np.concatenate([ids[:180], ids[300:350]]),
+             np.concatenate([ids[:120], ids[400:600]])]
+    return [pa.table({"id": pa.array(p, pa.int64()),
+                      f"v{i}": pa.array(np.arange(len(p)) * (i + 1))}) for i, p in enumerate(parts)]
+
+
+@pytest.mark.parametrize("protocol", ["ecdh_3pc", "kkrt_npc"])
+def test_join_n_across_workers(ctx: Any, protocol: str) -> None:
+    """Each worker gets its own rows for the 120 ids all three hold, not the 180 that
+    parties 0 and 1 share."""
+    ts = _n_tables()
+
+    @mp.function
+    def prog() -> Any:
+        held = [simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ts)]
+        return psi.join_n(held, "id", protocol=protocol)
+
+    out = mp.evaluate(ctx, prog)
+    shared = sorted(set(ts[0]["id"].to_pylist()) & set(ts[2]["id"].to_pylist()))
+    for i, (o, t) in enumerate(zip(out, ts, strict=True)):
+        got = mp.fetch(ctx, o)[i]
+        rows = {v: j for j, v in enumerate(t["id"].to_pylist())}
+        assert len(shared) == 120
+        assert got.equals(t.take(pa.array([rows[v] for v in shared], pa.int64())))
+
+
+def test_join_n_repeated_keys_fail_every_worker_at_once(ctx: Any, request: pytest.FixtureRequest,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    ts = _n_tables()
+    ts[2] = pa.concat_tables([ts[2], ts[2].slice(0, 1)])
+
+    @mp.function
+    def prog() -> Any:
+        held = [simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ts)]
+        return psi.join_n(held, "id")  # @join_n
+
+    detail = party_2_failure(ctx, prog, "psi.join_n", "join_n", request, caplog)
+    assert detail.startswith("MPRuntimeError: party 2: op psi.join_n: key column 'id' of party "
+                             "2's table has 1 repeated value(s)")
+    test_join_n_across_workers(ctx, "ecdh_3pc")  # the workers are fine afterwards
+
