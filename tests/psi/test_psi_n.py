@@ -174,7 +174,7 @@ def test_op_is_declared_with_its_flow_rule() -> None:
     assert psi_dialect.join_n_p.attrs["protocol"].choices == psi.NPC_PROTOCOLS
     graph = mp.compile(lambda: psi.join_n(held(tables(3)), "id"), world_size=3).graph
     (op,) = [o for o in graph.walk() if o.opcode == "psi.join_n"]
-    assert op.attrs == {"key": "id", "protocol": "ecdh_3pc"}
+    assert op.attrs == {"key": "id", "protocol": "ecdh_3pc", "rows": "n0"}
 
 
 def test_policy_sees_a_comparison_with_every_other_holder(tmp_path: Path) -> None:
