@@ -277,7 +277,7 @@ class Campaign:
         self.dev, self.cluster, self.driver = dev, cluster, driver
         self.digest = dev.spec.digest()
         self.host, self.port = host_port(dev.spec.nodes[TARGET].endpoint)
-        self.programs, self.uris = api.real_programs(driver)
+        self.programs, self.uris, self.seed = api.real_programs(driver)
         self.alone = [p for p in self.programs if p.parties == [TARGET]]
         receiving = mp.compile(lambda: simp.shuffle_static(
             simp.constant((1,), np.arange(4)), {0: 1}), world_size=3).graph
@@ -299,6 +299,8 @@ class Campaign:
         """Answers by path, status and the error's first words (ids and numbers dropped)."""
         self.findings: list[Finding] = []
         self.seconds = 0.0
+        self.rss_curve: dict[int, float] = {}
+        """node_0's RSS (MiB) after every 1,000 cases."""
 
     # -- connections
     def _connection(self, who: str) -> Connection | None:
@@ -651,6 +653,8 @@ class Campaign:
             self.cases += 1
             if i % 50 == 0:
                 self.poll_outsiders()
+            if self.cases % 1000 == 0:
+                self.rss_curve[self.cases] = rss_mib(self.cluster)[f"node_{TARGET}"]
         deadline = time.monotonic() + HANDSHAKE + 3.5
         while self.outsiders and time.monotonic() < deadline:
             self.poll_outsiders(0.2)
@@ -665,7 +669,8 @@ class Campaign:
                 "findings": len(self.findings), "by_kind": dict(self.by_kind.most_common()),
                 "by_outcome": dict(self.by_outcome.most_common()),
                 "by_answer": dict(self.by_answer.most_common()),
-                "by_reason": dict(self.by_reason.most_common(40))}
+                "by_reason": dict(self.by_reason.most_common(40)),
+                "node_0_rss_mib_by_cases": self.rss_curve}
 
 
 LISTED_KINDS, LISTED_WEIGHTS = zip(*[

@@ -112,9 +112,10 @@ class Program:
         return hashlib.sha256(self.bundle).hexdigest()
 
 
-def real_programs(driver: mp.Driver) -> tuple[list[Program], list[str]]:
-    """Programs party 0 can run without waiting for anyone (alone, or sending only), and
-    the URIs of a few objects ``driver`` made on party 0 (inputs for them)."""
+def real_programs(driver: mp.Driver) -> tuple[list[Program], list[str], Any]:
+    """Programs party 0 can run without waiting for anyone (alone, or sending only), the
+    URIs of a few objects ``driver`` made on party 0 (inputs for them), and their handle
+    (the objects live while it does: the driver deletes an object its handle forgets)."""
     def compiled(fn: Callable[..., Any], *args: Any) -> Graph:
         return mp.compile(fn, *args, world_size=3).graph
 
@@ -138,7 +139,7 @@ def real_programs(driver: mp.Driver) -> tuple[list[Program], list[str]]:
                         tuple(str(i) for i, op in enumerate(g.operations) if communicates(op)))
                 for name, g, parties, n in graphs]
     assert programs[-1].inputs == len(compiled(lambda x: x, seed).inputs)
-    return programs, [uri]
+    return programs, [uri], seed
 
 
 def encoded_values() -> list[bytes]:
@@ -356,7 +357,7 @@ class Campaign:
         self.clients = {name: self._client(name) for name in (
             "driver", "driver2", "node_0", "node_1", "node_2", support.STRANGER)}
         self.ranks = {"node_0": 0, "node_1": 1, "node_2": 2}
-        self.programs, self.uris = real_programs(driver)
+        self.programs, self.uris, self.seed = real_programs(driver)
         self.values = encoded_values()
         self.prepared: list[Prepared] = []
         self.execs: list[str] = []
