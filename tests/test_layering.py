@@ -53,8 +53,8 @@ then from 24,400 for spec reloads that take effect, vetting received programs on
 simulator, and failures that end a run with their cause, then from 24,750 for sizes known
 only at run time (symbols in types, shape-polymorphic JAX and per-size SPU compilation,
 and their analyses), n-party and unbalanced PSI (``psi.join_n``, ``psi.ub_prepare``,
-``psi.ub_join``), the chaos suite's fixes and the frame fuzzing's). Raise it only for a
-reason."""
+``psi.ub_join``), the chaos suite's fixes and HTTP/1.1 bodies in the workers' in-flight
+budget). Raise it only for a reason."""
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,16 @@ def connect(cluster: LocalCluster, name: str, rank: int = 0,
     return sock
 
 
-def head(stream: int, size: int, obj: dict[str, Any]) -> bytes:
-    """A HEAD frame of ``stream`` announcing a ``size``-byte body."""
-    text = json.dumps(obj).encode()
-    return struct.pack("!BII", 1, stream, 8 + len(text)) + struct.pack("!Q", size) + text
+def frame(kind: int, stream: int, payload: bytes) -> bytes:
+    """A frame of any ``kind`` (1: HEAD, 2: DATA) and ``payload``."""
+    return struct.pack("!BII", kind, stream, len(payload)) + payload
+
+
+def head(stream: int, size: int, obj: Any) -> bytes:
+    """A HEAD frame of ``stream`` announcing a ``size``-byte body (``obj`` as JSON;
+    bytes as they are)."""
+    text = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    return frame(1, stream, struct.pack("!Q", size) + text)
 
 
 def read_answer(sock: ssl.SSLSocket) -> tuple[int, dict[str, Any]]:
@@ -54,4 +60,4 @@ def read_answer(sock: ssl.SSLSocket) -> tuple[int, dict[str, Any]]:
 
 def data(stream: int, payload: bytes) -> bytes:
     """A DATA frame of ``stream``."""
-    return struct.pack("!BII", 2, stream, len(payload)) + payload
+    return frame(2, stream, payload)

@@ -60,6 +60,8 @@ def test_requests_are_checked_as_over_http(local_cluster: LocalCluster) -> None:
         assert "may not use /msg (only a node may)" in msg.value.response.text
         answer = driver.post(0, "/delete", pack_message({"uris": []}, []))
         assert answer.json() == {"deleted": 0}
+        health = driver.post(2, "/health", [])  # the one GET route (it was a 405)
+        assert health.json()["node"] == "node_2" and health.json()["status"] == "ok"
     finally:
         driver.close()
 

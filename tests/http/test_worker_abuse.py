@@ -193,6 +193,60 @@ def test_the_budget_holds_when_the_bytes_are_sent(
     again.close()
 
 
+def _http_post(sock: ssl.SSLSocket, spec: str, size: int) -> None:
+    """The head of an HTTP/1.1 ``POST /run`` announcing a ``size``-byte body."""
+    sock.sendall(f"POST /run HTTP/1.1\r\nhost: worker\r\n{SPEC_HEADER}: {spec}\r\n"
+                 f"content-length: {size}\r\n\r\n".encode())
+
+
+def _http_answer(sock: ssl.SSLSocket) -> tuple[int, bytes]:
+    """The status and body of the HTTP/1.1 answer the worker sends on ``sock``."""
+    sock.settimeout(5)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(1 << 16)
+        assert chunk, data
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(body) < length:
+        body += sock.recv(1 << 16)
+    return int(head.split()[1]), body
+
+
+def test_http_bodies_count_in_the_same_budget(cluster: LocalCluster, driver: mp.Driver) -> None:
+    """An HTTP/1.1 body takes its content-length from the worker's in-flight budget until
+    it has been read: while 40 MiB are being sent over HTTP/1.1, a 10 MiB body is refused
+    (429, before a byte of it is sent) over HTTP/1.1 and over mplang/1; once that
+    connection closes, its bytes are given back (and the request it left unfinished is
+    logged as refused: it was a traceback)."""
+    dev = support.DevCluster(cluster.spec_path, cluster.keys_dir)
+    spec = _spec(cluster)
+    hog = support.tls_socket(dev, "driver", 0)
+    _http_post(hog, spec, 40 * MiB)
+    hog.sendall(bytes(MiB))
+    time.sleep(0.2)
+    with support.tls_socket(dev, "driver2", 0) as second:
+        _http_post(second, spec, 10 * MiB)
+        status, body = _http_answer(second)
+    assert status == 429, body
+    assert b"would exceed the worker's budget of 50331648" in body, body
+    mux = mux_wire.connect(cluster, "driver2")
+    mux.sendall(mux_wire.head(1, 10 * MiB, {"path": "/run", "headers": {SPEC_HEADER: spec}}))
+    assert mux_wire.read_answer(mux)[1]["status"] == 429
+    hog.close()  # its request ends as a refusal in the log, not a traceback
+    assert _log_has(cluster, f"the client left after {MiB} of {40 * MiB} body bytes")
+    assert "ClientDisconnect" not in cluster.log_tail("node_0", 1 << 20)
+    mux.sendall(mux_wire.head(3, 40 * MiB, {"path": "/run", "headers": {SPEC_HEADER: spec}}))
+    assert not _closed_by_worker(mux, 0.3)  # admitted: the budget is whole again
+    mux.close()
+    with support.tls_socket(dev, "driver2", 0) as third:
+        _http_post(third, spec, 40 * MiB)
+        assert not support.closed_by_peer(third, 0.3)  # admitted, waiting for the body
+    _serves_within_a_second(driver)
+
+
 def test_a_stalled_body_is_dropped_after_the_timeout(
         cluster: LocalCluster, driver: mp.Driver) -> None:
     sock = mux_wire.connect(cluster, "driver")

@@ -112,9 +112,10 @@ class Program:
         return hashlib.sha256(self.bundle).hexdigest()
 
 
-def _programs(driver: mp.Driver) -> tuple[list[Program], list[str]]:
-    """Programs party 0 can run without waiting for anyone (alone, or sending only), and
-    the URIs of a few objects ``driver`` made on party 0 (inputs for them)."""
+def real_programs(driver: mp.Driver) -> tuple[list[Program], list[str], Any]:
+    """Programs party 0 can run without waiting for anyone (alone, or sending only), the
+    URIs of a few objects ``driver`` made on party 0 (inputs for them), and their handle
+    (the objects live while it does: the driver deletes an object its handle forgets)."""
     def compiled(fn: Callable[..., Any], *args: Any) -> Graph:
         return mp.compile(fn, *args, world_size=3).graph
 
@@ -138,10 +139,10 @@ def _programs(driver: mp.Driver) -> tuple[list[Program], list[str]]:
                         tuple(str(i) for i, op in enumerate(g.operations) if communicates(op)))
                 for name, g, parties, n in graphs]
     assert programs[-1].inputs == len(compiled(lambda x: x, seed).inputs)
-    return programs, [uri]
+    return programs, [uri], seed
 
 
-def _values() -> list[bytes]:
+def encoded_values() -> list[bytes]:
     """Encoded values (``/msg`` bodies, value payloads)."""
     values: list[Any] = [None, 0, -1, 2**63 - 1, 1.5, float("nan"), b"", b"\x00" * 40,
                          np.arange(5, dtype=np.int64), np.zeros((2, 3), np.float32),
@@ -153,7 +154,7 @@ def _values() -> list[bytes]:
 # ---------------------------------------------------------------- body strategies
 
 
-def _frame(header: Any, payload: bytes = b"") -> bytes:
+def mpv1(header: Any, payload: bytes = b"") -> bytes:
     """An MPV1 frame of any JSON-able header (even a non-object), like `pack_message`."""
     text = json.dumps(header, allow_nan=True).encode()
     return b"MPV1" + len(text).to_bytes(4, "little") + text + payload
@@ -232,10 +233,10 @@ def frames(programs: list[Program], values: list[bytes]) -> st.SearchStrategy[by
     bundles = [p.bundle for p in programs]
     payload = st.one_of(st.just(b""), st.binary(max_size=64), st.sampled_from(bundles),
                         st.sampled_from(values), _mutated(bundles))
-    return st.builds(_frame, _header(), payload)
+    return st.builds(mpv1, _header(), payload)
 
 
-def _mutate(rnd: random.Random, data: bytes) -> bytes:
+def mutate(rnd: random.Random, data: bytes) -> bytes:
     """``data`` with 1 to 4 byte edits (flips, interesting bytes, cuts, insertions)."""
     out = bytearray(data)
     for _ in range(rnd.randint(1, 4)):
@@ -262,12 +263,12 @@ def bodies(programs: list[Program], values: list[bytes]) -> st.SearchStrategy[by
         (st.binary(max_size=256), 1),
         (frames_, 4),
         (st.sampled_from(values), 1), (_mutated(values), 1),
-        (_mutated([_frame({"exec": "e", "scope": "", "inputs": [], "parties": [0]}, b)
+        (_mutated([mpv1({"exec": "e", "scope": "", "inputs": [], "parties": [0]}, b)
                    for b in bundles]), 1),
         (st.sampled_from([b"MPV1", b"MPV1\xff\xff\xff\xff", b"MPV1\x02\x00\x00\x00[]",
                           b"MPV1\x04\x00\x00\x00null", b"MPV1\x01\x00\x00\x00{",
                           b"MPV1\x02\x00\x00\x00{}" + b"\x00" * 100]), 1),
-        (st.integers(65 << 10, 80 << 10).map(lambda n: _frame({"uri": "x" * n})), 1),
+        (st.integers(65 << 10, 80 << 10).map(lambda n: mpv1({"uri": "x" * n})), 1),
     )
 
 
@@ -356,8 +357,8 @@ class Campaign:
         self.clients = {name: self._client(name) for name in (
             "driver", "driver2", "node_0", "node_1", "node_2", support.STRANGER)}
         self.ranks = {"node_0": 0, "node_1": 1, "node_2": 2}
-        self.programs, self.uris = _programs(driver)
-        self.values = _values()
+        self.programs, self.uris, self.seed = real_programs(driver)
+        self.values = encoded_values()
         self.prepared: list[Prepared] = []
         self.execs: list[str] = []
         self.stats = Stats()
@@ -412,25 +413,25 @@ class Campaign:
                 "exec": uuid.uuid4().hex, "scope": rnd.choice(["", "/s1"]),
                 "inputs": inputs, "parties": program.parties, "progress": False,
                 **({"timeout": 5.0} if rnd.random() < 0.5 else {})}
-            bundle = program.bundle if rnd.random() < 0.7 else _mutate(rnd, program.bundle)
-            return _frame(header, bundle)
+            bundle = program.bundle if rnd.random() < 0.7 else mutate(rnd, program.bundle)
+            return mpv1(header, bundle)
         if path == "/run":
             prepared = self.prepared.pop(rnd.randrange(len(self.prepared)))
-            return _frame({"exec": prepared.exec_id, "scope": prepared.scope})
+            return mpv1({"exec": prepared.exec_id, "scope": prepared.scope})
         if path in ("/fetch", "/delete") and self.uris:
             uri = rnd.choice(self.uris)
             if path == "/fetch":
-                return _frame({"uri": uri})
-            return _frame({"uris": [uri, None]})
+                return mpv1({"uri": uri})
+            return mpv1({"uris": [uri, None]})
         if path == "/upload":
-            return _frame({"name": rnd.choice(["v", "w.1", "x" * 128, "../v"])},
+            return mpv1({"name": rnd.choice(["v", "w.1", "x" * 128, "../v"])},
                           rnd.choice(self.values))
         if path == "/describe":
-            return _frame(rnd.choice([{"what": "object", "name": "v"},
+            return mpv1(rnd.choice([{"what": "object", "name": "v"},
                                       {"what": "file", "path": "x.npy", "key": None},
                                       {"what": "file", "path": "../x.npy"}]))
         if path == "/abort" and self.execs:
-            return _frame({"exec": rnd.choice(self.execs), "reason": "fuzz"})
+            return mpv1({"exec": rnd.choice(self.execs), "reason": "fuzz"})
         if path == "/msg" and self.prepared:
             prepared = rnd.choice(self.prepared)
             headers["x-mplang-exec"] = prepared.exec_id
@@ -585,32 +586,41 @@ class Campaign:
     def aftermath(self, driver: mp.Driver) -> list[str]:
         """What is wrong with the cluster after the campaign (empty: nothing); tracebacks
         of known issues are counted in ``self.known_tracebacks``."""
-        problems = []
         self.known_tracebacks: collections.Counter[str] = collections.Counter()
-        for name, proc in self.cluster.processes.items():
-            if proc.poll() is not None:
-                problems.append(f"worker {name} exited with code {proc.returncode}")
-            log = (self.cluster.log_dir / f"{name}.log").read_text(errors="replace")
-            for trace in _tracebacks(log):
-                known = next((k for k, line in KNOWN_TRACEBACKS.items() if line in trace), None)
-                if known:
-                    self.known_tracebacks[known] += 1
-                else:
-                    problems.append(f"worker {name} logged a traceback:\n{trace}")
-        for rank in range(self.spec.world_size):
-            with self.dev.client("driver", rank) as client:
-                answer = client.get("/health")
-                if answer.status_code != 200:
-                    problems.append(f"/health of worker {rank}: {answer.status_code}")
+        return cluster_problems(self.cluster, self.dev, driver, self.known_tracebacks)
 
-        def prog() -> Any:
-            x = simp.pcall((0,), lambda v: v * 2, simp.constant((0,), np.int32(21)))
-            return simp.shuffle_static(x, {1: 0})
 
-        got = mp.fetch(driver, mp.evaluate(driver, prog))
-        if got[1] is None or int(got[1]) != 42:
-            problems.append(f"a program after the campaign gave {got}")
-        return problems
+def cluster_problems(cluster: LocalCluster, dev: support.DevCluster, driver: mp.Driver,
+                     known_tracebacks: collections.Counter[str] | None = None) -> list[str]:
+    """What is wrong with ``cluster`` after a campaign (empty: nothing): a worker exited,
+    logged a traceback (those of `KNOWN_TRACEBACKS` are counted in ``known_tracebacks``
+    instead), does not answer ``/health``, or a real program across two parties gives a
+    wrong value."""
+    problems = []
+    for name, proc in cluster.processes.items():
+        if proc.poll() is not None:
+            problems.append(f"worker {name} exited with code {proc.returncode}")
+        log = (cluster.log_dir / f"{name}.log").read_text(errors="replace")
+        for trace in tracebacks(log):
+            known = next((k for k, line in KNOWN_TRACEBACKS.items() if line in trace), None)
+            if known and known_tracebacks is not None:
+                known_tracebacks[known] += 1
+            else:
+                problems.append(f"worker {name} logged a traceback:\n{trace}")
+    for rank in range(dev.spec.world_size):
+        with dev.client("driver", rank) as client:
+            answer = client.get("/health")
+            if answer.status_code != 200:
+                problems.append(f"/health of worker {rank}: {answer.status_code}")
+
+    def prog() -> Any:
+        x = simp.pcall((0,), lambda v: v * 2, simp.constant((0,), np.int32(21)))
+        return simp.shuffle_static(x, {1: 0})
+
+    got = mp.fetch(driver, mp.evaluate(driver, prog))
+    if got[1] is None or int(got[1]) != 42:
+        problems.append(f"a program after the campaign gave {got}")
+    return problems
 
 
 def operations(schema: Any) -> list[Any]:
@@ -624,7 +634,7 @@ def operations(schema: Any) -> list[Any]:
     return found
 
 
-def _tracebacks(log: str) -> list[str]:
+def tracebacks(log: str) -> list[str]:
     """The tracebacks in a worker's log, each up to its exception line."""
     found = []
     for chunk in log.split("Traceback (most recent call last):")[1:]:

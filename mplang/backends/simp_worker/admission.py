@@ -6,19 +6,27 @@ the worker-wide budget of bytes being received (`InflightBudget`) must have room
 for it; otherwise the stream is refused at once. An admitted body gets a buffer
 whose pages the kernel provides only as its bytes arrive (`lazy_buffer`), so a
 HEAD alone costs no memory.
+
+Bodies of HTTP/1.1 requests count in the same budget (`BudgetedBodies`), from their
+start (their content-length) until they have been received.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import mmap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from mplang.backends.mux_client import SPEC_HEADER
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.simp_worker.request import SMALL_BODY, URIS_BODY, upload_limit
 from mplang.cluster.peers import Peer, PeerDirectory, Role
 from mplang.edsl.errors import MPRefusedError
+
+log = logging.getLogger("mplang.worker")
 
 _EAGER = 1 << 20
 """Bodies up to this size get an ordinary buffer."""
@@ -99,3 +107,48 @@ def lazy_buffer(size: int) -> memoryview:
     if size <= _EAGER:
         return memoryview(bytearray(size))
     return memoryview(mmap.mmap(-1, size))
+
+
+class BudgetedBodies:
+    """The worker's ASGI app as HTTP/1.1 connections see it: a request body counts in
+    ``budget`` from the request's start (its content-length) until the app has received
+    it all (or answered), as an ``mplang/1`` stream's body does; one the budget has no
+    room for is refused (429) before a byte of it is read. A body over its path's limit
+    (`ROUTES`) is left to the app, which refuses it (413) without reading it."""
+
+    def __init__(self, app: Callable[..., Any], budget: InflightBudget, limits: WorkerLimits):
+        self.app, self.budget, self.limits = app, budget, limits
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any],
+                       send: Callable[..., Any]) -> None:
+        declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        size = int(declared) if scope["type"] == "http" and declared.isdigit() else 0
+        route = ROUTES.get(scope.get("path", ""))
+        if not 0 < size <= (route.limit(self.limits) if route else self.limits.max_body_bytes):
+            await self.app(scope, receive, send)
+            return
+        try:
+            self.budget.take(size)
+        except MPRefusedError as e:
+            log.warning("refused %s %s: %s", scope["method"], scope["path"][:64], e)
+            body = json.dumps({"error": str(e), "kind": type(e).__name__}).encode()
+            await send({"type": "http.response.start", "status": e.status,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        held = size
+
+        async def counted() -> Any:
+            nonlocal held
+            message = await receive()
+            if held and not (message["type"] == "http.request" and message.get("more_body")):
+                self.budget.give(held)
+                held = 0
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        finally:
+            if held:
+                self.budget.give(held)

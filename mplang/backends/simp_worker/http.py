@@ -40,6 +40,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mplang.backends.mux_client import host_port
+from mplang.backends.simp_worker.admission import BudgetedBodies
 from mplang.backends.simp_worker.connections import ConnectionGate, raise_descriptor_limit
 from mplang.backends.simp_worker.data_routes import add_data_routes
 from mplang.backends.simp_worker.executions import WorkerLimits
@@ -196,6 +197,9 @@ def create_app(server: WorkerServer) -> FastAPI:
         declared = request.headers.get("content-length", "")
         if not declared.isdigit():
             raise MPRefusedError("a message needs a content-length", 411)
+        if int(declared) > server.limits.max_body_bytes:
+            raise MPRefusedError(f"body of {declared} bytes exceeds the limit of "
+                                 f"{server.limits.max_body_bytes}", 413)
         admitted = server.inbox.admit(sender, request.headers, int(declared))
         server.inbox.deliver(*admitted, await read_body(request, int(declared)))
         return JSONResponse({"ok": True})
@@ -220,7 +224,8 @@ def uvicorn_server(server: WorkerServer) -> uvicorn.Server:
     """The uvicorn server of ``server``'s app on the endpoint its spec gives it."""
     host, port = host_port(server.cluster.nodes[server.rank].endpoint)
     app = create_app(server)
-    return tls_server(app, host, port, server.trust.context, ConnectionGate(server.limits),
+    return tls_server(BudgetedBodies(app, server.inflight, server.limits), host, port,
+                      server.trust.context, ConnectionGate(server.limits),
                       mux_protocol(server, app), server.trust.opened, timeout_keep_alive=30,
                       timeout_graceful_shutdown=1)
 

@@ -13,7 +13,8 @@ its peer's role for the path, its size, the worker's budget of bytes in flight.
   mailbox. It is answered only if refused, with the refusal's status, execution
   and key, so the sender can abandon that execution.
 - every other path runs the worker's ASGI app, as uvicorn would run it for an
-  HTTP request, and is answered with the app's status and body.
+  HTTP request (``/health`` a GET, the others POSTs), and is answered with the app's
+  status and body.
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ class WorkerMuxHandler:
         headers: dict[str, str] = {**head["headers"], "content-length": str(len(body))}
         scope = {
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-            "method": "POST", "scheme": "https", "path": path,
+            "method": "GET" if path == "/health" else "POST", "scheme": "https", "path": path,
             "raw_path": path.encode(), "query_string": b"", "root_path": "",
             "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
             "client": None, "server": None, "state": {},

@@ -31,18 +31,24 @@ URIS_BODY = 1 << 20
 
 
 async def read_body(request: Request, limit: int) -> bytes | memoryview:
-    """The request body; refuses (413) one over ``limit`` bytes before reading it."""
+    """The request body; refuses (413) one over ``limit`` bytes before reading it, and
+    (400) one whose client went away before sending it all."""
     declared = request.headers.get("content-length")
     if declared is None or not declared.isdigit():
         raise MPRefusedError("a request needs a content-length", 411)
     if int(declared) > limit:
         raise MPRefusedError(f"body of {declared} bytes exceeds the limit of {limit}", 413)
-    chunks, size = [], 0
-    async for chunk in request.stream():
+    chunks, size, more = [], 0, True
+    while more:  # the ASGI messages themselves: a disconnect is a refusal, not a crash
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            raise MPRefusedError(f"the client left after {size} of {declared} body bytes", 400)
+        chunk, more = message.get("body", b""), message.get("more_body", False)
         size += len(chunk)
         if size > limit:
             raise MPRefusedError(f"body exceeds the limit of {limit} bytes", 413)
-        chunks.append(chunk)
+        if chunk:
+            chunks.append(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one chunk: not copied
 
 
