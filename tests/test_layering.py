@@ -41,14 +41,16 @@ ships in the spu wheel (``spu.psi``): it names the package, not the SPU dialect.
 MAX_SPU_MENTIONS = 3
 MAX_MODULE_LINES = 600
 """The most non-blank lines (``grep -c .``) one module may have."""
-LINE_BUDGET = 24_750
+LINE_BUDGET = 24_800
 """The most lines of code (non-blank, non-comment: `linecount.count`) the package may have:
 a little above its size when the budget was set (raised from 22,500 for the row-aware
 flow analysis of declassification and the containment of op errors, then from 24,000 for
 SecureBoost's trees on a secure device, which the default policies accept, then from
 24,300 for the workers' abuse limits: admission from the HEAD and the connection caps,
 then from 24,400 for spec reloads that take effect, vetting received programs on the
-simulator, and failures that end a run with their cause). Raise it only for a reason."""
+simulator, and failures that end a run with their cause, then from 24,750 for what the
+chaos suite needed: a worker listening apart from its spec endpoint, behind a proxy, and a
+driver that names a lost party in time). Raise it only for a reason."""
 
 
 @dataclass(frozen=True)

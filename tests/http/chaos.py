@@ -143,19 +143,12 @@ def timed(driver: mp.Driver, workload: Workload, timeout: float | None) -> float
     return time.monotonic() - started
 
 
-def restore(cluster: LocalCluster, fault: str, node: str) -> None:
-    if fault == "kill":
-        cluster.start_node(node)
-    else:
-        cluster.thaw(node)
-
-
-def faulted_run(cluster: LocalCluster, driver: mp.Driver, workload: Workload, fault: str,
-                party: int, delay: float, timeout: float) -> Outcome | None:
-    """Run ``workload`` and fault ``party`` ``delay`` s into it; restore the party and run
-    the workload once more. None if the run ended before the fault was due."""
-    node = cluster.cluster.nodes[party].name
-    outcome = Outcome(workload.device, fault, party, delay, timeout)
+def struck(driver: mp.Driver, workload: Workload, delay: float, timeout: float,
+           strike: Callable[[], None], heal: Callable[[], None]
+           ) -> tuple[BaseException | None, float] | None:
+    """Run ``workload``, call ``strike`` ``delay`` s into it and ``heal`` once the run
+    ended: the run's error (None if it ended well) and the seconds from the strike to
+    its end. None if the run ended before the strike was due."""
     ended: dict[str, Any] = {}
 
     def run() -> None:
@@ -173,20 +166,29 @@ def faulted_run(cluster: LocalCluster, driver: mp.Driver, workload: Workload, fa
             raise AssertionError(f"{workload.device} failed before its fault") \
                 from ended["error"]
         return None
-    if fault == "kill":
-        cluster.kill(node)
-    else:
-        cluster.freeze(node)
-    struck = time.monotonic()
+    strike()
+    struck_at = time.monotonic()
     try:
         thread.join(timeout + GRACE_S + 30)
         if thread.is_alive():
-            raise AssertionError(f"{workload.device}: {fault} of {node} {delay:.2f} s into "
-                                 f"the run left mp.evaluate waiting")
+            raise AssertionError(f"{workload.device}: a fault {delay:.2f} s into the run "
+                                 "left mp.evaluate waiting")
     finally:
-        restore(cluster, fault, node)
-    outcome.error = ended.get("error")
-    outcome.to_error = ended["at"] - struck
+        heal()
+    return ended.get("error"), ended["at"] - struck_at
+
+
+def faulted_run(cluster: LocalCluster, driver: mp.Driver, workload: Workload, fault: str,
+                party: int, delay: float, timeout: float) -> Outcome | None:
+    """Run ``workload`` and fault ``party`` ``delay`` s into it; restore the party and run
+    the workload once more. None if the run ended before the fault was due."""
+    node = cluster.cluster.nodes[party].name
+    strike = cluster.kill if fault == "kill" else cluster.freeze
+    heal = cluster.start_node if fault == "kill" else cluster.thaw
+    ended = struck(driver, workload, delay, timeout, lambda: strike(node), lambda: heal(node))
+    if ended is None:
+        return None
+    outcome = Outcome(workload.device, fault, party, delay, timeout, *ended)
     timed(driver, workload, None)
     outcome.recovered = True
     return outcome
