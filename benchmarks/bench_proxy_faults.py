@@ -43,7 +43,8 @@ def medians(driver: mp.Driver, repeat: int) -> dict[str, float]:
 
 def faults(driver: mp.Driver, strike: Callable[[], None], heal: Callable[[], None],
            runs: int, timeout: float, rng: random.Random, span: float) -> str:
-    times, named, survived, recovered = [], 0, 0, 0
+    times: list[float] = []
+    named = survived = recovered = 0
     while len(times) + survived < runs:
         ended = chaos.struck(driver, SLOW_SPU, rng.uniform(0.0, span), timeout, strike, heal)
         if ended is None:

@@ -138,7 +138,7 @@ class SimpHttpDriver(SimpDriver):
             response = self._clients.post(rank, "/run", parts, timeout=self._bounded(
                 self._run_timeout, options, RUN_ANSWER_GRACE_S))
         except StatusError as e:
-            raise self._refused(rank, what, e) from e
+            raise self._refused(rank, what, e, exec_id) from e
         except UnreachableError as e:
             raise self._unreachable(rank, f"run {what}", e) from e
         except NoAnswerError as e:
@@ -193,16 +193,22 @@ class SimpHttpDriver(SimpDriver):
                                     f"{start_worker_hint(self.cluster.nodes[rank].name)}",
                                     party=rank)
 
-    def _refused(self, rank: int, what: str, e: StatusError) -> MPLangError:
+    def _refused(self, rank: int, what: str, e: StatusError, exec_id: str | None = None
+                 ) -> MPLangError:
         """The error for party ``rank``'s 4xx answer. A refusal is an `MPRefusedError`
         naming the party: its policy's (a 403 not about certificates, or an answer of
         kind ``PolicyRefusedError``) carries the party's whole message, which names the
         op, its source line and the rule to add; a certificate or spec the party does not
         know (403, 409) says what to check; a limit (413, 429) gives its status. A request
         the party cannot make sense of (400, 404: an ill-formed program, a missing file)
-        is an `MPRuntimeError` naming the party, as on the simulator."""
+        is an `MPRuntimeError` naming the party, as on the simulator. A request of
+        execution ``exec_id`` that reached the party after this driver aborted it is an
+        `MPCommunicationError`: the abort's echo, not a cause."""
         status = e.response.status_code
         error = error_message(e.response) or e.response.text[:500]
+        if status == 409 and error == f"execution {exec_id} was aborted":
+            return MPCommunicationError(f"{self._where(rank)} dropped {what}: the execution "
+                                        "was aborted", party=rank)
         if status in (400, 404) and not refused_by_policy(e.response):
             return MPRuntimeError(f"{self._where(rank)} refused to run {what}: {status} "
                                   f"{error}", party=rank)
@@ -227,7 +233,7 @@ class SimpHttpDriver(SimpDriver):
             response = self._clients.post(rank, "/prepare", parts, timeout=self._bounded(
                 self._timeout, options))
         except StatusError as e:
-            raise self._refused(rank, _what(graph), e) from e
+            raise self._refused(rank, _what(graph), e, exec_id) from e
         except UnreachableError as e:
             raise self._unreachable(rank, f"prepare {_what(graph)}", e) from e
         except NoAnswerError as e:
