@@ -6,7 +6,8 @@ clean duration (seeded). Per device: how many runs ended within T + 2 s of the f
 the median and largest time from fault to error, how many errors blamed the faulted
 party, and how many recovery runs (after a restart, or SIGCONT) gave the right value.
 
-    nice -n 10 .venv/bin/python benchmarks/bench_chaos.py [--runs 50] [--timeout 3] [--seed 26]
+    nice -n 10 .venv/bin/python benchmarks/bench_chaos.py [--runs 50] [--timeout 4] [--seed 26]
+        [--log runs.txt]
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from tests.http import chaos, support  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--timeout", type=float, default=3.0)
+    parser.add_argument("--timeout", type=float, default=4.0)
     parser.add_argument("--seed", type=int, default=26)
     parser.add_argument("--devices", default="SPU,PSI,PHE")
+    parser.add_argument("--log", help="a file for one line per faulted run")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     workloads = {w.device: w for w in (chaos.spu_workload(), chaos.psi_workload(),
@@ -49,9 +51,13 @@ def main() -> None:
                   f"after the run's end, {draws.finished} runs that ended well, the party's "
                   f"part done); ended within T+{chaos.GRACE_S:g} s: {s['in_time']}; fault to "
                   f"error median {s['median_s']:.2f} s, max {s['max_s']:.2f} s; named the "
-                  f"party: {s['named']}; recovered: {s['recovered']}", flush=True)
+                  f"party: {s['named']}; recovered: {s['recovered']}; errors by op: "
+                  f"{s['ops']}", flush=True)
             for line in chaos.misses(draws.outcomes):
                 print(f"  MISS {line}", flush=True)
+            if args.log:
+                with open(args.log, "a") as log:
+                    log.writelines(chaos.describe(o) + "\n" for o in draws.outcomes)
     print(f"T = {args.timeout:g} s, seed {args.seed}, {time.monotonic() - started:.0f} s in all")
 
 

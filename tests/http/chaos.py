@@ -16,6 +16,7 @@ import random
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,7 @@ class Workload:
     check: Callable[[Any], bool]
 
 
-def spu_workload(rounds: int = 200, size: int = 1000) -> Workload:
+def spu_workload(rounds: int = 150, size: int = 1000) -> Workload:
     """A product of two parties' vectors, then ``rounds`` secure comparisons (ABY3 over
     all three parties), revealed to P0. Whole numbers: fixed point computes them exactly."""
     vec = (np.arange(size) % 100).astype(np.float32)
@@ -66,7 +67,7 @@ def spu_workload(rounds: int = 200, size: int = 1000) -> Workload:
                     lambda got: np.allclose(got, expected, atol=1e-3))
 
 
-def psi_workload(rows: int = 300_000) -> Workload:
+def psi_workload(rows: int = 150_000) -> Workload:
     """An inner PSI join of P0's and P1's id columns (``rows`` ids each)."""
     rng = np.random.default_rng(7)
     ids = [rng.choice(4 * rows, rows, replace=False) for _ in range(2)]
@@ -81,7 +82,7 @@ def psi_workload(rows: int = 300_000) -> Workload:
                     lambda got: sorted(got[0]["id"].to_pylist()) == shared)
 
 
-def phe_workload(size: int = 2500) -> Workload:
+def phe_workload(size: int = 2000) -> Workload:
     """P0's Paillier key; P1 encrypts ``size`` integers, doubles them under encryption
     and sends them back; P0 decrypts."""
     vec = np.arange(size, dtype=np.int32)
@@ -226,9 +227,11 @@ def chaos(cluster: LocalCluster, driver: mp.Driver, workload: Workload, runs: in
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, Any]:
-    """Counts and times of a device's faulted runs."""
+    """Counts and times of a device's faulted runs; ``ops``: how many errors name each op
+    (``func.call``: the program, before its ops ran)."""
     times = [o.to_error for o in outcomes]
-    return {"runs": len(outcomes),
+    ops = Counter(str(getattr(o.error, "op", None)) for o in outcomes)
+    return {"runs": len(outcomes), "ops": dict(ops.most_common()),
             "kills": sum(o.fault == "kill" for o in outcomes),
             "in_time": sum(o.in_time for o in outcomes),
             "named": sum(o.named for o in outcomes),
@@ -236,8 +239,12 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
             "median_s": statistics.median(times), "max_s": max(times)}
 
 
+def describe(o: Outcome) -> str:
+    """One line for a faulted run."""
+    return (f"{o.device} {o.fault} party {o.party} at {o.delay:.2f} s: {o.to_error:.2f} s, "
+            f"{type(o.error).__name__}: {o.error}")
+
+
 def misses(outcomes: list[Outcome]) -> list[str]:
     """A line for each run that ended late or blamed another party."""
-    return [f"{o.device} {o.fault} party {o.party} at {o.delay:.2f} s: "
-            f"{o.to_error:.2f} s, {type(o.error).__name__}: {o.error}"
-            for o in outcomes if not (o.in_time and o.named)]
+    return [describe(o) for o in outcomes if not (o.in_time and o.named)]

@@ -16,7 +16,7 @@ import mplang as mp
 from mplang.cluster.local import LocalCluster
 from tests.http import chaos, support
 
-TIMEOUT = 2.0
+TIMEOUT = 3.0
 
 WORKLOADS = {"SPU": lambda: chaos.spu_workload(rounds=100),
              "PSI": lambda: chaos.psi_workload(rows=100_000),
