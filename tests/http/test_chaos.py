@@ -8,13 +8,12 @@ the right value. ``benchmarks/bench_chaos.py`` runs 50 random faults per device.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
 
 import pytest
 
 import mplang as mp
 from mplang.cluster.local import LocalCluster
-from tests.http import chaos, support
+from tests.http import chaos
 
 TIMEOUT = 3.0
 
@@ -30,21 +29,11 @@ FAULTS = {  # (fault, party, moment as a fraction of a clean run): one before th
 }
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with support.running_cluster(support.make_spec(support.free_ports(3))) as local:
-        yield local
-
-
-@pytest.fixture(scope="module")
-def driver(cluster: LocalCluster) -> Iterator[mp.Driver]:
-    with support.connected_driver(cluster) as d:
-        yield d
-
-
 @pytest.mark.parametrize("device", list(FAULTS))
-def test_a_party_killed_or_frozen_is_named_in_time(cluster: LocalCluster, driver: mp.Driver,
-                                                   device: str) -> None:
+def test_a_party_killed_or_frozen_is_named_in_time(local_cluster: LocalCluster,
+                                                   http_driver: mp.Driver, device: str) -> None:
+    """The session's workers (the faulted one is restarted or continued each time)."""
+    cluster, driver = local_cluster, http_driver
     workload = WORKLOADS[device]()
     chaos.timed(driver, workload, None)  # the workers compile it once
     span = statistics.median(chaos.timed(driver, workload, TIMEOUT) for _ in range(2))
