@@ -167,8 +167,8 @@ def struck(driver: mp.Driver, workload: Workload, delay: float, timeout: float,
             raise AssertionError(f"{workload.device} failed before its fault") \
                 from ended["error"]
         return None
-    strike()
     struck_at = time.monotonic()
+    strike()
     try:
         thread.join(timeout + GRACE_S + 30)
         if thread.is_alive():
