@@ -136,7 +136,7 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
     serve(cluster, args.node, identity, timeout=args.timeout, limits=limits,
           spec_path=args.cluster, on_ready=ready,
           audit_log=args.audit_log or default_audit_path(args.node), data_root=args.data_root,
-          policy=args.policy)
+          policy=args.policy, listen=args.listen)
     return 0
 
 
@@ -275,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--node", required=True, help="the node to serve, e.g. node_0")
     worker.add_argument("--key", help="this node's private key (default: keys/NODE.key next "
                                       "to the spec; its certificate is NODE.crt beside it)")
+    worker.add_argument("--listen", metavar="HOST:PORT",
+                        help="listen here, not at the spec's endpoint (a proxy there forwards)")
     worker.add_argument("--timeout", type=float, default=60.0,
                         help="seconds any wait for a peer may take (default 60)")
     worker.add_argument("--max-body-bytes", type=int, help="largest request body")

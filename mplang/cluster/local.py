@@ -153,13 +153,16 @@ class LocalCluster:
                  register: list[str] | None = None, plugins: list[str] | None = None,
                  worker_args: list[str] | None = None,
                  audit_dir: str | os.PathLike[str] | None = None,
-                 data_root: str | os.PathLike[str] | None = None):
+                 data_root: str | os.PathLike[str] | None = None,
+                 listen: dict[str, str] | None = None):
         self.register = list(register or [])
         """``module:function`` host functions every worker registers for ``tensor.pyfunc``."""
         self.plugins = list(plugins or [])
         """Plugins (entry-point or module names) every worker loads before serving."""
         self.worker_args = list(worker_args or [])
         """More ``mplang worker`` options for every worker (limits, timeouts)."""
+        self.listen = dict(listen or {})
+        """Where a node's worker listens when a proxy stands at its spec endpoint."""
         self._dir = tempfile.TemporaryDirectory(prefix="mplang-cluster-")
         if isinstance(cluster, ClusterSpec):
             if all(n.certificate is None for n in cluster.nodes):
@@ -197,6 +200,7 @@ class LocalCluster:
         registers = [arg for spec in self.register for arg in ("--register", spec)]
         plugins = [arg for name in self.plugins for arg in ("--plugin", name)]
         data = [] if self.data_root is None else ["--data-root", str(self.data_root / node)]
+        listen = ["--listen", self.listen[node]] if node in self.listen else []
         log_path = self.log_dir / f"{node}.log"
         log_path.write_bytes(b"")
         # the worker gets its own copy of the log's descriptor; this process closes its own
@@ -205,7 +209,8 @@ class LocalCluster:
                 [sys.executable, "-m", "mplang.cli", "worker", "--cluster", str(self.spec_path),
                  "--node", node, "--key", str(self.keys_dir / f"{node}.key"),
                  "--audit-log", str(self.audit_dir / f"{node}.jsonl"),
-                 "--exit-with-parent", *registers, *plugins, *data, *self.worker_args],
+                 "--exit-with-parent", *registers, *plugins, *data, *listen,
+                 *self.worker_args],
                 stdout=log, stderr=subprocess.STDOUT)
 
     def start(self, timeout: float = 60.0,
@@ -217,6 +222,7 @@ class LocalCluster:
         self.wait_ready(timeout, on_ready=on_ready)
 
     def start_node(self, node: str, timeout: float = 60.0) -> None:
+        """Start ``node``'s worker (again, after `kill`) and wait until it is ready."""
         self.processes[node] = self._spawn(node)
         self.wait_ready(timeout, [node])
 
@@ -246,6 +252,15 @@ class LocalCluster:
         proc = self.processes[node]
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+    def freeze(self, node: str) -> None:
+        """SIGSTOP one worker (fault injection): it keeps its connections but answers
+        nothing until `thaw`."""
+        self.processes[node].send_signal(signal.SIGSTOP)
+
+    def thaw(self, node: str) -> None:
+        """SIGCONT a worker that `freeze` stopped."""
+        self.processes[node].send_signal(signal.SIGCONT)
 
     def stop(self, grace: float = 3.0) -> None:
         """Stop all workers: SIGTERM, then SIGKILL after ``grace`` seconds (a worker keeps

@@ -65,7 +65,8 @@ class MPPublicError(MPRuntimeError):
 
 class MPCommunicationError(MPRuntimeError):
     """A message between parties did not arrive in time, or its execution was abandoned
-    while a party waited for one (``peer``: the party it waited for, when known)."""
+    while a party waited for one (``peer``: the party it waited for, when known), or the
+    driver could not reach a party or lost its connection to it (``party``)."""
 
     def __init__(self, message: str, *, peer: int | None = None, **where: Any):
         super().__init__(message, **where)

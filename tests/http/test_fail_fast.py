@@ -124,9 +124,9 @@ def test_a_party_frozen_inside_a_secure_op_is_a_timeout(cluster: LocalCluster,
     assert outcome["finished"] - stopped < 3 + 2
     # into the protocol, as a rule (a member waiting for node_2, or for a member waiting
     # for it); under a heavy load the freeze may still meet the prepare
-    assert re.search(r"no message from party 2 for /\S+/link#\S+ within 3 s|^party 2 sent "
+    assert re.search(r"no message from party 2 for /\S+/link#\S+ within [\d.]+ s|^party 2 sent "
                      r"nothing in time: party [01] was waiting for it when party [01]: no "
-                     r"message from party [012] for /\S+/link#\S+ within 3 s|party 2 "
+                     r"message from party [012] for /\S+/link#\S+ within [\d.]+ s|party 2 "
                      r"\(node_2 at \S+\) did not answer within the time limit", str(error)), error
     got = mp.fetch(driver, mp.evaluate(driver, lambda s: mp.put("P0", s), shares))
     np.testing.assert_allclose(got, VECTOR * VECTOR * 2, rtol=1e-3, atol=1e-3)

@@ -13,6 +13,7 @@ import functools
 import itertools
 import queue
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
@@ -45,7 +46,7 @@ from mplang.runtime.timeline import DRIVER, RunMonitor, monitoring
 from mplang.util.lru import LRUCache
 
 STRAGGLER_WAIT_S = 1.0
-"""How long the driver waits, after an execution failed and it aborted the others, for
+"""How long the driver waits, after an execution failed, for the abort and for
 the parties still running: one busy in a long local op stops only at its next wait,
 and the driver reports the failure without it (what it makes is deleted when done)."""
 
@@ -181,9 +182,10 @@ class SimpDriver(ExecutionContext, ABC):
         if not first:
             return [f.result() for f in futures]
         self._record_cause(exec_id, first[0])
+        deadline = time.monotonic() + STRAGGLER_WAIT_S
         self.abort(exec_id, f"{first[0]}")
         # the others stop at their next wait; one busy in a long local op is not waited for
-        wait(pending, timeout=STRAGGLER_WAIT_S)
+        wait(pending, timeout=max(0.0, deadline - time.monotonic()))
         errors = [e for f in futures if f.done() and (e := f.exception()) is not None]
         # the cause is what failed first; failures of parties waiting on it come later
         root = next((e for e in [*first, *errors] if not isinstance(e, MPCommunicationError)),

@@ -101,6 +101,9 @@ class SimpHttpDriver(SimpDriver):
         self._inline_bytes = inline_bytes
         self._inline: dict[str, Any] = {}
         """Outputs the parties sent with their run's answer, by URI, until deleted."""
+        self._silent: dict[str, set[int]] = {}
+        """Parties whose answer did not come in time, by execution, until it is aborted:
+        the abort does not wait for them to confirm."""
 
     def _program(self, graph: Graph, rank: int) -> tuple[dict[str, Any], list[bytes]]:
         """What party ``rank`` receives of ``graph``: the committed program (the same for
@@ -135,19 +138,21 @@ class SimpHttpDriver(SimpDriver):
             response = self._clients.post(rank, "/run", parts, timeout=self._bounded(
                 self._run_timeout, options, RUN_ANSWER_GRACE_S))
         except StatusError as e:
-            raise self._refused(rank, what, e) from e
+            raise self._refused(rank, what, e, exec_id) from e
         except UnreachableError as e:
             raise self._unreachable(rank, f"run {what}", e) from e
         except NoAnswerError as e:
+            self._went_silent(exec_id, rank)
             raise MPTimeoutError(f"{self._where(rank)} did not answer within the time limit "
                                  f"while running {what} ({e})", party=rank,
                                  op=graph.operations[0].opcode
                                  if len(graph.operations) == 1 else None) from e
         except TransportError as e:
-            raise MPRuntimeError(f"{self._where(rank)} failed while running {what}: the "
-                                 f"connection was lost or refused ({type(e).__name__}: {e})",
-                                 party=rank, op=graph.operations[0].opcode
-                                 if len(graph.operations) == 1 else None) from e
+            raise MPCommunicationError(f"{self._where(rank)} failed while running {what}: the "
+                                       f"connection was lost or refused ({type(e).__name__}: "
+                                       f"{e})", party=rank,
+                                       op=graph.operations[0].opcode
+                                       if len(graph.operations) == 1 else None) from e
         body = response.json()
         if response.status_code != 200:
             raise _run_failure(rank, body, response.text)
@@ -179,23 +184,31 @@ class SimpHttpDriver(SimpDriver):
         offset = ((received - sent_ns) + (answered - answered_ns)) // 2
         monitor.add_events(events_from_wire(trace.get("events"), rank), offset)
 
-    def _unreachable(self, rank: int, doing: str, e: UnreachableError) -> MPRuntimeError:
+    def _unreachable(self, rank: int, doing: str, e: UnreachableError
+                     ) -> MPCommunicationError:
         """The error for party ``rank``, whose worker accepted no connection to ``doing``:
         which node, at which address, and how to start its worker."""
-        return MPRuntimeError(f"{self._where(rank)} is not reachable, so it cannot {doing} "
-                              f"({e}); {start_worker_hint(self.cluster.nodes[rank].name)}",
-                              party=rank)
+        return MPCommunicationError(f"{self._where(rank)} is not reachable, so it cannot "
+                                    f"{doing} ({e}); "
+                                    f"{start_worker_hint(self.cluster.nodes[rank].name)}",
+                                    party=rank)
 
-    def _refused(self, rank: int, what: str, e: StatusError) -> MPLangError:
+    def _refused(self, rank: int, what: str, e: StatusError, exec_id: str | None = None
+                 ) -> MPLangError:
         """The error for party ``rank``'s 4xx answer. A refusal is an `MPRefusedError`
         naming the party: its policy's (a 403 not about certificates, or an answer of
         kind ``PolicyRefusedError``) carries the party's whole message, which names the
         op, its source line and the rule to add; a certificate or spec the party does not
         know (403, 409) says what to check; a limit (413, 429) gives its status. A request
         the party cannot make sense of (400, 404: an ill-formed program, a missing file)
-        is an `MPRuntimeError` naming the party, as on the simulator."""
+        is an `MPRuntimeError` naming the party, as on the simulator. A request of
+        execution ``exec_id`` that reached the party after this driver aborted it is an
+        `MPCommunicationError`: the abort's echo, not a cause."""
         status = e.response.status_code
         error = error_message(e.response) or e.response.text[:500]
+        if status == 409 and error == f"execution {exec_id} was aborted":
+            return MPCommunicationError(f"{self._where(rank)} dropped {what}: the execution "
+                                        "was aborted", party=rank)
         if status in (400, 404) and not refused_by_policy(e.response):
             return MPRuntimeError(f"{self._where(rank)} refused to run {what}: {status} "
                                   f"{error}", party=rank)
@@ -220,15 +233,17 @@ class SimpHttpDriver(SimpDriver):
             response = self._clients.post(rank, "/prepare", parts, timeout=self._bounded(
                 self._timeout, options))
         except StatusError as e:
-            raise self._refused(rank, _what(graph), e) from e
+            raise self._refused(rank, _what(graph), e, exec_id) from e
         except UnreachableError as e:
             raise self._unreachable(rank, f"prepare {_what(graph)}", e) from e
         except NoAnswerError as e:
+            self._went_silent(exec_id, rank)
             raise MPTimeoutError(f"{self._where(rank)} did not answer within the time limit "
                                  f"to prepare {_what(graph)} ({e})", party=rank) from e
         except TransportError as e:
-            raise MPRuntimeError(f"{self._where(rank)} could not be reached to prepare "
-                                 f"{_what(graph)} ({type(e).__name__}: {e})", party=rank) from e
+            raise MPCommunicationError(f"{self._where(rank)} could not be reached to prepare "
+                                       f"{_what(graph)} ({type(e).__name__}: {e})",
+                                       party=rank) from e
         verdict = response.json()
         digest, vote = verdict.get("digest"), verdict.get("vote")
         if verdict.get("accepted") is not True or not isinstance(digest, str) \
@@ -306,13 +321,20 @@ class SimpHttpDriver(SimpDriver):
                 except RuntimeError:  # the interpreter is shutting down its thread pools
                     return
 
+    def _went_silent(self, exec_id: str, rank: int) -> None:
+        with self._prepared_lock:
+            self._silent.setdefault(exec_id, set()).add(rank)
+
     def abort(self, exec_id: str, reason: str) -> None:
         """Tell every party to abandon ``exec_id``; waits at most `ABORT_WAIT_S` for the
-        answers (a frozen party answers late or never)."""
+        answers (a frozen party answers late or never), and not at all for a party that
+        already left a request of the execution unanswered."""
+        with self._prepared_lock:
+            silent = self._silent.pop(exec_id, set())
         futures = [self._pool.submit(self._best_effort, rank, "/abort",
                                      {"exec": exec_id, "reason": reason[:1000]})
                    for rank in range(self.world_size)]
-        wait(futures, timeout=ABORT_WAIT_S)
+        wait([f for rank, f in enumerate(futures) if rank not in silent], timeout=ABORT_WAIT_S)
 
     def describe_data(self, rank: int, path: str, key: str | None) -> TensorType:
         """The type of array ``path`` (member ``key``) in party ``rank``'s data root, as
@@ -375,9 +397,10 @@ def make_driver(cluster: ClusterSpec | str | os.PathLike[str], **options: Any) -
 
 ABORT_WAIT_S = 1.0
 """How long an abort waits for the parties to confirm it."""
-RUN_ANSWER_GRACE_S = 2.0
+RUN_ANSWER_GRACE_S = 1.5
 """How long past an evaluation's ``timeout`` the driver waits for a party's answer to a
-run: a party whose own wait ran out reports it in that time."""
+run: a party whose own wait ran out reports it in that time. With the abort, which does
+not wait for the silent party, a run ends within ``timeout`` + 2 s of a party's fault."""
 _RUN_FAILURES: dict[str, type[MPRuntimeError]] = {
     "MPCommunicationError": MPCommunicationError, "MPTimeoutError": MPTimeoutError}
 """The failures of a party's run that keep their class at the driver; others are

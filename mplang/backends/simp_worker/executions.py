@@ -256,6 +256,13 @@ class Executions:
             run = self._run_for(exec_id, key)
             return run.program if run is not None else ""
 
+    def time_left(self, exec_id: str, key: str) -> float | None:
+        """Seconds until the time limit of this worker's run that ``key`` belongs to (None:
+        no such run)."""
+        with self._lock:
+            run = self._run_for(exec_id, key)
+            return None if run is None else run.deadline - time.monotonic()
+
     def running(self) -> int:
         with self._lock:
             return sum(len(r) for r in self._running.values())

@@ -220,9 +220,10 @@ def check_port_free(host: str, port: int) -> None:
                               "(is another worker already running there?)") from None
 
 
-def uvicorn_server(server: WorkerServer) -> uvicorn.Server:
-    """The uvicorn server of ``server``'s app on the endpoint its spec gives it."""
-    host, port = host_port(server.cluster.nodes[server.rank].endpoint)
+def uvicorn_server(server: WorkerServer, listen: str | None = None) -> uvicorn.Server:
+    """The uvicorn server of ``server``'s app on ``listen`` (``host:port``), by default
+    the endpoint its spec gives it."""
+    host, port = host_port(listen or server.cluster.nodes[server.rank].endpoint)
     app = create_app(server)
     return tls_server(BudgetedBodies(app, server.inflight, server.limits), host, port,
                       server.trust.context, ConnectionGate(server.limits),
@@ -234,16 +235,17 @@ def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: 
           limits: WorkerLimits | None = None, spec_path: str | Path | None = None,
           on_ready: Callable[[WorkerServer], None] | None = None,
           audit_log: str | Path | None = None, data_root: str | Path | None = None,
-          policy: str | Path | None = None) -> None:
-    """Run ``node``'s worker on the endpoint the spec gives it, until interrupted; the
-    spec file is reloaded when it changes; events go to the audit log ``audit_log``."""
-    host, port = host_port(cluster.nodes[cluster.rank_of(node)].endpoint)
+          policy: str | Path | None = None, listen: str | None = None) -> None:
+    """Run ``node``'s worker on the endpoint the spec gives it (or on ``listen``, when
+    peers reach it through a proxy at that endpoint), until interrupted; the spec file is
+    reloaded when it changes; events go to the audit log ``audit_log``."""
+    host, port = host_port(listen or cluster.nodes[cluster.rank_of(node)].endpoint)
     check_port_free(host, port)
     raise_descriptor_limit()
     server = WorkerServer(cluster, node, identity, timeout=timeout, limits=limits,
                           spec_path=spec_path, audit_log=audit_log, data_root=data_root,
                           policy=policy)
-    userver = uvicorn_server(server)
+    userver = uvicorn_server(server, listen)
     stop = threading.Event()
     threading.Thread(target=server.watch_spec, args=(stop,), daemon=True,
                      name="mplang-spec-watch").start()

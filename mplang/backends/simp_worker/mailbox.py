@@ -80,7 +80,7 @@ class Mailbox:
                 if remaining <= 0:
                     raise MPTimeoutError(
                         f"party {self.rank}: no message from party {src} for {tag[1]} within "
-                        f"{timeout:g} s", party=self.rank, peer=src)
+                        f"{timeout:.3g} s", party=self.rank, peer=src)
                 self._cond.wait(remaining)
 
     def abort(self, exec_id: str, reason: str, refused: bool = False) -> None:

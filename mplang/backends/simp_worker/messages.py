@@ -37,20 +37,20 @@ class PeerCommunicator:
     that execution here. Receives wait on this party's mailbox."""
 
     def __init__(self, rank: int, clients: Callable[[], MuxClients], mailbox: Mailbox,
-                 timeout: float, program_of: Callable[[str, str], str],
-                 audit: AuditLog | None = None):
+                 timeout: float, executions: Executions, audit: AuditLog | None = None):
         self.rank = rank
         self._clients = clients
         self.mailbox = mailbox
         self.timeout = timeout
-        self._program_of = program_of
+        self._executions = executions
         self.audit = audit
 
     def send(self, dst: int, tag: Tag, value: Any) -> None:
         exec_id, key = tag
         link = isinstance(value, bytes | bytearray | memoryview)
         parts = encode_value(value)
-        headers = {H_EXEC: exec_id, H_KEY: key, H_PROGRAM: self._program_of(exec_id, key),
+        headers = {H_EXEC: exec_id, H_KEY: key,
+                   H_PROGRAM: self._executions.program_of(exec_id, key),
                    H_LINK: "1" if link else "0"}
         self._clients().send(dst, "/msg", parts, headers)
         count_message(self.rank, tag, "sent", value)
@@ -70,7 +70,11 @@ class PeerCommunicator:
         self.mailbox.abort(exec_id, reason)
 
     def recv(self, src: int, tag: Tag, timeout: float | None = None) -> Any:
-        value = self.mailbox.take(src, tag, self.timeout if timeout is None else timeout)
+        """Party ``src``'s message under ``tag``, waiting at most ``timeout`` and never
+        past the time limit of the run it is for (a later message would be refused)."""
+        wait = self.timeout if timeout is None else timeout
+        left = self._executions.time_left(*tag)
+        value = self.mailbox.take(src, tag, wait if left is None else max(0.0, min(wait, left)))
         count_message(self.rank, tag, "recv", value)
         return value
 

@@ -94,7 +94,7 @@ class WorkerServer:
         """This node's audit log (none when ``audit_log`` is not given)."""
         self.inbox = Inbox(self.executions, self.mailbox, self.audit)
         self.communicator = PeerCommunicator(self.rank, lambda: self._clients, self.mailbox,
-                                             timeout, self.executions.program_of, self.audit)
+                                             timeout, self.executions, self.audit)
         self._clients = MuxClients(cluster, identity, timeout, self.communicator.refused)
         self.worker = SimpWorker(self.rank, cluster.world_size, self.communicator,
                                  ObjectStore(node), timeout=timeout, in_process=False,
