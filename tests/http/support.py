@@ -68,6 +68,18 @@ class DevCluster:
                             headers={SPEC_HEADER: spec.digest()})
 
 
+def driver_refusal(spec_path: Path, key: Path) -> mp.MPRefusedError:
+    """The refusal a driver of spec file ``spec_path`` (with ``key``) gets when it runs a
+    one-op program on party 0 (the test fails if it runs)."""
+    driver = mp.Driver(spec_path, key=key, timeout=10.0)
+    try:
+        mp.evaluate(driver, lambda: simp.constant((0,), 1))
+    except mp.MPRefusedError as e:
+        return e
+    finally:
+        driver.close()
+    raise AssertionError(f"a driver of {spec_path} was not refused")
+
 def tls_socket(cluster: DevCluster, name: str, rank: int, alpn: str = "http/1.1"
                ) -> ssl.SSLSocket:
     """A mutual-TLS connection presenting ``name``'s certificate to worker ``rank``,
