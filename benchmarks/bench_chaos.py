@@ -7,7 +7,10 @@ the median and largest time from fault to error, how many errors blamed the faul
 party, and how many recovery runs (after a restart, or SIGCONT) gave the right value.
 
     nice -n 10 .venv/bin/python benchmarks/bench_chaos.py [--runs 50] [--timeout 4] [--seed 26]
-        [--log runs.txt]
+        [--log runs.txt] [--devices SPU,PSI,PHE,PSI-ecdh,PSI-ecdh_npc]
+
+``PSI-ecdh`` is the two-party join on libpsi's ECDH protocol, ``PSI-ecdh_npc`` the
+three-party ``psi.join_n`` on ECDH_NPC (not in the default set).
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ def main() -> None:
     parser.add_argument("--log", help="a file for one line per faulted run")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    workloads = {w.device: w for w in (chaos.spu_workload(), chaos.psi_workload(),
-                                       chaos.phe_workload())}
+    workloads = {w.device: w for w in (
+        chaos.spu_workload(), chaos.psi_workload(), chaos.phe_workload(),
+        chaos.psi_workload(protocol="ecdh"), chaos.psi_workload(protocol="ecdh_npc", parties=3))}
     started = time.monotonic()
     with support.running_cluster(support.make_spec(support.free_ports(3))) as cluster, \
             support.connected_driver(cluster) as driver:

@@ -67,18 +67,22 @@ def spu_workload(rounds: int = 150, size: int = 1000) -> Workload:
                     lambda got: np.allclose(got, expected, atol=1e-3))
 
 
-def psi_workload(rows: int = 150_000) -> Workload:
-    """An inner PSI join of P0's and P1's id columns (``rows`` ids each)."""
+def psi_workload(rows: int = 150_000, protocol: str = "rr22", parties: int = 2) -> Workload:
+    """An inner PSI join of the id columns (``rows`` ids each) of P0 and P1
+    (``psi.join`` with ``protocol``), or of ``parties`` parties (``psi.join_n``)."""
     rng = np.random.default_rng(7)
-    ids = [rng.choice(4 * rows, rows, replace=False) for _ in range(2)]
+    ids = [rng.choice(4 * rows, rows, replace=False) for _ in range(parties)]
     tables = [pa.table({"id": pa.array(i, pa.int64())}) for i in ids]
-    shared = sorted(set(ids[0].tolist()) & set(ids[1].tolist()))
+    shared = sorted(set.intersection(*(set(i.tolist()) for i in ids)))
 
     def program() -> Any:
-        a, b = (simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(tables))
-        return psi.join(a, b, "id")[0]
+        held = [simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(tables)]
+        if parties > 2:
+            return psi.join_n(held, "id", protocol=protocol)[0]
+        return psi.join(held[0], held[1], "id", protocol=protocol)[0]
 
-    return Workload("PSI", program, (0, 1),
+    name = "PSI" if (protocol, parties) == ("rr22", 2) else f"PSI-{protocol}"
+    return Workload(name, program, tuple(range(parties)),
                     lambda got: sorted(got[0]["id"].to_pylist()) == shared)
 
 
