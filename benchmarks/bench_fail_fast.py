@@ -16,20 +16,22 @@ import argparse
 import os
 import signal
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-import pyarrow as pa
 from bench_http import free_ports
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mplang as mp
 from mplang import simp
 from mplang.cluster.local import LocalCluster
-from mplang.dialects import table
-from mplang.libs import psi
+from tests.http import programs
 
 
 def _ring() -> Any:
@@ -72,16 +74,7 @@ def main() -> None:
     parser.add_argument("--joins", type=int, default=30)
     parser.add_argument("--timeout", type=float, default=2.0)
     args = parser.parse_args()
-    rng = np.random.default_rng(1)
-    ids = [pa.table({"id": pa.array(rng.choice(2000, 1500, replace=False), pa.int64())})
-           for _ in range(3)]
-
-    def chained() -> Any:
-        a, b, c = (simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ids))
-        a1, b1 = psi.join(a, b, "id")
-        _, c2 = psi.join(b1, c, "id")
-        return psi.join(c2, a1, "id")[0]
-
+    chained, _ = programs.chained_joins()
     layout = mp.ClusterSpec.simple(3).to_dict()  # ABY3 over the three
     for node, port in zip(layout["nodes"], free_ports(3), strict=True):
         node["endpoint"] = f"127.0.0.1:{port}"

@@ -252,3 +252,25 @@ CASES: list[Case] = [
 """Every shared program with its numpy reference."""
 
 CASE_IDS = [c.name for c in CASES]
+
+
+def chained_joins(seed: int = 1) -> tuple[Callable[[], Any], list[int]]:
+    """Three chained two-party PSI joins of P0's, P1's and P2's 1,500 ids (of 2,000), and
+    the ids all three share, which the last join's result holds."""
+    import pyarrow as pa
+
+    from mplang.dialects import table
+    from mplang.libs import psi
+
+    rng = np.random.default_rng(seed)
+    ids = [pa.table({"id": pa.array(rng.choice(2000, 1500, replace=False), pa.int64())})
+           for _ in range(3)]
+
+    def chained() -> Any:
+        a, b, c = (simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ids))
+        a1, b1 = psi.join(a, b, "id")
+        _, c2 = psi.join(b1, c, "id")
+        return psi.join(c2, a1, "id")[0]
+
+    shared = set.intersection(*(set(t["id"].to_pylist()) for t in ids))
+    return chained, sorted(shared)

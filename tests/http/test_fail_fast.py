@@ -25,7 +25,7 @@ import mplang as mp
 from mplang import simp
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.cluster.local import LocalCluster
-from tests.http import support
+from tests.http import programs, support
 
 VECTOR = np.linspace(0.0, 100.0, 10_000, dtype=np.float32)
 
@@ -160,23 +160,7 @@ def test_ten_runs_of_three_chained_joins_never_hang(driver: mp.Driver) -> None:
     """libpsi's link sends its connection test under one tag more than once: every send is
     one receive (a later message under a tag no longer replaces an earlier one, which
     left a receive waiting in about one run in ten)."""
-    import pyarrow as pa
-
-    from mplang.dialects import table
-    from mplang.libs import psi
-
-    rng = np.random.default_rng(1)
-    ids = [pa.table({"id": pa.array(rng.choice(2000, 1500, replace=False), pa.int64())})
-           for _ in range(3)]
-
-    def chained() -> Any:
-        a, b, c = (simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ids))
-        a1, b1 = psi.join(a, b, "id")
-        _, c2 = psi.join(b1, c, "id")
-        return psi.join(c2, a1, "id")[0]
-
-    shared = set(ids[0]["id"].to_pylist()) & set(ids[1]["id"].to_pylist()) & \
-        set(ids[2]["id"].to_pylist())
+    chained, shared = programs.chained_joins()
     for _ in range(10):
         got = mp.fetch(driver, mp.evaluate(driver, chained, timeout=20))[2]
-        assert sorted(got["id"].to_pylist()) == sorted(shared)
+        assert sorted(got["id"].to_pylist()) == shared
