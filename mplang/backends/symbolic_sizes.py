@@ -21,28 +21,30 @@ def bind_sizes(op: str, types: Sequence[TensorType], shapes: Sequence[Sequence[i
     after checking every static dimension and that each symbol has one size; raises
     `MPPublicError` naming ``op``, the symbol and the inputs that disagree. JAX's
     symbolic sizes are at least 1: an empty size is refused by name too."""
+    opcode = op.split("[")[0]
+
+    def refused(why: str) -> MPPublicError:
+        return MPPublicError(f"{op}: {why}", op=opcode)
+
     sizes: dict[str, tuple[int, int]] = {}
     for i, (t, shape) in enumerate(zip(types, shapes, strict=True)):
         if len(shape) != len(t.shape):
-            raise MPPublicError(f"{op}: input {i} has {len(shape)} dimensions, the program "
-                                f"expects {t}", op=op.split("[")[0])
+            raise refused(f"input {i} has {len(shape)} dimensions, the program expects {t}")
         for j, (dim, size) in enumerate(zip(t.shape, shape, strict=True)):
             if isinstance(dim, int):
                 if dim != size:
-                    raise MPPublicError(f"{op}: input {i} does not have the shape {t} "
-                                        f"(dimension {j})", op=op.split("[")[0])
+                    raise refused(f"input {i} does not have the shape {t} (dimension {j})")
                 continue
             if not dim.isidentifier():
                 continue  # an expression of symbols: JAX checks it when the op runs
             first = sizes.setdefault(dim, (size, i))
             if first[0] != size:
-                raise MPPublicError(
-                    f"{op}: {dim_text(dim)} has one size in input {first[1]} and another in "
-                    f"input {i} (dimension {j}): values the program made of the same rows "
-                    "must keep the same rows", op=op.split("[")[0])
+                raise refused(f"{dim_text(dim)} has one size in input {first[1]} and another "
+                              f"in input {i} (dimension {j}): values the program made of the "
+                              "same rows must keep the same rows")
     for dim, (size, i) in sizes.items():
         if size < 1:
-            raise MPPublicError(f"{op}: {dim_text(dim)} is empty in input {i}; sizes known "
-                                "only at run time must be at least 1 (an empty join or "
-                                "filter result cannot flow into tensors)", op=op.split("[")[0])
+            raise refused(f"{dim_text(dim)} is empty in input {i}; sizes known only at run "
+                          "time must be at least 1 (an empty join or filter result cannot "
+                          "flow into tensors)")
     return {dim: size for dim, (size, _) in sizes.items()}

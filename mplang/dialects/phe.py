@@ -182,8 +182,7 @@ class Ciphertext(BaseType):
     def wire_bytes(self) -> int:
         """Its elements at the largest key size, with the public key it carries (a size
         known only at run time: `MAX_SYMBOLIC_CIPHERTEXTS` elements)."""
-        plain = self.plaintext()
-        elements = plain.size_estimate(1) if plain.is_static else MAX_SYMBOLIC_CIPHERTEXTS
+        elements = self.plaintext().elements_bound(MAX_SYMBOLIC_CIPHERTEXTS)
         return max(elements, 1) * WIRE_BYTES_PER_ELEMENT + WIRE_KEY_BYTES + 256
 
     def to_json(self, encode: TypeEncoder) -> Any:

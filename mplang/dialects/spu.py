@@ -90,8 +90,7 @@ class SecretShareType(BaseType):
         """Two ring elements of the widest field (FM128) per element, the most any
         protocol gives one party (ABY3 holds two replicated shares), and the share's
         metadata; a size known only at run time counts as `MAX_SYMBOLIC_ELEMENTS`."""
-        t = self.plaintext_type
-        elements = t.size_estimate(1) if t.is_static else MAX_SYMBOLIC_ELEMENTS
+        elements = self.plaintext_type.elements_bound(MAX_SYMBOLIC_ELEMENTS)
         return elements * SHARE_BYTES_PER_ELEMENT + SHARE_META_BYTES
 
     def __str__(self) -> str:
@@ -427,12 +426,8 @@ def lower(fn: Callable[..., Any], avals: list[Any]) -> tuple[str, Any]:
     libspu cannot parse) and its output avals."""
     import spu.utils.frontend as spu_frontend
 
-    with spu_frontend._jax_lock:
-        patches = spu_frontend._patch_jax()
-        try:
-            hlo, out_avals = spu_frontend._jax_compilation(fn, (), None, avals, {})
-        finally:
-            spu_frontend._restore_jax_patch(patches)
+    hlo, out_avals = _patched_for_libspu(
+        lambda: spu_frontend._jax_compilation(fn, (), None, avals, {}))
     with make_ir_context():
         return str(ir.Module.parse(hlo_to_stablehlo(hlo))), out_avals
 

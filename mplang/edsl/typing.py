@@ -182,7 +182,7 @@ Dim = int | str
 """A tensor dimension: a size known while tracing, or a size known only at run time
 (`is_symbolic`): a symbol such as ``"n0"``, or an expression JAX derived from symbols
 (``"2*n0"``, ``"n0 + 1"``). Values of one symbol have the same size at run time."""
-_SYMBOLIC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[A-Za-z0-9_ +*()-]*[A-Za-z_][A-Za-z0-9_ +*()-]*")
+_SYMBOLIC = re.compile(r"[A-Za-z0-9_ +*()-]*[A-Za-z_][A-Za-z0-9_ +*()-]*")
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_SYMBOLIC = 64
 """The longest symbolic dimension (its text)."""
@@ -272,6 +272,11 @@ class TensorType(BaseType):
         """Elements, counting each symbolic dimension as ``symbolic`` (for estimates)."""
         return math.prod(d if isinstance(d, int) else symbolic for d in self.shape)
 
+    def elements_bound(self, cap: int) -> int:
+        """Its elements, or ``cap`` when a size is known only at run time (what a receiver
+        allows a message of this type)."""
+        return self.size_estimate(1) if self.is_static else cap
+
     @property
     def symbols(self) -> frozenset[str]:
         """The symbols the shape depends on."""
@@ -284,7 +289,7 @@ class TensorType(BaseType):
 def _is_int(d: Any) -> bool:
     try:
         return int(d) == d and not isinstance(d, str)
-    except (TypeError, ValueError, Exception):  # a symbolic expression is no int
+    except Exception:  # a symbolic expression is no int (JAX raises its own error)
         return False
 
 

@@ -83,7 +83,7 @@ def declared_bytes(vtype: object) -> int:
     plain = getattr(base, "plaintext", lambda: None)()
     if plain is None:
         return 0
-    elements = plain.size_estimate(1) if plain.is_static else MAX_SYMBOLIC_ELEMENTS
+    elements = plain.elements_bound(MAX_SYMBOLIC_ELEMENTS)
     size = elements * np.dtype(plain.dtype).itemsize
     expansion = getattr(base, "expansion", 1.0)
     return int(size * (SHARE_EXPANSION if expansion is None else max(expansion, 1.0)))
