@@ -167,8 +167,7 @@ def tensor_bytes(value: Any, t: TensorType) -> bytes:
     """The raw little-endian C-order bytes of ``value`` as a tensor of type ``t``."""
     dtype = numpy_dtype(t.dtype)
     arr = np.asarray(value, dtype=dtype)
-    if len(arr.shape) != len(t.shape) or any(
-            isinstance(d, int) and d != n for d, n in zip(t.shape, arr.shape, strict=True)):
+    if not t.admits(arr.shape):
         raise CryptoError(f"the value has shape {arr.shape}, its type is {t}")
     return np.ascontiguousarray(arr, dtype=dtype.newbyteorder("<")).tobytes()
 

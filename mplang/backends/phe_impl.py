@@ -186,7 +186,7 @@ def encode(kit: Any, what: str, x: Any, shape: tuple[int, ...], scale: int) -> A
 def logical_shape(t: Ciphertext | TensorType, storage: tuple[int, int]) -> tuple[int, ...]:
     """The shape of a value of type ``t`` stored as an sf-heu array of ``storage``: its
     type's, with a size known only at run time solved from the stored elements."""
-    shape = shape_of_elements(TensorType(t.dtype, tuple(t.shape)), storage[0] * storage[1])
+    shape = shape_of_elements(t.plaintext(), storage[0] * storage[1])
     if shape is None or storage_shape(shape) != storage:
         raise ValueError(f"a ciphertext stored as {list(storage)} cannot be a {t}")
     return shape
@@ -196,8 +196,7 @@ def sized(t: Ciphertext | TensorType, x: Any) -> tuple[int, ...]:
     """The shape plaintext ``x`` gives type ``t``: ``x``'s, if it has ``t``'s static sizes
     (a size known only at run time takes ``x``'s)."""
     shape = np.shape(x)
-    if len(shape) != len(t.shape) or any(
-            isinstance(d, int) and d != n for d, n in zip(t.shape, shape, strict=True)):
+    if not t.plaintext().admits(shape):
         raise ValueError(f"a value of shape {list(shape)} cannot be a {t}")
     return tuple(shape)
 

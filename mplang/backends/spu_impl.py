@@ -169,8 +169,7 @@ def _received_share(value: Any, op: Operation, sender: int | str,
         shape = share_shape(value)
     except ValueError as e:
         raise RuntimeError(f"{who} sent a malformed share: {e}") from None
-    if len(shape) != len(plaintext.shape) or any(
-            isinstance(d, int) and d != n for d, n in zip(plaintext.shape, shape, strict=True)):
+    if not plaintext.admits(shape):
         raise RuntimeError(f"{who} sent a share of shape {shape}; {op.opcode} "
                            f"declares {plaintext.shape}")
     return value

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
@@ -271,6 +271,12 @@ class TensorType(BaseType):
     def size_estimate(self, symbolic: int) -> int:
         """Elements, counting each symbolic dimension as ``symbolic`` (for estimates)."""
         return math.prod(d if isinstance(d, int) else symbolic for d in self.shape)
+
+    def admits(self, shape: Sequence[int]) -> bool:
+        """Whether an array of ``shape`` can be a value of this type: the same rank and
+        every static size (a symbolic one takes any)."""
+        return len(shape) == len(self.shape) and all(
+            not isinstance(d, int) or d == n for d, n in zip(self.shape, shape, strict=True))
 
     def elements_bound(self, cap: int) -> int:
         """Its elements, or ``cap`` when a size is known only at run time (what a receiver
