@@ -195,6 +195,14 @@ class WorkerStates(dict[str, Any]):
         self.env = env
         self._lock = threading.Lock()
 
+    def spec_changed(self) -> None:
+        """Tell each state that has a ``spec_changed`` method that the cluster spec
+        changed (kept sessions and links are dropped)."""
+        for state in list(self.values()):
+            hook = getattr(state, "spec_changed", None)
+            if callable(hook):
+                hook()
+
     def __missing__(self, dialect: str) -> Any:
         backend = _BACKENDS.get(dialect)
         if backend is None or backend.state_factory is None:
