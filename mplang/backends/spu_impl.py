@@ -217,6 +217,10 @@ class SpuState:
         """Drop the kept sessions: the cluster spec changed."""
         self.sessions.clear()
 
+    def driver_closed(self, owner: str) -> None:
+        """Drop the sessions kept for driver ``owner``: it closed."""
+        self.sessions.clear(owner)
+
     def links(self, interp: Interpreter) -> SpuLinkFactory:
         """The link factory for a run of ``interp``'s execution."""
         monitor = interp.options.monitor

@@ -24,8 +24,8 @@ link of its own, as a traced run does (its messages are counted per run).
 
 A session serves one run at a time; the run's messages are tagged with its execution
 id and op key as any other; its variables are deleted when it ends. Pools are dropped
-after `IDLE_SECONDS` unused, beyond `MAX_POOLS` (least recently used first), and on a
-change of the cluster spec.
+after `IDLE_SECONDS` unused, beyond `MAX_POOLS` (least recently used first), when their
+driver closes, and on a change of the cluster spec.
 """
 
 from __future__ import annotations
@@ -175,10 +175,12 @@ class SessionPools:
             self._pools.move_to_end(key)
             return pool
 
-    def clear(self) -> None:
-        """Forget every pool (the spec changed); runs going on keep their sessions."""
+    def clear(self, owner: str | None = None) -> None:
+        """Forget the pools of driver ``owner`` (default: every pool); runs going on keep
+        their sessions."""
         with self._lock:
-            self._pools.clear()
+            for key in [k for k in self._pools if owner is None or k[0] == owner]:
+                del self._pools[key]
 
     def __len__(self) -> int:
         return len(self._pools)

@@ -49,3 +49,34 @@ def test_later_evaluations_reuse_the_session_and_a_restarted_worker_rebuilds_it(
         cheetah.start_node("node_1")
         compare()  # node_1 has no session, node_0 its old one: both start a new one
         assert min(compare() for _ in range(3)) < first / 2
+
+
+def test_a_closing_driver_s_sessions_are_dropped_and_a_spec_change_drops_all(
+        tmp_path: Any) -> None:
+    dev = support.dev_cluster(tmp_path, support.make_spec(support.free_ports(3)))
+    with support.thread_workers(dev, 3) as workers:
+        def pools() -> list[int]:
+            return [len(w.server.worker.states["spu"].sessions) for w in workers]
+
+        def secret_product(driver: mp.Driver) -> None:
+            got = mp.fetch(driver, mp.evaluate(driver, lambda: mp.put(
+                "P0", mp.device("SP0")(jnp.multiply)(mp.put("P0", np.float32(3)),
+                                                     mp.put("P1", np.float32(4))))))
+            assert float(got) == 12.0
+
+        first = mp.Driver(dev.spec_path, key=dev.keys / "driver.key", timeout=30.0)
+        second = mp.Driver(dev.spec_path, key=dev.keys / "driver2.key", timeout=30.0)
+        try:
+            secret_product(first)
+            secret_product(second)
+            assert pools() == [2, 2, 2]  # one pool per driver on every member
+            first.close()
+            assert pools() == [1, 1, 1]  # the closed driver's only
+            for w in workers:
+                w.server.worker.states.spec_changed()
+            assert pools() == [0, 0, 0]
+            secret_product(second)  # new sessions, as on first use
+            assert pools() == [1, 1, 1]
+        finally:
+            first.close()
+            second.close()
