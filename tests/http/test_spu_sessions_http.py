@@ -80,3 +80,28 @@ def test_a_closing_driver_s_sessions_are_dropped_and_a_spec_change_drops_all(
         finally:
             first.close()
             second.close()
+
+
+def test_concurrent_evaluations_share_the_sessions_in_one_order(
+        cheetah: LocalCluster) -> None:
+    """Four threads of one driver, each evaluating a program of two independent SPU ops:
+    more runs at once than kept sessions, in orders that differ between the parties."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with support.connected_driver(cheetah) as driver:
+        def product_and_order(seed: int) -> None:
+            rng = np.random.default_rng(seed)
+            x, y = (rng.normal(size=4).astype(np.float32) for _ in range(2))
+            a = mp.evaluate(driver, lambda: mp.put("P0", x))
+            b = mp.evaluate(driver, lambda: mp.put("P1", y))
+            for _ in range(3):
+                less, prod = mp.evaluate(driver, lambda u, v: [
+                    mp.put("P0", mp.device("SP0")(jnp.less)(u, v)),
+                    mp.put("P1", mp.device("SP0")(jnp.multiply)(u, v))], a, b)
+                np.testing.assert_array_equal(mp.fetch(driver, less), x < y)
+                np.testing.assert_allclose(mp.fetch(driver, prod), x * y, rtol=1e-3,
+                                           atol=1e-4)
+
+        with ThreadPoolExecutor(4) as pool:
+            for future in [pool.submit(product_and_order, s) for s in range(4)]:
+                future.result()
