@@ -25,7 +25,8 @@ link of its own, as a traced run does (its messages are counted per run).
 A session serves one run at a time; the run's messages are tagged with its execution
 id and op key as any other; its variables are deleted when it ends. Pools are dropped
 after `IDLE_SECONDS` unused, beyond `MAX_POOLS` (least recently used first), when their
-driver closes, and on a change of the cluster spec.
+driver closes, and on a change of the cluster spec; idle sessions beyond `MAX_SESSIONS`
+per worker are dropped, least recently used first.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ IDLE_SECONDS = 600.0
 """A pool unused this long is dropped (its sessions with it)."""
 MAX_POOLS = 16
 """Pools kept per worker (one per driver and device)."""
+MAX_SESSIONS = 4
+"""Sessions kept per worker, over all pools: a session holds its protocol's material
+(a CHEETAH session that compared 10^4 values holds about 640 MB per party), so the
+least recently used idle ones beyond this are dropped (their next run builds new ones,
+everywhere, as after a failure)."""
 
 _ANNOUNCE = struct.Struct("<iqq")  # slot (-1: a link of its own), generation, uses
 _STATE = struct.Struct("<qq")  # generation, uses
@@ -139,6 +145,14 @@ class SessionPool:
         slot.session, slot.generation, slot.uses = make(generation), generation, 0
         return slot.session
 
+    def drop_idle_sessions(self) -> int:
+        """Drop the sessions no run is using; how many."""
+        with self._cond:
+            idle = [s for s in self.slots if s.session is not None and not s.busy]
+            for slot in idle:
+                slot.session, slot.uses = None, -1
+            return len(idle)
+
     def release(self, index: int, ok: bool) -> None:
         """Slot ``index``'s run ended; a failed one discards the session."""
         slot = self.slots[index]
@@ -168,12 +182,22 @@ class SessionPools:
                 if not old.busy and (now - old.used > IDLE_SECONDS
                                      or len(self._pools) > MAX_POOLS):
                     del self._pools[old_key]
+            self._drop_sessions_beyond(MAX_SESSIONS)
             pool = self._pools.get(key)
             if pool is None:
                 name = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
                 pool = self._pools[key] = SessionPool(f"{config.device}:{name}")
             self._pools.move_to_end(key)
             return pool
+
+    def _drop_sessions_beyond(self, limit: int) -> None:
+        """Drop idle sessions, least recently used pools first, until at most ``limit``
+        are kept (sessions in use count, and stay)."""
+        kept = sum(s.session is not None for p in self._pools.values() for s in p.slots)
+        for pool in list(self._pools.values()):
+            if kept <= limit:
+                return
+            kept -= pool.drop_idle_sessions()
 
     def clear(self, owner: str | None = None) -> None:
         """Forget the pools of driver ``owner`` (default: every pool); runs going on keep

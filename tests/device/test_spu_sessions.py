@@ -144,3 +144,21 @@ def test_pools_are_per_driver_and_dropped_when_the_spec_changes(sim: mp.Simulato
     for worker in sim.mesh.workers:
         worker.states.spec_changed()
     assert [len(p) for p in _pools(sim)] == [0, 0]
+
+
+def test_idle_sessions_beyond_the_cap_are_dropped_least_recently_used_first() -> None:
+    from mplang.backends import spu_sessions
+
+    pools = SessionPools(lambda *args: None)  # type: ignore[arg-type]
+    config = SpuConfig("SP0", (0, 1), "CHEETAH", "FM64")
+    made = [pools.pool(f"driver-{i}", config) for i in range(spu_sessions.MAX_SESSIONS + 2)]
+    for i, pool in enumerate(made):
+        assert pool.claim() == 0
+        pool.session(0, [(0, -1)], lambda g, i=i: f"session {i}")  # type: ignore
+        if i != 0:
+            pool.release(0, ok=True)
+    # six sessions: driver-0's is in use and stays; the two least recently used idle
+    # ones (driver-1's and driver-2's) go when the next run starts
+    pools.pool("driver-5", config)
+    kept = [pool.slots[0].session for pool in made]
+    assert kept == ["session 0", None, None, "session 3", "session 4", "session 5"]
