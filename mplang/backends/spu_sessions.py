@@ -35,6 +35,7 @@ import hashlib
 import struct
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,11 +55,12 @@ IDLE_SECONDS = 600.0
 """A pool unused this long is dropped (its sessions with it)."""
 MAX_POOLS = 16
 """Pools kept per worker (one per driver and device)."""
-MAX_SESSIONS = 4
-"""Sessions kept per worker, over all pools: a session holds its protocol's material
-(a CHEETAH session that compared 10^4 values holds about 640 MB per party), so the
-least recently used idle ones beyond this are dropped (their next run builds new ones,
-everywhere, as after a failure)."""
+MAX_SESSIONS = 6
+"""Sessions kept per process (a worker's, or those of all the parties a simulator runs
+in it), over all pools: a session holds its protocol's material (a CHEETAH session that
+compared 10^4 values holds about 640 MB per party), so the least recently used idle
+ones beyond this are dropped (their next run builds new ones, everywhere, as after a
+failure)."""
 
 _ANNOUNCE = struct.Struct("<iqq")  # slot (-1: a link of its own), generation, uses
 _STATE = struct.Struct("<qq")  # generation, uses
@@ -173,16 +175,17 @@ class SessionPools:
         self.make = make
         self._pools: OrderedDict[tuple[str, SpuConfig], SessionPool] = OrderedDict()
         self._lock = threading.Lock()
+        _REGISTRIES.add(self)
 
     def pool(self, owner: str, config: SpuConfig) -> SessionPool:
         key = (owner, config)
         now = time.monotonic()
+        _drop_sessions_beyond(MAX_SESSIONS)
         with self._lock:
             for old_key, old in list(self._pools.items()):
                 if not old.busy and (now - old.used > IDLE_SECONDS
                                      or len(self._pools) > MAX_POOLS):
                     del self._pools[old_key]
-            self._drop_sessions_beyond(MAX_SESSIONS)
             pool = self._pools.get(key)
             if pool is None:
                 name = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
@@ -190,14 +193,9 @@ class SessionPools:
             self._pools.move_to_end(key)
             return pool
 
-    def _drop_sessions_beyond(self, limit: int) -> None:
-        """Drop idle sessions, least recently used pools first, until at most ``limit``
-        are kept (sessions in use count, and stay)."""
-        kept = sum(s.session is not None for p in self._pools.values() for s in p.slots)
-        for pool in list(self._pools.values()):
-            if kept <= limit:
-                return
-            kept -= pool.drop_idle_sessions()
+    def pools(self) -> list[SessionPool]:
+        with self._lock:
+            return list(self._pools.values())
 
     def clear(self, owner: str | None = None) -> None:
         """Forget the pools of driver ``owner`` (default: every pool); runs going on keep
@@ -208,6 +206,22 @@ class SessionPools:
 
     def __len__(self) -> int:
         return len(self._pools)
+
+
+_REGISTRIES: weakref.WeakSet[SessionPools] = weakref.WeakSet()
+"""Every `SessionPools` of this process (the cap on sessions is per process)."""
+
+
+def _drop_sessions_beyond(limit: int) -> None:
+    """Drop idle sessions of this process, least recently used pools first, until at
+    most ``limit`` are kept (sessions in use count, and stay)."""
+    pools = sorted((p for registry in list(_REGISTRIES) for p in registry.pools()),
+                   key=lambda p: p.used)
+    kept = sum(s.session is not None for p in pools for s in p.slots)
+    for pool in pools:
+        if kept <= limit:
+            return
+        kept -= pool.drop_idle_sessions()
 
 
 def run_in_session(pools: SessionPools, interp: Interpreter, worker: SimpWorker,
