@@ -81,6 +81,11 @@ class DeviceKind(ABC):
               obj: MPObject) -> Any:
         """The value ``mp.fetch`` returns for ``obj``, which lives on ``device``."""
 
+    def fixed_point(self, device: Device) -> tuple[int, int] | None:
+        """The ring's bits and the fraction bits of ``device``'s fixed-point numbers, for
+        kinds that compute on floats in fixed point (None: floats are floats)."""
+        return None
+
     def table_constant(self, cluster: ClusterSpec, device: Device, value: Any,
                        what: str) -> MPObject:
         """A driver's pandas DataFrame or Arrow table placed on ``device`` as a table; by
