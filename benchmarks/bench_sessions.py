@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_http import free_ports
-from bench_wire import _inputs, _spu_op
+from bench_wire import _inputs, _med, _spu_op, spu_case_ms
 from timing import median_ms, run_in_tree
 
 NEW = Path(__file__).resolve().parents[1]
@@ -89,15 +89,7 @@ def _measure(drv: Any, spec: Any, parties: int, runs: int) -> dict[str, Any]:
     out["trivial_ms"] = median_ms(
         lambda: float(mp.fetch(drv, mp.evaluate(drv, every, y))[0]), runs * 3, 10)
 
-    spu: dict[str, float] = {}
-    for kind, n in CASES[parties]:
-        a, b = (mp.evaluate(drv, lambda v, p=p: mp.put("SP0", mp.put(p, v)), value)
-                for p, value in zip(("P0", "P1"), _inputs(n), strict=True))
-        program = mp.compile(lambda u, v, k=kind: mp.device("SP0")(_spu_op(k))(u, v), a, b,
-                             cluster=spec)
-        spu[f"{kind} {n}"] = median_ms(lambda p=program, u=a, v=b: mp.evaluate(drv, p, u, v),
-                                        runs, 2)
-    out["spu_ms"] = spu
+    out["spu_ms"] = spu_case_ms(drv, spec, CASES[parties], runs)
     return out
 
 
@@ -171,15 +163,6 @@ def main() -> int:
                   + json.dumps({k: v[-1] for k, v in results.items()}), flush=True)
         report(parties, results)
     return 0
-
-
-def _med(rows: list[dict[str, Any]], *path: str) -> float:
-    values = []
-    for row in rows:
-        for key in path:
-            row = row[key]
-        values.append(float(row))  # type: ignore[arg-type]
-    return statistics.median(values)
 
 
 def report(parties: int, results: dict[str, list[dict[str, Any]]]) -> None:

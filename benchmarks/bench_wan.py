@@ -27,7 +27,6 @@ import contextlib
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spu_raw_brpc import raw_brpc_seconds  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 import mplang as mp  # noqa: E402
 from mplang import tensor  # noqa: E402
@@ -107,17 +107,6 @@ def _lr_step() -> Any:
     return train_vertical_lr([x0, x1], y, epochs=1, batch_size=None)
 
 
-def _timed(fn: Any, runs: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def mplang_ms(parties: int, wan: Wan, runs: int, rows: int) -> tuple[dict[str, float], Any]:
     """MPLang's figures and the compiled programs (their executables are raw's)."""
     with tempfile.TemporaryDirectory(prefix="bench-wan-") as tmp:
@@ -129,8 +118,8 @@ def mplang_ms(parties: int, wan: Wan, runs: int, rows: int) -> tuple[dict[str, f
                     programs = {name: mp.compile(fn, cluster=cluster.cluster)
                                 for name, fn in (("millionaire", _millionaire),
                                                  ("lr step", _lr_step))}
-                out = {name: _timed(lambda p=p: mp.fetch(driver, mp.evaluate(driver, p)),
-                                    runs)
+                out = {name: median_ms(lambda p=p: mp.fetch(driver, mp.evaluate(driver, p)),
+                                       runs, 2)
                        for name, p in programs.items()}
             finally:
                 driver.close()
