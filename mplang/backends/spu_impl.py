@@ -2,10 +2,11 @@
 
 One registration gives its worker kernels, its per-worker state (how links are
 made), the wire codec of `SpuShare` and the payload check of received ``spu.run``
-ops. Each ``spu.run`` gets its own libspu link, created through the worker's
-`SpuLinkFactory` under a name unique to the execution and op, so concurrent
-executions never share a link and a world that never uses its SPU never creates
-one.
+ops. An ``spu.run`` runs on a secure session its device's members keep for the
+driver across evaluations (`mplang.backends.spu_sessions`), or, when the kept ones
+are all busy, on a libspu link of its own made through the worker's
+`SpuLinkFactory` under a name unique to the execution and op. A world that never
+uses its SPU makes neither.
 """
 
 from __future__ import annotations
