@@ -48,14 +48,14 @@ if TYPE_CHECKING:
     from mplang.backends.simp_worker.state import SimpWorker
     from mplang.runtime.interpreter import Interpreter
 
-SLOTS = 2
+SLOTS = 4
 """Sessions per driver and device: how many of its SPU ops may run at once on kept
 sessions (more run on links of their own)."""
 IDLE_SECONDS = 600.0
 """A pool unused this long is dropped (its sessions with it)."""
 MAX_POOLS = 16
 """Pools kept per worker (one per driver and device)."""
-MAX_SESSIONS = 6
+MAX_SESSIONS = 8
 """Sessions kept per process (a worker's, or those of all the parties a simulator runs
 in it), over all pools: a session holds its protocol's material (a CHEETAH session that
 compared 10^4 values holds about 640 MB per party), so the least recently used idle

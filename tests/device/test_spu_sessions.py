@@ -58,7 +58,7 @@ def test_every_evaluation_reuses_one_session(sim: mp.Simulator) -> None:
                                         _on(sim, "P1", y)))
         times.append(time.perf_counter() - start)
         np.testing.assert_array_equal(got, x < y)
-    assert _slots(sim) == [[(1, 5), (0, -1)]] * 2  # one session, five runs, on both
+    assert _slots(sim) == [[(1, 5)] + [(0, -1)] * (SLOTS - 1)] * 2  # one session, 5 runs
     assert min(times[1:]) < times[0] / 4, times  # CHEETAH's setup is paid once
 
 
@@ -88,9 +88,9 @@ def test_a_party_whose_session_is_out_of_step_gets_a_new_one_everywhere(
     (lost,) = _pools(sim)[1]._pools.values()
     lost.release(lost.claim() or 0, ok=False)  # party 1 drops its session
     np.testing.assert_array_equal(run(), x < y)
-    assert _slots(sim) == [[(2, 1), (0, -1)]] * 2
+    assert _slots(sim) == [[(2, 1)] + [(0, -1)] * (SLOTS - 1)] * 2
     np.testing.assert_array_equal(run(), x < y)
-    assert _slots(sim) == [[(2, 2), (0, -1)]] * 2
+    assert _slots(sim) == [[(2, 2)] + [(0, -1)] * (SLOTS - 1)] * 2
 
 
 def test_independent_ops_beyond_the_slots_run_on_links_of_their_own(
@@ -113,12 +113,12 @@ def test_independent_ops_beyond_the_slots_run_on_links_of_their_own(
 
 def test_a_failed_run_discards_the_session_and_frees_its_slot() -> None:
     pool = SessionPool("SP0:test")
-    index = pool.claim()
-    assert index == 0
-    assert pool.claim() == 1 and pool.claim() is None  # both slots busy
-    pool.release(1, ok=True)
+    assert [pool.claim() for _ in range(SLOTS)] == list(range(SLOTS))
+    assert pool.claim() is None  # every slot busy: the run gets a link of its own
+    for index in range(1, SLOTS):
+        pool.release(index, ok=True)
     pool.release(0, ok=False)
-    assert [s.state() for s in pool.slots] == [(0, -1), (0, 0)]
+    assert [s.state() for s in pool.slots] == [(0, -1)] + [(0, 0)] * (SLOTS - 1)
     assert not pool.busy
 
 
