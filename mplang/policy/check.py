@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph, Operation
+from mplang.policy.dp_flows import charges
 from mplang.policy.flows import DRIVER, Analysis, PartyLabels, Send, analyze
 from mplang.policy.labels import Flow, Label, Rows, release_cuts, smallest_part
 from mplang.policy.policy import DRIVER as DRIVER_NAME
@@ -31,6 +32,9 @@ class Verdict:
     flows: list[str] = field(default_factory=list)
     outputs: list[Label] = field(default_factory=list)
     """The label of the party's copy of each program output."""
+    charges: dict[str, float] = field(default_factory=dict)
+    """The epsilon the program's differentially private releases spend, per source of
+    the party's data (charged when it is accepted: `mplang.policy.ledger`)."""
 
     def message(self, node: str) -> str:
         return f"{node} refuses the program: " + "; ".join(self.reasons)
@@ -45,7 +49,8 @@ def judge(policy: Policy, receiver: str, label: Flow, digest: str | None
     if digest is not None and digest in policy.programs:
         return "the program digest is allow-listed", None
     form = label.declassified_as
-    rule = policy.rule_for(receiver, form, label.rows if form == "aggregate" else None)
+    rule = policy.rule_for(receiver, form, label.rows if form == "aggregate" else None,
+                           label.epsilon)
     if rule is None:
         return None, None
     return f"rule {rule}", rule if rule.when == "aggregate" else None
@@ -56,6 +61,9 @@ def _hint(receiver: str, label: Flow) -> str:
     if form == "raw":
         return (f"add {receiver} to plaintext_to, or the program digest to programs (row-wise "
                 "or raw values are never declassified by aggregate or compare rules)")
+    if form == "dp":
+        return (f"add a rule {{to: [{receiver}], when: dp, max_epsilon: {label.epsilon:g}}} "
+                "to declassify, or the program digest to programs")
     if form == "aggregate" and label.rows is None:
         return ("aggregate it in the secure device with groups of at least min_rows rows "
                 "enforced at run time (mplang.libs.groupby), or allow-list the program digest")
@@ -112,6 +120,8 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
         allowed += [(s, rule) for s in held
                     if (rule := judge(policy, DRIVER_NAME, s.label, digest)[1]) is not None]
         sends += held
+    verdict.reasons += [r for r in analysis.refusals if r not in verdict.reasons]
+    verdict.charges = charges(analysis.releases)
     _overlaps(allowed, sends, policy, verdict)
     _devices(analysis, policy, rank, verdict)
     _uses(analysis, policy, uses, verdict)
