@@ -59,10 +59,10 @@ from mplang.edsl.typing import (
 )
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
+from mplang.policy.dp_flows import release_flow
 from mplang.policy.flows import Analysis, PartyLabels, conservative, everywhere
 from mplang.policy.labels import row_count, suppressed
 from mplang.policy.program_flows import labels_through
-from mplang.policy.dp_flows import release_flow
 from mplang.policy.vouched import Releasing, library_attrs, min_rows_of, vouched
 
 ir: Any = _ir  # the MLIR bindings ship no type stubs

@@ -63,7 +63,8 @@ def _fresh(label: Label) -> str | None:
 
 def _row_problem(op: Operation, i: int, label: Flow) -> str | None:
     t = op.inputs[i].type
-    shape = getattr(t.base, "shape", None) if isinstance(t, MPType) else None
+    plain = t.base.plaintext() if isinstance(t, MPType) else None
+    shape = getattr(plain, "shape", None)
     window = label.window
     if label.form != "rowwise" or window is None or label.axis != 0 or window.step or \
             label.outer is not None or shape is None or len(shape) != 1 or \
@@ -125,12 +126,13 @@ def release_flow(a: Analysis, op: Operation, ins: list[PartyLabels], entry: Rele
 
 def _refuse(a: Analysis, op: Operation, where: str, mechanism: str, problems: list[str],
             ins: list[PartyLabels]) -> list[PartyLabels]:
-    """Record why p refuses the release; its outputs are raw from every input."""
+    """Record why p refuses the release; its outputs are raw from every input but p's
+    fresh draws."""
     reason = (f"{where} is a differentially private release ({mechanism}) this party "
               "cannot vouch for: " + "; ".join(problems))
     if reason not in a.refusals:
         a.refusals.append(reason)
-    label = raw(everywhere(v) for v in ins)
+    label = raw(lab for v in ins if _fresh(lab := everywhere(v)) is None)
     return [{} if label is None else dict.fromkeys(op.attrs["members"], label)
             for _ in op.outputs]
 

@@ -81,7 +81,14 @@ class SimpMemDriver(SimpDriver):
     def prepare(self, ranks: list[int], graph: Graph, input_uris: list[list[str | None]],
                 exec_id: str, scope: str, options: RunOptions) -> None:
         self._check_open()
-        accepted = {(exec_id, scope, r): self._accept(r, graph, options) for r in ranks}
+        accepted: dict[tuple[str, str, int], Graph] = {}
+        try:
+            for r in ranks:
+                accepted[(exec_id, scope, r)] = self._accept(r, graph, options)
+        except Exception:  # a party refused: the others' runs never start
+            for (_, _, r), opened in accepted.items():
+                self.mesh.workers[r].refund(opened)
+            raise
         with self._accepted_lock:
             self._accepted.update(accepted)
 

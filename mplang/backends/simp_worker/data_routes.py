@@ -3,6 +3,8 @@
 - ``POST /upload``: the node's own owner (a client presenting this node's own
   certificate, as ``mplang put`` does) stores a tensor under a name, which
   programs read with ``simp.load``. Everyone else is refused (403).
+- ``POST /budget``: the node's own owner reads its privacy budget ledger
+  (`mplang.policy.ledger`); everyone else is refused (403).
 - ``POST /describe``: a driver this node's policy accepts asks for the type (dtype and shape) of a
   file in this node's data root or of an uploaded object, to trace a program that
   loads it; or (``what``: a kind registered with
@@ -105,6 +107,18 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
         if server.audit is not None:
             server.audit.upload(name, len(payload), _type_json(vtype))
         return JSONResponse({"name": name, "node": server.node, **_type_json(vtype)})
+
+    @app.post("/budget")
+    async def budget(request: Request) -> JSONResponse:
+        owner = server.peer(request, "node")
+        if owner.rank != server.rank:
+            raise MPRefusedError(f"{owner} may not read {server.node}'s budget: only the "
+                                 "node's own key may", 403)
+        await read_body(request, SMALL_BODY)
+        guard = server.worker.guard
+        report = guard.ledger.report(guard.policy.dp_budget()) if guard is not None else \
+            {"budget": None, "spent": {}, "left": {}, "charges": []}
+        return JSONResponse({"node": server.node, **report})
 
     @app.post("/describe")
     async def describe(request: Request) -> JSONResponse:
