@@ -336,7 +336,7 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
     deletes: Counter[str] = Counter()
     uploads: dict[str, dict[str, int]] = {}
     describes: Counter[str] = Counter()
-    budget: dict[str, dict[str, dict[str, float]]] = {}
+    budget: dict[str, dict[str, dict[str, Any]]] = {}
     malformed = []
     for e in events:
         name = e["event"]
@@ -371,10 +371,10 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
         elif name == "budget" and isinstance(e.get("epsilon"), dict):
             refund = e.get("action") == "refund"
             for source, eps in e["epsilon"].items():
-                cell = budget.setdefault(str(e.get("node")), {}).setdefault(
+                spend = budget.setdefault(str(e.get("node")), {}).setdefault(
                     str(source), {"spent": 0.0, "charges": 0, "refunds": 0})
-                cell["spent"] += -float(eps) if refund else float(eps)
-                cell["refunds" if refund else "charges"] += 1
+                spend["spent"] += -float(eps) if refund else float(eps)
+                spend["refunds" if refund else "charges"] += 1
         elif name == "malformed":
             malformed.append(e["where"])
     return {

@@ -63,7 +63,7 @@ def test_releases_budget_restart_and_cli(workers: tuple[LocalCluster, Path]) -> 
         with pytest.raises(mp.MPRefusedError, match=(
                 r"node_0 refuses the program: .*a noisy release \(epsilon 1\.5\) of x\.npy")):
             mp.evaluate(driver, noisy_mean, 1.5)
-        with pytest.raises(mp.MPRefusedError, match="aggregate over 200 rows of x.npy"):
+        with pytest.raises(mp.MPRefusedError, match=r"aggregate over 200 rows of x\.npy"):
             mp.evaluate(driver, lambda: mp.put("P1", mp.device("SP0")(jnp.mean)(
                 mp.device("P0")(lambda: tensor.load("x.npy"))())))
         mp.evaluate(driver, noisy_mean, 0.75)

@@ -86,7 +86,7 @@ def test_the_budget_runs_out(sim: mp.Simulator) -> None:
 def test_two_releases_of_one_program_are_charged_together(sim: mp.Simulator) -> None:
     """Each within the cap, together over the budget: refused, nothing charged."""
     mp.evaluate(sim, lambda: mean(0.5))
-    with pytest.raises(mp.MPRefusedError, match="spend epsilon 2, but only 1.5"):
+    with pytest.raises(mp.MPRefusedError, match=r"spend epsilon 2, but only 1\.5"):
         mp.evaluate(sim, lambda: (mean(1.0), mean(1.0, to="P2")))
     assert spent(sim) == {"x.npy": 0.5}
 
@@ -108,7 +108,7 @@ def test_an_exact_aggregate_of_the_same_data_is_refused(sim: mp.Simulator) -> No
             "sends the value revealed from SP0, aggregate over 100 rows of x.npy, to node_1; "
             r"add a rule \{to: \[node_1\], when: aggregate, min_rows: 100\}")):
         mp.evaluate(sim, lambda: mp.put("P1", mp.device("SP0")(jnp.mean)(x())))
-    with pytest.raises(mp.MPRefusedError, match="aggregate over 100 rows of x.npy, to node_2"):
+    with pytest.raises(mp.MPRefusedError, match=r"aggregate over 100 rows of x\.npy, to node_2"):
         mp.evaluate(sim, lambda: secure_mean([mp.device("P0")(jnp.sum)(x()),
                                               mp.device("P1")(lambda: jnp.float32(1))()],
                                              to="P2"))
@@ -121,7 +121,7 @@ def test_a_run_another_party_refuses_is_refunded(sim: mp.Simulator) -> None:
         y = mp.device("P1")(lambda: tensor.load("y.npy"))()
         return mean(0.5), mp.put("P2", y)  # node_1's raw data: refused by node_1
 
-    with pytest.raises(mp.MPRefusedError, match="^node_1 refuses the program"):
+    with pytest.raises(mp.MPRefusedError, match=r"^node_1 refuses the program"):
         mp.evaluate(sim, prog)
     guard = sim.mesh.workers[0].guard
     assert guard is not None
@@ -142,7 +142,7 @@ def test_claiming_a_smaller_epsilon_than_the_noise_added_is_refused(sim: mp.Simu
     args = ops[i].attrs["library_args"]
     ops[i] = ops[i].replace(attrs={**ops[i].attrs, "library_args": (0.5, *args[1:])})
     with pytest.raises(mp.MPRefusedError, match=(
-            "^node_0 refuses the program: op spu.reveal .* raw of .*x.npy, to node_1")):
+            r"^node_0 refuses the program: op spu\.reveal .* raw of .*x\.npy, to node_1")):
         mp.evaluate(sim, program)
     assert spent(sim) == {}
 
@@ -169,7 +169,7 @@ def _draws() -> list[Any]:
     (lambda: _release(_draws(), x(), x()), "two data inputs hold the same rows"),
     (lambda: _release(_draws(), mp.device("P0")(lambda v: jnp.concatenate([v, v]))(x())),
      "data input 3 is .* not one element per row"),
-    (lambda: _release(_draws()[:2] + [mp.device("P0")(
+    (lambda: _release([*_draws()[:2], mp.device("P0")(
         lambda v: jnp.zeros(88, jnp.int32) + v[0].astype(jnp.int32))(x())], x()),
      "the random input of party 2 carries"),
 ])
