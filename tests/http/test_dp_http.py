@@ -1,6 +1,7 @@
 """Differentially private releases on real workers: node_0 allows only dp releases of its
 ``x.npy`` (at most epsilon 1 each, 2 in all). A release runs and is charged; a larger
-epsilon, an exact mean and a release past the budget are refused; the ledger survives a
+epsilon, an exact mean and a release past the budget are refused; a run another party
+refuses is refunded; the ledger survives a
 restart of node_0's worker; ``mplang budget`` shows it to node_0's owner only, and
 ``mplang audit`` shows the charges."""
 
@@ -35,6 +36,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
     for node in ("node_0", "node_1", "node_2"):
         (base / "data" / node).mkdir(parents=True)
     np.save(base / "data" / "node_0" / "x.npy", X)
+    np.save(base / "data" / "node_1" / "y.npy", X)
     cluster = LocalCluster(dev.spec_path, keys=dev.keys, audit_dir=base / "audit",
                            data_root=base / "data", state_dir=base / "state")
     try:
@@ -66,6 +68,9 @@ def test_releases_budget_restart_and_cli(workers: tuple[LocalCluster, Path]) -> 
         with pytest.raises(mp.MPRefusedError, match=r"aggregate over 200 rows of x\.npy"):
             mp.evaluate(driver, lambda: mp.put("P1", mp.device("SP0")(jnp.mean)(
                 mp.device("P0")(lambda: tensor.load("x.npy"))())))
+        with pytest.raises(mp.MPRefusedError, match="node_1 refuses the program"):
+            mp.evaluate(driver, lambda: (noisy_mean(0.75), mp.put("P2", mp.device("P1")(
+                lambda: tensor.load("y.npy"))())))  # node_0 accepts, node_1 refuses: refunded
         mp.evaluate(driver, noisy_mean, 0.75)
         shown = budget_cli(cluster, "--node", "node_0")
         assert shown.returncode == 0, shown.stderr
@@ -85,7 +90,7 @@ def test_releases_budget_restart_and_cli(workers: tuple[LocalCluster, Path]) -> 
 
     report = json.loads(budget_cli(cluster, "--node", "node_0", "--json").stdout)
     assert report["node"] == "node_0" and report["spent"] == {"x.npy": 2.0}
-    assert len(report["charges"]) == 3
+    assert [c["refunded"] for c in report["charges"]] == [False, True, False, False]
     stranger = budget_cli(cluster, "--node", "node_0", "--key",
                           str(cluster.keys_dir / "node_1.key"))
     assert stranger.returncode == 2
@@ -93,5 +98,5 @@ def test_releases_budget_restart_and_cli(workers: tuple[LocalCluster, Path]) -> 
     audit = subprocess.run([*support.mplang_command(), "audit",
                             str(base / "audit" / "node_0.jsonl")],
                            capture_output=True, text=True, timeout=120)
-    assert "privacy budget of node_0: x.npy: epsilon 2 spent (3 charges, 0 refunds)" in \
+    assert "privacy budget of node_0: x.npy: epsilon 2 spent (4 charges, 1 refunds)" in \
         audit.stdout.splitlines()
