@@ -3,9 +3,10 @@ in-memory simulator): a noisy mean of 10^5 values against the exact mean on the 
 device, and a noisy histogram of 10^5 keys into 100 groups against the exact counts.
 
 P0 holds the values (uniform in [0, 100], float32) and P1 the keys (uniform in
-[0, 100)). The exact histogram counts the same way as the noisy one (`groupby_count` of
-the keys secret on the device: digit one-hots from their bits), without noise. Each release draws its noise inside the device from the three members' random
-words (`mplang.libs.dp`). Time is ``mp.evaluate`` plus ``mp.fetch`` of the result
+[0, 100)). The exact histogram counts the same way as the noisy one (`groupby_count`
+of the keys secret on the device: digit one-hots from their bits), without noise. Each
+release draws its noise inside the device from the three members' random words
+(`mplang.libs.dp`). Time is ``mp.evaluate`` plus ``mp.fetch`` of the result
 revealed to P2; the first run (which compiles) is reported apart from the median of the
 next ``--runs``. Error: the mean absolute difference from numpy's float64 answer over
 those runs (for the histogram, over the groups too), next to the noise's expected

@@ -39,5 +39,5 @@ def test_charges_refusals_and_refunds(tmp_path: Path) -> None:
 def test_an_unreadable_ledger_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "budget.json"
     path.write_text(json.dumps({"spent": {"a": "x"}}))
-    with pytest.raises(MPLangError, match="is unreadable .* a fresh ledger would forget"):
+    with pytest.raises(MPLangError, match=r"is unreadable .* a fresh ledger would forget"):
         Ledger(path)
