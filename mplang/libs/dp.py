@@ -36,7 +36,8 @@ device ``to``, inside the secure device ``device``:
   levels / 2`` per row.
 
 A noisy mean is the noisy sum divided by the (public) row count: all of ``epsilon``
-goes to the sum. The policies' ``dp`` rule accepts a release only if its members
+goes to the sum. Releases run on a secret-sharing device (an SPU); a TEE device is
+refused (drawing the noise inside its enclave is not supported yet). The policies' ``dp`` rule accepts a release only if its members
 derived this module's function for the epsilon the op names (`mplang.policy.vouched`)
 and each member's random input is its own fresh draw (`mplang.policy.dp_flows`);
 every release is charged to each data owner's budget when it accepts the program.
@@ -81,6 +82,8 @@ MAX_BITS = 30
 INT_LIMIT = 1 << 30
 """Sums and their noise stay below this (32-bit integers with room)."""
 MECHANISM = "discrete Laplace"
+SECRET_SHARING = ("SPU",)
+"""Device kinds whose members draw the noise jointly."""
 
 
 def noise_bits(scale: float) -> int:
@@ -218,7 +221,11 @@ def _parts(op: str, values: Any) -> tuple[list[MPObject], int]:
 def _check(op: str, epsilon: Any, device: str, to: Any) -> float:
     if to is None:
         raise MPTypeError(f"{op}: a noisy release goes to one party's device, e.g. to='P0'")
-    secure_device(op, device, to)
+    kind = secure_device(op, device, to).kind
+    if kind not in SECRET_SHARING:
+        raise MPTypeError(f"{op}: device {device!r} is a {kind} device; noisy releases run "
+                          "on a secret-sharing device such as 'SP0' (on a TEE the noise would "
+                          "have to be drawn inside the enclave, which is not supported yet)")
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or \
             not 0 < epsilon < math.inf:
         raise MPTypeError(f"{op}: epsilon must be a number greater than 0, got {epsilon!r}")
