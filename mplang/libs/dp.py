@@ -26,14 +26,16 @@ device ``to``, inside the secure device ``device``:
 - **Neighbouring data.** Row counts are public in MPLang (they are in the types),
   so two data sets are neighbours when they differ in one row's value (replace one
   row). Each element of a value is one row. Sensitivities: a sum of values clipped to
-  ``bounds = (lo, hi)`` and quantized to ``levels`` steps, ``levels`` steps; a count,
-  1; a histogram, 2 (one row leaves a group and joins another).
-- **Fixed point.** Clipped values are quantized inside the device to integers
-  ``round((x - lo) / (hi - lo) * levels)`` in ``[0, levels]``; the noisy integer sum is
-  revealed, and the receiver rescales it (post-processing, which costs no privacy).
-  ``levels`` is the largest power of two up to ``2**16`` that keeps the sum and its
-  noise within 32-bit integers: the quantization error is at most ``(hi - lo) /
-  levels / 2`` per row.
+  ``bounds = (lo, hi)``, in steps of ``(hi - lo) / levels``, ``levels + 1`` steps (a
+  row moves it by ``levels`` steps at most, its rounding by one more); a count, 1; a
+  histogram, 2 (one row leaves a group and joins another).
+- **Fixed point.** Inside the device each clipped value is scaled to ``(x - lo) /
+  (hi - lo) * levels`` (fixed point, off by at most a unit in the last place, far
+  below a step), the values are summed and the sum is rounded once to an integer
+  number of steps; the noisy integer is revealed, and the receiver rescales it
+  (post-processing, which costs no privacy). ``levels`` is the largest power of two up
+  to ``2**16`` that keeps the sum and its noise within 32-bit integers: the rounding
+  is at most half a step off.
 
 A noisy mean is the noisy sum divided by the (public) row count: all of ``epsilon``
 goes to the sum. Releases run on a secret-sharing device (an SPU); a TEE device is
@@ -146,12 +148,16 @@ def _rows(parts: Sequence[Any]) -> Any:
 @releasing(epsilon_arg=0, members_arg=1, mechanism=MECHANISM)
 def _noisy_sum(epsilon: float, members: int, lo: float, hi: float, levels: int,
                *shares: Any) -> Any:
-    """The sum of the rows clipped to ``[lo, hi]`` and quantized to ``[0, levels]``
-    (int32), plus discrete Laplace noise of sensitivity ``levels``."""
+    """The sum of the rows clipped to ``[lo, hi]``, less ``rows * lo``, in steps of ``(hi -
+    lo) / levels`` rounded once (int32), plus discrete Laplace noise of sensitivity
+    ``levels + 1`` (a row moves the sum by at most ``levels`` steps and its fixed-point
+    error, the rounding by one step more)."""
     entropy, parts = shares[:members], shares[members:]
     x = jnp.clip(_rows(parts).astype(jnp.float32), lo, hi)
-    steps = jnp.clip(jnp.round((x - lo) * (levels / (hi - lo))), 0, levels).astype(jnp.int32)
-    return jnp.sum(steps) + _discrete_laplace(epsilon, levels, (), entropy)
+    # each row scaled to [0, levels] before the sum: the device's fixed point would
+    # overflow scaling the sum itself (a product of two encodings over 2**63)
+    steps = (jnp.sum((x - lo) * (levels / (hi - lo))) + 0.5).astype(jnp.int32)
+    return steps + _discrete_laplace(epsilon, levels + 1, (), entropy)
 
 
 @releasing(epsilon_arg=0, members_arg=1, mechanism=MECHANISM)
@@ -247,7 +253,7 @@ def quantization_levels(op: str, rows: int, epsilon: float) -> int:
     rows and its noise below `INT_LIMIT`."""
     for bits in range(16, 3, -1):
         levels = 1 << bits
-        if rows * levels + (2 << noise_bits(levels / epsilon)) < INT_LIMIT:
+        if rows * levels + (2 << noise_bits((levels + 1) / epsilon)) < INT_LIMIT:
             return levels
     raise MPTypeError(f"{op}: {rows} rows at epsilon {epsilon:g} do not fit a 32-bit noisy "
                       "sum; release sums of fewer rows")
@@ -267,13 +273,14 @@ def noisy_sum(values: Any, bounds: tuple[float, float], epsilon: float,
     """The sum of ``values`` (a device value, or a list of them on any parties' devices or
     on ``device``; every element is one row) clipped to ``bounds``, plus discrete Laplace
     noise for ``epsilon``-differential privacy, released to ``to`` only (float32). Noise
-    scale: ``(hi - lo) / epsilon`` (standard deviation ``sqrt(2)`` times that)."""
+    scale: ``(hi - lo) / epsilon`` (and a step more; standard deviation about ``sqrt(2)``
+    times that)."""
     op = "dp.noisy_sum"
     eps = _check(op, epsilon, device, to)
     lo, hi = _bounds(op, bounds)
     parts, rows = _parts(op, values)
     levels = quantization_levels(op, rows, eps)
-    noisy = _release(op, _noisy_sum, (lo, hi, levels), parts, eps, levels, 1, device, to)
+    noisy = _release(op, _noisy_sum, (lo, hi, levels), parts, eps, levels + 1, 1, device, to)
     return mp.device(to)(bind(_rescale, lo * rows, (hi - lo) / levels))(noisy)
 
 
@@ -288,7 +295,7 @@ def noisy_mean(values: Any, bounds: tuple[float, float], epsilon: float,
     lo, hi = _bounds(op, bounds)
     parts, rows = _parts(op, values)
     levels = quantization_levels(op, rows, eps)
-    noisy = _release(op, _noisy_sum, (lo, hi, levels), parts, eps, levels, 1, device, to)
+    noisy = _release(op, _noisy_sum, (lo, hi, levels), parts, eps, levels + 1, 1, device, to)
     return mp.device(to)(bind(_rescale, lo, (hi - lo) / levels / rows))(noisy)
 
 
