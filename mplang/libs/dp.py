@@ -40,9 +40,10 @@ device ``to``, inside the secure device ``device``:
 A noisy mean is the noisy sum divided by the (public) row count: all of ``epsilon``
 goes to the sum. Releases run on a secret-sharing device (an SPU); a TEE device is
 refused (drawing the noise inside its enclave is not supported yet). The policies'
-``dp`` rule accepts a release only if its members derived this module's function for the epsilon the op names (`mplang.policy.vouched`)
-and each member's random input is its own fresh draw (`mplang.policy.dp_flows`);
-every release is charged to each data owner's budget when it accepts the program.
+``dp`` rule accepts a release only if its members derived this module's function for
+the epsilon the op names (`mplang.policy.vouched`) and each member's random input is
+its own fresh draw (`mplang.policy.dp_flows`); every release is charged to each data
+owner's budget when it accepts the program.
 """
 
 from __future__ import annotations
