@@ -268,6 +268,18 @@ def _release(op: str, fn: Any, static: tuple[Any, ...], parts: list[MPObject],
     return mp.put(to, noisy)
 
 
+def _noisy_steps(op: str, values: Any, bounds: Any, epsilon: Any, device: str, to: str
+                 ) -> tuple[Any, float, float, int, int]:
+    """The noisy sum of clipped ``values`` in steps, revealed to ``to``; ``lo``, ``hi``,
+    ``levels`` and the rows, to rescale it."""
+    eps = _check(op, epsilon, device, to)
+    lo, hi = _bounds(op, bounds)
+    parts, rows = _parts(op, values)
+    levels = quantization_levels(op, rows, eps)
+    noisy = _release(op, _noisy_sum, (lo, hi, levels), parts, eps, levels + 1, 1, device, to)
+    return noisy, lo, hi, levels, rows
+
+
 @function
 def noisy_sum(values: Any, bounds: tuple[float, float], epsilon: float,
               device: str = "SP0", to: str = "P0") -> Any:
@@ -276,12 +288,8 @@ def noisy_sum(values: Any, bounds: tuple[float, float], epsilon: float,
     noise for ``epsilon``-differential privacy, released to ``to`` only (float32). Noise
     scale: ``(hi - lo) / epsilon`` (and a step more; standard deviation about ``sqrt(2)``
     times that)."""
-    op = "dp.noisy_sum"
-    eps = _check(op, epsilon, device, to)
-    lo, hi = _bounds(op, bounds)
-    parts, rows = _parts(op, values)
-    levels = quantization_levels(op, rows, eps)
-    noisy = _release(op, _noisy_sum, (lo, hi, levels), parts, eps, levels + 1, 1, device, to)
+    noisy, lo, hi, levels, rows = _noisy_steps("dp.noisy_sum", values, bounds, epsilon,
+                                               device, to)
     return mp.device(to)(bind(_rescale, lo * rows, (hi - lo) / levels))(noisy)
 
 
@@ -291,12 +299,8 @@ def noisy_mean(values: Any, bounds: tuple[float, float], epsilon: float,
     """The mean of ``values`` (as `noisy_sum`) clipped to ``bounds``: the noisy sum over
     the public row count, released to ``to`` only. Noise scale ``(hi - lo) / (rows *
     epsilon)``."""
-    op = "dp.noisy_mean"
-    eps = _check(op, epsilon, device, to)
-    lo, hi = _bounds(op, bounds)
-    parts, rows = _parts(op, values)
-    levels = quantization_levels(op, rows, eps)
-    noisy = _release(op, _noisy_sum, (lo, hi, levels), parts, eps, levels + 1, 1, device, to)
+    noisy, lo, hi, levels, rows = _noisy_steps("dp.noisy_mean", values, bounds, epsilon,
+                                               device, to)
     return mp.device(to)(bind(_rescale, lo, (hi - lo) / levels / rows))(noisy)
 
 

@@ -88,15 +88,20 @@ def _store(server: WorkerServer, name: str, payload: memoryview) -> TensorType:
     return server.worker.named.put(name, value)
 
 
+def _own_node(server: WorkerServer, request: Request, what: str) -> None:
+    """Refuse (403) anyone but the node's own owner (``what``: what it may not do)."""
+    owner = server.peer(request, "node")
+    if owner.rank != server.rank:
+        raise MPRefusedError(f"{owner} may not {what} {server.node}: only the node's own key "
+                             "may", 403)
+
+
 def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
-    """Add ``/upload`` and ``/describe`` to ``server``'s app."""
+    """Add ``/upload``, ``/budget`` and ``/describe`` to ``server``'s app."""
 
     @app.post("/upload")
     async def upload(request: Request) -> JSONResponse:
-        owner = server.peer(request, "node")
-        if owner.rank != server.rank:
-            raise MPRefusedError(f"{owner} may not upload to {server.node}: only the node's "
-                                 "own key may", 403)
+        _own_node(server, request, "upload to")
         header, payload = split_frame(await read_body(request, upload_limit(server.limits)))
         try:
             name = check_name(header.get("name"), "upload")
@@ -110,10 +115,7 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
 
     @app.post("/budget")
     async def budget(request: Request) -> JSONResponse:
-        owner = server.peer(request, "node")
-        if owner.rank != server.rank:
-            raise MPRefusedError(f"{owner} may not read {server.node}'s budget: only the "
-                                 "node's own key may", 403)
+        _own_node(server, request, "read the budget of")
         await read_body(request, SMALL_BODY)
         guard = server.worker.guard
         report = guard.ledger.report(guard.policy.dp_budget()) if guard is not None else \
