@@ -38,7 +38,7 @@ device ``to``, inside the secure device ``device``:
   is at most half a step off.
 
 A noisy mean is the noisy sum divided by the (public) row count: all of ``epsilon``
-goes to the sum. Releases run on a secret-sharing device (an SPU); a TEE device is
+goes to the sum. Releases run on a secret-sharing device ("SP0"); a TEE device is
 refused (drawing the noise inside its enclave is not supported yet). The policies'
 ``dp`` rule accepts a release only if its members derived this module's function for
 the epsilon the op names (`mplang.policy.vouched`) and each member's random input is
@@ -85,8 +85,9 @@ MAX_BITS = 30
 INT_LIMIT = 1 << 30
 """Sums and their noise stay below this (32-bit integers with room)."""
 MECHANISM = "discrete Laplace"
-SECRET_SHARING = ("SPU",)
-"""Device kinds whose members draw the noise jointly."""
+ENCLAVE_KINDS = ("TEE",)
+"""Secure device kinds of one node, which cannot draw noise jointly (an enclave would
+have to draw it itself)."""
 
 
 def noise_bits(scale: float) -> int:
@@ -229,7 +230,7 @@ def _check(op: str, epsilon: Any, device: str, to: Any) -> float:
     if to is None:
         raise MPTypeError(f"{op}: a noisy release goes to one party's device, e.g. to='P0'")
     kind = secure_device(op, device, to).kind
-    if kind not in SECRET_SHARING:
+    if kind in ENCLAVE_KINDS:
         raise MPTypeError(f"{op}: device {device!r} is a {kind} device; noisy releases run "
                           "on a secret-sharing device such as 'SP0' (on a TEE the noise would "
                           "have to be drawn inside the enclave, which is not supported yet)")
