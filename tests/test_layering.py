@@ -55,7 +55,8 @@ only at run time (symbols in types, shape-polymorphic JAX and per-size SPU compi
 and their analyses), n-party and unbalanced PSI (``psi.join_n``, ``psi.ub_prepare``,
 ``psi.ub_join``), the chaos suite's fixes and HTTP/1.1 bodies in the workers' in-flight
 budget, then from 26,100 by the 770 lines of differentially private releases:
-``mplang.libs.dp``, their flow rules, the privacy budget ledger and ``mplang budget``). Raise it only for a reason."""
+``mplang.libs.dp``, their flow rules, the privacy budget ledger and ``mplang budget``).
+Raise it only for a reason."""
 
 
 @dataclass(frozen=True)
