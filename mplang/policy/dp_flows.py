@@ -46,25 +46,31 @@ class Release:
 
 
 def entropy_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
-    """p's own random draw is p's secret (raw, of a source naming the draw); another
-    party's draw carries nothing of p's."""
-    if not own:
-        return [None] * len(op.outputs)
-    return [Flow("raw", frozenset([f"{ENTROPY} {id(op):x}"]), pure=True)] * len(op.outputs)
+    """p's own random draw is p's secret (raw, of a source naming the draw); a draw inside
+    an enclave p attested is marked as such (of no one's data); another party's draw
+    carries nothing of p's."""
+    name = f"{ENTROPY} {id(op):x}"
+    if own:
+        return [Flow("raw", frozenset([name]), pure=True)] * len(op.outputs)
+    if a.attested:
+        return [Flow("foreign", frozenset([name]), enclave=a.attested)] * len(op.outputs)
+    return [None] * len(op.outputs)
 
 
-def _fresh(label: Label) -> str | None:
-    """The draw ``label`` is, if it is p's random draw as drawn."""
-    if label is None or label.form != "raw" or not label.pure or len(label.sources) != 1:
+def _fresh(label: Label, enclave: str = "") -> str | None:
+    """The draw ``label`` is, if it is p's random draw as drawn (``enclave``: a draw inside
+    that attested enclave)."""
+    if label is None or len(label.sources) != 1:
+        return None
+    if enclave and (label.form != "foreign" or label.enclave != enclave):
+        return None
+    if not enclave and (label.form != "raw" or not label.pure):
         return None
     (name,) = label.sources
     return name if name.startswith(ENTROPY) else None
 
 
-def _row_problem(op: Operation, i: int, label: Flow) -> str | None:
-    t = op.inputs[i].type
-    plain = t.base.plaintext() if isinstance(t, MPType) else None
-    shape = getattr(plain, "shape", None)
+def _row_problem(i: int, label: Flow, shape: tuple[object, ...] | None) -> str | None:
     window = label.window
     if label.form != "rowwise" or window is None or label.axis != 0 or window.step or \
             label.outer is not None or shape is None or len(shape) != 1 or \
@@ -74,67 +80,93 @@ def _row_problem(op: Operation, i: int, label: Flow) -> str | None:
     return None
 
 
+def _shape(t: object) -> tuple[object, ...] | None:
+    plain = t.base.plaintext() if isinstance(t, MPType) else t
+    shape = getattr(plain, "shape", None)
+    return shape if isinstance(shape, tuple) else None
+
+
 def _overlap(a: Rows, b: Rows) -> bool:
     return bool(a.sources & b.sources) and a.lo < b.hi and b.lo < a.hi
 
 
-def release_flow(a: Analysis, op: Operation, ins: list[PartyLabels], entry: Releasing
-                 ) -> list[PartyLabels]:
-    """The labels of the outputs of a vouched release ``entry`` (the ``dp`` label of p's
-    data), or the refusal of it (`Analysis.refusals`)."""
-    members: list[int] = list(op.attrs["members"])
+def _judge(a: Analysis, op: Operation, entry: Releasing, members: list[int],
+           labels: list[Label], enclave: str = "") -> Flow | str | None:
+    """The ``dp`` label of release ``op``'s outputs given its inputs' ``labels`` (random
+    inputs first, one per member: inside an attested ``enclave``, drawn there); None if
+    none of p's data goes in; the reason p refuses it otherwise."""
     static = op.attrs["library_args"]
-    epsilon, mechanism = float(static[entry.epsilon_arg]), entry.mechanism
-    entropy, data = ins[:len(members)], ins[len(members):]
-    where = f"op {op.opcode}" + (f" at {op.loc}" if op.loc else "")
+    if static[entry.members_arg] != len(members) or len(labels) <= len(members):
+        return "its random inputs are not one per member"
     problems: list[str] = []
-    if static[entry.members_arg] != len(members) or len(ins) <= len(members):
-        return _refuse(a, op, where, mechanism, ["its random inputs are not one per member"],
-                       ins)
-    for member, labels in zip(members, entropy, strict=True):
-        label = everywhere(labels)
-        if member != a.party:
+    for member, label in zip(members, labels, strict=False):
+        draw = _fresh(label, "" if member == a.party else enclave)
+        if member != a.party and not enclave:
             if label is not None and label.mine:
                 problems.append(f"the random input of party {member} carries {label}")
-            continue
-        draw = _fresh(label)
-        if draw is None:
+        elif draw is None:
             problems.append("this party's random input is not a fresh crypto.random_bits "
-                            "draw of its own")
+                            "draw of its own" if member == a.party else "the random input "
+                            "is not drawn inside the attested enclave")
         elif draw in a.used_draws and not any(r.op is op for r in a.releases):
-            problems.append("this party's random draw is used by another release")
+            problems.append("its random draw is used by another release")
         else:
             a.used_draws.add(draw)
-    mine = [(i, lab) for i, lab in enumerate(everywhere(d) for d in data)
-            if lab is not None and lab.mine]
-    problems += [p for i, lab in mine if (p := _row_problem(op, len(members) + i, lab))]
+    mine = [(i, lab) for i, lab in enumerate(labels) if i >= len(members)
+            and lab is not None and lab.mine]
+    problems += [p for i, lab in mine if (p := _row_problem(i, lab, _shape(op.inputs[i].type)))]
     windows = [lab.window for _, lab in mine if lab.window is not None]
     if any(_overlap(x, y) for x, y in itertools.combinations(windows, 2)):
         problems.append("two data inputs hold the same rows of this party's data")
     if mine and a.looping:
         problems.append("it runs in a loop, an unknown number of times")
-    if not mine and not problems:
-        return [{} for _ in op.outputs]
     if problems:
-        return _refuse(a, op, where, mechanism, problems, ins)
+        return "; ".join(problems)
+    if not mine:
+        return None
+    epsilon = float(static[entry.epsilon_arg])
     sources = frozenset(s for _, lab in mine for s in lab.sources)
     if not any(r.op is op for r in a.releases):
-        a.releases.append(Release(op, epsilon, mechanism, sources))
-    label = Flow("dp", sources, epsilon=epsilon)
-    return [dict.fromkeys(members, label) for _ in op.outputs]
+        a.releases.append(Release(op, epsilon, entry.mechanism, sources))
+    return Flow("dp", sources, epsilon=epsilon, enclave=enclave)
 
 
-def _refuse(a: Analysis, op: Operation, where: str, mechanism: str, problems: list[str],
-            ins: list[PartyLabels]) -> list[PartyLabels]:
-    """Record why p refuses the release; its outputs are raw from every input but p's
-    fresh draws."""
-    reason = (f"{where} is a differentially private release ({mechanism}) this party "
-              "cannot vouch for: " + "; ".join(problems))
+def _refused(a: Analysis, op: Operation, entry: Releasing, why: str, labels: list[Label],
+             members: int) -> Label:
+    """Record why p refuses the release; the label of its outputs: raw from every input
+    but the random ones."""
+    where = f"op {op.opcode}" + (f" at {op.loc}" if op.loc else "")
+    reason = (f"{where} is a differentially private release ({entry.mechanism}) this party "
+              "cannot vouch for: " + why)
     if reason not in a.refusals:
         a.refusals.append(reason)
-    label = raw(lab for v in ins if _fresh(lab := everywhere(v)) is None)
-    return [{} if label is None else dict.fromkeys(op.attrs["members"], label)
-            for _ in op.outputs]
+    return raw(lab for i, lab in enumerate(labels) if i >= members or (
+        lab is not None and lab.mine and _fresh(lab) is None))
+
+
+def release_flow(a: Analysis, op: Operation, ins: list[PartyLabels], entry: Releasing
+                 ) -> list[PartyLabels]:
+    """The labels of the outputs of vouched release ``entry`` on a secret-sharing device
+    (the ``dp`` label of p's data), or the refusal of it (`Analysis.refusals`)."""
+    members: list[int] = list(op.attrs["members"])
+    labels = [everywhere(v) for v in ins]
+    out = _judge(a, op, entry, members, labels)
+    if isinstance(out, str):
+        out = _refused(a, op, entry, out, labels, len(members))
+    return [{} if out is None else dict.fromkeys(members, out) for _ in op.outputs]
+
+
+def enclave_release_flow(a: Analysis, op: Operation, ins: list[Label], entry: Releasing
+                         ) -> list[Label]:
+    """The labels of the outputs of vouched release ``entry`` run by one party: in an
+    enclave p attested, with the noise drawn there (else not vouched for)."""
+    if not a.attested or a.runner is None:
+        return [_refused(a, op, entry, "it does not run inside an enclave this party "
+                         "attested", ins, 1)] * len(op.outputs)
+    out = _judge(a, op, entry, [a.runner], ins, a.attested)
+    if isinstance(out, str):
+        out = _refused(a, op, entry, out, ins, 1)
+    return [out] * len(op.outputs)
 
 
 def charges(releases: list[Release]) -> dict[str, float]:

@@ -164,7 +164,7 @@ def _draws() -> list[Any]:
         for i in range(3)], x()),
      "this party's random input is not a fresh crypto.random_bits draw of its own"),
     (lambda: (lambda d: (_release(d, x()), _release(d, x())))(_draws()),
-     "this party's random draw is used by another release"),
+     "its random draw is used by another release"),
     (lambda: _release(_draws(), x(), members=1), "its random inputs are not one per member"),
     (lambda: _release(_draws(), x(), x()), "two data inputs hold the same rows"),
     (lambda: _release(_draws(), mp.device("P0")(lambda v: jnp.concatenate([v, v]))(x())),
