@@ -38,12 +38,12 @@ device ``to``, inside the secure device ``device``:
   is at most half a step off.
 
 A noisy mean is the noisy sum divided by the (public) row count: all of ``epsilon``
-goes to the sum. Releases run on a secret-sharing device ("SP0"); a TEE device is
-refused (drawing the noise inside its enclave is not supported yet). The policies'
+goes to the sum. On a TEE device (attestation SIMULATED here) the enclave draws the
+random words itself, inside the computation the data owners attest. The policies'
 ``dp`` rule accepts a release only if its members derived this module's function for
 the epsilon the op names (`mplang.policy.vouched`) and each member's random input is
-its own fresh draw (`mplang.policy.dp_flows`); every release is charged to each data
-owner's budget when it accepts the program.
+its own fresh draw, or the enclave's (`mplang.policy.dp_flows`); every release is
+charged to each data owner's budget when it accepts the program.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import mplang as mp
 from mplang.device.cluster import ClusterSpec
 from mplang.device.kinds import get_kind
-from mplang.dialects import crypto
+from mplang.dialects import crypto, tensor
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.location import mark_library
@@ -86,8 +86,7 @@ INT_LIMIT = 1 << 30
 """Sums and their noise stay below this (32-bit integers with room)."""
 MECHANISM = "discrete Laplace"
 ENCLAVE_KINDS = ("TEE",)
-"""Secure device kinds of one node, which cannot draw noise jointly (an enclave would
-have to draw it itself)."""
+"""Secure device kinds of one node: an enclave draws the noise itself."""
 
 
 def noise_bits(scale: float) -> int:
@@ -229,11 +228,7 @@ def _parts(op: str, values: Any) -> tuple[list[MPObject], int]:
 def _check(op: str, epsilon: Any, device: str, to: Any) -> float:
     if to is None:
         raise MPTypeError(f"{op}: a noisy release goes to one party's device, e.g. to='P0'")
-    kind = secure_device(op, device, to).kind
-    if kind in ENCLAVE_KINDS:
-        raise MPTypeError(f"{op}: device {device!r} is a {kind} device; noisy releases run "
-                          "on a secret-sharing device such as 'SP0' (on a TEE the noise would "
-                          "have to be drawn inside the enclave, which is not supported yet)")
+    secure_device(op, device, to)
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or \
             not 0 < epsilon < math.inf:
         raise MPTypeError(f"{op}: epsilon must be a number greater than 0, got {epsilon!r}")
@@ -263,10 +258,26 @@ def quantization_levels(op: str, rows: int, epsilon: float) -> int:
 
 def _release(op: str, fn: Any, static: tuple[Any, ...], parts: list[MPObject],
              epsilon: float, sensitivity: int, samples: int, device: str, to: str) -> Any:
-    members = len(_cluster(op).device(device).members)
-    entropy = _entropy(op, device, words_needed(epsilon, sensitivity, samples))
-    noisy = mp.device(device)(bind(fn, epsilon, members, *static))(*entropy, *parts)
+    dev = _cluster(op).device(device)
+    words = words_needed(epsilon, sensitivity, samples)
+    if dev.kind in ENCLAVE_KINDS:
+        noisy = mp.device(device)(_in_enclave(bind(fn, epsilon, 1, *static), words))(*parts)
+    else:
+        entropy = _entropy(op, device, words)
+        noisy = mp.device(device)(bind(fn, epsilon, len(dev.members), *static))(
+            *entropy, *parts)
     return mp.put(to, noisy)
+
+
+def _in_enclave(release: Any, words: int) -> Any:
+    """What an enclave runs: ``release`` with random words it draws itself."""
+    def body(*parts: Any) -> Any:
+        return tensor.run_jax(release, crypto.random_bits(count=words, bits=WORD_BITS),
+                              *parts)
+
+    body.mplang_ops = True  # type: ignore[attr-defined]  # read by the TEE device
+    body.__name__ = release.__name__
+    return body
 
 
 def _noisy_steps(op: str, values: Any, bounds: Any, epsilon: Any, device: str, to: str

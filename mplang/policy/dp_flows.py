@@ -2,15 +2,17 @@
 
 A release is a secure-device op running a function registered with
 `mplang.policy.vouched.releasing` (its members derive it themselves, so its
-``epsilon`` is the noise it adds). Party p counts its outputs as a ``dp`` release of
-its data, of that epsilon, only if:
+``epsilon`` is the noise it adds): a secret-sharing device's run, or a
+``tensor.run_jax`` inside a TEE enclave. Party p counts its outputs as a ``dp`` release of its data, of that epsilon,
+only if:
 
 - if p is a member of the device, its own random input is a fresh draw of its own
   (``crypto.random_bits`` run by p, used by no other release): with it uniform and
   secret, the joint randomness is, whatever the others put in (the device's members
   check their own inputs; a data owner outside the device trusts its model, as it
   does for every computation there);
-- no other random input carries p's data;
+- no other random input carries p's data; in an enclave p attested (not p's own), the
+  one random input is drawn inside the enclave, in the attested computation;
 - every data input carrying p's data has one element per row of p's data (row-wise,
   one dimension, as many elements as rows), no row twice across inputs: the
   function's sensitivity assumes each row changes one element;
@@ -158,12 +160,15 @@ def release_flow(a: Analysis, op: Operation, ins: list[PartyLabels], entry: Rele
 
 def enclave_release_flow(a: Analysis, op: Operation, ins: list[Label], entry: Releasing
                          ) -> list[Label]:
-    """The labels of the outputs of vouched release ``entry`` run by one party: in an
-    enclave p attested, with the noise drawn there (else not vouched for)."""
-    if not a.attested or a.runner is None:
-        return [_refused(a, op, entry, "it does not run inside an enclave this party "
-                         "attested", ins, 1)] * len(op.outputs)
-    out = _judge(a, op, entry, [a.runner], ins, a.attested)
+    """The labels of the outputs of vouched release ``entry`` run by one party: p itself
+    (with a draw of its own), or an enclave p attested, with the noise drawn there (else
+    not vouched for)."""
+    if a.runner == a.party:
+        out = _judge(a, op, entry, [a.party], ins)
+    elif not a.attested or a.runner is None:
+        out = "it does not run inside an enclave this party attested"
+    else:
+        out = _judge(a, op, entry, [a.runner], ins, a.attested)
     if isinstance(out, str):
         out = _refused(a, op, entry, out, ins, 1)
     return [out] * len(op.outputs)

@@ -122,16 +122,19 @@ def _derived(name: str, static: tuple[int | float, ...], in_types: tuple[TensorT
         return None
 
 
-def vouched(op: Operation, stablehlo: str, derive: Derive) -> Suppressing | Releasing | None:
+def vouched(op: Operation, stablehlo: str, derive: Derive,
+            in_types: tuple[TensorType, ...] | None = None) -> Suppressing | Releasing | None:
     """The registered function that device op ``op`` names, if its StableHLO
-    ``stablehlo`` is what this member derives; None otherwise."""
+    ``stablehlo`` is what this member derives for its inputs' types (``in_types``, default
+    the op's attribute); None otherwise."""
     name, static = op.attrs.get("library", ""), op.attrs.get("library_args", ())
     if not name or not _plain_args(static):
         return None
     entry = _lookup(name)
     if entry is None or not _valid(entry, static):
         return None
-    if _derived(name, static, tuple(op.attrs["in_types"]), derive) != stablehlo:
+    types = tuple(op.attrs["in_types"]) if in_types is None else in_types
+    if _derived(name, static, types, derive) != stablehlo:
         return None
     return entry
 

@@ -201,3 +201,54 @@ def test_replaying_a_program_is_charged_each_time(sim: mp.Simulator) -> None:
     with pytest.raises(mp.MPRefusedError, match="the privacy budget is spent"):
         mp.evaluate(sim, program)
     assert spent(sim) == {"x.npy": 1.5}
+
+
+# ---------------------------------------------------------------- in a TEE enclave
+
+@pytest.fixture
+def tee_sim(tmp_path: Path) -> Iterator[mp.Simulator]:
+    """node_0's x.npy and dp-only policy; a TEE ``T0`` (mock attestation) on node_2."""
+    (tmp_path / "node_0").mkdir()
+    np.save(tmp_path / "node_0" / "x.npy", X)
+    (tmp_path / "p0.yaml").write_text(DP_ONLY)
+    cluster = mp.ClusterSpec.from_dict({
+        "nodes": [{"name": f"node_{i}", "endpoint": f"127.0.0.1:{9100 + i}"}
+                  for i in range(3)],
+        "devices": {**{f"P{i}": {"kind": "PPU", "members": [f"node_{i}"]} for i in range(3)},
+                    "T0": {"kind": "TEE", "members": ["node_2"],
+                           "config": {"attestation": "mock"}}}})
+    with mp.Simulator(cluster, data_roots={"node_0": str(tmp_path / "node_0")},
+                      policies={"node_0": str(tmp_path / "p0.yaml")}) as s:
+        yield s
+
+
+@pytest.mark.filterwarnings("ignore::mplang.InsecureDeviceWarning")
+def test_a_release_in_an_enclave_draws_its_noise_there_and_is_charged(
+        tee_sim: mp.Simulator) -> None:
+    def prog() -> Any:
+        keys = mp.device("P0")(lambda v: v.astype(jnp.int32))(x())
+        return (dp.noisy_mean(x(), (0.0, 10.0), 0.5, device="T0", to="P1"),
+                dp.noisy_histogram(keys, 11, 0.5, device="T0", to="P1"))
+
+    mean, counts = (mp.fetch(tee_sim, v) for v in mp.evaluate(tee_sim, prog))
+    assert mean == pytest.approx(5.0, abs=2.0)
+    assert counts.shape == (11,) and abs(int(counts.sum()) - 100) < 100
+    assert tee_sim.budget("node_0")["spent"] == {"x.npy": 1.0}
+
+
+@pytest.mark.filterwarnings("ignore::mplang.InsecureDeviceWarning")
+def test_an_enclave_release_with_words_from_outside_is_refused(tee_sim: mp.Simulator) -> None:
+    """Words the TEE's host (or the driver) chose are no noise the enclave drew."""
+    levels = dp.quantization_levels("t", 100, 1.0)
+    words = dp.words_needed(1.0, levels + 1, 1)
+
+    def prog() -> Any:
+        known = mp.device("P2")(lambda: jnp.zeros(words, jnp.int32))()
+        return mp.put("P1", mp.device("T0")(bind(dp._noisy_sum, 1.0, 1, 0.0, 10.0, levels))(
+            known, x()))
+
+    with pytest.raises(mp.MPRefusedError, match=(
+            r"^node_0 refuses the program: .*the random input is not drawn inside the "
+            r"attested enclave")):
+        mp.evaluate(tee_sim, prog)
+    assert tee_sim.budget("node_0")["spent"] == {}
