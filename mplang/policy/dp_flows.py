@@ -3,8 +3,8 @@
 A release is a secure-device op running a function registered with
 `mplang.policy.vouched.releasing` (its members derive it themselves, so its
 ``epsilon`` is the noise it adds): a secret-sharing device's run, or a
-``tensor.run_jax`` inside a TEE enclave. Party p counts its outputs as a ``dp`` release of its data, of that epsilon,
-only if:
+``tensor.run_jax`` inside a TEE enclave. Party p counts its outputs as a ``dp`` release
+of its data, of that epsilon, only if:
 
 - if p is a member of the device, its own random input is a fresh draw of its own
   (``crypto.random_bits`` run by p, used by no other release): with it uniform and
