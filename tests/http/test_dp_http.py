@@ -3,7 +3,8 @@
 epsilon, an exact mean and a release past the budget are refused; a run another party
 refuses is refunded; the ledger survives a
 restart of node_0's worker; ``mplang budget`` shows it to node_0's owner only, and
-``mplang audit`` shows the charges."""
+``mplang audit`` shows the charges. No party received plaintext: the noise and the random
+words it is drawn from travel only as secret shares."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from mplang import tensor
 from mplang.cluster.local import LocalCluster
 from mplang.libs import dp
 from mplang.policy.ledger import LEDGER_FILE
+from mplang.records.audit import plaintext_received
 from tests.http import support
 
 X = np.linspace(0.0, 10.0, 200).astype(np.float32)
@@ -100,3 +102,7 @@ def test_releases_budget_restart_and_cli(workers: tuple[LocalCluster, Path]) -> 
                            capture_output=True, text=True, timeout=120)
     assert "privacy budget of node_0: x.npy: epsilon 2 spent (4 charges, 1 refunds)" in \
         audit.stdout.splitlines()
+    # what each party received: secret shares only, never plaintext (the noise, its draws)
+    logs = [base / "audit" / f"{node}.jsonl" for node in ("node_0", "node_1", "node_2")]
+    for node in ("node_0", "node_1", "node_2"):
+        assert plaintext_received(logs, node) == []
