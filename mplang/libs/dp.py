@@ -101,6 +101,9 @@ def discrete_laplace_thresholds(epsilon: float, sensitivity: int) -> tuple[int, 
     """For discrete Laplace noise of scale ``sensitivity / epsilon``: per binary digit
     ``i`` of a geometric variable, ``floor(p_i * 2**PRECISION)`` where ``p_i = q**(2**i) /
     (1 + q**(2**i))``, ``q = exp(-epsilon / sensitivity)``, computed to 80 digits."""
+    if type(sensitivity) is not int or sensitivity < 1 or not 0 < epsilon < math.inf:
+        raise MPTypeError(f"noise needs an integer sensitivity >= 1 and epsilon > 0, got "
+                          f"{sensitivity!r} and {epsilon!r}")
     bits = noise_bits(sensitivity / epsilon)
     if bits > MAX_BITS:
         raise MPTypeError(f"noise of scale {sensitivity / epsilon:g} needs {bits} binary "

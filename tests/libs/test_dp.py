@@ -81,6 +81,8 @@ def test_thresholds_are_the_digit_probabilities() -> None:
     assert math.exp(-2 ** len(thresholds) / 4) <= 2 ** -64
     with pytest.raises(mp.MPTypeError, match="raise epsilon"):
         dp.discrete_laplace_thresholds(1e-6, 1 << 16)
+    with pytest.raises(mp.MPTypeError, match="integer sensitivity >= 1"):  # a forged levels
+        dp.discrete_laplace_thresholds(1.0, -8191)
 
 
 @pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0])
