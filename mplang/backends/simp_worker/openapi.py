@@ -193,7 +193,7 @@ WORKER_API: dict[str, Any] = {
             "epsilon spent and left per source of its data, and the charges.",
             _json({"type": "object", "required": ["node", "budget", "spent", "left",
                                                   "charges"]}, "the ledger"),
-            (403, 411, 413)),
+            (400, 403, 409, 411, 413)),
         "/describe": _post(
             "The type of a private input, never its data (driver the node's policy accepts). "
             "Header: what ('file': path, key; 'object': name; or a registered kind, e.g. "
