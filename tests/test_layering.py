@@ -43,7 +43,7 @@ dialect."""
 MAX_SPU_MENTIONS = 3
 MAX_MODULE_LINES = 600
 """The most non-blank lines (``grep -c .``) one module may have."""
-LINE_BUDGET = 26_931
+LINE_BUDGET = 26_934
 """The most lines of code (non-blank, non-comment: `linecount.count`) the package may have:
 a little above its size when the budget was set (raised from 22,500 for the row-aware
 flow analysis of declassification and the containment of op errors, then from 24,000 for
@@ -54,7 +54,7 @@ simulator, and failures that end a run with their cause, then from 24,750 for si
 only at run time (symbols in types, shape-polymorphic JAX and per-size SPU compilation,
 and their analyses), n-party and unbalanced PSI (``psi.join_n``, ``psi.ub_prepare``,
 ``psi.ub_join``), the chaos suite's fixes and HTTP/1.1 bodies in the workers' in-flight
-budget, then from 26,100 by the 831 lines of differentially private releases:
+budget, then from 26,100 by the 834 lines of differentially private releases:
 ``mplang.libs.dp``, their flow rules, the privacy budget ledger and ``mplang budget``).
 Raise it only for a reason."""
 
