@@ -252,3 +252,12 @@ def test_an_enclave_release_with_words_from_outside_is_refused(tee_sim: mp.Simul
             r"attested enclave")):
         mp.evaluate(tee_sim, prog)
     assert tee_sim.budget("node_0")["spent"] == {}
+
+
+def test_a_release_in_standard_mode_is_refused(sim: mp.Simulator) -> None:
+    """One op at a time, a party cannot see that the random input is its own fresh draw."""
+    with pytest.raises(mp.MPRefusedError, match=(
+            r"^node_0 refuses the program: .*this party's random input is not a fresh "
+            r"crypto\.random_bits draw of its own")):
+        mp.evaluate(sim, lambda: mean(0.5), mode="standard")
+    assert spent(sim) == {}
