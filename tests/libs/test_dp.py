@@ -187,3 +187,22 @@ def test_each_party_holds_only_its_own_draw_and_the_noise_needs_every_draw(
     others = [np.asarray(dp._discrete_laplace(eps, 1, (4000,), [
         jnp.tile(jnp.asarray(words[0]), 4000), *draws(eps, 1, 4000, 2)]))]
     check_scale(np.concatenate(others).astype(np.float64), eps, 1)
+
+
+@pytest.mark.filterwarnings("ignore::mplang.InsecureDeviceWarning")
+def test_histogram_noise_drawn_inside_an_enclave() -> None:
+    """On a TEE (mock attestation) the enclave draws the words: the same noise scale."""
+    cluster = mp.ClusterSpec.from_dict({
+        "nodes": [{"name": f"node_{i}", "endpoint": f"127.0.0.1:{9100 + i}"} for i in range(3)],
+        "devices": {**{f"P{i}": {"kind": "PPU", "members": [f"node_{i}"]} for i in range(3)},
+                    "T0": {"kind": "TEE", "members": ["node_2"],
+                           "config": {"attestation": "mock"}}}})
+    keys = np.arange(2000, dtype=np.int32) % 1000
+
+    def prog() -> Any:
+        k = mp.device("P1")(lambda: jnp.asarray(keys))()
+        return dp.noisy_histogram(k, 1000, epsilon=1.0, device="T0", to="P0")
+
+    with mp.Simulator(cluster) as sim:
+        counts = mp.fetch(sim, mp.evaluate(sim, prog))
+    check_scale(counts.astype(np.float64) - 2, 1.0, 2)
