@@ -133,6 +133,7 @@ def crypto_corpus() -> Any:
 
     def signed() -> Any:
         spk, ssk = crypto.ed25519_keygen()
+        crypto.random_bits(count=4)
         digest = crypto.sha256(tensor.constant(x))
         return crypto.verify(digest, crypto.sign(digest, ssk), spk), \
             crypto.aes_encrypt(digest, crypto.aes_keygen())

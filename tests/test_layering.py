@@ -43,7 +43,7 @@ dialect."""
 MAX_SPU_MENTIONS = 3
 MAX_MODULE_LINES = 600
 """The most non-blank lines (``grep -c .``) one module may have."""
-LINE_BUDGET = 26_800
+LINE_BUDGET = 27_638
 """The most lines of code (non-blank, non-comment: `linecount.count`) the package may have:
 a little above its size when the budget was set (raised from 22,500 for the row-aware
 flow analysis of declassification and the containment of op errors, then from 24,000 for
@@ -59,7 +59,9 @@ and refusals naming the ops to use), then from 26,200 for `secure_mean_variance`
 error stays within 1e-6 on every ring, and the fraction bits a device computes with,
 then from 26,300 for the estimators in scikit-learn's style (``mplang.libs.estimators``),
 then from 26,450 for secure sessions kept across evaluations
-(``mplang.backends.spu_sessions``). Raise it only for a reason."""
+(``mplang.backends.spu_sessions``), then from 26,800 by the 838 lines of
+differentially private releases: ``mplang.libs.dp``, their flow rules, the privacy
+budget ledger and ``mplang budget``. Raise it only for a reason."""
 
 
 @dataclass(frozen=True)

@@ -359,6 +359,13 @@ def _aes_keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -
     return [SymmetricKeyValue(os.urandom(t.length))]
 
 
+@BACKEND.kernel(_crypto.dialect.prims.random_bits)
+def _random_bits(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+    count, bits = op.attrs["count"], op.attrs["bits"]
+    words = np.frombuffer(os.urandom(4 * count), dtype="<u4") >> (32 - bits)
+    return [words.astype(np.int32)]
+
+
 @BACKEND.kernel(_crypto.dialect.prims.aes_encrypt)
 def _aes_encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     x, k = args

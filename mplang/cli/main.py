@@ -136,7 +136,7 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
     serve(cluster, args.node, identity, timeout=args.timeout, limits=limits,
           spec_path=args.cluster, on_ready=ready,
           audit_log=args.audit_log or default_audit_path(args.node), data_root=args.data_root,
-          policy=args.policy, listen=args.listen)
+          policy=args.policy, listen=args.listen, state_dir=args.state_dir)
     return 0
 
 
@@ -146,6 +146,7 @@ def _up(args: argparse.Namespace) -> int:
 
     local = LocalCluster(args.cluster, keys=args.keys, register=args.register,
                          plugins=args.plugin, audit_dir=args.audit_dir or "audit",
+                         state_dir=args.state_dir or "state",
                          data_root=args.data_root)
 
     def stop(signum: int, frame: Any) -> None:
@@ -222,6 +223,19 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"mplang audit: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
+    return 0
+
+
+def _budget(args: argparse.Namespace) -> int:
+    from mplang.backends.upload_client import budget
+    from mplang.policy.ledger import format_report
+
+    try:
+        report = budget(args.cluster, args.node, key=args.key)
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang budget: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=2) if args.json else format_report(args.node, report))
     return 0
 
 
@@ -302,6 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--audit-log", metavar="PATH",
                         help="append this node's audit events (JSON lines) to PATH "
                              "(default ./audit/NODE.jsonl)")
+    worker.add_argument("--state-dir", metavar="DIR",
+                        help="keep this node's privacy budget ledger in DIR (default "
+                             "./state/NODE)")
     worker.add_argument("--data-root", metavar="DIR",
                         help="where tensor.load reads this node's files (default ./data/NODE)")
     worker.add_argument("--policy", metavar="P",
@@ -325,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="a plugin every worker loads (repeatable)")
     up.add_argument("--audit-dir", metavar="DIR",
                     help="write each node's audit log to DIR/NODE.jsonl (default ./audit)")
+    up.add_argument("--state-dir", metavar="DIR",
+                    help="keep each node's privacy budget ledger in DIR/NODE (default ./state)")
     up.add_argument("--data-root", metavar="DIR",
                     help="each node reads its files from DIR/NODE (default ./data/NODE)")
     put = commands.add_parser("put", help="upload a tensor to a node's own worker, with "
@@ -335,6 +354,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "the spec)")
     put.add_argument("name", help="the object's name (1-128 letters, digits or '_.-')")
     put.add_argument("file", help="a .npy file")
+    budget = commands.add_parser("budget", help="a node's privacy budget: the epsilon spent "
+                                 "and left per source of its data (asks its own worker)")
+    budget.add_argument("--cluster", required=True, help="cluster spec YAML")
+    budget.add_argument("--node", required=True, help="the node (your own)")
+    budget.add_argument("--key", help="the node's private key (default: keys/NODE.key next to "
+                        "the spec)")
+    budget.add_argument("--json", action="store_true", help="print the ledger as JSON")
     audit = commands.add_parser("audit", help="summarise workers' audit logs")
     audit.add_argument("logs", nargs="+", metavar="LOG", help="audit log (JSON lines)")
     audit.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -366,6 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_ops(args)
     if args.command == "audit":
         return _audit(args)
+    if args.command == "budget":
+        return _budget(args)
     if args.command == "put":
         return _put(args)
     if args.command == "check":

@@ -154,7 +154,8 @@ class LocalCluster:
                  worker_args: list[str] | None = None,
                  audit_dir: str | os.PathLike[str] | None = None,
                  data_root: str | os.PathLike[str] | None = None,
-                 listen: dict[str, str] | None = None):
+                 listen: dict[str, str] | None = None,
+                 state_dir: str | os.PathLike[str] | None = None):
         self.register = list(register or [])
         """``module:function`` host functions every worker registers for ``tensor.pyfunc``."""
         self.plugins = list(plugins or [])
@@ -183,6 +184,9 @@ class LocalCluster:
         folder, removed by `close`)."""
         self.data_root = None if data_root is None else Path(data_root).resolve()
         """Each worker reads its files from ``data_root/NODE`` (None: its default)."""
+        self.state_dir = Path(state_dir or Path(self._dir.name) / "state").resolve()
+        """Each worker keeps its privacy budget ledger in ``state_dir/NODE`` (default: in
+        the temporary folder, removed by `close`)."""
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
     @property
@@ -209,6 +213,7 @@ class LocalCluster:
                 [sys.executable, "-m", "mplang.cli", "worker", "--cluster", str(self.spec_path),
                  "--node", node, "--key", str(self.keys_dir / f"{node}.key"),
                  "--audit-log", str(self.audit_dir / f"{node}.jsonl"),
+                 "--state-dir", str(self.state_dir / node),
                  "--exit-with-parent", *registers, *plugins, *data, *listen,
                  *self.worker_args],
                 stdout=log, stderr=subprocess.STDOUT)

@@ -66,14 +66,15 @@ def _hex64(value: Any) -> bool:
 
 
 def _body(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[..., Any]:
-    """What the TEE runs: a frontend op as written, any other function as JAX."""
+    """What the TEE runs: a frontend op (or a function marked ``mplang_ops``, made of
+    them) as written, any other function as JAX."""
     def as_mplang(*a: Any) -> Any:
         return fn(*a, **kwargs)
 
     def as_jax(*a: Any) -> Any:
         return tensor.run_jax(fn, *a, **kwargs)
 
-    body = as_mplang if is_feop(fn) else as_jax
+    body = as_mplang if is_feop(fn) or getattr(fn, "mplang_ops", False) else as_jax
     body.__name__ = getattr(fn, "__name__", "fn")
     return body
 

@@ -8,7 +8,9 @@ Every op runs inside a party-local region (a ``simp.pcall`` body):
   HKDF-SHA256 key derivation (RFC 7748, RFC 5869);
 - ``ed25519_keygen`` / ``sign`` / ``verify``: Ed25519 signatures (RFC 8032);
 - ``sha256``; ``public_bytes`` / ``public_key``: a public key as a uint8[32] tensor
-  and back.
+  and back;
+- ``random_bits``: uniform random integers from the OS CSPRNG, the running party's
+  secret contribution to noise drawn jointly inside a secure device (`mplang.libs.dp`).
 
 Tensors enter the primitives as their raw little-endian, C-order bytes. Private keys,
 symmetric keys and shared secrets are *confined* types (`BaseType.confined`): the simp
@@ -44,6 +46,7 @@ from mplang.edsl.typing import (
 )
 from mplang.frontend.module import FeModule
 from mplang.policy.crypto_flows import key_flow, open_flow, seal_flow
+from mplang.policy.dp_flows import entropy_flow
 
 __all__ = [
     "ALGORITHMS",
@@ -58,6 +61,7 @@ __all__ = [
     "hkdf",
     "public_bytes",
     "public_key",
+    "random_bits",
     "sha256",
     "sign",
     "verify",
@@ -78,6 +82,8 @@ DIGEST_BYTES = 32
 MIN_KEY_BYTES = 16
 MAX_KEY_BYTES = 255 * 32
 """The longest HKDF-SHA256 output (RFC 5869: 255 hash lengths)."""
+MAX_RANDOM_WORDS = 1 << 24
+"""The most words one ``random_bits`` draws."""
 
 RANDOM = OpTraits(pure=False, communicates=False)
 """Traits of a local op that draws randomness: passes keep every call (no CSE, no DCE)."""
@@ -309,6 +315,20 @@ def _sha256(x: TensorType) -> TensorType:
 def sha256(x: Any) -> MPObject:
     """The SHA-256 digest (u8[32]) of tensor ``x``'s raw little-endian C-order bytes."""
     return _sha256(_local(x))
+
+
+@dialect.simple_op(traits=RANDOM, flow=entropy_flow,
+                   attrs={"count": Attr(int, required=True, min=1, max=MAX_RANDOM_WORDS,
+                                        doc="how many words"),
+                          "bits": Attr(int, default=30, min=1, max=31,
+                                       doc="random bits per word")},
+                   example="r = crypto.random_bits(count=8, bits=30)")
+def random_bits(*, count: int, bits: int = 30) -> TensorType:
+    """``count`` int32 words, each uniform in ``[0, 2**bits)``, from the OS CSPRNG. The
+    words are the running party's secret: the flow analysis labels them so, and a
+    differentially private release checks that each member's contribution is such a
+    fresh draw (`mplang.policy.dp_flows`)."""
+    return TensorType("int32", (count,))
 
 
 @dialect.simple_op(traits=RANDOM, flow=key_flow, example="pk, sk = crypto.x25519_keygen()")

@@ -47,9 +47,11 @@ from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, is_symbolic
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
+from mplang.policy.dp_flows import enclave_release_flow
 from mplang.policy.flows import Analysis, local_conservative
 from mplang.policy.labels import FOREIGN, Label, leading_rows, source, source_path
 from mplang.policy.program_flows import through
+from mplang.policy.vouched import Releasing, library_attrs, vouched
 from mplang.util.lru import LRUCache
 
 TENSOR = of_type(TensorType, name="a local tensor")
@@ -65,7 +67,11 @@ run_jax_p = Primitive(
     operands=[Operand("args", TENSOR, variadic=True)],
     attrs={"fn": Attr(str, default="fn", doc="the JAX function's name, for readers"),
            "module": Attr(bytes, required=True,
-                          doc="the function as an MPLang module: metadata and StableHLO")},
+                          doc="the function as an MPLang module: metadata and StableHLO"),
+           "library": Attr(str, default="", optional=True,
+                           doc="the registered library function run (policy.vouched), if any"),
+           "library_args": Attr(tuple, default=(), optional=True,
+                                doc="its static int and float arguments")},
     results=[Result("outs", TENSOR, variadic=True)], targets=("PPU",), cost=local_cost,
     doc="Run a JAX function, stored as serialized StableHLO, on local tensors.")
 pyfunc_p = Primitive(
@@ -369,8 +375,15 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     key = (fn, tree, tuple(spec), tuple(spec_types), in_types)
     entry = _EXPORTS.get_or_compile(key, lambda: _export(fn, name, tree, tuple(spec), in_types),
                                     f"tensor.run_jax[{name}]")
-    outs = run_jax_p.bind(inputs, {"fn": name, "module": entry.module})
+    outs = run_jax_p.bind(inputs, {"fn": name, "module": entry.module, **library_attrs(fn)})
     return entry.out_tree.unflatten(outs)
+
+
+def _derive(fn: Callable[..., Any], in_types: tuple[TensorType, ...]) -> str:
+    """The StableHLO text `run_jax` records for ``fn`` on inputs of ``in_types``."""
+    _, tree = tree_flatten((tuple(range(len(in_types))), {}))
+    name = getattr(fn, "__name__", type(fn).__name__)
+    return _stablehlo(_export(fn, name, tree, (_DYNAMIC,) * len(in_types), in_types).module)
 
 
 @pyfunc_p.def_type_rule
@@ -498,7 +511,13 @@ def _constant_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> l
 @run_jax_p.def_local_flow
 def _run_jax_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """Labels follow the ops of the StableHLO module (of the inputs it keeps: an unused
-    input reaches no output)."""
+    input reaches no output); a vouched release's outputs are noisy
+    (`enclave_release_flow`)."""
+    if op.attrs.get("library"):
+        entry = vouched(op, _stablehlo(op.attrs["module"]), _derive,
+                        module_info(op.attrs["module"]).in_types)
+        if isinstance(entry, Releasing):
+            return enclave_release_flow(a, op, ins, entry)
     try:
         kept = module_info(op.attrs["module"]).kept
     except (MPLangError, ValueError):

@@ -7,11 +7,14 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph, Operation
+from mplang.policy.dp_flows import charges
 from mplang.policy.flows import DRIVER, Analysis, PartyLabels, Send, analyze
 from mplang.policy.labels import Flow, Label, Rows, release_cuts, smallest_part
+from mplang.policy.ledger import BudgetExhausted, Charge, Ledger
 from mplang.policy.policy import DRIVER as DRIVER_NAME
 from mplang.policy.policy import DeclassifyRule, Policy
 
@@ -31,6 +34,9 @@ class Verdict:
     flows: list[str] = field(default_factory=list)
     outputs: list[Label] = field(default_factory=list)
     """The label of the party's copy of each program output."""
+    charges: dict[str, float] = field(default_factory=dict)
+    """The epsilon the program's differentially private releases spend, per source of
+    the party's data (charged when it is accepted: `mplang.policy.ledger`)."""
 
     def message(self, node: str) -> str:
         return f"{node} refuses the program: " + "; ".join(self.reasons)
@@ -45,7 +51,8 @@ def judge(policy: Policy, receiver: str, label: Flow, digest: str | None
     if digest is not None and digest in policy.programs:
         return "the program digest is allow-listed", None
     form = label.declassified_as
-    rule = policy.rule_for(receiver, form, label.rows if form == "aggregate" else None)
+    rule = policy.rule_for(receiver, form, label.rows if form == "aggregate" else None,
+                           label.epsilon)
     if rule is None:
         return None, None
     return f"rule {rule}", rule if rule.when == "aggregate" else None
@@ -56,6 +63,9 @@ def _hint(receiver: str, label: Flow) -> str:
     if form == "raw":
         return (f"add {receiver} to plaintext_to, or the program digest to programs (row-wise "
                 "or raw values are never declassified by aggregate or compare rules)")
+    if form == "dp":
+        return (f"add a rule {{to: [{receiver}], when: dp, max_epsilon: {label.epsilon:g}}} "
+                "to declassify, or the program digest to programs")
     if form == "aggregate" and label.rows is None:
         return ("aggregate it in the secure device with groups of at least min_rows rows "
                 "enforced at run time (mplang.libs.groupby), or allow-list the program digest")
@@ -112,6 +122,8 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
         allowed += [(s, rule) for s in held
                     if (rule := judge(policy, DRIVER_NAME, s.label, digest)[1]) is not None]
         sends += held
+    verdict.reasons += [r for r in analysis.refusals if r not in verdict.reasons]
+    verdict.charges = charges(analysis.releases)
     _overlaps(allowed, sends, policy, verdict)
     _devices(analysis, policy, rank, verdict)
     _uses(analysis, policy, uses, verdict)
@@ -261,6 +273,12 @@ class Guard:
         """Driver names by certificate fingerprint (None: drivers are not identified, as
         in the simulator); replaced when a worker reloads its spec."""
         self.labels = LabelTable()
+        self.ledger = Ledger()
+        """The privacy budget spent (a worker replaces it with one kept in its state folder)."""
+        self.audit: Callable[[dict[str, Any]], None] | None = None
+        """Where budget events go (a worker's audit log), if anywhere."""
+        self._pending: weakref.WeakKeyDictionary[Graph, Charge] = weakref.WeakKeyDictionary()
+        """Charges of accepted graphs whose run has not started (refunded if it never does)."""
         self._vetted: weakref.WeakKeyDictionary[Graph, tuple[str | None, bool, Verdict]] = \
             weakref.WeakKeyDictionary()
         """graph -> (its digest, whether it is a whole program, the verdict `vet` gave)."""
@@ -282,8 +300,39 @@ class Guard:
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
                         driver=self.driver_name(driver), digest=digest, uses=uses,
                         outputs_fetchable=whole, sends_reach_driver=not whole)
+        charge = self._charge(verdict, digest or "")
+        if charge is not None:
+            self._pending[graph] = charge
         self._vetted[graph] = (digest, whole, verdict)
         return verdict
+
+    def _charge(self, verdict: Verdict, program: str) -> Charge | None:
+        """Charge an accepted ``verdict``'s releases to the ledger (None: nothing to
+        charge); a charge over the budget refuses it instead (``verdict.accepted`` False,
+        with the reason)."""
+        if not verdict.accepted or not verdict.charges:
+            return None
+        try:
+            charge = self.ledger.charge(verdict.charges, self.policy.dp_budget(), program)
+        except BudgetExhausted as e:
+            verdict.reasons.append(f"the privacy budget is spent: {e} (dp rules of "
+                                   f"{self.policy.source})")
+            verdict.accepted = False
+            return None
+        self._event("charge", program, charge)
+        return charge
+
+    def refund(self, graph: Graph) -> None:
+        """Give back the charge of accepted ``graph`` whose run never started."""
+        charge = self._pending.pop(graph, None)
+        if charge is not None:
+            self.ledger.refund(charge)
+            self._event("refund", self._vetted.get(graph, ("",))[0] or "", charge)
+
+    def _event(self, action: str, program: str, charge: Charge) -> None:
+        if self.audit is not None:
+            self.audit({"event": "budget", "action": action, "program": program,
+                        "epsilon": charge.epsilons})
 
     def driver_name(self, fingerprint: str) -> str | None:
         """The name of the driver with certificate ``fingerprint``, as its policy is
@@ -300,11 +349,14 @@ class Guard:
         inputs = [None if (lab := self.labels.of(uri)) is None else {self.rank: lab}
                   for uri in input_uris]
         digest, whole, vetted = self._vetted.get(graph, (None, False, None))
+        self._pending.pop(graph, None)  # its run starts: the charge stays
         if vetted is not None and vetted.accepted and not any(inputs):
             return vetted
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
                         digest=digest, input_labels=inputs, outputs_fetchable=whole,
                         sends_reach_driver=not whole)
+        if vetted is None:  # not accepted before (one op of a program): charged now
+            self._charge(verdict, digest or "")
         if not verdict.accepted:
             raise PolicyRefusedError(verdict.message(self.node))
         return verdict

@@ -66,6 +66,14 @@ class Analysis:
     """The party running the party-local region being followed (set by ``pcall``)."""
     attested: str = ""
     """The digest of the attested TEE computation being followed, if any."""
+    releases: list[Any] = field(default_factory=list)
+    """Differentially private releases of p's data (`mplang.policy.dp_flows.Release`)."""
+    refusals: list[str] = field(default_factory=list)
+    """Why the program is refused besides its flows (a release p cannot vouch for)."""
+    used_draws: set[str] = field(default_factory=set)
+    """p's random draws that releases took (each may feed one only)."""
+    looping: int = 0
+    """How many loops the op being followed is in."""
     _seen: set[tuple[int, int]] = field(default_factory=set)
 
     # -- used by rules
@@ -167,12 +175,16 @@ class Analysis:
     def loop(self, state: list[PartyLabels],
              step: Callable[[list[PartyLabels]], list[PartyLabels]]) -> list[PartyLabels]:
         """Join ``step``'s labels into ``state`` until nothing changes (then raw)."""
-        for _ in range(_MAX_LOOP_ROUNDS):
-            new = step(state)
-            joined = [merge(a, b) for a, b in zip(state, new, strict=True)]
-            if joined == state:
-                return state
-            state = joined
+        self.looping += 1
+        try:
+            for _ in range(_MAX_LOOP_ROUNDS):
+                new = step(state)
+                joined = [merge(a, b) for a, b in zip(state, new, strict=True)]
+                if joined == state:
+                    return state
+                state = joined
+        finally:
+            self.looping -= 1
         return [{q: raw([lab]) or lab for q, lab in s.items()} for s in state]
 
 

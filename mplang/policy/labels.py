@@ -10,7 +10,9 @@ or one of p's forms, from most to least revealing:
   revealed as it is, a row-wise value is raw;
 - ``aggregate``: a reduction over the row axis of a row-wise value; it records the
   rows it combines (`Rows`), so that overlapping aggregates can be told apart;
-- ``compare``: a comparison between p's data and another owner's data.
+- ``compare``: a comparison between p's data and another owner's data;
+- ``dp``: a differentially private release of p's data (noise drawn inside a secure
+  device, `mplang.policy.dp_flows`), of privacy loss at most ``epsilon`` per release.
 
 A row-wise value knows where p's rows sit on its row axis (``axis``, ``at``) and
 which rows of the source they are (``window``); an aggregate knows which sets of
@@ -27,7 +29,7 @@ import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-FORMS = ("raw", "rowwise", "aggregate", "compare")
+FORMS = ("raw", "rowwise", "aggregate", "compare", "dp")
 """p's forms, most revealing first."""
 
 
@@ -101,6 +103,8 @@ class Flow:
     enclave: str = ""
     """p's data inside a TEE enclave that p checked runs only the computation of this
     digest (sealed: encrypted to such an enclave); ``foreign``: a key so attested."""
+    epsilon: float = 0.0
+    """dp: the largest epsilon of the releases the value derives from."""
 
     @property
     def mine(self) -> bool:
@@ -132,6 +136,8 @@ class Flow:
             return f"{what} of {of}"
         if self.form == "rowwise":
             return f"row-wise (raw) values of {of}"
+        if self.form == "dp":
+            return f"a noisy release (epsilon {self.epsilon:g}) of {of}"
         return f"{self.form} of {of}"
 
 
@@ -203,7 +209,7 @@ def row_count(label: Flow) -> Label:
         if label.window.gate:
             return Flow("compare", label.sources, rowsets=label.rowsets)
         return aggregated(label, whole=True)
-    return label if label.form in ("aggregate", "compare") else raw([label])
+    return label if label.form in ("aggregate", "compare", "dp") else raw([label])
 
 
 def combine(a: Label, b: Label) -> Label:
@@ -215,6 +221,9 @@ def combine(a: Label, b: Label) -> Label:
         return _with_other(a, b)
     if "raw" in (a.form, b.form):
         return raw([a, b])
+    if "dp" in (a.form, b.form):  # noisy releases together stay one; with exact data, raw
+        return Flow("dp", a.sources | b.sources, epsilon=max(a.epsilon, b.epsilon)) \
+            if a.form == b.form else raw([a, b])
     if a.form == "compare" or b.form == "compare":
         other = b if a.form == "compare" else a
         if other.form == "compare":

@@ -216,11 +216,12 @@ class Policy:
             fnmatchcase(part, glob) for part, glob in zip(parts, pattern, strict=True))
             for pattern in (p.split("/") for p in self.writes))
 
-    def rule_for(self, receiver: str, form: str, rows: int | None) -> DeclassifyRule | None:
+    def rule_for(self, receiver: str, form: str, rows: int | None,
+                 epsilon: float = 0.0) -> DeclassifyRule | None:
         """The first declassification rule letting ``receiver`` get a value of ``form``
         (``aggregate``, ``compare`` or ``dp``); an aggregate over ``rows`` distinct rows
-        of this party's data (None: not known) needs ``rows >= min_rows``. None: no rule
-        does."""
+        of this party's data (None: not known) needs ``rows >= min_rows``, a dp release
+        of ``epsilon`` needs ``epsilon <= max_epsilon``. None: no rule does."""
         for rule in self.declassify:
             if receiver not in rule.to and ANYONE not in rule.to:
                 continue
@@ -230,8 +231,16 @@ class Policy:
                 continue
             if form == "aggregate" and (rows is None or rows < rule.min_rows):
                 continue
+            if form == "dp" and epsilon > (rule.max_epsilon or 0.0):
+                continue
             return rule
         return None
+
+    def dp_budget(self) -> float | None:
+        """The epsilon each source of this party's data may spend in all: the smallest
+        ``budget`` of its dp rules (None: no dp rule sets one)."""
+        budgets = [r.budget for r in self.declassify if r.when == "dp" and r.budget]
+        return min(budgets) if budgets else None
 
 
 class _Parser:

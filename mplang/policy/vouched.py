@@ -1,5 +1,5 @@
-"""Library functions whose small groups a secure device suppresses, and its members
-vouch for.
+"""Library functions whose small groups a secure device suppresses, or that add noise
+for a differentially private release, and its members vouch for.
 
 How many of a party's rows a group holds can depend on data (a group-by over
 another party's keys): the flow analysis then sees an aggregate over a
@@ -11,6 +11,12 @@ Each member lowers the registered function itself for the op's input types (the
 device's ``derive``); only if that gives exactly the StableHLO the op carries (which
 the worker checks compiles to what runs) does the device's flow rule count the
 outputs' data-dependent aggregates as over groups of at least ``min_rows`` rows.
+
+A function that releases its result with noise calibrated to a privacy loss
+``epsilon`` registers itself with `releasing`; vouched for the same way, the device's
+flow rule labels its outputs as a ``dp`` release of that epsilon
+(`mplang.policy.dp_flows`). A driver that names a smaller epsilon than the noise the
+op adds gets StableHLO that differs from the members' own, and no vouching.
 """
 
 from __future__ import annotations
@@ -42,7 +48,20 @@ class Suppressing:
     """Its groups cover every row and none is suppressed (no group is that small)."""
 
 
-_REGISTRY: dict[str, Suppressing] = {}
+@dataclass(frozen=True)
+class Releasing:
+    """A registered function: ``fn(*static, *entropy, *data)`` returns its result with
+    noise of privacy loss ``static[epsilon_arg]``, drawn from ``entropy``: one input of
+    uniform random words per member of the device, in member order, ``static[members_arg]``
+    of them."""
+
+    fn: Callable[..., Any]
+    epsilon_arg: int
+    members_arg: int
+    mechanism: str
+
+
+_REGISTRY: dict[str, Suppressing | Releasing] = {}
 _NAMES: dict[Callable[..., Any], str] = {}
 
 
@@ -50,15 +69,23 @@ def suppressing(min_rows_arg: int, partition: bool = False) -> Callable[[F], F]:
     """Register a function of ``mplang.libs`` that suppresses, inside the secure device,
     every group of fewer than its static argument ``min_rows_arg`` rows (``partition``:
     that forms no such group, and its groups cover every row)."""
-    def register(fn: F) -> F:
-        name = f"{fn.__module__}.{fn.__qualname__}"
-        if not name.startswith(LIBRARY_PACKAGE):
-            raise ValueError(f"{name}: only functions of {LIBRARY_PACKAGE[:-1]} register here")
-        _REGISTRY[name] = Suppressing(fn, min_rows_arg, partition)
-        _NAMES[fn] = name
-        return fn
+    return lambda fn: _register(fn, Suppressing(fn, min_rows_arg, partition))
 
-    return register
+
+def releasing(epsilon_arg: int, members_arg: int, mechanism: str) -> Callable[[F], F]:
+    """Register a function of ``mplang.libs`` that adds noise of privacy loss (its static
+    argument) ``epsilon_arg`` inside the secure device, from one input of random words per
+    member (`Releasing`); ``mechanism`` names its noise for readers."""
+    return lambda fn: _register(fn, Releasing(fn, epsilon_arg, members_arg, mechanism))
+
+
+def _register(fn: F, entry: Suppressing | Releasing) -> F:
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    if not name.startswith(LIBRARY_PACKAGE):
+        raise ValueError(f"{name}: only functions of {LIBRARY_PACKAGE[:-1]} register here")
+    _REGISTRY[name] = entry
+    _NAMES[fn] = name
+    return fn
 
 
 def library_attrs(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -71,7 +98,7 @@ def library_attrs(fn: Callable[..., Any]) -> dict[str, Any]:
     return {"library": name, "library_args": static}
 
 
-def _lookup(name: str) -> Suppressing | None:
+def _lookup(name: str) -> Suppressing | Releasing | None:
     if name not in _REGISTRY and name.startswith(LIBRARY_PACKAGE):
         try:
             importlib.import_module(name.rpartition(".")[0])
@@ -95,21 +122,36 @@ def _derived(name: str, static: tuple[int | float, ...], in_types: tuple[TensorT
         return None
 
 
-def vouched(op: Operation, stablehlo: str, derive: Derive) -> Suppressing | None:
+def vouched(op: Operation, stablehlo: str, derive: Derive,
+            in_types: tuple[TensorType, ...] | None = None) -> Suppressing | Releasing | None:
     """The registered function that device op ``op`` names, if its StableHLO
-    ``stablehlo`` is what this member derives; None otherwise."""
+    ``stablehlo`` is what this member derives for its inputs' types (``in_types``, default
+    the op's attribute); None otherwise."""
     name, static = op.attrs.get("library", ""), op.attrs.get("library_args", ())
     if not name or not _plain_args(static):
         return None
     entry = _lookup(name)
-    if entry is None or not 0 <= entry.min_rows_arg < len(static):
+    if entry is None or not _valid(entry, static):
         return None
-    rows = static[entry.min_rows_arg]
-    if type(rows) is not int or rows < 1:
-        return None
-    if _derived(name, static, tuple(op.attrs["in_types"]), derive) != stablehlo:
+    types = tuple(op.attrs["in_types"]) if in_types is None else in_types
+    if _derived(name, static, types, derive) != stablehlo:
         return None
     return entry
+
+
+def _valid(entry: Suppressing | Releasing, static: tuple[int | float, ...]) -> bool:
+    """Whether ``static`` gives ``entry`` a valid bound: ``min_rows`` an int >= 1, or
+    ``epsilon`` a number > 0."""
+    if isinstance(entry, Releasing):
+        if not 0 <= max(entry.epsilon_arg, entry.members_arg) < len(static):
+            return False
+        epsilon = static[entry.epsilon_arg]
+        return type(epsilon) in (int, float) and 0 < epsilon < float("inf") and \
+            type(static[entry.members_arg]) is int
+    if not 0 <= entry.min_rows_arg < len(static):
+        return False
+    rows = static[entry.min_rows_arg]
+    return type(rows) is int and rows >= 1
 
 
 def min_rows_of(op: Operation, entry: Suppressing) -> int:

@@ -319,6 +319,8 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
     - ``deletes``: per driver, the number of values deleted;
     - ``uploads``: per node, ``count`` and ``bytes`` its owner uploaded;
     - ``describes``: per driver, how many types of data it was told;
+    - ``budget``: per node, per source of its data, the privacy budget (epsilon) its
+      accepted programs ``spent`` (charges less refunds), ``charges`` and ``refunds``;
     - ``malformed``: the lines that could not be read (``PATH:LINE``).
     """
     events = _events(logs)
@@ -334,6 +336,7 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
     deletes: Counter[str] = Counter()
     uploads: dict[str, dict[str, int]] = {}
     describes: Counter[str] = Counter()
+    budget: dict[str, dict[str, dict[str, Any]]] = {}
     malformed = []
     for e in events:
         name = e["event"]
@@ -365,6 +368,13 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
             cell["bytes"] += int(e.get("bytes") or 0)
         elif name == "describe":
             describes[_driver_name(e)] += 1
+        elif name == "budget" and isinstance(e.get("epsilon"), dict):
+            refund = e.get("action") == "refund"
+            for source, eps in e["epsilon"].items():
+                spend = budget.setdefault(str(e.get("node")), {}).setdefault(
+                    str(source), {"spent": 0.0, "charges": 0, "refunds": 0})
+                spend["spent"] += -float(eps) if refund else float(eps)
+                spend["refunds" if refund else "charges"] += 1
         elif name == "malformed":
             malformed.append(e["where"])
     return {
@@ -378,6 +388,7 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
         "deletes": dict(deletes),
         "uploads": uploads,
         "describes": dict(describes),
+        "budget": budget,
         "malformed": malformed,
     }
 
@@ -438,6 +449,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"uploads to {node}: {cell['count']} ({cell['bytes']} bytes)")
     for driver, count in sorted(summary["describes"].items()):
         lines.append(f"types described to {driver}: {count}")
+    for node, sources in sorted(summary["budget"].items()):
+        for source, cell in sorted(sources.items()):
+            lines.append(f"privacy budget of {node}: {source}: epsilon {cell['spent']:g} spent "
+                         f"({cell['charges']} charges, {cell['refunds']} refunds)")
     for where in summary["malformed"]:
         lines.append(f"malformed line: {where}")
     return "\n".join(lines)

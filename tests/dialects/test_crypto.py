@@ -38,6 +38,7 @@ from mplang.edsl.typing import TensorType
 from mplang.frontend import list_ops
 from mplang.passes import optimize
 from mplang.policy.crypto_flows import key_flow, open_flow, seal_flow
+from mplang.policy.dp_flows import entropy_flow
 from mplang.policy.flows import local_conservative
 
 X = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
@@ -145,7 +146,7 @@ def test_constructing_an_invalid_type_is_a_type_error() -> None:
 
 def test_randomized_ops_are_not_pure_and_the_rest_are() -> None:
     impure = {"crypto.aes_keygen", "crypto.aes_encrypt", "crypto.x25519_keygen",
-              "crypto.ed25519_keygen"}
+              "crypto.ed25519_keygen", "crypto.random_bits"}
     ops = {i.name for i in list_ops("crypto")}
     assert ops == impure | {"crypto.aes_decrypt", "crypto.sha256", "crypto.x25519_shared",
                             "crypto.hkdf", "crypto.sign", "crypto.verify",
@@ -161,7 +162,7 @@ def test_every_op_is_declared_once() -> None:
     assert {p.name for p in prims.values()} == {i.name for i in list_ops("crypto")}
     sealing = {"aes_keygen": key_flow, "aes_encrypt": seal_flow, "aes_decrypt": open_flow,
                "x25519_keygen": key_flow, "x25519_shared": key_flow, "hkdf": key_flow,
-               "public_bytes": key_flow}
+               "public_bytes": key_flow, "random_bits": entropy_flow}
     for name, prim in prims.items():
         assert prim.rule("local_flow") is sealing.get(name, local_conservative), prim.name
         assert prim.rule("cost") is local_cost, prim.name

@@ -81,7 +81,14 @@ class SimpMemDriver(SimpDriver):
     def prepare(self, ranks: list[int], graph: Graph, input_uris: list[list[str | None]],
                 exec_id: str, scope: str, options: RunOptions) -> None:
         self._check_open()
-        accepted = {(exec_id, scope, r): self._accept(r, graph, options) for r in ranks}
+        accepted: dict[tuple[str, str, int], Graph] = {}
+        try:
+            for r in ranks:
+                accepted[(exec_id, scope, r)] = self._accept(r, graph, options)
+        except Exception:  # a party refused: the others' runs never start
+            for (_, _, r), opened in accepted.items():
+                self.mesh.workers[r].refund(opened)
+            raise
         with self._accepted_lock:
             self._accepted.update(accepted)
 
@@ -143,7 +150,8 @@ class Simulator(SimpMemDriver):
     default ``./data/<node name>``); `upload` stores a node's objects (``simp.load``).
     ``policies={"node_0": "p0.yaml" or Policy, ...}`` makes those nodes check every
     program and fetch against their policies (`mplang.policy`); nodes without an entry
-    check nothing: the simulator runs every party in this process.
+    check nothing: the simulator runs every party in this process. `budget` shows a
+    node's privacy budget ledger (kept in memory here).
     """
 
     def __init__(self, cluster: ClusterSpec | int, *, timeout: float = 60.0,
@@ -160,6 +168,15 @@ class Simulator(SimpMemDriver):
         super().__init__(cluster, timeout=timeout, default_mode=default_mode, network=network,
                          data_roots=data_roots)
         install_guards(self.mesh.workers, cluster, policies or {})
+
+    def budget(self, node: str) -> dict[str, Any]:
+        """``node``'s privacy budget ledger, as ``mplang budget`` shows a worker's:
+        ``budget`` (per source; None: no limit), ``spent`` and ``left`` per source of its
+        data, and the ``charges`` (`mplang.policy.ledger.Ledger.report`)."""
+        guard = self.mesh.workers[self.cluster.rank_of(node)].guard
+        if guard is None:
+            return {"budget": None, "spent": {}, "left": {}, "charges": []}
+        return guard.ledger.report(guard.policy.dp_budget())
 
     def __repr__(self) -> str:
         return f"Simulator(world_size={self.world_size})"

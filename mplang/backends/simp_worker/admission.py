@@ -54,6 +54,7 @@ ROUTES: Mapping[str, Route] = {
     "/describe": Route("driver", lambda _: SMALL_BODY),
     "/msg": Route("node", _largest),
     "/upload": Route("node", upload_limit),
+    "/budget": Route("node", lambda _: SMALL_BODY),
     "/health": Route(None, lambda _: SMALL_BODY),
 }
 """The paths a worker serves over ``mplang/1``."""
@@ -73,9 +74,9 @@ def authorize_head(peers: PeerDirectory, limits: WorkerLimits, here: str, rank: 
             raise MPRefusedError(f"certificate not in {here}'s cluster spec", 403)
     else:
         peer = peers.authorize(fingerprint, headers.get(SPEC_HEADER), route.role, path, here)
-    if path == "/upload" and peer.rank != rank:
-        raise MPRefusedError(f"{peer} may not upload to {here}: only the node's own key may",
-                             403)
+    if path in ("/upload", "/budget") and peer.rank != rank:
+        raise MPRefusedError(f"{peer} may not use {path} of {here}: only the node's own key "
+                             "may", 403)
     limit = route.limit(limits)
     if size > limit:
         raise MPRefusedError(f"body of {size} bytes exceeds the limit of {limit} for {path}",

@@ -3,6 +3,8 @@
 - ``POST /upload``: the node's own owner (a client presenting this node's own
   certificate, as ``mplang put`` does) stores a tensor under a name, which
   programs read with ``simp.load``. Everyone else is refused (403).
+- ``POST /budget``: the node's own owner reads its privacy budget ledger
+  (`mplang.policy.ledger`); everyone else is refused (403).
 - ``POST /describe``: a driver this node's policy accepts asks for the type (dtype and shape) of a
   file in this node's data root or of an uploaded object, to trace a program that
   loads it; or (``what``: a kind registered with
@@ -86,15 +88,20 @@ def _store(server: WorkerServer, name: str, payload: memoryview) -> TensorType:
     return server.worker.named.put(name, value)
 
 
+def _own_node(server: WorkerServer, request: Request, what: str) -> None:
+    """Refuse (403) anyone but the node's own owner (``what``: what it may not do)."""
+    owner = server.peer(request, "node")
+    if owner.rank != server.rank:
+        raise MPRefusedError(f"{owner} may not {what} {server.node}: only the node's own key "
+                             "may", 403)
+
+
 def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
-    """Add ``/upload`` and ``/describe`` to ``server``'s app."""
+    """Add ``/upload``, ``/budget`` and ``/describe`` to ``server``'s app."""
 
     @app.post("/upload")
     async def upload(request: Request) -> JSONResponse:
-        owner = server.peer(request, "node")
-        if owner.rank != server.rank:
-            raise MPRefusedError(f"{owner} may not upload to {server.node}: only the node's "
-                                 "own key may", 403)
+        _own_node(server, request, "upload to")
         header, payload = split_frame(await read_body(request, upload_limit(server.limits)))
         try:
             name = check_name(header.get("name"), "upload")
@@ -105,6 +112,15 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
         if server.audit is not None:
             server.audit.upload(name, len(payload), _type_json(vtype))
         return JSONResponse({"name": name, "node": server.node, **_type_json(vtype)})
+
+    @app.post("/budget")
+    async def budget(request: Request) -> JSONResponse:
+        _own_node(server, request, "read the budget of")
+        await read_body(request, SMALL_BODY)
+        guard = server.worker.guard
+        report = guard.ledger.report(guard.policy.dp_budget()) if guard is not None else \
+            {"budget": None, "spent": {}, "left": {}, "charges": []}
+        return JSONResponse({"node": server.node, **report})
 
     @app.post("/describe")
     async def describe(request: Request) -> JSONResponse:

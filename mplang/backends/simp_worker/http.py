@@ -242,16 +242,18 @@ def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: 
           limits: WorkerLimits | None = None, spec_path: str | Path | None = None,
           on_ready: Callable[[WorkerServer], None] | None = None,
           audit_log: str | Path | None = None, data_root: str | Path | None = None,
-          policy: str | Path | None = None, listen: str | None = None) -> None:
+          policy: str | Path | None = None, listen: str | None = None,
+          state_dir: str | Path | None = None) -> None:
     """Run ``node``'s worker on the endpoint the spec gives it (or on ``listen``, when
     peers reach it through a proxy at that endpoint), until interrupted; the spec file is
-    reloaded when it changes; events go to the audit log ``audit_log``."""
+    reloaded when it changes; events go to the audit log ``audit_log``; what must survive
+    a restart (the privacy budget ledger) is kept in ``state_dir``."""
     host, port = host_port(listen or cluster.nodes[cluster.rank_of(node)].endpoint)
     check_port_free(host, port)
     raise_descriptor_limit()
     server = WorkerServer(cluster, node, identity, timeout=timeout, limits=limits,
                           spec_path=spec_path, audit_log=audit_log, data_root=data_root,
-                          policy=policy)
+                          policy=policy, state_dir=state_dir)
     userver = uvicorn_server(server, listen)
     stop = threading.Event()
     threading.Thread(target=server.watch_spec, args=(stop,), daemon=True,

@@ -193,6 +193,12 @@ WORKER_API: dict[str, Any] = {
             "Header: name (1-128 of [A-Za-z0-9_.-]); payload: the value, encoded.",
             _json(_TYPED | {"required": ["name", "node", "dtype", "shape"]}, "stored"),
             (400, 403, 409, 411, 413)),
+        "/budget": _post(
+            "This node's privacy budget ledger (this node's own certificate only): the "
+            "epsilon spent and left per source of its data, and the charges.",
+            _json({"type": "object", "required": ["node", "budget", "spent", "left",
+                                                  "charges"]}, "the ledger"),
+            (400, 403, 409, 411, 413)),
         "/describe": _post(
             "The type of a private input, never its data (driver the node's policy accepts). "
             "Header: what ('file': path, key; 'object': name; or a registered kind, e.g. "

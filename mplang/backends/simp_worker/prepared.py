@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mplang.backends.simp_worker.executions import Executions, Run
@@ -32,11 +33,14 @@ class Prepared:
 
 class PreparedRuns:
     """The prepared, unstarted runs of one worker, by (execution, scope). A run that
-    leaves here without starting ends its registration and drops its messages."""
+    leaves here without starting ends its registration, drops its messages and gets its
+    privacy budget back (``refund(graph)``)."""
 
-    def __init__(self, executions: Executions, mailbox: Mailbox):
+    def __init__(self, executions: Executions, mailbox: Mailbox,
+                 refund: Callable[[Graph], None] = lambda graph: None):
         self.executions = executions
         self.mailbox = mailbox
+        self.refund = refund
         self.runs: dict[tuple[str, str], Prepared] = {}
         self._lock = threading.Lock()
 
@@ -70,6 +74,7 @@ class PreparedRuns:
         with self._lock:
             dropped = [self.runs.pop(k) for k in list(self.runs) if k[0] == exec_id]
         for prepared in dropped:
+            self.refund(prepared.graph)
             self.executions.end(prepared.run)
 
     def sweep(self) -> None:
@@ -80,5 +85,6 @@ class PreparedRuns:
     def _sweep(self, now: float) -> None:
         for key in [k for k, p in self.runs.items() if p.expires < now]:
             stale = self.runs.pop(key)
+            self.refund(stale.graph)
             self.executions.end(stale.run)
             self.mailbox.drop(stale.run.exec_id, stale.run.scope)

@@ -46,6 +46,7 @@ from mplang.cluster.peers import Peer, PeerDirectory, Role
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
 from mplang.policy.enforce import driver_names, worker_policy
+from mplang.policy.ledger import LEDGER_FILE, Ledger, default_state_dir
 from mplang.records.audit import AuditLog
 from mplang.runtime.object_store import ObjectStore
 from mplang.runtime.timeline import monitoring
@@ -71,7 +72,8 @@ class WorkerServer:
     def __init__(self, cluster: ClusterSpec, node: str, identity: LocalIdentity, *,
                  timeout: float = 60.0, limits: WorkerLimits | None = None,
                  spec_path: str | Path | None = None, audit_log: str | Path | None = None,
-                 data_root: str | Path | None = None, policy: str | Path | None = None):
+                 data_root: str | Path | None = None, policy: str | Path | None = None,
+                 state_dir: str | Path | None = None):
         self.peers = PeerDirectory(cluster)
         self.rank = cluster.rank_of(node)
         if identity.fingerprint != self.peers.node_certificate(self.rank).fingerprint:
@@ -100,9 +102,13 @@ class WorkerServer:
                                  ObjectStore(node), timeout=timeout, in_process=False,
                                  node=node, data_root=data_root)
         self.worker.guard = worker_policy(cluster, node, policy, spec_path)
+        self.worker.guard.ledger = Ledger(Path(state_dir or default_state_dir(node))
+                                          / LEDGER_FILE)
+        if self.audit is not None:
+            self.worker.guard.audit = self.audit.write
         self.programs = Programs(cluster.world_size, self.worker.kernels,
                                  self.limits.max_body_bytes)
-        self.prepared = PreparedRuns(self.executions, self.mailbox)
+        self.prepared = PreparedRuns(self.executions, self.mailbox, self.worker.refund)
         self.outputs = Outputs(self.worker, self.audit)
         self.pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix=f"mplang-{node}")
 
@@ -134,8 +140,12 @@ class WorkerServer:
         options = run_options(header, exec_id)
         graph = self.worker.accept(graph, openings, driver.certificate.fingerprint,
                                    whole=options.whole)
-        run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint, digest,
-                                    graph, frozenset(parties), options.timeout)
+        try:
+            run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint,
+                                        digest, graph, frozenset(parties), options.timeout)
+        except Exception:
+            self.worker.refund(graph)
+            raise
         return Prepared(run, graph, inputs, options, time.monotonic() + self.timeout,
                         inline_limit(header))
 
@@ -172,6 +182,7 @@ class WorkerServer:
             check_votes(votes, self.peers, self.rank, run.parties, run.exec_id, run.scope,
                         run.program)
         except MPRefusedError as e:
+            self.worker.refund(prepared.graph)
             self.executions.end(run)
             self.mailbox.drop(run.exec_id, run.scope)
             if self.audit is not None:

@@ -78,6 +78,12 @@ class SimpWorker:
         verdict = self.guard.vet(graph, digest, driver, whole, uses=self.named.uses)
         return None if verdict.accepted else "; ".join(verdict.reasons)
 
+    def refund(self, graph: Graph) -> None:
+        """Give back the privacy budget accepted ``graph`` was charged: its run never
+        starts (`mplang.policy.ledger`)."""
+        if self.guard is not None:
+            self.guard.refund(graph)
+
     def run(self, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
             scope: str = "", options: RunOptions = DEFAULT_OPTIONS,
             owner: str = LOCAL_OWNER,
