@@ -118,7 +118,10 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
     from mplang.backends.simp_worker.server import WorkerServer
     from mplang.cluster.identity import format_fingerprint, load_identity
     from mplang.records.audit import default_path as default_audit_path
+    from mplang.runtime import native_logs
 
+    native_logs.level()  # refuse a wrong MPLANG_LOG before serving
+    native_logs.keep_descriptors()  # this worker's output is the party's log
     for spec in args.register:
         import_pyfunc(spec)
     key = args.key or Path(args.cluster).resolve().parent / "keys" / f"{args.node}.key"
