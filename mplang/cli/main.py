@@ -1,5 +1,5 @@
 """The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``keygen``, ``init``, ``worker``,
-``up``, ``put``, ``check``, ``ops`` (`mplang.cli.ops`), ``audit``, ``run``
+``up``, ``put``, ``check``, ``status``, ``ops`` (`mplang.cli.ops`), ``audit``, ``run``
 (`mplang.cli.run`), ``trace`` (`mplang.cli.trace`) and ``apidoc`` (`mplang.cli.apidoc`)."""
 
 from __future__ import annotations
@@ -242,6 +242,22 @@ def _put(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from mplang.cluster.identity import load_identity
+    from mplang.cluster.status import cluster_status, format_status
+
+    spec_path = Path(args.cluster)
+    key = args.key or spec_path.resolve().parent / "keys" / f"{args.name}.key"
+    try:
+        spec = mp.ClusterSpec.from_yaml(spec_path)
+        statuses = cluster_status(spec, load_identity(key), timeout=args.timeout)
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang status: {e}", file=sys.stderr)
+        return 2
+    print(format_status(statuses, spec.digest()))
+    return 0 if all(s.state == "up" for s in statuses) else 1
+
+
 def _check(args: argparse.Namespace) -> int:
     from mplang.policy.report import check_program
 
@@ -341,6 +357,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     audit = commands.add_parser("audit", help="summarise workers' audit logs")
     audit.add_argument("logs", nargs="+", metavar="LOG", help="audit log (JSON lines)")
     audit.add_argument("--json", action="store_true", help="print the summary as JSON")
+    status = commands.add_parser("status", help="ask every node of a cluster spec whether its "
+                                 "worker is up, with which certificate, spec, version and "
+                                 "devices (exit code 1 unless all are up and agree)")
+    status.add_argument("--cluster", required=True, help="cluster spec YAML")
+    status.add_argument("--key", help="the private key to ask with (default: keys/NAME.key "
+                                      "next to the spec)")
+    status.add_argument("--name", default="driver",
+                        help="whose key to use by default: a driver or node name (default "
+                             "driver)")
+    status.add_argument("--timeout", type=float, default=5.0,
+                        help="seconds to wait for each node (default 5)")
     check = commands.add_parser("check", help="print a saved program's data flows and each "
                                                "node's policy verdict, without running it")
     check.add_argument("--cluster", required=True, help="cluster spec YAML")
@@ -373,6 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _put(args)
     if args.command == "check":
         return _check(args)
+    if args.command == "status":
+        return _status(args)
     if args.command == "run":
         return run_script(args)
     if args.command == "trace":

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import IO
+from typing import IO, TextIO
 
 from mplang.edsl.errors import MPLangError
 
@@ -91,7 +91,7 @@ def _writes_to(stream: IO[str], fd: int) -> bool:
         return False
 
 
-def _rebind(stream: IO[str], fd: int) -> IO[str]:
+def _rebind(stream: TextIO, fd: int) -> TextIO:
     """A text stream like ``stream`` writing to a copy of descriptor ``fd``."""
     buffering = 1 if getattr(stream, "line_buffering", True) else -1
     return open(os.dup(fd), "w", buffering=buffering, encoding=stream.encoding,
