@@ -32,6 +32,7 @@ class RunOptions:
       driver when it accepts the program; otherwise (one op at a time) each party judges
       a fetch when it comes, and every copy of its data sent to another party as if it
       reached the driver.
+    - ``name``: the program's function name, which the workers' audit logs record.
     """
 
     mode: Mode | None = None
@@ -40,6 +41,7 @@ class RunOptions:
     progress: Reporter | None = None
     monitor: RunMonitor | None = None
     whole: bool = False
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode is not None and self.mode not in MODES:
@@ -56,7 +58,7 @@ class RunOptions:
         return {"parallel": self.parallel, "timeout": self.timeout,
                 "progress": self.progress is not None,
                 "trace": self.monitor is not None and self.monitor.record,
-                "whole": self.whole}
+                "whole": self.whole, "name": self.name}
 
 
 DEFAULT_OPTIONS = RunOptions()
@@ -89,4 +91,4 @@ def make_options(name: str, *, mode: Mode | None = None, parallel: bool = True,
         reporter = progress
     else:
         raise MPLangError(f"progress must be a bool or a callable, got {progress!r}")
-    return RunOptions(mode, bool(parallel), timeout, reporter, monitor)
+    return RunOptions(mode, bool(parallel), timeout, reporter, monitor, name=name)

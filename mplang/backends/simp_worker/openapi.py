@@ -155,7 +155,8 @@ WORKER_API: dict[str, Any] = {
         "/prepare": _post(
             "Accept a run of a program on several parties (driver); its /run starts it. "
             "Header: exec, scope, inputs (object ids or null), parties, and optionally "
-            "timeout, parallel, progress; payload: the program (graph bundle).",
+            "timeout, parallel, progress, name (the function's, for the audit log); "
+            "payload: the program (graph bundle).",
             _json({"type": "object", "required": ["accepted"],
                    "properties": {"accepted": {"type": "boolean"}}}, "prepared"),
             (*_DRIVER, 429)),
