@@ -567,8 +567,9 @@ MISTAKES: dict[str, Mistake] = {
         """,
         MissingData,
         "tensor.load: node_0 has no file 'wealth.npy' in its data root; put it there (by "
-        "default ./data/node_0; mp.Simulator(..., data_roots=...) or `mplang worker "
-        "--data-root DIR` choose another) or fix the path (at prog.py:{line})"),
+        "default ./data/node_0; mp.Simulator(..., data_roots=...), `mplang run --sim N "
+        "--data-root DIR` or `mplang worker --data-root DIR` choose another) or fix the path "
+        "(at prog.py:{line})"),
     "a wrong SQL column in a device function of a table": Mistake(
         """
         from pathlib import Path

@@ -62,15 +62,43 @@ def _trace_error(error: Exception) -> str:
     return f"{text} (at {loc})" if loc else text
 
 
+def _ir_context(args: argparse.Namespace) -> Any:
+    """The simulator (``--data-root``) or driver (``--cluster``) that tells the tracer the
+    types of the files a program loads; None without either."""
+    from mplang.cli.run import data_roots
+
+    if args.cluster:
+        key = args.key or Path(args.cluster).resolve().parent / "keys" / "driver.key"
+        return mp.Driver(args.cluster, key=key)
+    if args.data_root:
+        cluster = mp.ClusterSpec.simple(args.world_size)
+        return mp.Simulator(cluster, data_roots=data_roots(cluster, args.data_root))
+    return None
+
+
 def _ir(args: argparse.Namespace) -> int:
     """``mplang ir``: the function's IR as text, DOT, SVG or an HTML page."""
+    from mplang.edsl.program import trace_program
+
     fn = _load_function(args.target)
     try:
-        program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)
+        ctx = _ir_context(args)
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang ir: {e}", file=sys.stderr)
+        return 2
+    constants = [_literal(a) for a in args.arg]
+    try:
+        if ctx is None:
+            program = mp.compile(fn, *constants, world_size=args.world_size)
+        else:  # ctx tells the tracer the types of the files the program loads
+            program, _ = trace_program(fn, constants, {}, ctx.world_size, ctx.cluster, ctx)
     except Exception as e:  # the user's code may raise anything while it is traced
         print(f"mplang ir: {args.target} failed to trace: {_trace_error(e)}",
               file=sys.stderr)
         return 1
+    finally:
+        if ctx is not None:
+            ctx.close()
     output, fmt = args.output, args.format
     has_dot = shutil.which("dot") is not None
     if fmt == "svg" and not has_dot:
@@ -282,6 +310,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="text IR (default), graphviz DOT, SVG (needs graphviz's dot program) "
                          "or an HTML page")
     ir.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    files = ir.add_mutually_exclusive_group()
+    files.add_argument("--data-root", metavar="DIR",
+                       help="a program that loads files: node NODE's are in DIR/NODE (a "
+                            "simulator of --world-size parties looks up their types)")
+    files.add_argument("--cluster", metavar="F",
+                       help="a program that loads files: ask the workers of cluster spec F "
+                            "for their types (the program is traced for F's parties)")
+    ir.add_argument("--key", metavar="K", help="with --cluster: the driver's key (default: "
+                                                "keys/driver.key next to the spec)")
     keygen = commands.add_parser("keygen", help="make a key pair and certificate for a party")
     keygen.add_argument("--name", required=True, help="the node or driver name")
     keygen.add_argument("--out", required=True, help="folder for NAME.key and NAME.crt")
