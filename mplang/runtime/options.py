@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mplang.edsl.errors import MPLangError
+from mplang.runtime.console import write_line
 from mplang.runtime.timeline import RunMonitor
 
 Mode = Literal["launch", "standard"]
@@ -65,12 +66,13 @@ DEFAULT_OPTIONS = RunOptions()
 
 
 def stderr_reporter(name: str) -> Reporter:
-    """A reporter printing ``[mplang NAME +SECONDS] message`` lines to stderr."""
+    """A reporter printing ``[mplang NAME +SECONDS] message`` lines to stderr, each at once
+(`mplang.runtime.console`)."""
     start = time.perf_counter()
 
     def report(message: str) -> None:
-        print(f"[mplang {name} +{time.perf_counter() - start:.3f}s] {message}",
-              file=sys.stderr, flush=True)
+        write_line(sys.stderr, f"[mplang {name} +{time.perf_counter() - start:.3f}s] "
+                               f"{message}")
 
     return report
 
