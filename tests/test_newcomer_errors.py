@@ -740,9 +740,8 @@ def test_a_spec_with_other_workers_certificates_names_both_fingerprints(folder: 
     spec = mp.ClusterSpec.from_endpoints([f"127.0.0.1:{p}" for p in free_ports(3)])
     running = write_dev_cluster(spec, folder / "run")
     other_keys(folder / "run", folder / "dev", [n.name for n in spec.nodes])
-    with running_cluster(running):
-        with pytest.raises(mp.MPCommunicationError) as info:
-            run_program(folder, WORKER_DOWN)
+    with running_cluster(running), pytest.raises(mp.MPCommunicationError) as info:
+        run_program(folder, WORKER_DOWN)
     message = str(info.value)
     rank = failing_rank(message)
     node = f"node_{rank}"
@@ -764,16 +763,16 @@ def test_a_driver_the_workers_do_not_know_is_told_which_certificate(folder: Path
     spec = mp.ClusterSpec.from_endpoints([f"127.0.0.1:{p}" for p in free_ports(3)])
     running = write_dev_cluster(spec, folder / "run")
     other_keys(folder / "run", folder / "dev", ["driver"])
-    with running_cluster(running):
-        with pytest.raises(mp.MPCommunicationError) as info:
-            run_program(folder, WORKER_DOWN)
+    with running_cluster(running), pytest.raises(mp.MPCommunicationError) as info:
+        run_program(folder, WORKER_DOWN)
     message = str(info.value)
     rank = failing_rank(message)
     node = f"node_{rank}"
     mine = fingerprints(folder / "dev" / "keys")["driver.crt"][:16]
     assert message == (
         f"party {rank} ({node} at https://{spec.nodes[rank].endpoint}) could not be reached "
-        f"to prepare a program of 6 ops (TransportError: {node} closed the connection before any answer: it does not accept this party's "
+        f"to prepare a program of 6 ops (TransportError: {node} closed the connection before "
+        "any answer: it does not accept this party's "
         f"certificate (sha256 {mine}...), or it stopped; the cluster spec its worker runs with "
         "must list that certificate (`mplang status` compares the specs)) (in op func.call "
         "at /0)")

@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from mplang.edsl.graph import Graph, Operation
+from mplang.util.tables import html_table
 
 PLAINTEXT = "plaintext"
 SECRET_SHARE = "secret share"
@@ -315,7 +316,18 @@ def _driver_name(event: Event) -> str:
     return str(driver.get("name")) if isinstance(driver, dict) else str(driver)
 
 
-def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[str, Any]:
+class AuditSummary(dict[str, Any]):
+    """`summarize`'s result: a dict (as JSON), printed as a report (`format_summary`) and
+    shown in a notebook as tables (`html_summary`)."""
+
+    def __str__(self) -> str:
+        return format_summary(self)
+
+    def _repr_html_(self) -> str:
+        return html_summary(self)
+
+
+def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> AuditSummary:
     """A summary of audit logs (paths, or events from `read_events`):
 
     - ``nodes``: the nodes whose logs these are;
@@ -378,7 +390,7 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
             describes[_driver_name(e)] += 1
         elif name == "malformed":
             malformed.append(e["where"])
-    return {
+    return AuditSummary({
         "nodes": nodes,
         "executions": {"requests": sum(verdicts.values()), "distinct": len(exec_ids),
                        "by_verdict": dict(verdicts), "by_driver": dict(drivers),
@@ -392,7 +404,7 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
         "uploads": uploads,
         "describes": dict(describes),
         "malformed": malformed,
-    }
+    })
 
 
 Messages = dict[str, dict[str, dict[str, dict[str, dict[str, int]]]]]
@@ -528,6 +540,26 @@ def format_runs(summary: dict[str, Any]) -> list[str]:
         lines += [_verdict(node, seen) for node, seen in sorted(run["nodes"].items())]
         lines += [f"  {pair}: {_bytes(cells)}" for pair, cells in sorted(run["bytes"].items())]
     return lines
+
+
+def html_summary(summary: dict[str, Any]) -> str:
+    """`summarize`'s result as HTML tables: the runs, the mismatches and the fetches."""
+    runs = [(number, run["name"] or "(unnamed)", f"{str(run['program'])[:16]}...",
+             run["driver"], _tags(run).strip(" ()") or "-",
+             "; ".join(_verdict(n, seen).strip() for n, seen in sorted(run["nodes"].items())),
+             "; ".join(f"{pair}: {_bytes(cells)}" for pair, cells in sorted(run["bytes"].items()))
+             or "-")
+            for number, run in enumerate(summary["runs"], 1)]
+    parts = [html_table(("run", "program", "sha256", "driver", "marks", "nodes", "bytes"), runs,
+                        f"audit of {', '.join(summary['nodes']) or 'no nodes'}")]
+    if summary["mismatches"]:
+        parts.append(html_table(("from", "to", "kind", "sent", "received"),
+                                [tuple(m.values()) for m in summary["mismatches"]],
+                                "mismatches"))
+    parts.append(html_table(("driver", "values", "bytes"),
+                            [(d, e["count"], e["bytes"])
+                             for d, e in sorted(summary["fetches"].items())], "fetches"))
+    return "".join(parts)
 
 
 def format_summary(summary: dict[str, Any]) -> str:
