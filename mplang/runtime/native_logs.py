@@ -4,7 +4,8 @@ the perfetto tracing they link).
 They write to the process's descriptors 1 and 2, out of Python's reach: a PSI run printed
 hundreds of their lines among a program's own. So before native code first runs here
 (`route`), descriptors 1 and 2 are pointed at the party's log, while Python's
-``sys.stdout`` and ``sys.stderr`` keep writing where they wrote before:
+``sys.stdout`` and ``sys.stderr`` (and the logging handlers that wrote to them) keep
+writing where they wrote before:
 
 - in a worker (`keep_descriptors`), the party's log is the worker's own output (``mplang
   up`` writes it to ``NODE.log``), so nothing moves;
@@ -18,6 +19,7 @@ hundreds of their lines among a program's own. So before native code first runs 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -79,9 +81,20 @@ def route() -> None:
                 stream.flush()
                 if stream is getattr(sys, f"__{name}__") and _writes_to(stream, fd):
                     setattr(sys, name, _rebind(stream, fd))
+                    _follow(stream, getattr(sys, name))
                 os.dup2(log, fd)
         finally:
             os.close(log)
+
+
+def _follow(old: TextIO, new: TextIO) -> None:
+    """Point the logging handlers that wrote to ``old`` at ``new``."""
+    loggers = [logging.getLogger(), *(logger for logger in logging.Logger.manager.loggerDict
+                                      .values() if isinstance(logger, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is old:
+                handler.setStream(new)
 
 
 def _writes_to(stream: IO[str], fd: int) -> bool:

@@ -14,6 +14,8 @@ import pytest
 import mplang as mp
 
 PROGRAM = """\
+import logging
+
 import pyarrow as pa
 import mplang as mp
 from mplang import simp
@@ -32,9 +34,11 @@ def shared():
 def main(ctx):
     print("before the join")
     print("shared ids:", mp.fetch(ctx, mp.evaluate(ctx, shared))[0].ravel().tolist())
+    logging.warning("a warning after the join")
 """
 """A program that joins with libpsi: `main(ctx)` runs it (``mplang run`` calls it)."""
-SCRIPT = [sys.executable, "-c", "import mplang as mp, prog; prog.main(mp.Simulator(2))"]
+SCRIPT = [sys.executable, "-c", "import logging, mplang as mp, prog; logging.basicConfig(); "
+          "prog.main(mp.Simulator(2))"]
 OUTPUT = "before the join\nshared ids: [3, 4]\n"
 CLI = Path(sys.executable).with_name("mplang")
 
@@ -46,13 +50,15 @@ def run(tmp_path: Path, command: list[str], **env: str) -> subprocess.CompletedP
                           env={**environ, **env})
 
 
-@pytest.mark.parametrize("command", [SCRIPT,
-                                     [str(CLI), "run", "--sim", "2", "prog.py"]],
-                         ids=["script", "mplang run"])
-def test_a_psi_run_prints_only_the_programs_output(tmp_path: Path, command: list[str]) -> None:
+@pytest.mark.parametrize(("command", "warning"), [
+    (SCRIPT, "WARNING:root:a warning after the join\n"),  # a handler made before the join
+    ([str(CLI), "run", "--sim", "2", "prog.py"], "WARNING:root:a warning after the join\n")],
+    ids=["script", "mplang run"])
+def test_a_psi_run_prints_only_the_programs_output(tmp_path: Path, command: list[str],
+                                                   warning: str) -> None:
     log = tmp_path / "native.log"
     done = run(tmp_path, command, MPLANG_LOG_FILE=str(log))
-    assert (done.returncode, done.stdout, done.stderr) == (0, OUTPUT, "")
+    assert (done.returncode, done.stdout, done.stderr) == (0, OUTPUT, warning)
     text = log.read_text()
     assert "[info] [launch.cc:" in text  # libpsi's
     assert "perfetto.cc" in text
@@ -62,7 +68,7 @@ def test_the_default_log_is_a_file_named_by_the_process(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     done = run(tmp_path, SCRIPT, TMPDIR=str(tmp))
-    assert (done.returncode, done.stdout, done.stderr) == (0, OUTPUT, "")
+    assert (done.returncode, done.stdout) == (0, OUTPUT)
     [log] = (tmp / "mplang-logs").iterdir()
     assert log.name.startswith("native-") and "[info] [launch.cc:" in log.read_text()
     assert log.stat().st_mode & 0o777 == 0o600
