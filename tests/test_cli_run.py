@@ -363,4 +363,5 @@ def test_ir_of_a_program_that_loads_files(loader: Path,
         f"mplang ir: {target} failed to trace: MPTypeError: device 'P0' (<lambda>): "
         "tensor.run_jax[<lambda>]: JAX could not trace the function on (): MPTypeError: "
         "tensor.load: the type of 'wealth.npy' cannot be looked up while compiling without a "
-        "simulator or driver to ask")
+        "simulator or driver to ask; pass dtype= and shape=, or compile with one that has the "
+        "data (`mplang ir --data-root DIR` or `--cluster F`) (at loads.py:8)")
