@@ -87,6 +87,27 @@ def test_a_node_with_another_certificate(cluster: tuple[Path, LocalCluster], tmp
         "reload an edited file)"]
 
 
+def test_a_driver_the_workers_do_not_know(cluster: tuple[Path, LocalCluster], tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A copy of the spec and keys with a new driver key: every worker closes the
+    connection, and each row says so with the certificate the worker presents."""
+    path, _ = cluster
+    shutil.copytree(path.parent, tmp_path / "dev")
+    for old in (tmp_path / "dev" / "keys").glob("driver.*"):
+        old.unlink()
+    keygen("driver", tmp_path / "dev" / "keys")
+    mine = fingerprint(tmp_path / "dev" / "keys" / "driver.crt")
+    code, out = status(tmp_path / "dev" / "cluster.yaml", capsys)
+    lines = out.splitlines()
+    assert code == 1
+    assert [line.split()[2:6] for line in lines[1:4]] == [
+        ["refuses", "us", fingerprint(path.parent / "keys" / f"node_{i}.crt"), "pinned"]
+        for i in range(3)]
+    assert lines[4:] == ["0 of 3 nodes up"] + [
+        f"- node_{i} does not accept this party's certificate (sha256 {mine}...): the spec "
+        "its worker runs with must list it" for i in range(3)]
+
+
 def test_a_node_down_exits_non_zero(cluster: tuple[Path, LocalCluster],
                                     capsys: pytest.CaptureFixture[str]) -> None:
     """Last in this module: it stops node_2's worker."""

@@ -74,10 +74,10 @@ def test_the_default_log_is_a_file_named_by_the_process(tmp_path: Path) -> None:
     assert log.stat().st_mode & 0o777 == 0o600
 
 
-def test_mplang_log_info_shows_them_on_the_terminal(tmp_path: Path) -> None:
+@pytest.mark.parametrize("level", ["info", "DEBUG"])
+def test_mplang_log_shows_them_on_the_terminal(tmp_path: Path, level: str) -> None:
     log = tmp_path / "native.log"
-    done = run(tmp_path, SCRIPT, MPLANG_LOG="info",
-               MPLANG_LOG_FILE=str(log))
+    done = run(tmp_path, SCRIPT, MPLANG_LOG=level, MPLANG_LOG_FILE=str(log))
     assert done.returncode == 0
     assert "[info] [launch.cc:" in done.stdout
     assert "before the join\n" in done.stdout and "shared ids: [3, 4]\n" in done.stdout
