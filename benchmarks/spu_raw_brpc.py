@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,10 +99,13 @@ class _LaunchError(RuntimeError):
         self.bind_failure = bind_failure
 
 
-def _launch(folder: Path, world: int, ports: list[int], attempt: int) -> list[list[float]]:
-    """Run one child per party with links on ``ports``; each party's timed runs."""
-    desc = {"id": f"raw-brpc-{uuid.uuid4().hex[:12]}",
-            "addresses": [f"127.0.0.1:{port}" for port in ports]}
+def _launch(folder: Path, world: int, ports: list[int], attempt: int,
+            route: Callable[[int], int] | None = None) -> list[list[float]]:
+    """Run one child per party with links on ``ports``; each party's timed runs. With
+    ``route``, a party reaches another's port ``p`` at ``route(p)`` (a proxy's port)."""
+    views = [[f"127.0.0.1:{port if route is None or j == i else route(port)}"
+              for j, port in enumerate(ports)] for i in range(world)]
+    desc = {"id": f"raw-brpc-{uuid.uuid4().hex[:12]}", "views": views}
     (folder / f"link{attempt}.json").write_text(json.dumps(desc))
     procs: list[subprocess.Popen[bytes]] = []
     errs = [folder / f"p{rank}.a{attempt}.stderr" for rank in range(world)]
@@ -133,13 +137,16 @@ def _launch(folder: Path, world: int, ports: list[int], attempt: int) -> list[li
 
 
 def raw_brpc_seconds(executable: bytes, config: mplang.dialects.spu.SpuConfig,
-                     inputs: list[np.ndarray], runs: int, warmup: int = 2) -> list[float]:
+                     inputs: list[np.ndarray], runs: int, warmup: int = 2,
+                     route: Callable[[int], int] | None = None) -> list[float]:
     """Wall seconds of each of `runs` timed runs of `executable` on 3 local processes linked
     by libspu's brpc links (one per member of ``config``), on secret shares of ``inputs``
     made as MPLang makes them; each figure is the slowest party's time of that run.
 
     ``executable`` is a serialized ``libspu.Executable`` whose inputs are named
     ``input_name(i)`` and outputs ``output_name(i)`` (what ``spu.run`` compiles).
+    ``route(port)`` gives the port (a proxy's) at which the other parties reach a
+    party listening on ``port`` (default: that port).
     """
     from bench_http import free_ports  # this folder (the script's, or the caller's)
 
@@ -179,7 +186,7 @@ def raw_brpc_seconds(executable: bytes, config: mplang.dialects.spu.SpuConfig,
         del shares
         for attempt in range(LAUNCH_ATTEMPTS):
             try:
-                per_party = _launch(folder, world, free_ports(world), attempt)
+                per_party = _launch(folder, world, free_ports(world), attempt, route)
                 break
             except _LaunchError as e:
                 if not e.bind_failure or attempt == LAUNCH_ATTEMPTS - 1:
@@ -197,7 +204,7 @@ def _child(folder: Path, rank: int, link_file: str, result_file: str) -> None:
     desc.http_timeout_ms = HTTP_TIMEOUT_MS
     desc.connect_retry_times = CONNECT_RETRY_TIMES
     desc.connect_retry_interval_ms = CONNECT_RETRY_INTERVAL_MS
-    for i, address in enumerate(link_info["addresses"]):
+    for i, address in enumerate(link_info["views"][rank]):
         desc.add_party(f"party{i}", address)
     link = libspu.link.create_brpc(desc, rank)
 

@@ -143,6 +143,11 @@ class MuxProtocol(asyncio.BufferedProtocol):
         self._small.clear()
         self._bulk.clear()
         self.handler.on_lost(exc)
+        # a closed connection holds no buffers, and no cycle through its transport keeps
+        # the TLS state alive until the next full garbage collection
+        self.transport = None
+        self._incoming.clear()
+        self._frame = self._head = self._scratch = memoryview(b"")
 
     def close(self, error: str | None = None) -> None:
         if self.transport is not None and not self.closed:

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import spu
 import spu.libspu as libspu
 
-from mplang.dialects.spu import SpuConfig
+from mplang.backends.spu_sessions import Session
+from mplang.dialects.spu import SpuConfig, runtime_config_for
 from mplang.runtime import native_logs
 from mplang.runtime.backend import Communicator
 
@@ -37,7 +39,7 @@ class MemLinkFactory:
     def link(self, members: Sequence[int], exec_id: str, key: str, member_index: int,
              timeout_s: float) -> Any:
         """The link of ``members[member_index]`` among the parties ``members`` (ranks)."""
-        desc = link_desc(members, exec_id, key, int(timeout_s * 1000), "mem")
+        desc = link_desc(members, f"{exec_id}{key}", int(timeout_s * 1000), "mem")
         return libspu.link.create_mem(desc, member_index)
 
 
@@ -52,12 +54,12 @@ def route_logs() -> None:
         libspu.logging.setup_logging(options)
 
 
-def link_desc(members: Sequence[int], exec_id: str, key: str, recv_timeout_ms: int,
+def link_desc(members: Sequence[int], name: str, recv_timeout_ms: int,
               transport: str) -> Any:
-    """The libspu link description of one run of an op among the parties ``members``."""
+    """The libspu link description of link ``name`` among the parties ``members``."""
     route_logs()
     desc = libspu.link.Desc()
-    desc.id = f"{exec_id}{key}"
+    desc.id = name
     desc.recv_timeout_ms = recv_timeout_ms
     for rank in members:
         desc.add_party(f"party{rank}", f"{transport}:{rank}")
@@ -75,6 +77,10 @@ class _CommChannel(libspu.link.IChannel):
         self._exec_id = exec_id
         self._prefix = prefix
         self._timeout_s = timeout_s
+
+    def bind(self, exec_id: str, prefix: str, timeout_s: float) -> None:
+        """Carry the messages of another run (a kept session's link serves many)."""
+        self._exec_id, self._prefix, self._timeout_s = exec_id, prefix, timeout_s
 
     def _tag(self, tag: str) -> tuple[str, str]:
         return (self._exec_id, f"{self._prefix}#{tag}")
@@ -131,8 +137,27 @@ class ChannelLinkFactory:
     def link(self, members: Sequence[int], exec_id: str, key: str, member_index: int,
              timeout_s: float) -> Any:
         """The link of ``members[member_index]`` among the parties ``members`` (ranks)."""
-        desc = link_desc(members, exec_id, key, int(timeout_s * 1000), "channel")
-        channels = [None if i == member_index else
-                    _CommChannel(self.communicator, rank, exec_id, f"{key}/link", timeout_s)
-                    for i, rank in enumerate(members)]
-        return libspu.link.create_with_channels(desc, member_index, channels)
+        return self._link(members, f"{exec_id}{key}", member_index, exec_id, key,
+                          timeout_s)[0]
+
+    def session(self, config: SpuConfig, name: str, member_index: int, exec_id: str,
+                key: str, timeout_s: float) -> Session:
+        """A kept session (`mplang.backends.spu_sessions`): a runtime on a link named
+        ``name`` whose messages go to the run it is bound to, first this one."""
+        link, channels = self._link(config.members, name, member_index, exec_id, key,
+                                    timeout_s)
+
+        def bind(exec_id: str, key: str, timeout_s: float) -> None:
+            for channel in channels:
+                channel.bind(exec_id, f"{key}/link", timeout_s)
+
+        return Session(spu.Runtime(link, runtime_config_for(config)), bind)
+
+    def _link(self, members: Sequence[int], name: str, member_index: int, exec_id: str,
+              key: str, timeout_s: float) -> tuple[Any, list[_CommChannel]]:
+        desc = link_desc(members, name, int(timeout_s * 1000), "channel")
+        channels = {i: _CommChannel(self.communicator, rank, exec_id, f"{key}/link", timeout_s)
+                    for i, rank in enumerate(members) if i != member_index}
+        link = libspu.link.create_with_channels(
+            desc, member_index, [channels.get(i) for i in range(len(members))])
+        return link, list(channels.values())

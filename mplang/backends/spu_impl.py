@@ -2,10 +2,11 @@
 
 One registration gives its worker kernels, its per-worker state (how links are
 made), the wire codec of `SpuShare` and the payload check of received ``spu.run``
-ops. Each ``spu.run`` gets its own libspu link, created through the worker's
-`SpuLinkFactory` under a name unique to the execution and op, so concurrent
-executions never share a link and a world that never uses its SPU never creates
-one.
+ops. An ``spu.run`` runs on a secure session its device's members keep for the
+driver across evaluations (`mplang.backends.spu_sessions`), or, when the kept ones
+are all busy, on a libspu link of its own made through the worker's
+`SpuLinkFactory` under a name unique to the execution and op. A world that never
+uses its SPU makes neither.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mplang.analysis.stablehlo import parse
+from mplang.backends.spu_sessions import SessionPools, run_in_session
 from mplang.backends.spu_sizes import sized_executable
 from mplang.backends.tensor_impl import SHAPE_POLYMORPHISM, refuse_unsafe, refused_op
 from mplang.backends.wire import ValueCodec, register_value_codec
@@ -205,9 +207,20 @@ class SpuState:
     (the default) is in-memory.
     """
 
-    def __init__(self, link_factory: SpuLinkFactory, counted_links: SpuLinkFactory):
+    def __init__(self, link_factory: SpuLinkFactory, counted_links: SpuLinkFactory,
+                 sessions: SessionPools):
         self.link_factory = link_factory
         self.counted_links = counted_links
+        self.sessions = sessions
+        """Kept sessions, by driver and device (`run_in_session`)."""
+
+    def spec_changed(self) -> None:
+        """Drop the kept sessions: the cluster spec changed."""
+        self.sessions.clear()
+
+    def driver_closed(self, owner: str) -> None:
+        """Drop the sessions kept for driver ``owner``: it closed."""
+        self.sessions.clear(owner)
 
     def links(self, interp: Interpreter) -> SpuLinkFactory:
         """The link factory for a run of ``interp``'s execution."""
@@ -223,9 +236,10 @@ def _state(env: WorkerEnv) -> SpuState:
     from mplang.backends.spu_channel import ChannelLinkFactory, MemLinkFactory
 
     channel = ChannelLinkFactory(env.communicator)
+    sessions = SessionPools(channel.session)
     if env.in_process:
-        return SpuState(MemLinkFactory(), channel)
-    return SpuState(channel, channel)
+        return SpuState(MemLinkFactory(), channel, sessions)
+    return SpuState(channel, channel, sessions)
 
 
 _EXECUTABLES = LRUCache(1024)
@@ -374,20 +388,31 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     config = SpuConfig.from_attrs(op.attrs)
     if worker.rank not in config.members:
         return [None] * len(op.outputs)
-    state: SpuState = interp.states["spu"]
-    link = state.links(interp)(config, interp.exec_id, key, config.members.index(worker.rank),
-                               interp.options.timeout or worker.timeout)
     for i, share in enumerate(args):
         if not isinstance(share, SpuShare):
             raise RuntimeError(f"input {i} is not a secret share held by this party")
-    executable = op.attrs["executable"] or sized_executable(  # sizes known at run time
-        op, [share_shape(share) for share in args])
-    runtime = spu.Runtime(link, runtime_config_for(config))
-    for i, share in enumerate(args):
-        runtime.set_var(input_name(i), share.to_libspu())
-    runtime.run(_executable(executable))
-    return [SpuShare(runtime.get_var(output_name(i)))
-            for i in range(len(op.outputs))]
+    executable = _executable(op.attrs["executable"] or sized_executable(  # sizes at run time
+        op, [share_shape(share) for share in args]))
+    names = [input_name(i) for i in range(len(args))]
+    outputs = [output_name(i) for i in range(len(op.outputs))]
+
+    def body(runtime: Any) -> list[Any]:
+        for name, share in zip(names, args, strict=True):
+            runtime.set_var(name, share.to_libspu())
+        runtime.run(executable)
+        results = [SpuShare(runtime.get_var(name)) for name in outputs]
+        for name in names + outputs:  # a kept session holds nothing of this run (a failed
+            runtime.del_var(name)  # run's session is dropped)
+        return results
+
+    state: SpuState = interp.states["spu"]
+    timeout = interp.options.timeout or worker.timeout
+    kept = run_in_session(state.sessions, interp, worker, config, key, timeout, body)
+    if kept is not None:
+        return kept
+    link = state.links(interp)(config, interp.exec_id, key, config.members.index(worker.rank),
+                               timeout)
+    return body(spu.Runtime(link, runtime_config_for(config)))
 
 
 @BACKEND.kernel(_spu.reveal_p)

@@ -14,6 +14,7 @@ from typing import Any
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import get_kind, get_move, place, warn_if_trusted
 from mplang.dialects.common import as_array
+from mplang.dialects.table_arrow import is_table_value
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.location import locate_error
@@ -135,7 +136,9 @@ def device(name: str | None = None) -> Callable[[Callable[..., Any]], Callable[.
 def put(device_name: str, obj: Any) -> Any:
     """Move ``obj`` onto device ``device_name``: an MPLang value, a constant, or a pytree
     (tuples, lists, dicts, dataclasses) of them, moved leaf by leaf; an error names the
-    leaf's path (``put('P0'): leaf [1]['w']: ...``)."""
+    leaf's path (``put('P0'): leaf [1]['w']: ...``). A pandas DataFrame or a pyarrow
+    Table put on a PPU becomes a table with its column names and types
+    (`mplang.dialects.table.from_pandas`)."""
     tracer = current_tracer(f"put({device_name!r})")
     cluster = _cluster(tracer, f"put({device_name!r})")
     dev = _device(cluster, device_name)
@@ -153,6 +156,8 @@ def _put_leaf(cluster: ClusterSpec, dev: Device, obj: Any, what: str) -> Any:
     try:
         if isinstance(obj, MPObject):
             return _move(cluster, obj, dev, what)
+        if is_table_value(obj):
+            return get_kind(dev.kind).table_constant(cluster, dev, obj, what)
         return get_kind(dev.kind).constant(cluster, dev, as_array(what, obj), what)
     except MPTypeError as e:
         locate_error(e)

@@ -81,6 +81,20 @@ class DeviceKind(ABC):
               obj: MPObject) -> Any:
         """The value ``mp.fetch`` returns for ``obj``, which lives on ``device``."""
 
+    def fixed_point(self, device: Device) -> tuple[int, int] | None:
+        """The ring's bits and the fraction bits of ``device``'s fixed-point numbers, for
+        kinds that compute on floats in fixed point (None: floats are floats)."""
+        return None
+
+    def table_constant(self, cluster: ClusterSpec, device: Device, value: Any,
+                       what: str) -> MPObject:
+        """A driver's pandas DataFrame or Arrow table placed on ``device`` as a table; by
+        default an `MPTypeError`: only a party's own device holds a table."""
+        raise MPTypeError(
+            f"{what}: a {type(value).__name__} is a table, which one party holds: put it on "
+            f"a party's PPU (mp.put('P0', df)), then move a tensor of its numeric columns "
+            f"(table.to_tensor) to {self.name} {device.name}")
+
 
 Move = Callable[["ClusterSpec", MPObject, "Device", "Device", str], MPObject]
 """``move(cluster, obj, src, dst, what)``: ``obj`` (on ``src``) moved onto ``dst``."""

@@ -5,13 +5,15 @@
 traced program, at first use) and alone can decrypt. A value moving onto the
 device is encrypted by the party that holds it, under the owner's public key; a
 function on the device (``mp.device("HE0")(fn)``: additions, plaintext
-multiplications, sums and dots, written with ``phe`` ops or ``+``, ``-``, ``*``)
+multiplications, sums and dots, written with ``phe`` ops or numpy habits: ``+``,
+``-``, ``*``, ``/`` by plaintexts, ``@`` with plaintext matrices, ``c.sum(axis=k)``)
 runs on the ciphertexts at the first evaluator (the owner when there is none);
 ``mp.put(ppu, c)`` decrypts at the owner, and only the owner's PPU may receive it.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,6 +32,7 @@ from mplang.dialects import phe, simp
 from mplang.edsl.attrs import ConfigField, ConfigSchema
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.errors import FeConfigError, MPRuntimeError, MPTypeError
+from mplang.edsl.location import locate_error, raised_at
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten
 from mplang.edsl.tracer import Tracer, current_tracer
@@ -114,6 +117,23 @@ def _key_id(cluster: ClusterSpec, device: Device) -> str:
     return base.key
 
 
+def _no_jax(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, whose use of jax.numpy on a ciphertext fails naming the PHE ops to use (JAX
+    cannot trace ciphertexts, so a PHE function is never retried as a JAX function)."""
+    @functools.wraps(fn)
+    def on_ciphertexts(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            if "TraceObject" not in str(e):  # not JAX (or numpy) refusing a traced value
+                raise
+            error = MPTypeError(f"jax.numpy does not take PHE ciphertexts: {phe.NUMPY_HABITS}")
+            locate_error(error, raised_at(e))
+        raise error
+
+    return on_ciphertexts
+
+
 class PHE(DeviceKind):
     """Homomorphic encryption under the first member's key; evaluated by the others."""
 
@@ -139,7 +159,7 @@ class PHE(DeviceKind):
     def call(self, cluster: ClusterSpec, device: Device, fn: Callable[..., Any],
              args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
         evaluator = _evaluator(cluster, device)
-        out = call_on_party(evaluator, fn, args, kwargs, what,
+        out = call_on_party(evaluator, _no_jax(fn), args, kwargs, what,
                             lambda x: self._at(x, evaluator))
         for leaf in tree_flatten(out)[0]:
             if isinstance(leaf, MPObject) and not isinstance(leaf.base_type, phe.Ciphertext):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
-from mplang.dialects import simp, tensor
+from mplang.dialects import simp, table, tensor
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.object import MPObject
@@ -99,9 +100,18 @@ class PPU(DeviceKind):
     def constant(self, cluster: ClusterSpec, device: Device, value: Any, what: str) -> MPObject:
         return place(simp.constant((rank_of(cluster, device),), value), device.name)
 
+    def table_constant(self, cluster: ClusterSpec, device: Device, value: Any,
+                       what: str) -> MPObject:
+        table_of = functools.partial(table.from_pandas, value)
+        table_of.__name__ = "from_pandas"  # type: ignore[attr-defined]
+        return place(call_on_party(rank_of(cluster, device), table_of, (), {}, what),
+                     device.name)
+
     def fetch(self, ctx: ExecutionContext, cluster: ClusterSpec, device: Device,
               obj: MPObject) -> Any:
-        return ctx.fetch_object(obj)[rank_of(cluster, device)]
+        """The party's value; a table as a pandas DataFrame."""
+        value = ctx.fetch_object(obj)[rank_of(cluster, device)]
+        return value.to_pandas() if isinstance(obj.base_type, table.TableType) else value
 
 
 register_kind(PPU())

@@ -21,6 +21,7 @@ from mplang.dialects.common import as_array
 from mplang.dialects.spu import (
     BEAVERS,
     DEFAULT_BEAVER,
+    DEFAULT_FRACTION_BITS,
     PROTOCOLS,
     SUPPORTED_DTYPES,
     TTP_DEFAULTS,
@@ -155,6 +156,11 @@ class SPU(DeviceKind):
         return (f"{device.members[0]} generates the Beaver triples (SEMI2K, beaver "
                 "TrustedFirstParty) and can see every value opened in a multiplication; "
                 f"{hint}")
+
+    def fixed_point(self, device: Device) -> tuple[int, int] | None:
+        field = device.config.get("field", "FM64")
+        return int(field[2:]), device.config.get("fxp_fraction_bits") or \
+            DEFAULT_FRACTION_BITS[field]
 
     def validate(self, device: Device, config: Mapping[str, Any]) -> None:
         n = len(device.members)

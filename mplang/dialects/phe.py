@@ -25,18 +25,21 @@ error naming the op, never a silently wrapped number.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import jax.numpy as jnp
 import numpy as np
 
 from mplang.analysis.cost_model import local_cost
-from mplang.dialects.tensor import constant
+from mplang.dialects.tensor import constant, run_jax
 from mplang.edsl.attrs import Attr, NoneType
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.location import mark_library
-from mplang.edsl.object import MPObject, register_type_operator
+from mplang.edsl.object import MPObject, register_type_attributes, register_type_operator
 from mplang.edsl.primitive import Constraint, Operand, Primitive, Result, Signature, of_type
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import LOCAL_PURE, OpTraits
@@ -588,9 +591,87 @@ def bucket_sum(c: MPObject, bins: Any, groups: Any = None, *, n_groups: int = 1,
     return bucket_sum_p.bind(inputs, {"n_groups": n_groups, "n_bins": n_bins})[0]
 
 
-register_type_operator("add", Ciphertext)(add)
-register_type_operator("subtract", Ciphertext)(sub)
-register_type_operator("multiply", Ciphertext)(mul_plain)
+# ---------------------------------------------------------------- numpy habits
+
+NUMPY_HABITS = ("a PHE ciphertext takes c + d, c - d, c * x, c / x, -c, c @ x and x @ c (x a "
+        "plaintext; c @ x is phe.dot), c.sum() and c.sum(axis=k) (phe.sum)")
+
+
+def _is_ct(x: Any) -> bool:
+    return isinstance(x, MPObject) and isinstance(x.base_type, Ciphertext)
+
+
+def _matmul(a: Any, b: Any) -> MPObject:
+    """``a @ b`` with one ciphertext: ``c @ x`` is `dot`; ``x @ c`` for a ciphertext vector
+    ``c`` is ``dot(c, x.T)``."""
+    if _is_ct(a) and _is_ct(b):
+        raise MPTypeError(f"c @ d: two ciphertexts do not multiply under additive "
+                          f"encryption; {NUMPY_HABITS}")
+    if _is_ct(a):
+        return dot(a, b)
+    if len(b.base_type.shape) != 1:
+        raise MPTypeError(f"x @ c: the ciphertext {b.base_type} is not a vector; phe.dot takes "
+                          "the ciphertext on the left: encrypt the transpose cT and compute "
+                          "(cT @ x.T), i.e. phe.dot(cT, x.T)")
+    if not isinstance(a, MPObject):
+        return dot(b, np.asarray(a).T)
+    return dot(b, a if len(a.shape) < 2 else run_jax(jnp.transpose, a))
+
+
+def _divide(c: Any, x: Any) -> MPObject:
+    """``c / x``: ``c`` times the reciprocal of plaintext ``x``."""
+    if _is_ct(x):
+        raise MPTypeError(f"/: nothing divides by a ciphertext under additive encryption; "
+                          f"{NUMPY_HABITS}")
+    if isinstance(x, MPObject):
+        return mul_plain(c, run_jax(_reciprocal, x))
+    return mul_plain(c, 1.0 / np.asarray(x, np.float64))
+
+
+def _reciprocal(x: Any) -> Any:
+    return 1.0 / x
+
+
+def _refuse(symbol: str) -> Callable[..., MPObject]:
+    def refused(*operands: Any) -> MPObject:
+        raise MPTypeError(f"{symbol} is not computable on a PHE ciphertext: {NUMPY_HABITS}; "
+                          "decrypt first (mp.put to the key owner's PPU) or compute on a "
+                          "secure device")
+
+    return refused
+
+
+def _sum_method(c: MPObject, axis: int | None = None, out: None = None) -> MPObject:
+    """``c.sum(axis)``, also what ``np.sum(c, axis)`` calls (with ``out=None``)."""
+    if out is not None:
+        raise MPTypeError("c.sum: a ciphertext's sum is a new value; out= is not taken")
+    return sum(c, axis)
+
+
+@register_type_attributes(Ciphertext)
+def _attribute(c: MPObject, name: str) -> Any:
+    if name == "sum":
+        return functools.partial(_sum_method, c)
+    if name in ("shape", "dtype"):
+        return getattr(c.base_type, name)
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise MPTypeError(f"c.{name}: a PHE ciphertext has no attribute {name!r}; {NUMPY_HABITS}")
+
+
+def _negative(c: MPObject) -> MPObject:
+    return mul_plain(c, np.int64(-1))
+
+
+_OPERATORS: dict[str, Callable[..., MPObject]] = {
+    "add": add, "subtract": sub, "multiply": mul_plain, "matmul": _matmul, "divide": _divide,
+    "negative": _negative}
+for _name, _impl in _OPERATORS.items():
+    register_type_operator(_name, Ciphertext)(_impl)
+for _name, _symbol in {"floor_divide": "//", "remainder": "%", "power": "**", "less": "<",
+                       "less_equal": "<=", "greater": ">", "greater_equal": ">=",
+                       "equal": "==", "not_equal": "!=", "getitem": "c[...]"}.items():
+    register_type_operator(_name, Ciphertext)(_refuse(_symbol))
 
 __all__ = [
     "FLOAT_SCALE",

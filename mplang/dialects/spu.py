@@ -152,6 +152,9 @@ PROTOCOLS = {"SEMI2K": None, "ABY3": 3, "CHEETAH": 2}
 """Protocol name -> the exact number of members it needs (None: two or more)."""
 FIELDS = ("FM32", "FM64", "FM128")
 """libspu's rings."""
+DEFAULT_FRACTION_BITS = {"FM32": 8, "FM64": 18, "FM128": 26}
+"""libspu's fixed-point fraction bits per ring when a config names none (its
+``fxp_fraction_bits=0``): what an SPU of that field computes with."""
 BEAVERS = ("TrustedFirstParty", "TrustedThirdParty")
 """SEMI2K's Beaver sources in this libspu (its MultiParty source is refused by libspu
 0.10's SEMI2K: "unsupported beaver type")."""
@@ -241,7 +244,7 @@ class SpuConfig:
     members: tuple[int, ...]
     protocol: str
     field: str
-    fxp_fraction_bits: int = 0  # 0: libspu's default for the field
+    fxp_fraction_bits: int = 0  # 0: libspu's default for the field (`DEFAULT_FRACTION_BITS`)
     beaver: str = ""  # "" for protocols without a Beaver source
     ttp: tuple[tuple[str, Any], ...] = ()
 
@@ -257,9 +260,10 @@ class SpuConfig:
         if protocol is None:
             raise MPTypeError(f"SPU {device.name}: {len(device.members)} members and no "
                               "protocol in its config")
+        field = config.get("field", "FM64")
         return SpuConfig(device.name, tuple(cluster.rank_of(m) for m in device.members),
-                         protocol, config.get("field", "FM64"),
-                         int(config.get("fxp_fraction_bits", 0)),
+                         protocol, field,
+                         int(config.get("fxp_fraction_bits") or DEFAULT_FRACTION_BITS[field]),
                          config.get("beaver", "") if protocol == "SEMI2K" else "",
                          tuple(sorted({**TTP_DEFAULTS, **config["ttp"]}.items()))
                          if config.get("ttp") else ())

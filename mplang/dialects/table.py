@@ -9,6 +9,7 @@ Inside ``pcall`` bodies::
     u = table.from_tensor(x, ["a", "s"])
     table.write_parquet(u, "out/u.parquet")     # into the party's data root
     c = table.constant(pandas_df)               # small inline tables
+    d = table.from_pandas(df)                   # the same, a DataFrame's columns and types
 
 `TableType` names its columns and their dtypes, and its row count when it is known
 while tracing (constants, `from_tensor`); tables read from files or made by SQL
@@ -426,6 +427,10 @@ def _columns(op: str, columns: Any) -> tuple[str, ...]:
 def constant(value: Any) -> MPObject:
     """A small table given while tracing (a pandas DataFrame, a pyarrow Table or a dict of
     columns); its rows travel in the program to the parties that run the body only."""
+    return _constant("table.constant", value)
+
+
+def _constant(op: str, value: Any) -> MPObject:
     from mplang.dialects.table_arrow import (  # they import this module
         arrow_schema,
         as_arrow,
@@ -434,12 +439,20 @@ def constant(value: Any) -> MPObject:
         type_of_table,
     )
 
-    op = "table.constant"
     _local(op)
     table = normalized(as_arrow(op, value))
     t = type_of_table(op, table)
     return constant_p.bind([], {"data": ipc_bytes(table.cast(arrow_schema(t))),
                                 "type": t})[0]
+
+
+@feop(constant_p, name="table.from_pandas", example="t = table.from_pandas(df)")
+@function
+def from_pandas(df: Any) -> MPObject:
+    """A pandas DataFrame (or a pyarrow Table) as a table with its column names and
+    types, given while tracing (as `constant`); a named index becomes columns. A column
+    of another type (dates, categories, mixed objects) is refused by name."""
+    return _constant("table.from_pandas", df)
 
 
 def _schema_type(op: str, schema: Any) -> TableType:
@@ -593,6 +606,7 @@ __all__ = [
     "TABLE_DTYPES",
     "TableType",
     "constant",
+    "from_pandas",
     "from_tensor",
     "read_csv",
     "read_parquet",

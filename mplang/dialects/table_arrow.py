@@ -10,6 +10,7 @@ function imports pyarrow when called, so importing this module does not load it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,14 @@ def type_of_table(op: str, table: pa.Table) -> TableType:
         raise MPTypeError(f"{op}: {e}") from None
 
 
+def is_table_value(value: Any) -> bool:
+    """Whether ``value`` is a pandas DataFrame or a pyarrow Table (neither is imported here:
+    a value of one exists only once its module is loaded)."""
+    pd, pa = sys.modules.get("pandas"), sys.modules.get("pyarrow")
+    return (pd is not None and isinstance(value, pd.DataFrame)) or (
+        pa is not None and isinstance(value, pa.Table))
+
+
 def as_arrow(op: str, value: Any) -> pa.Table:
     """``value`` (a pandas DataFrame, a pyarrow Table or a dict of columns) as an Arrow
     table; `MPTypeError` naming ``op`` if it is none of them or does not convert."""
@@ -89,13 +98,35 @@ def as_arrow(op: str, value: Any) -> pa.Table:
             return pa.table(dict(value))
         except (pa.ArrowException, TypeError, ValueError) as e:
             raise MPTypeError(f"{op}: cannot make a table of the columns given: {e}") from None
-    if type(value).__module__.startswith("pandas") and hasattr(value, "columns"):
-        try:
-            return pa.Table.from_pandas(value, preserve_index=False)
-        except (pa.ArrowException, TypeError, ValueError) as e:
-            raise MPTypeError(f"{op}: cannot convert the DataFrame: {e}") from None
+    if is_table_value(value):
+        return _from_pandas(op, value)
     raise MPTypeError(f"{op}: expected a pandas DataFrame, a pyarrow Table or a dict of "
                       f"columns, got {type(value).__name__}")
+
+
+def _from_pandas(op: str, df: Any) -> pa.Table:
+    """DataFrame ``df`` as an Arrow table: a named index becomes columns (an unnamed one is
+    dropped); `MPTypeError` naming the first column that cannot be a table column."""
+    import pyarrow as pa
+
+    if any(name is not None for name in df.index.names):
+        df = df.reset_index()
+    for name in df.columns:
+        column = df[name]
+        try:
+            dtype = column_dtype(pa.array(column, from_pandas=True).type)
+            problem = None if dtype is not None else "which a table cannot hold"
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            problem = f"which does not convert ({e})"
+        if problem is not None:
+            raise MPTypeError(
+                f"{op}: column {str(name)!r} has pandas dtype {column.dtype}, {problem}; a "
+                f"column holds one of {', '.join(TABLE_DTYPES)}: convert it first (e.g. "
+                f"df[{str(name)!r}].astype('int64') or .astype(str))")
+    try:
+        return pa.Table.from_pandas(df, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError) as e:
+        raise MPTypeError(f"{op}: cannot convert the DataFrame: {e}") from None
 
 
 def ipc_bytes(table: pa.Table) -> bytes:

@@ -19,6 +19,8 @@ OperatorImpl = Callable[..., Any]
 OPERATORS: dict[str, OperatorImpl] = {}
 """Operator name (``add``, ``getitem`` …) to implementation; filled by the tensor dialect."""
 _TYPE_OPERATORS: dict[tuple[str, type[BaseType]], OperatorImpl] = {}
+AttributeImpl = Callable[["MPObject", str], Any]
+_TYPE_ATTRIBUTES: dict[type[BaseType], AttributeImpl] = {}
 
 USES = {
     "bool": "Python `if`/`while`/`and`/`or`/`not` needs the truth value of",
@@ -54,6 +56,24 @@ def type_operator(name: str, operands: tuple[Any, ...]) -> OperatorImpl | None:
             if impl is not None:
                 return impl
     return None
+
+
+def register_type_attributes(base: type[BaseType]) -> Callable[[AttributeImpl], AttributeImpl]:
+    """Register ``impl(obj, name)``: the attributes (``c.sum`` …) of a traced value whose
+    base type is ``base`` (a ciphertext, say), in place of the array methods JAX gives a
+    tensor; it raises for a name it does not have."""
+    def deco(impl: AttributeImpl) -> AttributeImpl:
+        if base in _TYPE_ATTRIBUTES:
+            raise ValueError(f"attributes of {base.__name__} are already registered")
+        _TYPE_ATTRIBUTES[base] = impl
+        return impl
+
+    return deco
+
+
+def type_attributes(base: BaseType) -> AttributeImpl | None:
+    """The attributes registered for values of ``base``'s type (None: a tensor's)."""
+    return _TYPE_ATTRIBUTES.get(type(base))
 
 
 def _apply(name: str, *operands: Any) -> Any:

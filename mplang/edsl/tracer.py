@@ -15,7 +15,7 @@ from mplang.edsl.context import Context, current_context
 from mplang.edsl.errors import MPConcreteValueError, MPTraceError
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.location import locate_error
-from mplang.edsl.object import USES, MPObject
+from mplang.edsl.object import USES, MPObject, type_attributes
 from mplang.edsl.pytree import TreeDef, tree_flatten, tree_unflatten
 from mplang.edsl.typing import Mask, MPType, ValueType
 
@@ -49,6 +49,11 @@ class TraceObject(MPObject):
         return self.value.type
 
     def __getattr__(self, name: str) -> Any:
+        if name in TraceObject.__slots__:
+            raise AttributeError(name)
+        attributes = type_attributes(self.base_type)
+        if attributes is not None:  # a dialect's values: its own methods, never JAX's
+            return attributes(self, name)
         if name.startswith("__"):
             raise AttributeError(name)
         raise NeedsJaxTrace(

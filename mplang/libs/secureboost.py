@@ -617,7 +617,8 @@ class SecureBoost:
     active party, `PASSIVE_PARTS` on the passive one). ``predict_proba`` and ``predict``
     run a second program and return the active party's result. Inputs:
     numpy arrays (the driver's data), file names in each party's data root, or
-    MPLang values the parties hold.
+    MPLang values the parties hold. Inside a program, in scikit-learn's style:
+    `mplang.libs.estimators.SecureBoostClassifier`.
     """
 
     def __init__(self, n_trees: int = 10, max_depth: int = 3, n_bins: int = 32,

@@ -195,6 +195,22 @@ class WorkerStates(dict[str, Any]):
         self.env = env
         self._lock = threading.Lock()
 
+    def spec_changed(self) -> None:
+        """Tell each state that has a ``spec_changed`` method that the cluster spec
+        changed (kept sessions and links are dropped)."""
+        self._tell("spec_changed")
+
+    def driver_closed(self, owner: str) -> None:
+        """Tell each state that has a ``driver_closed`` method that the driver with
+        certificate fingerprint ``owner`` closed (what is kept for it is dropped)."""
+        self._tell("driver_closed", owner)
+
+    def _tell(self, hook: str, *args: Any) -> None:
+        for state in list(self.values()):
+            method = getattr(state, hook, None)
+            if callable(method):
+                method(*args)
+
     def __missing__(self, dialect: str) -> Any:
         backend = _BACKENDS.get(dialect)
         if backend is None or backend.state_factory is None:

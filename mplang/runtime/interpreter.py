@@ -13,6 +13,7 @@ from mplang.edsl.errors import MPLangError, MPRefusedError, MPRuntimeError
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.traits import Runtime
+from mplang.runtime.object_store import LOCAL_OWNER
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
 from mplang.runtime.scheduler import Scheduler, plan
 from mplang.runtime.timeline import DRIVER
@@ -55,7 +56,8 @@ class Interpreter:
     """Runs graphs with one kernel table and per-dialect state (``states["simp"]`` …).
 
     ``party`` is the rank this interpreter runs for (None on the driver); it
-    appears in error messages. ``exec_id`` identifies the run for message tags.
+    appears in error messages. ``exec_id`` identifies the run for message tags;
+    ``owner`` is whose run it is (the driver's certificate fingerprint on workers).
     ``options`` are the execution's `RunOptions`: with ``options.parallel`` and a
     ``scheduler``, graphs run as dataflow (an op starts as soon as its inputs are
     ready); otherwise op by op in program order. ``options.progress`` hears of each
@@ -65,8 +67,10 @@ class Interpreter:
 
     def __init__(self, kernels: KernelTable, states: Mapping[str, Any], *,
                  party: int | None, exec_id: str, options: RunOptions = DEFAULT_OPTIONS,
-                 scheduler: Scheduler | None = None, contain: Contain | None = None):
+                 scheduler: Scheduler | None = None, contain: Contain | None = None,
+                 owner: str = LOCAL_OWNER):
         self.kernels = kernels
+        self.owner = owner
         self.contain = contain
         self.states = states
         self.party = party

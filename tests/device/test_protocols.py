@@ -202,7 +202,7 @@ def third(make_spec: Any, bits: int | None, protocol: str | None = None, n: int 
             return mp.put("P1", mp.device("S")(lambda v: v / 3)(mp.put("P0", np.float32(1.0))))
 
         text = str(mp.compile(prog, cluster=sim.cluster))
-        assert f"fxp_fraction_bits={bits or 0}" in text
+        assert f"fxp_fraction_bits={bits or 18}" in text
         return float(mp.fetch(sim, mp.evaluate(sim, prog)))
     finally:
         sim.close()
@@ -232,5 +232,23 @@ def test_fraction_bits_reach_the_shares(make_spec: Any) -> None:
     try:
         out = mp.evaluate(sim, lambda: mp.put("S", np.array([0.3, 1.75], np.float32)))
         np.testing.assert_allclose(reveal(sim, out), [0.25, 1.75], atol=1e-6)
+    finally:
+        sim.close()
+
+
+@pytest.mark.parametrize(("field", "bits"), [("FM64", 18), ("FM128", 26)])
+def test_the_ir_shows_the_fraction_bits_libspu_uses(make_spec: Any, field: str,
+                                                   bits: int) -> None:
+    """A config without fxp_fraction_bits computes with libspu's default for its field,
+    and the program says which: an input is encoded in steps of 2**-bits."""
+    sim = mp.Simulator(make_spec(2, field=field))
+    try:
+        def prog() -> Any:
+            return mp.put("S", np.array([1 / 3], np.float64 if field == "FM128" else np.float32))
+
+        assert f"field={field!r}, fxp_fraction_bits={bits}" in str(
+            mp.compile(prog, cluster=sim.cluster)).replace('"', "'")
+        got = float(reveal(sim, mp.evaluate(sim, prog))[0])
+        assert got * 2**bits == round(got * 2**bits) and abs(got - 1 / 3) <= 2.0**-bits
     finally:
         sim.close()

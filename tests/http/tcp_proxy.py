@@ -1,7 +1,8 @@
-"""A loopback TCP proxy for fault tests: it forwards every connection made to its port to
-a target port, byte for byte (mutual TLS passes through it end to end), and can add
-latency each way, stall (hold every byte until resumed) or cut (reset every open
-connection). Its event loop runs on a thread of its own."""
+"""A loopback TCP proxy for fault tests and WAN benchmarks: it forwards every connection
+made to its port to a target port, byte for byte (mutual TLS passes through it end to
+end), and can add latency each way, limit the bandwidth each way (shared by its
+connections, as one link), stall (hold every byte until resumed) or cut (reset every
+open connection). Its event loop runs on a thread of its own."""
 
 from __future__ import annotations
 
@@ -37,10 +38,15 @@ class TcpProxy:
     """Listens on ``127.0.0.1:port`` (a free one by default) and forwards to
     ``127.0.0.1:target``."""
 
-    def __init__(self, target: int, port: int = 0):
+    def __init__(self, target: int, port: int = 0, latency_s: float = 0.0,
+                 bandwidth_bps: float | None = None):
         self.target = target
-        self.latency_s = 0.0
+        self.latency_s = latency_s
         """Added to every chunk in each direction."""
+        self.bandwidth_bps = bandwidth_bps
+        """Bits per second each way (None: unlimited): a chunk leaves after the chunks
+        before it in its direction, its size over this rate later."""
+        self._free = {True: 0.0, False: 0.0}  # when each direction's link is next idle
         self._loop = asyncio.new_event_loop()
         self._flowing = asyncio.Event()
         self._flowing.set()
@@ -70,15 +76,16 @@ class TcpProxy:
         self._connections.add(connection)
         try:
             with contextlib.suppress(OSError):  # a cut, or a side that went away
-                await asyncio.gather(self._pump(reader, up_writer),
-                                     self._pump(up_reader, writer))
+                await asyncio.gather(self._pump(reader, up_writer, True),
+                                     self._pump(up_reader, writer, False))
         finally:
             self._connections.discard(connection)
             connection.reset()
 
-    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        """Read ``source`` as it comes; write each chunk to ``sink`` once its latency has
-        passed and the proxy is not stalled."""
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                    up: bool) -> None:
+        """Read ``source`` as it comes; write each chunk to ``sink`` once it has crossed
+        the link (direction ``up``: towards the target) and the proxy is not stalled."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
         async def deliver() -> None:
@@ -100,13 +107,22 @@ class TcpProxy:
                     data = await source.read(CHUNK)
                 except OSError:
                     data = b""
-                queue.put_nowait((time.monotonic() + self.latency_s, data))
+                queue.put_nowait((self._arrival(len(data), up), data))
                 if not data:
                     break
             await sender
         except (OSError, asyncio.CancelledError):
             sender.cancel()
             raise
+
+    def _arrival(self, size: int, up: bool) -> float:
+        """When ``size`` bytes sent now in direction ``up`` reach the other side."""
+        now = time.monotonic()
+        if self.bandwidth_bps is None:
+            return now + self.latency_s
+        done = max(now, self._free[up]) + size * 8 / self.bandwidth_bps
+        self._free[up] = done
+        return done + self.latency_s
 
     # -- modes, from any thread
     def stall(self) -> None:

@@ -120,3 +120,42 @@ def test_small_results_come_back_with_the_run(http_driver: mp.Driver) -> None:
     while any(u in http_driver._inline for u in uris) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not any(u in http_driver._inline for u in uris)
+
+
+def test_closed_connections_free_their_tls_state_without_a_garbage_collection(
+        tmp_path: Any) -> None:
+    """A closed mplang/1 connection leaves no cycle behind that holds its TLS objects
+    (or its buffers) until the next full collection: with the collector off, 200
+    connections leave no more TLS objects alive than one does."""
+    import gc
+    import socket
+    import ssl
+
+    dev = support.dev_cluster(tmp_path, support.make_spec(support.free_ports(3)))
+    cert = dev.spec.nodes[0].certificate
+    assert cert is not None
+    host, port = dev.spec.base_urls()[0].removeprefix("https://").split(":")
+    context = dev.identity("driver").client_context(cert)
+    context.set_alpn_protocols([mux_wire.ALPN])
+
+    def churn(n: int) -> None:
+        for _ in range(n):
+            with context.wrap_socket(socket.create_connection((host, int(port))),
+                                     server_hostname=host) as sock:
+                assert sock.selected_alpn_protocol() == mux_wire.ALPN
+        time.sleep(0.5)  # the worker sees each close
+
+    def alive() -> int:
+        return sum(isinstance(o, ssl.SSLObject) for o in gc.get_objects())
+
+    with support.thread_workers(dev, 1):
+        churn(5)
+        gc.collect()
+        gc.disable()
+        try:
+            before = alive()
+            churn(200)
+            after = alive()
+        finally:
+            gc.enable()
+    assert after - before <= 2, (before, after)

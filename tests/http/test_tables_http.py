@@ -175,3 +175,18 @@ def test_constant_sql_and_tensors_on_worker_processes(ctx: mp.Simulator | mp.Dri
     pd.testing.assert_frame_equal(moved[2].to_pandas(), want)
     np.testing.assert_allclose(x[2], want.to_numpy(), rtol=1e-6)
     assert x[0] is None and x[1] is None
+
+
+def test_a_put_dataframe_and_a_fetched_one_on_worker_processes(
+        ctx: mp.Simulator | mp.Driver) -> None:
+    """A DataFrame put on P0 crosses to its worker as a table constant (Arrow IPC in the
+    program) and comes back from P2 as a DataFrame (Arrow IPC, never pickle)."""
+    def prog() -> Any:
+        people = mp.put("P0", NAMES)
+        moved = mp.put("P2", people)
+        return mp.device("P2")(lambda t: table.sql(
+            "SELECT name, customer * 10 AS c10 FROM t ORDER BY name DESC", t=t))(moved)
+
+    got = mp.fetch(ctx, mp.evaluate(ctx, prog))
+    want = NAMES.assign(c10=NAMES.customer * 10)[["name", "c10"]].iloc[::-1]
+    pd.testing.assert_frame_equal(got, want.reset_index(drop=True))

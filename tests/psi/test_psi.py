@@ -206,7 +206,9 @@ def test_join_on_devices_keeps_the_devices() -> None:
 
         ja, jb = mp.evaluate(sim, prog)
         assert (mp.get_dev_attr(ja), mp.get_dev_attr(jb)) == ("P0", "P1")
-        check_join(mp.fetch(sim, ja), mp.fetch(sim, jb), A, B, "id", "left")
+        check_join(sim.held(ja)[0], sim.held(jb)[1], A, B, "id", "left")
+        fetched = mp.fetch(sim, ja)  # a party's table reaches the driver as a DataFrame
+        pd.testing.assert_frame_equal(fetched, sim.held(ja)[0].to_pandas())
     finally:
         sim.close()
 

@@ -22,7 +22,9 @@ from mplang.backends.simp_worker.server import WorkerServer
 from tests.http import support
 from tests.security import worker_api_fuzz
 
-CI_CASES = 250
+CI_CASES = 300
+"""Cases per CI run: enough that, with ten operations, the campaign reaches a
+prepared run (its 200 is asserted)."""
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,7 @@ def test_document_loads_in_schemathesis() -> None:
     schema = schemathesis.openapi.from_dict(worker_api())
     assert {op.label for op in worker_api_fuzz.operations(schema)} == {
         "GET /health", "POST /prepare", "POST /run", "POST /fetch", "POST /delete",
-        "POST /abort", "POST /msg", "POST /upload", "POST /describe"}
+        "POST /abort", "POST /close", "POST /msg", "POST /upload", "POST /describe"}
 
 
 def test_generated_cases_break_no_rule(tmp_path: Path) -> None:

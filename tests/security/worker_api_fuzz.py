@@ -81,7 +81,7 @@ MEDIA = "application/octet-stream"
 MPLANG_ERRORS = frozenset(name for name, obj in vars(errors).items()
                           if isinstance(obj, type) and issubclass(obj, errors.MPLangError))
 """Error kinds a failed ``/run`` may name in its 500 answer."""
-DRIVER_PATHS = ("/prepare", "/run", "/fetch", "/delete", "/abort", "/describe")
+DRIVER_PATHS = ("/prepare", "/run", "/fetch", "/delete", "/abort", "/close", "/describe")
 SCHEMA_CHECKS = [status_code_conformance, content_type_conformance, response_schema_conformance]
 
 

@@ -357,9 +357,13 @@ class SimpHttpDriver(SimpDriver):
         return default if options.timeout is None else min(default, options.timeout + grace)
 
     def close(self) -> None:
-        """Close the connections first: a request still waiting (a party's run of a failed
-        execution, busy in a long op) ends at once instead of at its timeout."""
-        if not self._closed:
+        """Tell the workers this driver closed (each drops what it keeps for it, such as
+        secure sessions; at most `ABORT_WAIT_S`), then close the connections before the
+        rest: a request still waiting (a party's run of a failed execution, busy in a
+        long op) ends at once instead of at its timeout."""
+        if not self._closed:  # the workers drop what they keep for this driver
+            wait([self._pool.submit(self._best_effort, rank, "/close", {})
+                  for rank in range(self.world_size)], timeout=ABORT_WAIT_S)
             self._clients.close()  # the workers keep running
         super().close()
 

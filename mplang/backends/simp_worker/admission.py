@@ -50,6 +50,7 @@ ROUTES: Mapping[str, Route] = {
     "/fetch": Route("driver", lambda _: SMALL_BODY),
     "/delete": Route("driver", lambda _: URIS_BODY),
     "/abort": Route("driver", lambda _: SMALL_BODY),
+    "/close": Route("driver", lambda _: SMALL_BODY),
     "/describe": Route("driver", lambda _: SMALL_BODY),
     "/msg": Route("node", _largest),
     "/upload": Route("node", upload_limit),

@@ -5,7 +5,7 @@ party's own cluster spec lists; the certificate decides who is asking
 (`mplang.cluster.peers`), never a header or the body. Roles:
 
 - drivers listed in the spec: ``POST /prepare`` and ``/run`` (programs),
-  ``/fetch``, ``/delete``, ``/abort``;
+  ``/fetch``, ``/delete``, ``/abort``, ``/close``;
 - nodes: ``POST /msg`` (messages of a running execution, as the sending node);
 - the node's own owner: ``POST /upload``; drivers: ``POST /describe``
   (`mplang.backends.simp_worker.data_routes`);
@@ -193,6 +193,13 @@ def create_app(server: WorkerServer) -> FastAPI:
         driver = server.peer(request, "driver")
         header, _ = split_frame(await read_body(request, SMALL_BODY))
         server.abort(check_exec_id(header.get("exec")), driver, require_str(header, "reason"))
+        return JSONResponse({"ok": True})
+
+    @app.post("/close")
+    async def close(request: Request) -> Response:
+        driver = server.peer(request, "driver")
+        await read_body(request, SMALL_BODY)
+        server.worker.states.driver_closed(driver.certificate.fingerprint)
         return JSONResponse({"ok": True})
 
     @app.post("/msg")

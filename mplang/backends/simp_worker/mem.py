@@ -10,7 +10,7 @@ from mplang.backends.simp_worker.mailbox import Mailbox, count_message
 from mplang.backends.simp_worker.network import DelayedNetwork, NetworkModel
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.runtime.backend import Tag
-from mplang.runtime.object_store import ObjectStore
+from mplang.runtime.object_store import LOCAL_OWNER, ObjectStore
 
 
 class ThreadCommunicator:
@@ -68,5 +68,6 @@ class LocalMesh:
     def close(self) -> None:
         for worker in self.workers:
             worker.scheduler.shutdown()
+            worker.states.driver_closed(LOCAL_OWNER)  # kept secure sessions go
         if self.network is not None:
             self.network.close()

@@ -187,6 +187,11 @@ WORKER_API: dict[str, Any] = {
             _json({"type": "object", "required": ["ok"],
                    "properties": {"ok": {"type": "boolean"}}}, "aborted"),
             _DRIVER),
+        "/close": _post(
+            "The driver closed: drop what this worker keeps for it (its secure sessions).",
+            _json({"type": "object", "required": ["ok"],
+                   "properties": {"ok": {"type": "boolean"}}}, "dropped"),
+            _DRIVER),
         "/upload": _post(
             "Store a tensor under a name for simp.load (this node's own certificate only). "
             "Header: name (1-128 of [A-Za-z0-9_.-]); payload: the value, encoded.",

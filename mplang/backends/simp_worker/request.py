@@ -25,7 +25,8 @@ KEY_LIMIT = 1024
 MAX_INLINE = 1 << 20
 """The most bytes of outputs a ``/run`` answer carries."""
 SMALL_BODY = 1 << 16
-"""The largest body of ``/fetch``, ``/abort``, ``/describe`` and ``/health`` (a JSON header)."""
+"""The largest body of ``/fetch``, ``/abort``, ``/close``, ``/describe`` and ``/health`` (a
+JSON header)."""
 URIS_BODY = 1 << 20
 """The largest body of ``/delete`` (a list of URIs)."""
 

@@ -250,6 +250,7 @@ class WorkerServer:
         old_clients, self._clients = self._clients, MuxClients(
             peers.spec, self.identity, self.timeout, self.communicator.refused)
         self.peers = peers
+        self.worker.states.spec_changed()
         closed = self.trust.trust_only(peers.certificates())
         old_clients.close()
         log.warning("reloaded %s (spec %s...; %d connections of removed certificates "

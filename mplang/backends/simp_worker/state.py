@@ -94,7 +94,8 @@ class SimpWorker:
         inputs = [None if uri is None else self.store.get(uri, owner) for uri in input_uris]
         interp = Interpreter(self.kernels, self.states, party=self.rank, exec_id=exec_id,
                              options=options, scheduler=self.scheduler,
-                             contain=Containment(self.rank, self.node, exec_id, on_failure))
+                             contain=Containment(self.rank, self.node, exec_id, on_failure),
+                             owner=owner)
         outputs = interp.run(graph, inputs, scope)
         uris = [None if v is None else self.store.put(v, owner) for v in outputs]
         if guard is not None and verdict is not None:

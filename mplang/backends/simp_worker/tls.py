@@ -120,6 +120,7 @@ class PeerIdentityProtocol(HttpToolsProtocol):
             protocol = self.mux[0](peer, self.ticket)
             transport.set_protocol(protocol)
             protocol.connection_made(transport)
+            del self.parser  # the HTTP parser's cycle back to this unused protocol
             return
         super().connection_made(transport)
         self._peer = peer
