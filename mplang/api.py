@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from mplang.cli.progress import ProgressDisplay, is_terminal
+from mplang.cli.progress import ProgressDisplay, in_notebook, is_terminal
 from mplang.device.cluster import ClusterSpec
 from mplang.device.fetch import fetch_device_object
 from mplang.edsl.context import ExecutionContext
@@ -20,6 +20,7 @@ from mplang.edsl.program import Program, trace_program
 from mplang.edsl.pytree import tree_flatten, tree_map, tree_unflatten
 from mplang.edsl.tracer import TraceObject
 from mplang.records.trace_file import check_trace_path, write_trace
+from mplang.runtime.console import whole_lines
 from mplang.runtime.options import Mode, RunOptions, make_options
 from mplang.runtime.timeline import RunMonitor
 
@@ -62,10 +63,13 @@ def evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program,
     (the driver interprets and dispatches op by op).
 
     ``progress``: None (default) shows a live display (ops done of those expected,
-    each party's current op, bytes moved) on standard error when it is a terminal
-    and the run takes over a second; True shows it too, or prints a line per
-    completed op when standard error is not a terminal; False shows nothing; a
-    callable receives a line per completed op.
+    each party's current op, bytes moved) on standard error when it is a terminal,
+    or as one output of the running cell in a Jupyter notebook, when the run takes
+    over a second; True shows it too, or prints a line per
+    completed op when standard error is not a terminal (each line written at once,
+    while the program's own prints are held until their line ends, so neither splits
+    the other's lines); False shows nothing; a callable receives a line per completed
+    op.
 
     ``trace="run.json"`` writes the run's timeline as a Chrome / Perfetto trace: a
     track per party, a slice per op with its source line and the messages and bytes
@@ -80,15 +84,18 @@ def evaluate(ctx: ExecutionContext, fn_or_program: Callable[..., Any] | Program,
     name = fn_or_program.name if isinstance(fn_or_program, Program) \
         else getattr(fn_or_program, "__name__", "main")
     trace_path = None if trace is None else check_trace_path(trace)
-    display = (progress is None or progress is True) and is_terminal()
+    notebook = in_notebook()
+    display = (progress is None or progress is True) and (is_terminal() or notebook)
     monitor = RunMonitor(name, record=trace_path is not None) \
         if trace_path is not None or display else None
     options = make_options(name, mode=mode, parallel=parallel, timeout=timeout,
                            progress=None if display else progress, monitor=monitor)
+    lines = whole_lines() if progress is True and not display else contextlib.nullcontext()
     if monitor is None:
-        return _evaluate(ctx, fn_or_program, args, kwargs, options)
+        with lines:  # progress lines and the program's prints never split each other
+            return _evaluate(ctx, fn_or_program, args, kwargs, options)
     try:
-        with ProgressDisplay(monitor) if display else contextlib.nullcontext():
+        with ProgressDisplay(monitor, notebook=notebook) if display else lines:
             return _evaluate(ctx, fn_or_program, args, kwargs, options)
     finally:
         if trace_path is not None:

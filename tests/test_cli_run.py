@@ -222,6 +222,11 @@ def test_missing_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     (["--sim", "2"], "give the script to run: mplang run SCRIPT [ARG ...]"),
     (["x.py", "--sim"], "--sim needs a value"),
     (["x.py", "--sim", "0"], "world size must be a positive int, got 0"),
+    (["x.py", "--cluster", "c.yaml", "--data-root", "d"],
+     "--data-root goes with --sim: each worker of a cluster reads its own data root (mplang "
+     "worker --data-root DIR, mplang up --data-root DIR)"),
+    (["x.py", "--sim", "2", "--data-root", "nowhere"],
+     "--data-root nowhere: no such folder (it holds a folder per node: nowhere/node_0, ...)"),
 ])
 def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                            monkeypatch: pytest.MonkeyPatch, argv: list[str],
@@ -299,3 +304,64 @@ def test_with_block_wins_over_the_default() -> None:
         outer.close()
         inner.close()
     assert previous is None
+
+
+LOADS = """\
+import jax.numpy as jnp
+import mplang as mp
+from mplang import tensor
+
+
+@mp.function
+def total():
+    x = mp.device("P0")(lambda: tensor.load("wealth.npy"))()
+    return mp.device("P0")(lambda v: jnp.sum(v))(x)
+
+
+def main(ctx):
+    print("total wealth:", mp.fetch(ctx, mp.evaluate(ctx, total)))
+"""
+
+
+@pytest.fixture
+def loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A script that loads node_0's ``wealth.npy``, kept in ``tmp_path/roots/node_0``;
+    the working folder is another one."""
+    (tmp_path / "roots" / "node_0").mkdir(parents=True)
+    np.save(tmp_path / "roots" / "node_0" / "wealth.npy", np.arange(5, dtype=np.int32))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    return script(tmp_path, LOADS, name="loads.py")
+
+
+def test_data_root_gives_each_simulated_node_its_folder(
+        loader: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, str(loader), "--sim", "3", "--data-root", "../roots") == \
+        (0, "total wealth: 10\n", "")
+
+
+def test_without_data_root_the_message_names_the_option(
+        loader: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--sim", "3", str(loader))
+    assert (code, out) == (1, "")
+    assert err.splitlines()[0] == (
+        "mplang run: MissingData: tensor.load: node_0 has no file 'wealth.npy' in its data "
+        "root; put it there (by default ./data/node_0; mp.Simulator(..., data_roots=...), "
+        "`mplang run --sim N --data-root DIR` or `mplang worker --data-root DIR` choose "
+        "another) or fix the path (at loads.py:8)")
+
+
+def test_ir_of_a_program_that_loads_files(loader: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    target = f"{loader}:total"
+    assert main(["ir", target, "--data-root", "../roots"]) == 0
+    text = capsys.readouterr().out
+    assert "tensor.load() {key=None, path='wealth.npy', type=i32[5]} : (i32[5])" in text
+    assert text.startswith("func @total() -> (i32[]@{0}) {")
+    assert main(["ir", target]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"mplang ir: {target} failed to trace: MPTypeError: device 'P0' (<lambda>): "
+        "tensor.run_jax[<lambda>]: JAX could not trace the function on (): MPTypeError: "
+        "tensor.load: the type of 'wealth.npy' cannot be looked up while compiling without a "
+        "simulator or driver to ask; pass dtype= and shape=, or compile with one that has the "
+        "data (`mplang ir --data-root DIR` or `--cluster F`) (at loads.py:8)")

@@ -43,7 +43,7 @@ dialect."""
 MAX_SPU_MENTIONS = 3
 MAX_MODULE_LINES = 600
 """The most non-blank lines (``grep -c .``) one module may have."""
-LINE_BUDGET = 27_638
+LINE_BUDGET = 28_400
 """The most lines of code (non-blank, non-comment: `linecount.count`) the package may have:
 a little above its size when the budget was set (raised from 22,500 for the row-aware
 flow analysis of declassification and the containment of op errors, then from 24,000 for
@@ -61,7 +61,11 @@ then from 26,300 for the estimators in scikit-learn's style (``mplang.libs.estim
 then from 26,450 for secure sessions kept across evaluations
 (``mplang.backends.spu_sessions``), then from 26,800 by the 838 lines of
 differentially private releases: ``mplang.libs.dp``, their flow rules, the privacy
-budget ledger and ``mplang budget``. Raise it only for a reason."""
+budget ledger and ``mplang budget``, then from 27,638 for issue 30's tools for users (native
+logs kept out of a program's output, ``mplang status``, the audit report by run,
+``--data-root`` for ``mplang run`` and ``mplang ir``, ``trace summarize --by line``, whole
+console lines, notebook tables and progress, and errors that say what to do). Raise it only
+for a reason."""
 
 
 @dataclass(frozen=True)

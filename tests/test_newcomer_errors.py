@@ -10,8 +10,10 @@ what to do instead.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import runpy
+import shutil
 import textwrap
 import time
 from collections.abc import Iterator
@@ -21,10 +23,12 @@ from pathlib import Path
 import pytest
 
 import mplang as mp
+from mplang.cluster.identity import IdentityError, keygen, load_certificate
 from mplang.cluster.local import free_ports, write_dev_cluster
 from mplang.device.cluster import ClusterSpecError
 from mplang.edsl.errors import MPConcreteValueError
 from mplang.storage.data_root import MissingData
+from tests.http.support import running_cluster
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,112 @@ MISTAKES: dict[str, Mistake] = {
         "the program runs; compute with it inside a device function or simp.pcall body (with "
         "jax.numpy), and bring results to Python with mp.fetch after mp.evaluate "
         "(at prog.py:{line})"),
+    "Python if on a comparison of secret values": Mistake(
+        """
+        import jax.numpy as jnp
+        import mplang as mp
+
+
+        @mp.function
+        def prog():
+            x = mp.put("SP0", mp.device("P0")(lambda: jnp.float32(1.0))())
+            y = mp.put("SP0", mp.device("P1")(lambda: jnp.float32(2.0))())
+            if x > y:  # <- error
+                return x
+            return y
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTypeError,
+        "operator `>` on SP0's value share<spu,f32[]>, which no party can read: Python code "
+        "outside a device function cannot compute or branch on it; compute inside SP0's device "
+        "function, e.g. mp.device('SP0')(lambda a, b: jnp.where(a > b, a, b))(x, y), or reveal "
+        "the result to the parties first (mp.put('P0', z)) and branch there with "
+        "simp.uniform_cond (at prog.py:{line})"),
+    "arithmetic on a secret value outside its device function": Mistake(
+        """
+        import jax.numpy as jnp
+        import mplang as mp
+
+
+        @mp.function
+        def prog():
+            x = mp.put("SP0", mp.device("P0")(lambda: jnp.float32(1.0))())
+            return x * 2  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTypeError,
+        "operator `*` on SP0's value share<spu,f32[]>, which no party can read: Python code "
+        "outside a device function cannot compute or branch on it; compute inside SP0's device "
+        "function, e.g. mp.device('SP0')(lambda a, b: a * b)(x, y), or reveal the result to the "
+        "parties first (mp.put('P0', z)) and branch there with simp.uniform_cond "
+        "(at prog.py:{line})"),
+    "table.to_tensor and jnp in one device function": Mistake(
+        """
+        import jax.numpy as jnp
+        import pyarrow as pa
+        import mplang as mp
+        from mplang import table
+
+
+        @mp.function
+        def prog():
+            t = mp.device("P0")(lambda: table.constant(pa.table({"x": [1.0, 2.0]})))()
+            total = mp.device("P0")(lambda t: jnp.sum(table.to_tensor(t, ["x"])))
+            return total(t)  # <- error
+
+
+        mp.evaluate(mp.Simulator(3), prog)
+        """,
+        mp.MPTypeError,
+        "device 'P0' (<lambda>): simp.pcall: body '<lambda>' gave a JAX function the result of "
+        "an MPLang op on its table<x:f64>[2] input (TypeError: Argument 'TraceObject(%4: "
+        "f32[2,1])' of type <class 'mplang.edsl.tracer.TraceObject'> is not a valid JAX "
+        "type.); one device function cannot mix the two: convert in one device function and "
+        "compute with jax.numpy in the next, e.g. m = mp.device(D)(lambda t: "
+        "table.to_tensor(t, columns))(t), then mp.device(D)(lambda m: jnp.sum(m))(m) "
+        "(at prog.py:{line})"),
+    "a certificate file passed as the driver's key": Mistake(
+        """
+        import mplang as mp
+        from mplang.cluster.local import init_cluster
+
+        init_cluster(3, "dev")
+        drv = mp.Driver("dev/cluster.yaml", key="dev/keys/driver.crt")  # <- error
+        """,
+        IdentityError,
+        "dev/keys/driver.crt is a certificate (of 'driver', sha256 {driver.crt}...), not a "
+        "private key: pass dev/keys/driver.key (the key is the file mplang keygen wrote as "
+        "NAME.key)"),
+    "the cluster spec passed as the driver's key": Mistake(
+        """
+        import mplang as mp
+        from mplang.cluster.local import init_cluster
+
+        init_cluster(3, "dev")
+        drv = mp.Driver("dev/cluster.yaml", key="dev/cluster.yaml")  # <- error
+        """,
+        IdentityError,
+        "dev/cluster.yaml is not a PEM private key: pass the NAME.key file that mplang keygen "
+        "or mplang init wrote"),
+    "a key that is not the certificate's": Mistake(
+        """
+        import shutil
+        import mplang as mp
+        from mplang.cluster.local import init_cluster
+
+        init_cluster(3, "dev")
+        shutil.copy("dev/keys/node_0.key", "dev/keys/driver.key")
+        drv = mp.Driver("dev/cluster.yaml", key="dev/keys/driver.key")  # <- error
+        """,
+        IdentityError,
+        "dev/keys/driver.key is not the key of certificate driver.crt (of 'driver', sha256 "
+        "{driver.crt}...): the key's public key has sha256 {node_0.key}..., the "
+        "certificate's {driver.key}...; pass the key and certificate that mplang keygen wrote "
+        "together"),
     "numpy function on a traced value": Mistake(
         """
         import numpy as np
@@ -457,8 +567,9 @@ MISTAKES: dict[str, Mistake] = {
         """,
         MissingData,
         "tensor.load: node_0 has no file 'wealth.npy' in its data root; put it there (by "
-        "default ./data/node_0; mp.Simulator(..., data_roots=...) or `mplang worker "
-        "--data-root DIR` choose another) or fix the path (at prog.py:{line})"),
+        "default ./data/node_0; mp.Simulator(..., data_roots=...), `mplang run --sim N "
+        "--data-root DIR` or `mplang worker --data-root DIR` choose another) or fix the path "
+        "(at prog.py:{line})"),
     "a wrong SQL column in a device function of a table": Mistake(
         """
         from pathlib import Path
@@ -516,6 +627,22 @@ MISTAKES: dict[str, Mistake] = {
 }
 
 
+def fingerprints(keys: Path) -> dict[str, str]:
+    """``{"NAME.crt": the certificate's fingerprint, "NAME.key": its public key's}`` for
+    the certificates in ``keys`` (none if it does not exist)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    out = {}
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    for crt in sorted(keys.glob("*.crt")):
+        cert = load_certificate(str(crt))
+        public = x509.load_pem_x509_certificate(cert.pem.encode()).public_key()
+        out[crt.name] = cert.fingerprint
+        out[crt.with_suffix(".key").name] = hashlib.sha256(public.public_bytes(*spki)).hexdigest()
+    return out
+
+
 def marked_line(source: str, mark: str) -> int:
     """The number of the one line of ``source`` that carries the comment ``# <- mark``."""
     lines = [i for i, text in enumerate(source.splitlines(), 1) if text.endswith(f"# <- {mark}")]
@@ -547,6 +674,8 @@ def test_a_mistake_gets_its_message(name: str, folder: Path) -> None:
     expected = (mistake.message.replace("{line}", str(marked_line(source, "error")))
                 .replace("{raised}", str(marked_line(source, "raised")))
                 .replace("{cwd}", str(Path.cwd())))
+    for name, fingerprint in fingerprints(folder / "dev" / "keys").items():
+        expected = expected.replace(f"{{{name}}}", fingerprint[:16])
     assert str(info.value) == expected
 
 
@@ -588,3 +717,62 @@ def test_a_worker_that_is_not_running_is_named_at_once(folder: Path) -> None:
         "refused); is its worker running? Start the cluster's workers with `mplang up "
         "--cluster cluster.yaml`, or this node's with `mplang worker --cluster cluster.yaml "
         f"--node {node} --key keys/{node}.key` (in op func.call at /0)")
+
+
+def other_keys(source: Path, dest: Path, names: list[str]) -> None:
+    """``dest``: a copy of the development cluster ``source`` with new keys for ``names``."""
+    shutil.copytree(source, dest)
+    for name in names:
+        for path in (dest / "keys").glob(f"{name}.*"):
+            path.unlink()
+        keygen(name, dest / "keys")
+
+
+def failing_rank(message: str) -> int:
+    found = re.match(r"party (\d) ", message)
+    assert found is not None, message
+    return int(found.group(1))
+
+
+def test_a_spec_with_other_workers_certificates_names_both_fingerprints(folder: Path) -> None:
+    """The workers run, with other keys than the driver's spec pins: the message says so
+    with both fingerprints, instead of asking whether the worker runs."""
+    spec = mp.ClusterSpec.from_endpoints([f"127.0.0.1:{p}" for p in free_ports(3)])
+    running = write_dev_cluster(spec, folder / "run")
+    other_keys(folder / "run", folder / "dev", [n.name for n in spec.nodes])
+    with running_cluster(running), pytest.raises(mp.MPCommunicationError) as info:
+        run_program(folder, WORKER_DOWN)
+    message = str(info.value)
+    rank = failing_rank(message)
+    node = f"node_{rank}"
+    presented = fingerprints(folder / "run" / "keys")[f"{node}.crt"][:16]
+    pinned = fingerprints(folder / "dev" / "keys")[f"{node}.crt"][:16]
+    assert presented != pinned
+    assert message == (
+        f"party {rank} ({node} at https://{spec.nodes[rank].endpoint}) is running, but not "
+        "with the certificate the cluster spec pins, so it cannot prepare a program of 6 ops "
+        f"(it presented sha256 {presented}..., but the cluster spec pins sha256 {pinned}... "
+        f"for {node}); give the spec the certificate its worker uses (the NODE.crt beside that "
+        "worker's key), or restart the worker with the key of the pinned certificate "
+        "(in op func.call at /0)")
+
+
+def test_a_driver_the_workers_do_not_know_is_told_which_certificate(folder: Path) -> None:
+    """The workers' spec lists another driver certificate: they close the connection, and
+    the message names this driver's certificate."""
+    spec = mp.ClusterSpec.from_endpoints([f"127.0.0.1:{p}" for p in free_ports(3)])
+    running = write_dev_cluster(spec, folder / "run")
+    other_keys(folder / "run", folder / "dev", ["driver"])
+    with running_cluster(running), pytest.raises(mp.MPCommunicationError) as info:
+        run_program(folder, WORKER_DOWN)
+    message = str(info.value)
+    rank = failing_rank(message)
+    node = f"node_{rank}"
+    mine = fingerprints(folder / "dev" / "keys")["driver.crt"][:16]
+    assert message == (
+        f"party {rank} ({node} at https://{spec.nodes[rank].endpoint}) could not be reached "
+        f"to prepare a program of 6 ops (TransportError: {node} closed the connection before "
+        "any answer: it does not accept this party's "
+        f"certificate (sha256 {mine}...), or it stopped; the cluster spec its worker runs with "
+        "must list that certificate (`mplang status` compares the specs)) (in op func.call "
+        "at /0)")

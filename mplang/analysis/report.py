@@ -9,6 +9,7 @@ from mplang.analysis.cost_model import CostModel
 from mplang.analysis.schedule import GraphSchedule
 from mplang.analysis.usedef import UseDef
 from mplang.edsl.graph import Graph, Operation
+from mplang.util.tables import html_table
 
 _OUTPUTS_WIDTH = 40
 
@@ -96,6 +97,9 @@ class AnalysisReport:
     def __str__(self) -> str:
         return format_report(self)
 
+    def _repr_html_(self) -> str:
+        return html_report(self)
+
 
 def op_label(op: Operation) -> str:
     fn = op.attrs.get("fn") or op.attrs.get("callee")
@@ -145,10 +149,8 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def format_report(report: AnalysisReport) -> str:
-    """Summary lines, then one row per top-level op grouped by level."""
+def _summary(report: AnalysisReport) -> list[tuple[str, str]]:
     m = report.cost_model
-    where = f" ({report.world_size} parties)" if report.world_size is not None else ""
     in_regions = report.num_ops - report.num_top_level_ops
     summary = [
         ("ops", f"{report.num_ops} ({report.num_top_level_ops} top level, "
@@ -163,10 +165,14 @@ def format_report(report: AnalysisReport) -> str:
                        f"+ {format_seconds(m.element_s)}/element, share x{m.share_factor:g}, "
                        f"loop iterations {m.loop_iterations}"),
     ]
-    key_width = max(len(k) for k, _ in summary)
-    lines = [f"analysis of @{report.name}{where}"]
-    lines += [f"  {k.ljust(key_width)}  {v}" for k, v in summary]
-    header = ("level", "op", "operation", "outputs", "cost", "start", "rounds", "")
+    return summary
+
+
+_HEADER = ("level", "op", "operation", "outputs", "cost", "start", "rounds", "")
+
+
+def _rows(report: AnalysisReport) -> list[tuple[str, ...]]:
+    """One row per top-level op, grouped by level (the level on its first op)."""
     rows: list[tuple[str, ...]] = []
     for lv, indices in enumerate(report.levels, 1):
         for n, i in enumerate(indices):
@@ -175,6 +181,26 @@ def format_report(report: AnalysisReport) -> str:
             rows.append((str(lv) if n == 0 else "", f"#{i}", label,
                          _clip(s.outputs, _OUTPUTS_WIDTH), format_seconds(s.cost_s),
                          format_seconds(s.start_s), str(s.rounds), "*" if s.critical else ""))
+    return rows
+
+
+def _title(report: AnalysisReport) -> str:
+    where = f" ({report.world_size} parties)" if report.world_size is not None else ""
+    return f"analysis of @{report.name}{where}"
+
+
+def html_report(report: AnalysisReport) -> str:
+    """The report as two HTML tables (what a notebook shows): the summary, then the ops."""
+    return (html_table(("", ""), _summary(report), _title(report))
+            + html_table((*_HEADER[:-1], "critical"), _rows(report)))
+
+
+def format_report(report: AnalysisReport) -> str:
+    """Summary lines, then one row per top-level op grouped by level."""
+    summary, header, rows = _summary(report), _HEADER, _rows(report)
+    key_width = max(len(k) for k, _ in summary)
+    lines = [_title(report)]
+    lines += [f"  {k.ljust(key_width)}  {v}" for k, v in summary]
     if not rows:
         return "\n".join([*lines, "", "(no ops)"])
     widths = [max(len(r[c]) for r in (header, *rows)) for c in range(len(header))]

@@ -25,13 +25,14 @@ import uvloop
 
 from mplang.backends.mux import ALPN, MuxProtocol
 from mplang.backends.transport_errors import (
+    CertificateMismatch,
     NoAnswerError,
     Reply,
     StatusError,
     TransportError,
     UnreachableError,
 )
-from mplang.cluster.identity import LocalIdentity
+from mplang.cluster.identity import LocalIdentity, presented_fingerprint
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError
 
@@ -69,12 +70,19 @@ class _Connection:
     """The connection to one worker; all its state is touched on the loop thread."""
 
     rank: int
+    node: str
+    pinned: str
+    """The fingerprint of the certificate the spec gives for the worker."""
+    own: str
+    """The fingerprint of this party's certificate."""
     host: str
     port: int
     context: ssl.SSLContext
     unsolicited: Unsolicited | None
     protocol: MuxProtocol | None = None
     connecting: list[tuple[int, dict[str, Any], Sequence[Any]]] | None = None
+    answered: bool = False
+    """Whether the worker answered on the current connection."""
     pending: dict[int, Future[Reply]] = field(default_factory=dict)
 
     # MuxHandler
@@ -84,6 +92,7 @@ class _Connection:
         return memoryview(bytearray(size))
 
     def on_body(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
+        self.answered = True
         status = head.get("status")
         future = self.pending.pop(stream, None)
         if future is None:
@@ -97,11 +106,16 @@ class _Connection:
     def on_lost(self, error: BaseException | None) -> None:
         self.protocol = None
         pending, self.pending = self.pending, {}
+        reason = (f"the connection closed ({type(error).__name__}: {error})" if error
+                  else "the connection closed")
+        if not self.answered:
+            reason = (f"{self.node} closed the connection before any answer: it does not "
+                      f"accept this party's certificate (sha256 {self.own[:16]}...), or it "
+                      "stopped; the cluster spec its worker runs with must list that "
+                      "certificate (`mplang status` compares the specs)")
         for future in pending.values():
             if not future.done():
-                future.set_exception(TransportError(
-                    f"the connection closed ({type(error).__name__}: {error})" if error
-                    else "the connection closed"))
+                future.set_exception(TransportError(reason))
 
     # sending (loop thread)
     def send(self, stream: int, head: dict[str, Any], parts: Sequence[Any]) -> None:
@@ -122,11 +136,16 @@ class _Connection:
                 server_hostname=self.host),
                 CONNECT_TIMEOUT)
         except (TimeoutError, OSError) as e:
+            error: BaseException = e
+            if isinstance(e, ssl.SSLCertVerificationError):
+                presented = await loop.run_in_executor(None, presented_fingerprint,
+                                                       self.host, self.port, CONNECT_TIMEOUT)
+                error = CertificateMismatch(self.node, self.pinned, presented)
             self.connecting = None
             for stream, head, _ in waiting:
-                self._fail(stream, head, e, unreachable=True)
+                self._fail(stream, head, error, unreachable=True)
             return
-        self.protocol = protocol
+        self.protocol, self.answered = protocol, False
         self.connecting = None
         for stream, head, parts in waiting:
             self.send(stream, head, parts)
@@ -137,7 +156,8 @@ class _Connection:
         reason = f"{type(error).__name__}: {error}"
         if future is not None:
             if not future.done():
-                future.set_exception(UnreachableError(reason) if unreachable
+                future.set_exception(error if isinstance(error, CertificateMismatch) else
+                                     UnreachableError(reason) if unreachable
                                      else TransportError(reason))
         elif self.unsolicited is not None:
             self.unsolicited(self.rank, {**head, "status": 503, "error": reason}, memoryview(b""))
@@ -174,7 +194,9 @@ class MuxClients:
             context = identity.client_context(node.certificate)
             context.set_alpn_protocols([ALPN])
             host, port = host_port(node.endpoint)
-            self._connections.append(_Connection(rank, host, port, context, unsolicited))
+            self._connections.append(_Connection(
+                rank, node.name, node.certificate.fingerprint, identity.fingerprint, host, port,
+                context, unsolicited))
 
     def _head(self, path: str, headers: dict[str, str] | None) -> dict[str, Any]:
         return {"path": path, "headers": {**(headers or {}), SPEC_HEADER: self.digest}}

@@ -93,6 +93,9 @@ def _solo_link(exec_id: str, key: str) -> Any:
     """A link of one party (libpsi's offline phase wants one, and sends nothing)."""
     import spu.libspu as libspu
 
+    from mplang.backends.spu_channel import route_logs
+
+    route_logs()
     desc = libspu.link.Desc()
     desc.id = f"{exec_id}{key}/solo"
     desc.add_party("server", "mem:0")

@@ -17,6 +17,7 @@ import spu.libspu as libspu
 
 from mplang.backends.spu_sessions import Session
 from mplang.dialects.spu import SpuConfig, runtime_config_for
+from mplang.runtime import native_logs
 from mplang.runtime.backend import Communicator
 
 
@@ -42,9 +43,21 @@ class MemLinkFactory:
         return libspu.link.create_mem(desc, member_index)
 
 
+def route_logs() -> None:
+    """Send libspu's and libpsi's logs to the party's log (`native_logs`); at
+    ``MPLANG_LOG=debug``, lower libspu's level to debug."""
+    first = not native_logs.routed()
+    native_logs.route()
+    if first and native_logs.level() == "debug":
+        options = libspu.logging.LogOptions()
+        options.log_level = libspu.logging.LogLevel.DEBUG
+        libspu.logging.setup_logging(options)
+
+
 def link_desc(members: Sequence[int], name: str, recv_timeout_ms: int,
               transport: str) -> Any:
     """The libspu link description of link ``name`` among the parties ``members``."""
+    route_logs()
     desc = libspu.link.Desc()
     desc.id = name
     desc.recv_timeout_ms = recv_timeout_ms

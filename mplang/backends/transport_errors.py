@@ -20,6 +20,26 @@ class UnreachableError(TransportError):
     connection was refused, or the connection attempt timed out."""
 
 
+class CertificateMismatch(UnreachableError):
+    """The worker presented a certificate other than the one the spec pins for it."""
+
+    def __init__(self, node: str, pinned: str, presented: str | None):
+        self.node, self.pinned, self.presented = node, pinned, presented
+        shown = f"sha256 {presented[:16]}..." if presented else "another certificate"
+        super().__init__(f"it presented {shown}, but the cluster spec pins sha256 "
+                         f"{pinned[:16]}... for {node}")
+
+
+def unreachable_message(where: str, doing: str, error: UnreachableError, node: str) -> str:
+    """Why ``where`` (party ``node``) could not ``doing``, and what to do about it."""
+    if isinstance(error, CertificateMismatch):
+        return (f"{where} is running, but not with the certificate the cluster spec pins, so "
+                f"it cannot {doing} ({error}); give the spec the certificate its worker uses "
+                f"(the NODE.crt beside that worker's key), or restart the worker with the key "
+                f"of the pinned certificate")
+    return f"{where} is not reachable, so it cannot {doing} ({error}); {start_worker_hint(node)}"
+
+
 def start_worker_hint(node: str) -> str:
     """What to tell a user whose request found no worker for node ``node``."""
     return (f"is its worker running? Start the cluster's workers with `mplang up --cluster "

@@ -1,5 +1,5 @@
 """The ``mplang`` command: ``demo``, ``ir FILE.py:FUNC``, ``keygen``, ``init``, ``worker``,
-``up``, ``put``, ``check``, ``ops`` (`mplang.cli.ops`), ``audit``, ``run``
+``up``, ``put``, ``check``, ``status``, ``ops`` (`mplang.cli.ops`), ``audit``, ``run``
 (`mplang.cli.run`), ``trace`` (`mplang.cli.trace`) and ``apidoc`` (`mplang.cli.apidoc`)."""
 
 from __future__ import annotations
@@ -62,15 +62,43 @@ def _trace_error(error: Exception) -> str:
     return f"{text} (at {loc})" if loc else text
 
 
+def _ir_context(args: argparse.Namespace) -> Any:
+    """The simulator (``--data-root``) or driver (``--cluster``) that tells the tracer the
+    types of the files a program loads; None without either."""
+    from mplang.cli.run import data_roots
+
+    if args.cluster:
+        key = args.key or Path(args.cluster).resolve().parent / "keys" / "driver.key"
+        return mp.Driver(args.cluster, key=key)
+    if args.data_root:
+        cluster = mp.ClusterSpec.simple(args.world_size)
+        return mp.Simulator(cluster, data_roots=data_roots(cluster, args.data_root))
+    return None
+
+
 def _ir(args: argparse.Namespace) -> int:
     """``mplang ir``: the function's IR as text, DOT, SVG or an HTML page."""
+    from mplang.edsl.program import trace_program
+
     fn = _load_function(args.target)
     try:
-        program = mp.compile(fn, *[_literal(a) for a in args.arg], world_size=args.world_size)
+        ctx = _ir_context(args)
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang ir: {e}", file=sys.stderr)
+        return 2
+    constants = [_literal(a) for a in args.arg]
+    try:
+        if ctx is None:
+            program = mp.compile(fn, *constants, world_size=args.world_size)
+        else:  # ctx tells the tracer the types of the files the program loads
+            program, _ = trace_program(fn, constants, {}, ctx.world_size, ctx.cluster, ctx)
     except Exception as e:  # the user's code may raise anything while it is traced
         print(f"mplang ir: {args.target} failed to trace: {_trace_error(e)}",
               file=sys.stderr)
         return 1
+    finally:
+        if ctx is not None:
+            ctx.close()
     output, fmt = args.output, args.format
     has_dot = shutil.which("dot") is not None
     if fmt == "svg" and not has_dot:
@@ -118,7 +146,10 @@ def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
     from mplang.backends.simp_worker.server import WorkerServer
     from mplang.cluster.identity import format_fingerprint, load_identity
     from mplang.records.audit import default_path as default_audit_path
+    from mplang.runtime import native_logs
 
+    native_logs.level()  # refuse a wrong MPLANG_LOG before serving
+    native_logs.keep_descriptors()  # this worker's output is the party's log
     for spec in args.register:
         import_pyfunc(spec)
     key = args.key or Path(args.cluster).resolve().parent / "keys" / f"{args.node}.key"
@@ -253,6 +284,22 @@ def _put(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from mplang.cluster.identity import load_identity
+    from mplang.cluster.status import cluster_status, format_status
+
+    spec_path = Path(args.cluster)
+    key = args.key or spec_path.resolve().parent / "keys" / f"{args.name}.key"
+    try:
+        spec = mp.ClusterSpec.from_yaml(spec_path)
+        statuses = cluster_status(spec, load_identity(key), timeout=args.timeout)
+    except (mp.MPLangError, OSError) as e:
+        print(f"mplang status: {e}", file=sys.stderr)
+        return 2
+    print(format_status(statuses, spec.digest()))
+    return 0 if all(s.state == "up" for s in statuses) else 1
+
+
 def _check(args: argparse.Namespace) -> int:
     from mplang.policy.report import check_program
 
@@ -277,6 +324,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="text IR (default), graphviz DOT, SVG (needs graphviz's dot program) "
                          "or an HTML page")
     ir.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    files = ir.add_mutually_exclusive_group()
+    files.add_argument("--data-root", metavar="DIR",
+                       help="a program that loads files: node NODE's are in DIR/NODE (a "
+                            "simulator of --world-size parties looks up their types)")
+    files.add_argument("--cluster", metavar="F",
+                       help="a program that loads files: ask the workers of cluster spec F "
+                            "for their types (the program is traced for F's parties)")
+    ir.add_argument("--key", metavar="K", help="with --cluster: the driver's key (default: "
+                                                "keys/driver.key next to the spec)")
     keygen = commands.add_parser("keygen", help="make a key pair and certificate for a party")
     keygen.add_argument("--name", required=True, help="the node or driver name")
     keygen.add_argument("--out", required=True, help="folder for NAME.key and NAME.crt")
@@ -364,6 +420,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     audit = commands.add_parser("audit", help="summarise workers' audit logs")
     audit.add_argument("logs", nargs="+", metavar="LOG", help="audit log (JSON lines)")
     audit.add_argument("--json", action="store_true", help="print the summary as JSON")
+    status = commands.add_parser("status", help="ask every node of a cluster spec whether its "
+                                 "worker is up, with which certificate, spec, version and "
+                                 "devices (exit code 1 unless all are up and agree)")
+    status.add_argument("--cluster", required=True, help="cluster spec YAML")
+    status.add_argument("--key", help="the private key to ask with (default: keys/NAME.key "
+                                      "next to the spec)")
+    status.add_argument("--name", default="driver",
+                        help="whose key to use by default: a driver or node name (default "
+                             "driver)")
+    status.add_argument("--timeout", type=float, default=5.0,
+                        help="seconds to wait for each node (default 5)")
     check = commands.add_parser("check", help="print a saved program's data flows and each "
                                                "node's policy verdict, without running it")
     check.add_argument("--cluster", required=True, help="cluster spec YAML")
@@ -398,6 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _put(args)
     if args.command == "check":
         return _check(args)
+    if args.command == "status":
+        return _status(args)
     if args.command == "run":
         return run_script(args)
     if args.command == "trace":

@@ -22,12 +22,14 @@ from mplang.backends.simp_driver.base import SimpDriver
 from mplang.edsl.context import set_default_context
 from mplang.edsl.location import is_user_file
 
-USAGE = ("mplang run SCRIPT [ARG ...] (--sim N | --cluster F [--key K] [--name DRIVER]) "
-         "[--timeout S]")
+USAGE = ("mplang run SCRIPT [ARG ...] (--sim N [--data-root DIR] | --cluster F [--key K] "
+         "[--name DRIVER]) [--timeout S]")
 DESCRIPTION = """\
 Run SCRIPT as __main__ with sys.argv = [SCRIPT, ARG ...] and SCRIPT's folder on
-sys.path, on an in-memory simulator of N parties (--sim N) or on the workers of
-the cluster spec F (--cluster F; `mplang init --nodes 3 --out dev` writes one).
+sys.path, on an in-memory simulator of N parties (--sim N; node NODE reads its
+files from DIR/NODE with --data-root DIR, else from ./data/NODE) or on the
+workers of the cluster spec F (--cluster F; `mplang init --nodes 3 --out dev`
+writes one; each worker reads its own data root).
 
 The script gets the context with `ctx = mp.current_context()`, or defines
 `def main(ctx)`: after the script ran, mplang run calls main(ctx) unless the
@@ -38,7 +40,7 @@ program on the context is an error.
 Options of mplang run may come before or after SCRIPT and its arguments;
 arguments after `--` all go to the script."""
 
-_OWN_OPTIONS = ("--sim", "--cluster", "--key", "--name", "--timeout")
+_OWN_OPTIONS = ("--sim", "--cluster", "--key", "--name", "--timeout", "--data-root")
 """The options taken out of the tokens after SCRIPT (each takes one value)."""
 _MAX_FRAMES = 8
 """The innermost frames of the user's files an error report shows."""
@@ -59,6 +61,9 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                              "the spec)")
     parser.add_argument("--name", metavar="DRIVER",
                         help="the driver's name in the spec (default: driver)")
+    parser.add_argument("--data-root", metavar="DIR",
+                        help="with --sim: node NODE reads its files from DIR/NODE (default "
+                             "./data/NODE)")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="seconds a wait for a message between parties (--sim) or a "
                              "worker's reply (--cluster) may take")
@@ -115,6 +120,9 @@ def _parse(args: argparse.Namespace) -> tuple[Path, list[str]]:
         raise _BadInput("give exactly one of --sim N and --cluster F")
     if args.sim is not None and (args.key or args.name):
         raise _BadInput("--key and --name go with --cluster, not --sim")
+    if args.cluster is not None and args.data_root:
+        raise _BadInput("--data-root goes with --sim: each worker of a cluster reads its own "
+                        "data root (mplang worker --data-root DIR, mplang up --data-root DIR)")
     path = Path(tokens[0])
     if not path.is_file():
         raise _BadInput(f"no such script: {path}")
@@ -125,6 +133,8 @@ def _open(args: argparse.Namespace) -> SimpDriver:
     """The simulator or driver ``args`` ask for."""
     options: dict[str, Any] = {} if args.timeout is None else {"timeout": args.timeout}
     if args.sim is not None:
+        if args.data_root:
+            options["data_roots"] = data_roots(mp.ClusterSpec.simple(args.sim), args.data_root)
         return mp.Simulator(args.sim, **options)
     spec = Path(args.cluster)
     if not spec.is_file():
@@ -134,6 +144,15 @@ def _open(args: argparse.Namespace) -> SimpDriver:
     if key is None and args.name:
         key = spec.resolve().parent / "keys" / f"{args.name}.key"
     return mp.Driver(spec, key=key, **options)
+
+
+def data_roots(cluster: mp.ClusterSpec, folder: str) -> dict[str, Path]:
+    """``{NODE: folder/NODE}`` for every node of ``cluster``; refuses a missing folder."""
+    base = Path(folder)
+    if not base.is_dir():
+        raise mp.MPLangError(f"--data-root {folder}: no such folder (it holds a folder per node: "
+                        f"{base / cluster.nodes[0].name}, ...)")
+    return {node.name: base / node.name for node in cluster.nodes}
 
 
 def _takes_context(fn: Callable[..., Any]) -> bool:

@@ -1,5 +1,6 @@
-"""``mplang trace summarize FILE``: the ops of a timeline (``mp.evaluate(..., trace=FILE)``)
-that took the most time, and each party's busy time."""
+"""``mplang trace summarize FILE [--by op|line]``: the ops of a timeline (``mp.evaluate(...,
+trace=FILE)``) that took the most time, by op name or by source line, and each party's busy
+time."""
 
 from __future__ import annotations
 
@@ -20,12 +21,15 @@ def add_trace_parser(commands: Any) -> None:
                                  "(self time) and each track's busy time")
     summary.add_argument("file", help="a trace file (Chrome / Perfetto JSON)")
     summary.add_argument("--top", type=int, default=10, help="how many ops to list")
+    summary.add_argument("--by", choices=("op", "line"), default="op",
+                         help="group the ops by name (default) or by the source line that "
+                              "made them")
 
 
 def run_trace(args: argparse.Namespace) -> int:
     """Run ``mplang trace``; exit code 2 when the file is missing or not a trace."""
     try:
-        summarize(args.file, max(1, args.top))
+        summarize(args.file, max(1, args.top), by=args.by)
     except MPLangError as e:
         print(f"mplang trace: {e}", file=sys.stderr)
         return 2

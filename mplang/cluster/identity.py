@@ -287,6 +287,7 @@ def load_identity(key_path: str | os.PathLike[str],
     if not key.is_file():
         raise IdentityError(f"no key file at {key} (make one with: mplang keygen --name NAME "
                             f"--out DIR)")
+    _check_key_kind(key)
     mode = key.stat().st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise IdentityError(f"{key} can be read by other users (mode {oct(mode & 0o777)}); "
@@ -297,8 +298,61 @@ def load_identity(key_path: str | os.PathLike[str],
         raise IdentityError(f"certificate {cert.subject} ({cert.short}...) is not valid now: "
                             f"valid {cert.not_before:%Y-%m-%d} to {cert.not_after:%Y-%m-%d}")
     identity = LocalIdentity(cert.subject or key.stem, key, cert)
-    identity.client_context(cert)  # the key must belong to the certificate
+    _check_pair(key, cert)
     return identity
+
+
+def _check_key_kind(key: Path) -> None:
+    """Refuse a file that is not a PEM private key, naming what it is."""
+    head = key.read_bytes()[:1 << 16]
+    if b"-----BEGIN CERTIFICATE-----" in head:
+        cert = parse_certificate(head, str(key))
+        sibling = key.with_suffix(".key")
+        hint = f"pass {sibling}" if sibling.is_file() else "pass the .key file beside it"
+        raise IdentityError(f"{key} is a certificate (of {cert.subject!r}, sha256 "
+                            f"{cert.short}...), not a private key: {hint} (the key is the "
+                            "file mplang keygen wrote as NAME.key)")
+    if b"PRIVATE KEY-----" not in head:
+        raise IdentityError(f"{key} is not a PEM private key: pass the NAME.key file that "
+                            "mplang keygen or mplang init wrote")
+
+
+def _check_pair(key: Path, cert: Certificate) -> None:
+    """Refuse a key that does not belong to ``cert``, naming both public keys'
+    fingerprints."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    except (ValueError, TypeError) as e:
+        raise IdentityError(f"{key} is not a readable private key: {e}") from None
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    mine = hashlib.sha256(private.public_key().public_bytes(*spki)).hexdigest()
+    theirs = hashlib.sha256(_public_key(cert.pem).public_bytes(*spki)).hexdigest()
+    if mine != theirs:
+        raise IdentityError(
+            f"{key} is not the key of certificate {key.with_suffix('.crt').name} (of "
+            f"{cert.subject!r}, sha256 {cert.short}...): the key's public key has sha256 "
+            f"{mine[:16]}..., the certificate's {theirs[:16]}...; pass the key and "
+            "certificate that mplang keygen wrote together")
+
+
+def presented_fingerprint(host: str, port: int, timeout: float = 5.0) -> str | None:
+    """The fingerprint of the certificate the TLS server at ``host:port`` presents (not
+    verified; None if no handshake could be made)."""
+    import socket
+    import ssl
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, \
+                ctx.wrap_socket(raw, server_hostname=host) as tls:
+            der = tls.getpeercert(binary_form=True)
+    except (OSError, ssl.SSLError):
+        return None
+    return fingerprint_der(der) if der else None
 
 
 def peer_certificate(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str | None:

@@ -15,7 +15,7 @@ from mplang.edsl.graph import Graph, Value
 from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_map
 from mplang.edsl.tracer import NeedsJaxTrace, TracedFunction, Tracer, mp_leaves, trace_function
-from mplang.edsl.typing import Mask
+from mplang.edsl.typing import Mask, TensorType
 
 
 def _constant_leaf(leaf: Any) -> Any:
@@ -73,6 +73,14 @@ def trace_body(tracer: Tracer, fn: Callable[..., Any], args: Sequence[Any],
         traced = as_jax()
     except MPTypeError as jax_error:
         name = getattr(fn, "__name__", "fn")
+        others = [x.base_type for x in mp_leaves(args) if not isinstance(x.base_type, TensorType)]
+        if others and not isinstance(error, MPLangError):  # e.g. table.to_tensor, then jnp
+            raise MPTypeError(
+                f"simp.pcall: body {name!r} gave a JAX function the result of an MPLang op on "
+                f"its {others[0]} input ({type(error).__name__}: {error}); one device function "
+                "cannot mix the two: convert in one device function and compute with "
+                "jax.numpy in the next, e.g. m = mp.device(D)(lambda t: table.to_tensor(t, "
+                "columns))(t), then mp.device(D)(lambda m: jnp.sum(m))(m)") from error
         raise MPTypeError(
             f"simp.pcall: body {name!r} could not be traced, neither as an MPLang function "
             f"({type(error).__name__}: {error}) nor as a JAX function ({jax_error})"

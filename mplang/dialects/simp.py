@@ -21,7 +21,7 @@ from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.location import locate_error
-from mplang.edsl.object import OPERATORS, MPObject
+from mplang.edsl.object import OPERATORS, MPObject, type_operator
 from mplang.edsl.primitive import SIMP, Operand, Primitive, Result, Signature
 from mplang.edsl.private import Commitment, value_tensor_type
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
@@ -619,11 +619,41 @@ def _while_loop_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list
     return _with(state, pred)
 
 
+_SYMBOLS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "floor_divide": "//",
+            "remainder": "%", "power": "**", "matmul": "@", "less": "<", "less_equal": "<=",
+            "greater": ">", "greater_equal": ">=", "equal": "==", "not_equal": "!=",
+            "negative": "-", "getitem": "[]"}
+
+
+def _refuse_hidden(name: str, operands: tuple[Any, ...]) -> None:
+    """Refuse a Python operator on a device's value that hides its plaintext (a secret
+    share, a ciphertext) with no meaning registered for it, saying where to compute."""
+    for x in operands:
+        if not isinstance(x, MPObject) or x.device is None:
+            continue
+        base = x.base_type
+        if isinstance(base, TensorType) or base.plaintext() is None:
+            continue
+        sym, dev = _SYMBOLS.get(name, name), x.device
+        example = (f"jnp.where(a {sym} b, a, b)" if name in ("less", "less_equal", "greater",
+                   "greater_equal", "equal", "not_equal") else f"a {sym} b")
+        error = MPTypeError(
+            f"operator `{sym}` on {dev}'s value {base}, which no party can read: Python code "
+            f"outside a device function cannot compute or branch on it; compute inside "
+            f"{dev}'s device function, e.g. mp.device({dev!r})(lambda a, b: {example})(x, y), "
+            "or reveal the result to the parties first (mp.put('P0', z)) and branch there "
+            "with simp.uniform_cond")
+        locate_error(error)
+        raise error
+
+
 def _lift_operator(name: str, local_op: Callable[..., Any]) -> Callable[..., Any]:
     def apply(*operands: Any) -> Any:
         ctx = current_context()
         if isinstance(ctx, Tracer) and ctx.local:
             return local_op(*operands)
+        if type_operator(name, operands) is None:
+            _refuse_hidden(name, operands)
         return pcall(None, local_op, *operands)
 
     apply.__name__ = name

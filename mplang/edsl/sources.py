@@ -70,7 +70,9 @@ def looked_up_type(op: str, what: str, tracer: Tracer, parties: Iterable[int] | 
     ctx = tracer.executor or execution_context()
     if not isinstance(ctx, source):
         raise MPTypeError(f"{op}: the type of {what} cannot be looked up while compiling "
-                          f"without a simulator or driver to ask; {declare}")
+                          f"without a simulator or driver to ask; {declare}, or compile with "
+                          "one that has the data (`mplang ir --data-root DIR` or `--cluster "
+                          "F`)")
     if parties is None:
         raise MPTypeError(f"{op}: the parties that read {what} are decided at run time, so "
                           f"its type cannot be looked up; {declare}")

@@ -11,9 +11,11 @@ and ``"node"`` (the node that wrote it). The events:
     A driver asked this node to run a program (``/prepare``, or a ``/run`` of
     this party alone): ``exec`` (execution id), ``scope``, ``program`` (SHA-256
     of the program bytes received), ``driver`` (``{"name", "fingerprint"}``:
-    the spec's name and the certificate fingerprint of the TLS peer),
-    ``verdict`` (``"accepted"`` or ``"refused"``) and ``reason`` (why it was
-    refused; null when accepted).
+    the spec's name and the certificate fingerprint of the TLS peer), ``name``
+    (the program's function name as the driver gives it, null if it gave none),
+    ``verdict`` (``"accepted"`` or ``"refused"``), ``rule`` (the policy that
+    accepted it: its file, ``the default policy`` or ``no policy``) and ``reason``
+    (why it was refused, which names the rule; null when accepted).
 ``end``
     An accepted run finished: ``exec``, ``scope``, ``status`` (``"ok"``,
     ``"failed"``, ``"aborted"`` when its driver aborted the execution, or
@@ -50,8 +52,9 @@ and ``"node"`` (the node that wrote it). The events:
 ``kind`` says what a value reveals of the data in it: ``"plaintext"`` (a tensor
 or scalar in the clear, and any value whose codec declares no other kind),
 ``"secret share"`` (a secure device's share of a value, and the raw link bytes
-its protocol exchanges: the traffic of a secret-sharing protocol) or
-``"ciphertext"``; each value codec declares its kind
+its protocol exchanges: the traffic of a secret-sharing protocol), ``"psi"``
+(the link bytes of a PSI protocol: blinded or hashed keys) or ``"ciphertext"``;
+each value codec declares its kind
 (`mplang.backends.wire.ValueCodec.privacy`). A list of values (a batched
 message) is plaintext when any element is.
 
@@ -71,11 +74,13 @@ from pathlib import Path
 from typing import Any
 
 from mplang.edsl.graph import Graph, Operation
+from mplang.util.tables import html_table
 
 PLAINTEXT = "plaintext"
 SECRET_SHARE = "secret share"
 CIPHERTEXT = "ciphertext"
-KINDS = (PLAINTEXT, SECRET_SHARE, CIPHERTEXT)
+PSI = "psi"
+KINDS = (PLAINTEXT, SECRET_SHARE, CIPHERTEXT, PSI)
 """The kinds of values the log distinguishes."""
 
 _REMEMBERED = 4096
@@ -157,16 +162,19 @@ class AuditLog:
                 self._file.write(line.encode() + b"\n")
 
     def execution(self, exec_id: str, scope: str, program: str, driver: tuple[str, str],
-                  verdict: str, reason: str | None = None, graph: Graph | None = None) -> None:
-        """A driver's request to run ``program`` and this node's verdict on it; the
-        ``graph`` of an accepted run names the ops of its messages."""
+                  verdict: str, reason: str | None = None, graph: Graph | None = None,
+                  name: str | None = None, rule: str | None = None) -> None:
+        """A driver's request to run ``program`` (function ``name``, as the driver calls
+        it) and this node's verdict on it by ``rule`` (or ``reason``); the ``graph`` of an
+        accepted run names the ops of its messages."""
         if graph is not None and verdict == "accepted":
             with self._lock:
                 runs = self._graphs.get(exec_id, {})
                 runs[scope] = graph
                 _remember(self._graphs, exec_id, runs)
         self.write({"event": "execution", "exec": exec_id, "scope": scope, "program": program,
-                    "driver": _driver(driver), "verdict": verdict, "reason": _short(reason)})
+                    "name": name, "driver": _driver(driver), "verdict": verdict, "rule": rule,
+                    "reason": _short(reason)})
 
     def end(self, exec_id: str, scope: str, error: str | None = None,
             refused: bool = False) -> None:
@@ -222,9 +230,12 @@ class AuditLog:
         with self._lock:
             table = self._links.pop(exec_id, None)
         for (direction, peer, op_key, kind), (count, nbytes) in (table or {}).items():
+            op = self._opcode(exec_id, op_key)
+            if op is not None and op.startswith("psi."):  # a PSI protocol's, not shares
+                kind = PSI
             event: Event = {"event": direction, "exec": exec_id, "peer": self.nodes[peer],
-                            "op": self._opcode(exec_id, op_key), "key": f"{op_key}/link",
-                            "kind": kind, "bytes": nbytes, "messages": count}
+                            "op": op, "key": f"{op_key}/link", "kind": kind, "bytes": nbytes,
+                            "messages": count}
             if direction == "send":
                 event["delivered"] = True
             self.write(event)
@@ -305,7 +316,18 @@ def _driver_name(event: Event) -> str:
     return str(driver.get("name")) if isinstance(driver, dict) else str(driver)
 
 
-def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[str, Any]:
+class AuditSummary(dict[str, Any]):
+    """`summarize`'s result: a dict (as JSON), printed as a report (`format_summary`) and
+    shown in a notebook as tables (`html_summary`)."""
+
+    def __str__(self) -> str:
+        return format_summary(self)
+
+    def _repr_html_(self) -> str:
+        return html_summary(self)
+
+
+def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> AuditSummary:
     """A summary of audit logs (paths, or events from `read_events`):
 
     - ``nodes``: the nodes whose logs these are;
@@ -313,8 +335,14 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
       counts ``by_verdict``, ``by_driver``, ``by_program`` and (of ended runs) ``by_status``;
     - ``messages``: per node, ``sent`` and ``received``: per peer, per kind,
       ``{"count", "bytes"}``;
+    - ``runs``: per execution, in the order of the logs: ``exec``, ``name`` (the
+      program's function), ``program`` (digest), ``driver`` and ``fingerprint``, per
+      node its ``verdict``, ``rule`` or ``reason``, ``status`` and ``error`` (`nodes`),
+      ``bytes`` (``"SRC -> DST"``: per kind, ``{"count", "bytes"}``, from the sender's log
+      if given, else the receiver's) and ``aborted``;
     - ``mismatches``: for each pair of nodes whose logs are both given, each
-      kind whose bytes sent by one differ from the bytes received by the other;
+      kind whose bytes sent by one differ from the bytes received by the other, over the
+      runs not aborted (an abort drops messages in flight);
     - ``fetches``: per driver, ``count``, ``bytes`` and ``by_kind`` (bytes);
     - ``deletes``: per driver, the number of values deleted;
     - ``uploads``: per node, ``count`` and ``bytes`` its owner uploaded;
@@ -325,13 +353,14 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
     """
     events = _events(logs)
     nodes = sorted({str(e["node"]) for e in events if "node" in e})
+    runs = _runs(events, nodes)
+    aborted = {r["exec"] for r in runs if r["aborted"]}
     verdicts: Counter[str] = Counter()
     drivers: Counter[str] = Counter()
     programs: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
     exec_ids: set[str] = set()
-    messages: dict[str, dict[str, dict[str, dict[str, dict[str, int]]]]] = {
-        n: {"sent": {}, "received": {}} for n in nodes}
+    messages = _messages(events, nodes)
     fetches: dict[str, dict[str, Any]] = {}
     deletes: Counter[str] = Counter()
     uploads: dict[str, dict[str, int]] = {}
@@ -347,12 +376,6 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
             programs[str(e.get("program"))] += 1
         elif name == "end":
             statuses[str(e.get("status"))] += 1
-        elif name in ("send", "recv") and "node" in e:
-            side = messages[str(e["node"])]["sent" if name == "send" else "received"]
-            cell = side.setdefault(str(e.get("peer")), {}).setdefault(
-                str(e.get("kind")), {"count": 0, "bytes": 0})
-            cell["count"] += int(e.get("messages") or 1)
-            cell["bytes"] += int(e.get("bytes") or 0)
         elif name == "fetch":
             entry = fetches.setdefault(_driver_name(e), {"count": 0, "bytes": 0, "by_kind": {}})
             nbytes = int(e.get("bytes") or 0)
@@ -377,20 +400,82 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> dict[
                 spend["refunds" if refund else "charges"] += 1
         elif name == "malformed":
             malformed.append(e["where"])
-    return {
+    return AuditSummary({
         "nodes": nodes,
         "executions": {"requests": sum(verdicts.values()), "distinct": len(exec_ids),
                        "by_verdict": dict(verdicts), "by_driver": dict(drivers),
                        "by_program": dict(programs), "by_status": dict(statuses)},
+        "runs": runs,
         "messages": messages,
-        "mismatches": _mismatches(messages),
+        "mismatches": _mismatches(_messages(
+            [e for e in events if e.get("exec") not in aborted], nodes)),
         "fetches": fetches,
         "deletes": dict(deletes),
         "uploads": uploads,
         "describes": dict(describes),
         "budget": budget,
         "malformed": malformed,
-    }
+    })
+
+
+Messages = dict[str, dict[str, dict[str, dict[str, dict[str, int]]]]]
+"""node -> ``sent``/``received`` -> peer -> kind -> ``{"count", "bytes"}``."""
+
+
+def _add(cell: dict[str, int], e: Event) -> None:
+    cell["count"] += int(e.get("messages") or 1)
+    cell["bytes"] += int(e.get("bytes") or 0)
+
+
+def _messages(events: list[Event], nodes: list[str]) -> Messages:
+    messages: Messages = {n: {"sent": {}, "received": {}} for n in nodes}
+    for e in events:
+        if e["event"] in ("send", "recv") and "node" in e:
+            side = messages[str(e["node"])]["sent" if e["event"] == "send" else "received"]
+            _add(side.setdefault(str(e.get("peer")), {}).setdefault(
+                str(e.get("kind")), {"count": 0, "bytes": 0}), e)
+    return messages
+
+
+def _runs(events: list[Event], nodes: list[str]) -> list[dict[str, Any]]:
+    """Per execution: the program, its driver, each node's verdict and end, the bytes
+    between nodes by kind, and whether it was aborted."""
+    runs: dict[str, dict[str, Any]] = {}
+
+    def run(exec_id: str) -> dict[str, Any]:
+        return runs.setdefault(exec_id, {"exec": exec_id, "name": None, "program": None,
+                                         "driver": None, "fingerprint": None, "nodes": {},
+                                         "bytes": {}, "aborted": False, "abort": False})
+
+    for e in events:
+        exec_id, node = e.get("exec"), str(e.get("node"))
+        if not isinstance(exec_id, str):
+            continue
+        r, name = run(exec_id), e["event"]
+        if name == "execution":
+            driver: dict[str, Any] = e["driver"] if isinstance(e.get("driver"), dict) else {}
+            r.update({k: v for k, v in (("name", e.get("name")), ("program", e.get("program")),
+                                        ("driver", driver.get("name")),
+                                        ("fingerprint", driver.get("fingerprint")))
+                      if v is not None})
+            r["nodes"].setdefault(node, {}).update(
+                {"verdict": e.get("verdict"), "rule": e.get("rule"), "reason": e.get("reason")})
+        elif name == "end":
+            r["nodes"].setdefault(node, {}).update({"status": e.get("status"),
+                                                    "error": e.get("reason")})
+            r["aborted"] = r["aborted"] or e.get("status") == "aborted"
+        elif name == "abort":
+            r["abort"] = True
+        elif name in ("send", "recv"):
+            src, dst = (node, str(e.get("peer")))[:: 1 if name == "send" else -1]
+            if name == "recv" and src in nodes:
+                continue  # the sender's log has it
+            cells = r["bytes"].setdefault(f"{src} -> {dst}", {})
+            _add(cells.setdefault(str(e.get("kind")), {"count": 0, "bytes": 0}), e)
+    for r in runs.values():  # a driver's abort of a run no logged node accepted is cleanup
+        accepted = any(n.get("verdict") == "accepted" for n in r["nodes"].values())
+        r["aborted"] = r["aborted"] or (r.pop("abort") and accepted)
+    return list(runs.values())
 
 
 def _mismatches(messages: dict[str, dict[str, dict[str, dict[str, dict[str, int]]]]]
@@ -420,23 +505,86 @@ def plaintext_received(logs: Iterable[str | os.PathLike[str]] | Iterable[Event],
         or (e["event"] == "fetch" and _driver_name(e) == party))]
 
 
-def format_summary(summary: dict[str, Any]) -> str:
-    """`summarize`'s result as text (what ``mplang audit`` prints)."""
+def _bytes(cells: dict[str, dict[str, int]]) -> str:
+    return ", ".join(f"{kind} {c['bytes']} bytes in {c['count']} "
+                     f"message{'s' if c['count'] != 1 else ''}"
+                     for kind, c in sorted(cells.items()))
+
+
+def _verdict(node: str, seen: dict[str, Any]) -> str:
+    text = f"  {node}: {seen.get('verdict') or 'no request logged'}"
+    if seen.get("verdict") == "refused":
+        text += f": {seen.get('reason')}"
+    elif seen.get("rule"):
+        text += f" ({_relative(seen['rule'])})"
+    if seen.get("status"):
+        text += f"; ended {seen['status']}" + (f": {seen['error']}" if seen.get("error") else "")
+    return text
+
+
+def _relative(path: str) -> str:
+    """``path`` relative to the working folder if it is a file inside it."""
+    here = Path.cwd()
+    return str(Path(path).relative_to(here)) if Path(path).is_relative_to(here) else path
+
+
+def _tags(run: dict[str, Any]) -> str:
+    refused = sorted(n for n, seen in run["nodes"].items() if seen.get("verdict") == "refused")
+    tags = (["aborted"] if run["aborted"] else []) + (
+        [f"refused by {', '.join(refused)}"] if refused else [])
+    return f" ({'; '.join(tags)})" if tags else ""
+
+
+def format_runs(summary: dict[str, Any]) -> list[str]:
+    """One block per run of `summarize`'s result: program, driver, each node's verdict
+    and end, and the bytes between nodes by kind."""
     ex = summary["executions"]
-    lines = [f"nodes: {', '.join(summary['nodes']) or '(none)'}",
-             f"executions: {ex['distinct']} ({ex['requests']} requests)"]
-    for title, table in (("verdict", ex["by_verdict"]), ("driver", ex["by_driver"]),
-                         ("program", ex["by_program"]), ("status", ex["by_status"])):
-        for name, count in sorted(table.items()):
-            lines.append(f"  {title} {name}: {count}")
-    lines.append("messages:")
+    tally = ", ".join(f"{k} {v}" for k, v in sorted(ex["by_verdict"].items()))
+    ends = ", ".join(f"{k} {v}" for k, v in sorted(ex["by_status"].items()))
+    lines = [f"runs: {ex['distinct']} (requests {tally}" + (f"; ended {ends}" if ends else "")
+             + ")"]
+    for number, run in enumerate(summary["runs"], 1):
+        lines.append(f"run {number}: {run['name'] or '(unnamed program)'} by "
+                     f"{run['driver']}{_tags(run)}")
+        lines.append(f"  program sha256 {str(run['program'])[:16]}..., driver certificate "
+                     f"sha256 {str(run['fingerprint'])[:16]}...")
+        lines += [_verdict(node, seen) for node, seen in sorted(run["nodes"].items())]
+        lines += [f"  {pair}: {_bytes(cells)}" for pair, cells in sorted(run["bytes"].items())]
+    return lines
+
+
+def html_summary(summary: dict[str, Any]) -> str:
+    """`summarize`'s result as HTML tables: the runs, the mismatches and the fetches."""
+    runs = [(number, run["name"] or "(unnamed)", f"{str(run['program'])[:16]}...",
+             run["driver"], _tags(run).strip(" ()") or "-",
+             "; ".join(_verdict(n, seen).strip() for n, seen in sorted(run["nodes"].items())),
+             "; ".join(f"{pair}: {_bytes(cells)}" for pair, cells in sorted(run["bytes"].items()))
+             or "-")
+            for number, run in enumerate(summary["runs"], 1)]
+    parts = [html_table(("run", "program", "sha256", "driver", "marks", "nodes", "bytes"), runs,
+                        f"audit of {', '.join(summary['nodes']) or 'no nodes'}")]
+    if summary["mismatches"]:
+        parts.append(html_table(("from", "to", "kind", "sent", "received"),
+                                [tuple(m.values()) for m in summary["mismatches"]],
+                                "mismatches"))
+    parts.append(html_table(("driver", "values", "bytes"),
+                            [(d, e["count"], e["bytes"])
+                             for d, e in sorted(summary["fetches"].items())], "fetches"))
+    return "".join(parts)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """`summarize`'s result as a report (what ``mplang audit`` prints): the runs, then the
+    totals, the mismatches and what left to drivers."""
+    lines = [f"nodes: {', '.join(summary['nodes']) or '(none)'}", *format_runs(summary),
+             "totals:"]
     for node, sides in summary["messages"].items():
-        for side, arrow in (("sent", "->"), ("received", "<-")):
-            for peer, kinds in sorted(sides[side].items()):
-                for kind, cell in sorted(kinds.items()):
-                    lines.append(f"  {node} {arrow} {peer}: {kind}: {cell['bytes']} bytes in "
-                                 f"{cell['count']} messages")
-    for m in summary["mismatches"]:
+        for peer, kinds in sorted(sides["sent"].items()):
+            lines.append(f"  {node} -> {peer}: {_bytes(kinds)}")
+    mismatches = summary["mismatches"]
+    lines.append("mismatches: " + ("none (sent and received bytes agree)" if not mismatches
+                                   else str(len(mismatches))))
+    for m in mismatches:
         lines.append(f"  MISMATCH {m['from']} -> {m['to']} {m['kind']}: sent {m['sent']} "
                      f"bytes, received {m['received']}")
     lines.append("fetches:")

@@ -255,33 +255,51 @@ def self_times(slices: list[dict[str, Any]]) -> list[float]:
     return [max(t, 0.0) for t in own]
 
 
+NO_LINE = "(no source line)"
+"""The key of slices without a source line, with ``--by line``."""
+
+
+def _key(s: dict[str, Any], by: str) -> str:
+    if by == "op":
+        return str(s["name"])
+    source = s["args"].get("source") if isinstance(s.get("args"), dict) else None
+    return source if isinstance(source, str) else NO_LINE
+
+
 def summarize(path: str | os.PathLike[str], top: int = 10,
-              echo: Callable[[str], None] = print) -> None:
+              echo: Callable[[str], None] = print, by: str = "op") -> None:
     """Print the ops of a trace file that took the most time (self time: without the ops
-    nested in them), and each track's busy time."""
+    nested in them), grouped by op name (``by="op"``) or by the user's source line that
+    made them (``by="line"``), and each track's busy time."""
+    if by not in ("op", "line"):
+        raise MPLangError(f"summarize groups by 'op' or 'line', not {by!r}")
     slices = load_trace(path)
     if not slices:
         echo(f"{path}: no op slices")
         return
     own = self_times(slices)
-    by_op: dict[str, list[tuple[float, float]]] = {}
+    groups: dict[str, list[tuple[float, float]]] = {}
     sent: dict[str, int] = {}
+    ops: dict[str, set[str]] = {}
     tracks: dict[str, float] = {}
     for s, t in zip(slices, own, strict=True):
-        by_op.setdefault(s["name"], []).append((t, float(s["dur"])))
+        key = _key(s, by)
+        groups.setdefault(key, []).append((t, float(s["dur"])))
+        ops.setdefault(key, set()).add(str(s["name"]))
         args = s["args"] if isinstance(s.get("args"), dict) else {}
         moved = sum(int(v) for k, v in args.items() if k.endswith("sent_bytes") and _number(v))
-        sent[s["name"]] = sent.get(s["name"], 0) + moved
+        sent[key] = sent.get(key, 0) + moved
         tracks[s["track"]] = tracks.get(s["track"], 0.0) + t
     span = (max(s["ts"] + s["dur"] for s in slices) - min(s["ts"] for s in slices)) / 1000
+    ranked = sorted(groups.items(), key=lambda kv: (-sum(t for t, _ in kv[1]), kv[0]))[:top]
+    width = 28 if by == "op" else min(60, max(28, *(len(k) for k, _ in ranked)))
     echo(f"{path}: {len(slices)} op runs in {span:.3f} ms")
-    echo(f"{'op':<28} {'runs':>6} {'self ms':>10} {'total ms':>10} {'max ms':>9} "
-         f"{'bytes sent':>11}")
-    ranked = sorted(by_op.items(), key=lambda kv: (-sum(t for t, _ in kv[1]), kv[0]))
-    for name, times in ranked[:top]:
-        echo(f"{name[:28]:<28} {len(times):>6} {sum(t for t, _ in times) / 1000:>10.3f} "
+    echo(f"{'op' if by == 'op' else 'source line':<{width}} {'runs':>6} {'self ms':>10} "
+         f"{'total ms':>10} {'max ms':>9} {'bytes sent':>11}" + ("  ops" if by == "line" else ""))
+    for key, times in ranked:
+        echo(f"{key[-width:]:<{width}} {len(times):>6} {sum(t for t, _ in times) / 1000:>10.3f} "
              f"{sum(d for _, d in times) / 1000:>10.3f} {max(d for _, d in times) / 1000:>9.3f}"
-             f" {sent[name]:>11}")
+             f" {sent[key]:>11}" + (f"  {', '.join(sorted(ops[key]))}" if by == "line" else ""))
     echo("self time per track:")
     for track in sorted(tracks):
         echo(f"  {track}: {tracks[track] / 1000:.3f} ms")

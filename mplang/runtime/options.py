@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mplang.edsl.errors import MPLangError
+from mplang.runtime.console import write_line
 from mplang.runtime.timeline import RunMonitor
 
 Mode = Literal["launch", "standard"]
@@ -32,6 +33,7 @@ class RunOptions:
       driver when it accepts the program; otherwise (one op at a time) each party judges
       a fetch when it comes, and every copy of its data sent to another party as if it
       reached the driver.
+    - ``name``: the program's function name, which the workers' audit logs record.
     """
 
     mode: Mode | None = None
@@ -40,6 +42,7 @@ class RunOptions:
     progress: Reporter | None = None
     monitor: RunMonitor | None = None
     whole: bool = False
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode is not None and self.mode not in MODES:
@@ -56,19 +59,20 @@ class RunOptions:
         return {"parallel": self.parallel, "timeout": self.timeout,
                 "progress": self.progress is not None,
                 "trace": self.monitor is not None and self.monitor.record,
-                "whole": self.whole}
+                "whole": self.whole, "name": self.name}
 
 
 DEFAULT_OPTIONS = RunOptions()
 
 
 def stderr_reporter(name: str) -> Reporter:
-    """A reporter printing ``[mplang NAME +SECONDS] message`` lines to stderr."""
+    """A reporter printing ``[mplang NAME +SECONDS] message`` lines to stderr, each at once
+(`mplang.runtime.console`)."""
     start = time.perf_counter()
 
     def report(message: str) -> None:
-        print(f"[mplang {name} +{time.perf_counter() - start:.3f}s] {message}",
-              file=sys.stderr, flush=True)
+        write_line(sys.stderr, f"[mplang {name} +{time.perf_counter() - start:.3f}s] "
+                               f"{message}")
 
     return report
 
@@ -89,4 +93,4 @@ def make_options(name: str, *, mode: Mode | None = None, parallel: bool = True,
         reporter = progress
     else:
         raise MPLangError(f"progress must be a bool or a callable, got {progress!r}")
-    return RunOptions(mode, bool(parallel), timeout, reporter, monitor)
+    return RunOptions(mode, bool(parallel), timeout, reporter, monitor, name=name)

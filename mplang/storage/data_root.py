@@ -89,8 +89,9 @@ def resolve(root: str | os.PathLike[str], relpath: str, node: str = "this node",
         raise _bad(f"path {relpath!r} escapes the data root of {node}", op)
     if not real.exists():
         raise MissingData(f"{op}: {node} has no file {relpath!r} in its data root; put it "
-                          f"there (by default ./data/{node}; mp.Simulator(..., data_roots=...)"
-                          " or `mplang worker --data-root DIR` choose another) or fix the path")
+                          f"there (by default ./data/{node}; mp.Simulator(..., data_roots=...),"
+                          " `mplang run --sim N --data-root DIR` or `mplang worker --data-root "
+                          "DIR` choose another) or fix the path")
     if not real.is_file():
         raise _bad(f"path {relpath!r} in the data root of {node} is not a regular file", op)
     return real

@@ -12,6 +12,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import mplang as mp
@@ -20,7 +21,9 @@ from mplang.backends.upload_client import put
 from mplang.backends.wire import encode_value_bytes
 from mplang.cluster.identity import load_certificate
 from mplang.cluster.local import LocalCluster
-from mplang.records.audit import plaintext_received, read_events, summarize
+from mplang.dialects import table
+from mplang.libs import psi
+from mplang.records.audit import format_summary, plaintext_received, read_events, summarize
 from tests.http import support
 
 SECRET = "secret share"
@@ -104,7 +107,9 @@ def test_each_party_logs_the_verdict_the_driver_and_the_end(
     nodes = {e["node"] for e in accepted}
     assert nodes == {"node_0", "node_1"}  # the parties of the program
     assert all(e["verdict"] == "accepted" and e["reason"] is None and
-               e["driver"] == {"name": "driver", "fingerprint": fingerprint}
+               e["driver"] == {"name": "driver", "fingerprint": fingerprint} and
+               e["name"] == "_shuffle" and  # the rule: the node's policy file
+               e["rule"] == str(cluster.spec_path.parent / "policies" / f"{e['node']}.yaml")
                for e in accepted)
     assert len({e["program"] for e in accepted}) == 1
     assert len(accepted[0]["program"]) == 64
@@ -195,5 +200,36 @@ def test_uploads_and_the_types_told_to_a_driver_are_logged(
     assert events[0]["bytes"] == len(encode_value_bytes(vec))
     assert events[1]["driver"]["name"] == "driver"
     after = log[log.index(events[1]):]
-    assert [e["verdict"] for e in after if e["event"] == "execution"] == ["refused"]
+    assert [(e["verdict"], e["name"]) for e in after if e["event"] == "execution"] == \
+        [("refused", "<lambda>")]  # the refused program is named
     assert [e for e in after if e["event"] in ("end", "fetch")] == []  # nothing ran or left
+
+
+def _join() -> Any:
+    """A PSI join of 30 and 25 ids (20 shared); node_0 sums its joined ids (an aggregate
+    of at least 10 rows, which the development policies let out)."""
+    a = simp.pcall((0,), lambda: table.constant(pa.table({"id": pa.array(range(30))})))
+    b = simp.pcall((1,), lambda: table.constant(pa.table({"id": pa.array(range(10, 35))})))
+    left, _ = psi.join(a, b, "id")
+    ids = simp.pcall((0,), lambda t: table.to_tensor(t, ["id"]), left)
+    return simp.pcall((0,), lambda m: jnp.sum(m), ids)
+
+
+def test_psi_traffic_is_logged_as_psi_not_as_secret_shares(
+        audited: tuple[LocalCluster, Path]) -> None:
+    cluster, audit_dir = audited
+    result, events = _run(cluster, audit_dir, _join)
+    assert int(result[0]) == sum(range(10, 30))
+    links = [e for e in events if e["event"] in ("send", "recv") and e["op"] == "psi.join"]
+    assert links and {e["kind"] for e in links} == {"psi"}
+    assert not [e for e in events if e.get("kind") == SECRET]
+    summary = summarize(events)
+    assert summary["mismatches"] == []
+    [run] = summary["runs"]
+    assert (run["name"], run["driver"], run["aborted"]) == ("_join", "driver", False)
+    assert set(run["bytes"]) == {"node_0 -> node_1", "node_1 -> node_0"}
+    assert all(set(cells) == {"psi"} for cells in run["bytes"].values())
+    text = format_summary(summary)
+    assert "run 1: _join by driver\n" in text
+    policy = cluster.spec_path.parent / "policies" / "node_0.yaml"
+    assert f"  node_0: accepted ({policy}); ended ok\n" in text

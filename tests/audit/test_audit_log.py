@@ -70,7 +70,8 @@ def test_op_keys_name_the_op_through_regions_iterations_and_links() -> None:
 
 def test_events_are_json_lines_with_time_node_and_their_fields(tmp_path: Path) -> None:
     log = _log(tmp_path)
-    log.execution("e1", "/0", "d" * 64, DRIVER, "accepted", graph=_program())
+    log.execution("e1", "/0", "d" * 64, DRIVER, "accepted", graph=_program(), name="f",
+                  rule="policies/node_0.yaml")
     log.message("send", "e1", 1, "/0/1/1", "plaintext", 68)
     log.message("recv", "e1", 2, "/0/4/link#x", "secret share", 37)
     log.message("send", "e1", 2, "/0/9", "plaintext", 5, delivered=False)
@@ -88,8 +89,9 @@ def test_events_are_json_lines_with_time_node_and_their_fields(tmp_path: Path) -
     assert all(e["node"] == "node_0" and isinstance(e["time"], float) for e in events)
     assert events[0] | {"time": 0} == {
         "event": "execution", "time": 0, "node": "node_0", "exec": "e1", "scope": "/0",
-        "program": "d" * 64, "driver": {"name": "driver", "fingerprint": "ab" * 32},
-        "verdict": "accepted", "reason": None}
+        "program": "d" * 64, "name": "f", "driver": {"name": "driver",
+                                                     "fingerprint": "ab" * 32},
+        "verdict": "accepted", "rule": "policies/node_0.yaml", "reason": None}
     assert events[1] | {"time": 0} == {
         "event": "send", "time": 0, "node": "node_0", "exec": "e1", "peer": "node_1",
         "op": "simp.shuffle_static", "key": "/0/1/1", "kind": "plaintext", "bytes": 68,
@@ -226,7 +228,8 @@ def test_kinds_come_from_the_value_and_its_codec() -> None:
 def _two_logs(tmp_path: Path) -> list[Path]:
     a, b = _log(tmp_path, "node_0"), _log(tmp_path, "node_1")
     for log in (a, b):
-        log.execution("e1", "", "d" * 64, DRIVER, "accepted")
+        log.execution("e1", "", "d" * 64, DRIVER, "accepted", name="stats",
+                      rule="the default policy")
     b.execution("e2", "", "f" * 64, ("driver2", "cd" * 32), "refused", "not allowed")
     a.message("send", "e1", 1, "/1", "plaintext", 100)
     b.message("recv", "e1", 0, "/1", "plaintext", 100)
@@ -292,16 +295,63 @@ def test_mplang_audit_prints_text_and_json(tmp_path: Path,
     assert main(["audit", *paths, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == summarize(paths)
     assert main(["audit", *paths]) == 0
-    text = capsys.readouterr().out
-    assert "executions: 2 (3 requests)" in text
-    assert "verdict refused: 1" in text
-    assert "node_0 -> node_1: plaintext: 100 bytes in 1 messages" in text
-    assert "node_1 <- node_0: secret share: 40 bytes in 1 messages" in text
-    assert "MISMATCH node_0 -> node_1 secret share: sent 42 bytes, received 40" in text
-    assert "driver: 1 values, 51 bytes (plaintext: 51 bytes)" in text
-    assert "uploads to node_1: 1 (120 bytes)" in text
-    assert "types described to driver: 1" in text
-    assert f"malformed line: {paths[1]}:" in text
+    assert capsys.readouterr().out == f"""\
+nodes: node_0, node_1
+runs: 2 (requests accepted 2, refused 1; ended failed 1, ok 1)
+run 1: stats by driver
+  program sha256 dddddddddddddddd..., driver certificate sha256 abababababababab...
+  node_0: accepted (the default policy); ended ok
+  node_1: accepted (the default policy); ended failed: MPRuntimeError: x
+  node_0 -> node_1: plaintext 100 bytes in 1 message, secret share 42 bytes in 2 messages
+  node_1 -> node_0: secret share 40 bytes in 1 message
+run 2: (unnamed program) by driver2 (refused by node_1)
+  program sha256 ffffffffffffffff..., driver certificate sha256 cdcdcdcdcdcdcdcd...
+  node_1: refused: not allowed
+totals:
+  node_0 -> node_1: plaintext 100 bytes in 1 message, secret share 42 bytes in 2 messages
+  node_1 -> node_0: secret share 40 bytes in 1 message
+mismatches: 1
+  MISMATCH node_0 -> node_1 secret share: sent 42 bytes, received 40
+fetches:
+  driver: 1 values, 51 bytes (plaintext: 51 bytes)
+  driver2: 1 values, 90 bytes (secret share: 90 bytes)
+deletes by driver: 2
+uploads to node_1: 1 (120 bytes)
+types described to driver: 1
+malformed line: {paths[1]}:{len(Path(paths[1]).read_text().splitlines())}
+"""
+
+
+def test_an_aborted_run_is_marked_aborted_not_a_mismatch(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    """node_0 sent 10 bytes that node_1 never took: the driver aborted the run."""
+    a, b = _log(tmp_path, "node_0"), _log(tmp_path, "node_1")
+    for log in (a, b):
+        log.execution("e9", "", "e" * 64, DRIVER, "accepted", name="join", rule="p.yaml")
+    a.message("send", "e9", 1, "/1", "plaintext", 10)
+    for log in (a, b):
+        log.abort("e9", DRIVER, "party 1 failed")
+        log.end("e9", "", "MPRuntimeError: execution e9 was aborted")
+    a.close()
+    b.close()
+    summary = summarize([a.path, b.path])
+    assert summary["mismatches"] == []
+    assert [(r["exec"], r["aborted"]) for r in summary["runs"]] == [("e9", True)]
+    assert main(["audit", str(a.path), str(b.path)]) == 0
+    assert capsys.readouterr().out == """\
+nodes: node_0, node_1
+runs: 1 (requests accepted 2; ended aborted 2)
+run 1: join by driver (aborted)
+  program sha256 eeeeeeeeeeeeeeee..., driver certificate sha256 abababababababab...
+  node_0: accepted (p.yaml); ended aborted: MPRuntimeError: execution e9 was aborted
+  node_1: accepted (p.yaml); ended aborted: MPRuntimeError: execution e9 was aborted
+  node_0 -> node_1: plaintext 10 bytes in 1 message
+totals:
+  node_0 -> node_1: plaintext 10 bytes in 1 message
+mismatches: none (sent and received bytes agree)
+fetches:
+"""
 
 
 def test_mplang_audit_of_a_missing_log_fails_clearly(tmp_path: Path,

@@ -9,6 +9,7 @@ import pytest
 
 from mplang.cli.main import main
 from mplang.cluster.local import LocalCluster
+from tests.http.support import free_ports, make_spec, running_cluster
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run_me.py"
 
@@ -38,3 +39,20 @@ def test_run_on_cluster_with_driver_name(local_cluster: LocalCluster, tmp_path: 
     out, err = capsys.readouterr()
     assert (code, err) == (0, "")
     assert out == "Driver 42\n"
+
+
+def test_ir_of_a_program_that_loads_files_asks_the_workers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``mplang ir --cluster F``: the workers tell the types of the files (not the data)."""
+    (tmp_path / "roots" / "node_0").mkdir(parents=True)
+    np.save(tmp_path / "roots" / "node_0" / "wealth.npy", np.zeros((2, 3), np.float32))
+    script = tmp_path / "loads.py"
+    script.write_text(
+        "import mplang as mp\nfrom mplang import tensor\n\n\n"
+        "def load():\n    return mp.device('P0')(lambda: tensor.load('wealth.npy'))()\n")
+    spec = make_spec(free_ports(3))
+    with running_cluster(spec, data_root=tmp_path / "roots") as cluster:
+        code = main(["ir", f"{script}:load", "--cluster", str(cluster.spec_path)])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert "tensor.load() {key=None, path='wealth.npy', type=f32[2,3]} : (f32[2,3])" in out

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from mplang.cluster.identity import load_certificate
+from mplang.cluster.status import package_version
 from tests.http import support
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "deployment.md"
@@ -24,6 +26,23 @@ def _mplang(line: str) -> list[str]:
     words = shlex.split(line)
     assert words[0] == "mplang", line
     return [sys.executable, "-m", "mplang.cli", *words[1:]]
+
+
+def check_status(folder: Path, ports: list[int]) -> None:
+    """The ``mplang status`` of the doc prints what the doc shows, with this run's ports
+    and fingerprints (compared cell by cell: the columns' widths follow them)."""
+    (console,) = _blocks("console")
+    command, *shown = console.strip().splitlines()
+    expected = "\n".join(shown)
+    for i, (old, new) in enumerate(zip(("7101", "7102", "7103"), ports, strict=True)):
+        shown_fp = shown[i + 1].split()[3]
+        real_fp = load_certificate(str(folder / "certs" / f"node_{i}.crt")).fingerprint[:16]
+        expected = expected.replace(old, str(new)).replace(shown_fp, real_fp)
+    done = subprocess.run(_mplang(command.removeprefix("$ ")), cwd=folder, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [line.split() for line in done.stdout.splitlines()] == [
+        line.split() for line in expected.replace("0.1.0", package_version()).splitlines()]
 
 
 def test_deployment_walkthrough_runs(tmp_path: Path) -> None:
@@ -55,6 +74,7 @@ def test_deployment_walkthrough_runs(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, log.read_text()
                 time.sleep(0.05)
             assert f"node_{i} ready" in log.read_text()
+        check_status(tmp_path, ports)
         (script,) = _blocks("python")
         result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path,
                                 capture_output=True, text=True, timeout=120)

@@ -61,8 +61,8 @@ def party_2_failure(ctx: Any, prog: Any, op: str, tag: str, request: pytest.Fixt
 
 @pytest.mark.parametrize(("how", "protocol", "parties"),
                          [("inner", "rr22", (0, 1)), ("left", "ecdh", (2, 0))])
-def test_join_across_workers(ctx: Any, how: str, protocol: str,
-                             parties: tuple[int, int]) -> None:
+def test_join_across_workers(ctx: Any, how: str, protocol: str, parties: tuple[int, int],
+                             request: pytest.FixtureRequest) -> None:
     @mp.function
     def prog() -> Any:
         return psi.join(*tables(parties), "id", how=how, protocol=protocol)
@@ -72,6 +72,9 @@ def test_join_across_workers(ctx: Any, how: str, protocol: str,
     want_a, want_b = reference(how)
     assert got_a.equals(want_a) and got_b.equals(want_b)
     assert got_a.num_rows == (310 if how == "inner" else 610)
+    if isinstance(ctx, mp.Driver):  # libpsi's log lines are in the worker's log
+        cluster: LocalCluster = request.getfixturevalue("local_cluster")
+        assert "[info] [launch.cc:" in cluster.log_tail(f"node_{parties[0]}", 1 << 20)
 
 
 def test_intersection_size_across_workers(ctx: Any) -> None:

@@ -133,8 +133,8 @@ def test_describe_answers_a_table_file_with_its_type(dev: support.DevCluster,
     assert missing.status_code == 404
     assert missing.json()["error"] == (
         "table.read_csv: node_2 has no file 'orders.csv' in its data root; put it there (by "
-        "default ./data/node_2; mp.Simulator(..., data_roots=...) or `mplang worker "
-        "--data-root DIR` choose another) or fix the path")
+        "default ./data/node_2; mp.Simulator(..., data_roots=...), `mplang run --sim N "
+        "--data-root DIR` or `mplang worker --data-root DIR` choose another) or fix the path")
     escape = describe(dev, 0, what="table", path="../node_1/names.parquet", format="parquet")
     assert escape.status_code == 400
     assert "escapes the data root of node_0" in escape.json()["error"]

@@ -27,6 +27,13 @@ def ring() -> Any:
     return simp.shuffle_static(doubled, {0: 2, 1: 0, 2: 1})
 
 
+def secure_product() -> Any:
+    x = mp.device("P0")(lambda: np.arange(4, dtype=np.float32))()
+    y = mp.device("P1")(lambda: np.ones(4, dtype=np.float32))()
+    z = mp.device("SP0")(lambda a, b: a * b)(x, y)  # @spu
+    return mp.put("P0", z)
+
+
 def _line(text: str) -> int:
     return next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
                 if text in line)
@@ -152,6 +159,32 @@ def test_trace_summarize_prints_the_top_ops(sim_ctx: mp.Simulator, tmp_path: Pat
     top = sorted(own, key=lambda n: (-own[n], n))[:2]
     assert [line.split()[0] for line in lines[2:4]] == top
     assert lines[4] == "self time per track:"
+
+
+def test_trace_summarize_by_source_line(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``--by line`` groups the ops by the user's line that made them, with their ops."""
+    path = tmp_path / "run.json"
+    sim = mp.Simulator(3)
+    try:
+        mp.evaluate(sim, secure_product, trace=path)
+    finally:
+        sim.close()
+    capsys.readouterr()
+    assert main(["trace", "summarize", str(path), "--by", "line"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["source", "line", "runs", "self", "ms", "total", "ms", "max",
+                                "ms", "bytes", "sent", "ops"]
+    rows = {line.split()[0]: line.split() for line in lines[2:lines.index(
+        "self time per track:")] if line.startswith("test_timeline.py:")}
+    line = _line("# @spu")
+    assert rows[f"test_timeline.py:{line}"][-2:] == ["spu.run,", "spu.seal"]
+    assert int(rows[f"test_timeline.py:{line}"][1]) == 9  # 3 parties: 2 seals, 1 run each
+    slices = load_trace(path)
+    sent = sum(int(v) for s in slices if s["args"].get("source") ==
+               f"test_timeline.py:{line}" for k, v in s["args"].items()
+               if k.endswith("sent_bytes"))
+    assert int(rows[f"test_timeline.py:{line}"][5]) == sent > 0
 
 
 @pytest.mark.parametrize("content, message", [

@@ -166,8 +166,8 @@ def test_describe_answers_drivers_with_types_only(dev: support.DevCluster, worke
     assert missing.status_code == 404
     assert missing.json()["error"] == (
         "tensor.load: node_0 has no file 'nope.npy' in its data root; put it there (by "
-        "default ./data/node_0; mp.Simulator(..., data_roots=...) or `mplang worker "
-        "--data-root DIR` choose another) or fix the path")
+        "default ./data/node_0; mp.Simulator(..., data_roots=...), `mplang run --sim N "
+        "--data-root DIR` or `mplang worker --data-root DIR` choose another) or fix the path")
     escape = describe(dev, "driver", 0, what="file", path="../x.npy")
     assert escape.status_code == 400
     assert escape.json()["error"] == "tensor.load: path '../x.npy' escapes the data root of " \

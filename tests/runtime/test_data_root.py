@@ -81,7 +81,8 @@ def test_missing_files_members_and_bad_contents(root: Path) -> None:
     with pytest.raises(MissingData, match=r"^tensor.load: node_0 has no file 'nope.npy' in its "
                                           r"data root; put it there \(by default "
                                           r"\./data/node_0; mp\.Simulator\(\.\.\., "
-                                          r"data_roots=\.\.\.\) or `mplang worker --data-root "
+                                          r"data_roots=\.\.\.\), `mplang run --sim N "
+                                          r"--data-root DIR` or `mplang worker --data-root "
                                           r"DIR` choose another\) or fix the path$"):
         data_root.describe(root, "nope.npy", node="node_0")
     with pytest.raises(MissingData, match=r"'many.npz' has no array 'c' \(it holds a, b\)"):

@@ -18,7 +18,7 @@ from mplang.backends.transport_errors import (
     UnreachableError,
     error_message,
     refused_by_policy,
-    start_worker_hint,
+    unreachable_message,
 )
 from mplang.backends.wire import pack_message
 from mplang.edsl.errors import MPRefusedError, MPRuntimeError, MPSerializationError
@@ -72,9 +72,8 @@ def _ask(clients: MuxClients, rank: int, where: str, fields: dict[str, Any]) -> 
         refused.party = rank
         raise refused from None
     except UnreachableError as e:
-        raise MPRuntimeError(f"{where} is not reachable, so the type of a private input "
-                             f"cannot be asked ({e}); {start_worker_hint(clients.nodes[rank])}",
-                             party=rank) from e
+        raise MPRuntimeError(unreachable_message(where, "answer for the type of a private input",
+                                                 e, clients.nodes[rank]), party=rank) from e
     except TransportError as e:
         raise MPRuntimeError(f"{where} could not be asked for the type of a private input "
                              f"({type(e).__name__}: {e})", party=rank) from e

@@ -27,7 +27,7 @@ from mplang.backends.transport_errors import (
     UnreachableError,
     error_message,
     refused_by_policy,
-    start_worker_hint,
+    unreachable_message,
 )
 from mplang.backends.wire import decode_value, pack_message
 from mplang.cluster.commitments import commit, encode_openings
@@ -188,10 +188,8 @@ class SimpHttpDriver(SimpDriver):
                      ) -> MPCommunicationError:
         """The error for party ``rank``, whose worker accepted no connection to ``doing``:
         which node, at which address, and how to start its worker."""
-        return MPCommunicationError(f"{self._where(rank)} is not reachable, so it cannot "
-                                    f"{doing} ({e}); "
-                                    f"{start_worker_hint(self.cluster.nodes[rank].name)}",
-                                    party=rank)
+        return MPCommunicationError(unreachable_message(
+            self._where(rank), doing, e, self.cluster.nodes[rank].name), party=rank)
 
     def _refused(self, rank: int, what: str, e: StatusError, exec_id: str | None = None
                  ) -> MPLangError:

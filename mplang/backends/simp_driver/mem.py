@@ -19,6 +19,7 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.program import Program
 from mplang.edsl.typing import BaseType, TensorType
 from mplang.policy.enforce import install_guards
+from mplang.runtime import native_logs
 from mplang.runtime.backend import vet_program
 from mplang.runtime.options import DEFAULT_OPTIONS, Mode, RunOptions
 from mplang.storage import data_root
@@ -151,7 +152,8 @@ class Simulator(SimpMemDriver):
     ``policies={"node_0": "p0.yaml" or Policy, ...}`` makes those nodes check every
     program and fetch against their policies (`mplang.policy`); nodes without an entry
     check nothing: the simulator runs every party in this process. `budget` shows a
-    node's privacy budget ledger (kept in memory here).
+    node's privacy budget ledger (kept in memory here). The native libraries' logs go to
+    one file, not the terminal (`mplang.runtime.native_logs`).
     """
 
     def __init__(self, cluster: ClusterSpec | int, *, timeout: float = 60.0,
@@ -160,6 +162,7 @@ class Simulator(SimpMemDriver):
                  links: Mapping[tuple[int, int], tuple[float, float | None]] | None = None,
                  data_roots: Mapping[str, str | os.PathLike[str]] | None = None,
                  policies: Mapping[str, Any] | None = None):
+        native_logs.level()  # refuse a wrong MPLANG_LOG now, not in a party's kernel
         if not isinstance(cluster, ClusterSpec):
             cluster = ClusterSpec.simple(cluster)
         network = None

@@ -61,6 +61,7 @@ from mplang.backends.simp_worker.tls import peer_of, tls_server
 from mplang.backends.wire import split_frame
 from mplang.cluster.identity import LocalIdentity
 from mplang.cluster.peers import Peer
+from mplang.cluster.status import package_version
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
 from mplang.policy.check import PolicyRefusedError
@@ -97,8 +98,11 @@ def create_app(server: WorkerServer) -> FastAPI:
     async def health(request: Request) -> dict[str, Any]:
         if server.peers.lookup(peer_of(request.scope)) is None:
             raise MPRefusedError("certificate not in this party's cluster spec", 403)
+        spec = server.peers.spec
         answer = {"status": "ok", "node": server.node, "rank": server.rank,
-                  "fingerprint": server.identity.fingerprint, "spec": server.peers.digest}
+                  "fingerprint": server.identity.fingerprint, "spec": server.peers.digest,
+                  "version": package_version(),
+                  "devices": [d.name for d in spec.devices.values() if server.node in d.members]}
         if server.peers.refused_reload is not None:  # the spec on disk is not in force
             answer["refused_reload"] = server.peers.refused_reload
         return answer

@@ -134,8 +134,8 @@ WORKER_API: dict[str, Any] = {
                             "of mplang.backends.simp_worker.openapi)."},
     "paths": {
         "/health": {"get": {
-            "summary": "Liveness, this node's name, rank, fingerprint and spec digest "
-                       "(any listed party).",
+            "summary": "Liveness, this node's name, rank, fingerprint, spec digest, MPLang "
+                       "version and devices (any listed party).",
             "parameters": [dict(_SPEC_HEADER, required=False)],
             "responses": {
                 "200": _json({"type": "object",
@@ -145,6 +145,9 @@ WORKER_API: dict[str, Any] = {
                                              "rank": {"type": "integer", "minimum": 0},
                                              "fingerprint": {"type": "string"},
                                              "spec": SPEC_DIGEST,
+                                             "version": {"type": "string"},
+                                             "devices": {"type": "array",
+                                                         "items": {"type": "string"}},
                                              "refused_reload": {"type": "string"}}},
                              "the worker is up (refused_reload: why the spec file's "
                              "latest edit is not in force, if it is not)"),
@@ -152,7 +155,8 @@ WORKER_API: dict[str, Any] = {
         "/prepare": _post(
             "Accept a run of a program on several parties (driver); its /run starts it. "
             "Header: exec, scope, inputs (object ids or null), parties, and optionally "
-            "timeout, parallel, progress; payload: the program (graph bundle).",
+            "timeout, parallel, progress, name (the function's, for the audit log); "
+            "payload: the program (graph bundle).",
             _json({"type": "object", "required": ["accepted"],
                    "properties": {"accepted": {"type": "boolean"}}}, "prepared"),
             (*_DRIVER, 429)),

@@ -90,6 +90,10 @@ def inline_limit(header: dict[str, Any]) -> int:
     return limit
 
 
+NAME_CHARS = 128
+"""The most characters of a program's name the audit log keeps."""
+
+
 def run_options(header: dict[str, Any], exec_id: str) -> RunOptions:
     """The execution's options from the header that prepares it (progress goes to the
     worker log)."""
@@ -103,4 +107,11 @@ def run_options(header: dict[str, Any], exec_id: str) -> RunOptions:
     monitor = RunMonitor(exec_id, record=True) if header.get("trace") is True else None
     return RunOptions(parallel=header.get("parallel") is not False, timeout=timeout,
                       progress=to_log if header.get("progress") is True else None,
-                      monitor=monitor, whole=header.get("whole") is True)
+                      monitor=monitor, whole=header.get("whole") is True,
+                      name=program_name(header))
+
+
+def program_name(header: dict[str, Any]) -> str | None:
+    """The function name the driver gives its program (for the audit log only)."""
+    name = header.get("name")
+    return name[:NAME_CHARS] if isinstance(name, str) else None

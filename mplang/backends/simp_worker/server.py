@@ -34,6 +34,7 @@ from mplang.backends.simp_worker.request import (
     KEY_LIMIT,
     check_exec_id,
     inline_limit,
+    program_name,
     require_str,
     run_options,
     str_or_none_list,
@@ -160,12 +161,15 @@ class WorkerServer:
                 self.audit.execution(
                     exec_id if isinstance(exec_id, str) and ID.fullmatch(exec_id) else "",
                     scope[:KEY_LIMIT] if isinstance(scope, str) else "",
-                    _refused_digest(header, payload), driver.audit_id, "refused", str(e))
+                    _refused_digest(header, payload), driver.audit_id, "refused", str(e),
+                    name=program_name(header))
             raise
         if self.audit is not None:
             run = prepared.run
+            guard = self.worker.guard
             self.audit.execution(run.exec_id, run.scope, run.program, driver.audit_id,
-                                 "accepted", graph=prepared.graph)
+                                 "accepted", graph=prepared.graph, name=prepared.options.name,
+                                 rule=guard.policy.source if guard else "no policy")
         return prepared
 
     # -- consent
