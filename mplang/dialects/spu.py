@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -514,6 +515,11 @@ def executable_of(stablehlo: str, inputs: int, outputs: int, name: str) -> bytes
     return data
 
 
+_COMPILING = threading.RLock()
+"""Held while a function is lowered and compiled for libspu (drivers trace from many
+threads)."""
+
+
 def _compile(fn: Callable[..., Any], name: str, label: str, tree: Any, spec: tuple[Any, ...],
              in_types: tuple[TensorType, ...]) -> _Compiled:
     def flat(*arrays: Any) -> Any:
@@ -524,14 +530,15 @@ def _compile(fn: Callable[..., Any], name: str, label: str, tree: Any, spec: tup
 
     symbolic = not all(t.is_static for t in in_types)
     try:
-        if symbolic:  # exported once; each member compiles it for each run's sizes
-            stablehlo, out_avals = lower_symbolic(flat, in_types)
-        else:
-            avals = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in in_types]
-            stablehlo, out_avals = lower(flat, avals)
-        leaves, out_tree = jax.tree_util.tree_flatten(out_avals)
-        executable = b"" if symbolic else executable_of(stablehlo, len(in_types),
-                                                          len(leaves), name)
+        with _COMPILING:  # lowering patches JAX for libspu: one thread at a time
+            if symbolic:  # exported once; each member compiles it for each run's sizes
+                stablehlo, out_avals = lower_symbolic(flat, in_types)
+            else:
+                avals = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in in_types]
+                stablehlo, out_avals = lower(flat, avals)
+            leaves, out_tree = jax.tree_util.tree_flatten(out_avals)
+            executable = b"" if symbolic else executable_of(stablehlo, len(in_types),
+                                                              len(leaves), name)
     except Exception as e:
         types = ", ".join(map(str, in_types))
         raise MPTypeError(f"{label}: could not compile the function for SPU on ({types}): "
