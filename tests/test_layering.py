@@ -36,10 +36,10 @@ PACKAGE = ROOT / "mplang"
 SPU_OWN = frozenset(["mplang/dialects/spu.py", "mplang/device/spu.py",
                      "mplang/analysis/spu_rounds.py",
                      "mplang/backends/psi_impl.py", "mplang/backends/psi_npc_impl.py",
-                     "mplang/backends/psi_ub_impl.py"])
+                     "mplang/backends/psi_ub_impl.py", "mplang/backends/psi_sorted.py"])
 """SPU's own modules (plus ``mplang/backends/spu_*.py``). The ``psi_*_impl`` modules run
 libpsi, which ships in the spu wheel (``spu.psi``): they name the package, not the SPU
-dialect."""
+dialect. ``psi_sorted`` runs libspu's ABY3 among three holders for ``psi.join_n``."""
 MAX_SPU_MENTIONS = 3
 MAX_MODULE_LINES = 600
 """The most non-blank lines (``grep -c .``) one module may have."""

@@ -1,16 +1,20 @@
-"""The kernel of ``psi.join_n``: libpsi's n-party PSI among the holders of n tables.
+"""The kernel of ``psi.join_n``: n-party PSI among the holders of n tables.
 
-libpsi runs its n-party protocols (``spu.psi.psi_execute`` with ``PROTOCOL_ECDH_3PC``,
-``PROTOCOL_ECDH_NPC`` or ``PROTOCOL_KKRT_NPC``, its older "bucket" PSI) on one link
-among all the holders (`mplang.backends.psi_impl` makes it), with holder 0 as its
-receiver and the result broadcast to every holder. As for ``psi.join``, each holder
-hands libpsi only its encoded keys and row numbers, in a private temporary folder,
-and rebuilds its rows from its own table; the keys are distinct on every side, so
-sorting the shared rows by key aligns the n results.
+With ``"aby3"`` (the default for three or more tables), the holders' key hashes are
+secret-shared among the first three holders and intersected there; only the n-way
+keys are revealed (`mplang.backends.psi_sorted`). With libpsi's protocols
+(``spu.psi.psi_execute`` with ``PROTOCOL_ECDH_3PC``, ``PROTOCOL_ECDH_NPC`` or
+``PROTOCOL_KKRT_NPC``, its older "bucket" PSI) libpsi runs on one link among all the
+holders (`mplang.backends.psi_impl` makes it), with holder 0 as its receiver and the
+result broadcast to every holder; some holders learn more than the n-way keys (see
+`mplang.libs.psi.join_n`). As for ``psi.join``, each holder hands libpsi only its
+encoded keys and row numbers, in a private temporary folder, and rebuilds its rows
+from its own table; the keys are distinct on every side, so sorting the shared rows
+by key aligns the n results.
 
-Before libpsi starts, every holder sends every other a hello (its row count, or why
-it cannot take part: bad input, null or repeated keys), so a bad input fails all of
-them at once. If a table is empty, libpsi does not run: the intersection is empty.
+Before the protocol starts, every holder sends every other a hello (its row count, or
+why it cannot take part: bad input, null or repeated keys), so a bad input fails all of
+them at once. If a table is empty, no protocol runs: the intersection is empty.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from mplang.backends.psi_session import (
     stopping,
     u64,
 )
+from mplang.backends.psi_sorted import COMPUTE, plan, shared_index
 from mplang.dialects import psi
 from mplang.edsl.graph import Operation
 from mplang.runtime.interpreter import Interpreter, op_error
@@ -71,12 +76,17 @@ def run_npc(protocol: str, keys: pa.Array, link: Any, folder: Path) -> np.ndarra
 
 
 def shared_rows(protocol: str, table: pa.Table, key: str, counts: list[int],
-                link: Any) -> pa.Table:
+                link: Any, session: Session, members: tuple[int, ...], rank: int
+                ) -> pa.Table:
     """This holder's rows whose key all holders have, by key (``counts``: every
     holder's row count, from the hellos)."""
     keys = encode_keys(table.column(key))
     if min(counts) == 0:
         index = np.zeros(0, np.int64)
+        for dst, name in list(session.pending):
+            session.skip(dst, name)
+    elif protocol == "aby3":
+        index = shared_index(session, members, rank, keys, counts, link)
     else:
         with tempfile.TemporaryDirectory(prefix="mplang-psi-") as folder:
             index = run_npc(protocol, keys, link(), Path(folder))
@@ -96,8 +106,9 @@ def _join_n(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
     side = members.index(rank)
     peers = [m for m in members if m != rank]
     timeout = interp.options.timeout or state.env.timeout
+    planned = plan(members, rank) if op.attrs["protocol"] == "aby3" else []
     session = Session(state.env.communicator, interp.exec_id, key, timeout,
-                      [(p, "hello") for p in peers])
+                      [(p, "hello") for p in peers] + planned)
     table, column = args[side], op.attrs["key"]
     problem = check_table(table, column, rank) or check_distinct(table, column, rank,
                                                                   "psi.join_n")
@@ -108,11 +119,14 @@ def _join_n(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
         session.send(p, "hello", U64.pack(table.num_rows))
 
     def link() -> Any:
-        return state.links.link(members, interp.exec_id, key, side, timeout)
+        among = members[:COMPUTE] if op.attrs["protocol"] == "aby3" else members
+        return state.links.link(among, interp.exec_id, key, among.index(rank), timeout)
 
     with stopping(interp, op, session):
-        counts = [table.num_rows] + [u64(session.recv(p, "hello"), "hello") for p in peers]
-        result = shared_rows(op.attrs["protocol"], table, column, counts, link)
+        counts = [table.num_rows if m == rank else u64(session.recv(m, "hello"), "hello")
+                  for m in members]
+        result = shared_rows(op.attrs["protocol"], table, column, counts, link, session,
+                             members, rank)
     guard = interp.states["simp"].guard
     if guard is not None:
         guard.check_rows(op, distinct_keys(result, column), "the n-party join of its table")

@@ -91,7 +91,8 @@ class SpuShare:
         return "SpuShare(<secret share>)"
 
 
-def _encode_share(share: SpuShare) -> list[bytes]:
+def encode_share(share: SpuShare) -> list[bytes]:
+    """A share as plain byte chunks: its meta, then its data chunks."""
     meta, chunks = share.to_parts()
     return [meta, *chunks]
 
@@ -177,7 +178,9 @@ def _received_share(value: Any, op: Operation, sender: int | str,
     return value
 
 
-def _decode_share(parts: list[memoryview]) -> SpuShare:
+def decode_share(parts: list[memoryview]) -> SpuShare:
+    """The share of `encode_share`'s chunks, each field checked before libspu parses it;
+    ValueError if malformed."""
     if len(parts) < 2:
         raise ValueError("a share is a meta chunk and at least one data chunk")
     meta = bytes(parts[0])
@@ -195,7 +198,7 @@ def _decode_share(parts: list[memoryview]) -> SpuShare:
     return SpuShare.from_parts(meta, chunks)
 
 
-register_value_codec(ValueCodec(_spu.SecretShareType, SpuShare, _encode_share, _decode_share,
+register_value_codec(ValueCodec(_spu.SecretShareType, SpuShare, encode_share, decode_share,
                                 nbytes=lambda share: share.nbytes, privacy=SECRET_SHARE))
 
 
@@ -374,7 +377,7 @@ def _shares(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
     if not (isinstance(parts, tuple) and all(isinstance(p, bytes) for p in parts)):
         raise RuntimeError("this member's share was not opened (a tuple of bytes expected)")
     try:
-        share = _decode_share([memoryview(p) for p in parts])
+        share = decode_share([memoryview(p) for p in parts])
     except ValueError as e:
         raise RuntimeError(f"the driver sent a malformed share: {e}") from None
     return [_received_share(share, op, "the driver", op.attrs["plaintext"])]

@@ -8,8 +8,8 @@ same name and dtype on every side:
   unmatched rows (``left``, ``full``), both results aligned row by row;
 - ``psi.intersection_size``: only the number of distinct shared keys, for the
   parties named by ``reveal_to`` (ECDH over X25519, see `mplang.backends.psi_count`);
-- ``psi.join_n`` (libpsi: ECDH_3PC, ECDH_NPC, KKRT_NPC) of n tables: each holder gets
-  its own rows for the keys all n hold, aligned;
+- ``psi.join_n`` (ABY3 on secret shares, or libpsi: ECDH_3PC, ECDH_NPC, KKRT_NPC) of n
+  tables: each holder gets its own rows for the keys all n hold, aligned;
 - ``psi.ub_prepare`` and ``psi.ub_join``: unbalanced PSI (libpsi's ECDH-OPRF), a
   server's set prepared once into its data root, then joined with clients' small sets.
 
@@ -48,9 +48,11 @@ PROTOCOLS = ("rr22", "kkrt", "ecdh")
 ECDH (Diffie-Hellman over Curve25519; the least communication rounds)."""
 JOINS = ("inner", "left", "full")
 """What ``psi.join`` keeps: shared keys only; also A's unmatched rows; also both sides'."""
-NPC_PROTOCOLS = ("ecdh_3pc", "ecdh_npc", "kkrt_npc")
-"""libpsi's protocols of ``psi.join_n``: ECDH_3PC (three parties only), ECDH_NPC and
-KKRT_NPC (a tree of two-party ECDH or KKRT PSIs, any number of parties)."""
+NPC_PROTOCOLS = ("aby3", "ecdh_3pc", "ecdh_npc", "kkrt_npc")
+"""The protocols of ``psi.join_n``: ``aby3`` (three or more parties; key hashes
+intersected on secret shares among the first three holders, only the n-way keys
+revealed), then libpsi's ECDH_3PC (three parties only), ECDH_NPC and KKRT_NPC (a tree
+of two-party ECDH or KKRT PSIs, any number of parties)."""
 UB_FOLDER = "ub-psi"
 """The folder of a party's data root that holds its unbalanced-PSI state, one
 subfolder per name."""
@@ -98,12 +100,13 @@ join_n_p = Primitive(
     "psi.join_n", kind="communication", execution_model="multi_party", traits=_TRAITS,
     operands=_N_TABLES,
     attrs={"key": _KEY,
-           "protocol": Attr(str, required=True, choices=NPC_PROTOCOLS, doc="libpsi's protocol"),
+           "protocol": Attr(str, required=True, choices=NPC_PROTOCOLS, doc="the protocol"),
            "rows": _ROWS},
     results=[Result("joined", HELD_TABLE, variadic=True, doc="each holder's rows, held by it")],
     cost=_cost,
     doc="Private set intersection of n parties' tables on a key column of distinct keys "
-        "(libpsi); each holder gets its own rows for the keys all n hold, aligned by key.")
+        "(ABY3 on secret shares, or libpsi); each holder gets its own rows for the keys all "
+        "n hold, aligned by key.")
 _UB_NAME = Attr(str, required=True, doc=f"the name of the server's state ({UB_FOLDER}/NAME "
                                         "in its data root)")
 ub_prepare_p = Primitive(
@@ -241,6 +244,10 @@ def _join_n_rule(sig: Signature) -> list[ValueType]:
     if sig.protocol == "ecdh_3pc" and len(tables) != 3:
         raise MPTypeError(f"{op}: protocol 'ecdh_3pc' joins exactly three tables, got "
                           f"{len(tables)}; use 'ecdh_npc' or 'kkrt_npc'")
+    if sig.protocol == "aby3" and len(tables) < 3:
+        raise MPTypeError(f"{op}: protocol 'aby3' needs at least three tables (three "
+                          f"holders compute), got {len(tables)}; two tables join with "
+                          "psi.join or 'kkrt_npc'")
     dtypes = [key_dtype(op, f"table {i}", t, r, sig.key)
               for i, (t, r) in enumerate(zip(tables, ranks, strict=True))]
     for i, dtype in enumerate(dtypes):
@@ -298,10 +305,12 @@ def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
 
 @join_n_p.def_flow
 def _join_n_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
-    """Each holder keeps those of its rows whose keys every other holder's table holds. It
-    may learn, during the protocol, which of its keys one other holder holds (libpsi's
+    """Each holder keeps those of its rows whose keys every other holder's table holds: a
+    comparison between its keys and all the others' (``aby3`` reveals no more). With
+    libpsi's protocols it may also learn which of its keys one other holder holds (the
     NPC tree) or how many keys two others share (ECDH_3PC): a comparison between its keys
-    and each other holder's, as for ``psi.join`` with each of them."""
+    and each other holder's, as for ``psi.join`` with each of them; the label covers
+    both."""
     ranks = holders_n(op)
     labels = [lab.get(r) for lab, r in zip(ins, ranks, strict=True)]
     out: list[PartyLabels] = []
@@ -367,7 +376,7 @@ def join(a: MPObject, b: MPObject, *, key: str, how: str = "inner", protocol: st
     return ja, jb
 
 
-@feop(join_n_p, example='js = psi.join_n([a, b, c], key="id", protocol="ecdh_3pc")')
+@feop(join_n_p, example='js = psi.join_n([a, b, c], key="id", protocol="aby3")')
 @function
 def join_n(tables: Sequence[MPObject], *, key: str, protocol: str) -> list[MPObject]:
     """n-party PSI of ``tables`` on column ``key``: each holder's rows, aligned (one row

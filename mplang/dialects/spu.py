@@ -520,6 +520,15 @@ _COMPILING = threading.RLock()
 threads)."""
 
 
+def compiled(fn: Callable[..., Any], avals: list[Any], name: str) -> bytes:
+    """The serialized libspu executable of JAX function ``fn`` on ``avals``, every input
+    secret (named by `input_name`, its outputs by `output_name`)."""
+    with _COMPILING:
+        stablehlo, out_avals = lower(fn, avals)
+        outputs = len(jax.tree_util.tree_leaves(out_avals))
+        return executable_of(stablehlo, len(avals), outputs, name)
+
+
 def _compile(fn: Callable[..., Any], name: str, label: str, tree: Any, spec: tuple[Any, ...],
              in_types: tuple[TensorType, ...]) -> _Compiled:
     def flat(*arrays: Any) -> Any:

@@ -1,7 +1,8 @@
-"""n-party PSI (``psi.join_n``: libpsi's ECDH_3PC, ECDH_NPC and KKRT_NPC) on the simulator,
-against pandas: every holder gets its own rows for the keys all n tables hold, by key;
-a pairwise overlap larger than the n-way one does not reach any result; bad inputs fail
-every holder at once, naming the party; type errors when tracing; the flow rule."""
+"""n-party PSI (``psi.join_n``: ABY3 on secret shares, libpsi's ECDH_3PC, ECDH_NPC and
+KKRT_NPC) on the simulator, against pandas: every holder gets its own rows for the keys
+all n tables hold, by key; a pairwise overlap larger than the n-way one does not reach
+any result, and with ABY3 nothing a holder receives depends on it; bad inputs fail every
+holder at once, naming the party; type errors when tracing; the flow rule."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp
+from mplang.backends import psi_sorted
 from mplang.dialects import psi as psi_dialect
 from mplang.dialects import table
 from mplang.edsl.errors import MPRefusedError
@@ -73,8 +75,9 @@ def run(sim: mp.Simulator, ts: list[pa.Table], protocol: str | None,
     return [mp.fetch(sim, o)[p] for o, p in zip(out, parties, strict=True)]
 
 
-@pytest.mark.parametrize(("n", "protocol"), [(3, None), (3, "ecdh_npc"), (3, "kkrt_npc"),
-                                             (4, None), (4, "ecdh_npc")])
+@pytest.mark.parametrize(("n", "protocol"), [(3, None), (3, "ecdh_3pc"), (3, "ecdh_npc"),
+                                             (3, "kkrt_npc"), (4, None), (4, "ecdh_npc"),
+                                             (2, None)])
 def test_join_n_matches_pandas(sim: mp.Simulator, n: int, protocol: str | None) -> None:
     ts = tables(n)
     got, want = run(sim, ts, protocol), expected(ts)
@@ -87,9 +90,10 @@ def test_holders_in_any_order_and_string_keys(sim: mp.Simulator) -> None:
     words = ["a,b", 'q"', "ü", "x\ny", "", "k1", "k2", "k3"]
     ts = [pa.table({"id": pa.array(words[i: i + 6]), "n": pa.array(range(6), pa.int32())})
           for i in range(3)]
-    got = run(sim, ts, "ecdh_3pc", parties=(2, 0, 3))
-    assert [g["id"].to_pylist() for g in got] == [["", "k1", "x\ny", "ü"]] * 3
-    assert [g.equals(w) for g, w in zip(got, expected(ts), strict=True)] == [True] * 3
+    for protocol in ("aby3", "ecdh_3pc"):
+        got = run(sim, ts, protocol, parties=(2, 0, 3))
+        assert [g["id"].to_pylist() for g in got] == [["", "k1", "x\ny", "ü"]] * 3
+        assert [g.equals(w) for g, w in zip(got, expected(ts), strict=True)] == [True] * 3
 
 
 def test_a_pairwise_overlap_larger_than_the_three_way_set_is_not_in_the_results(
@@ -100,9 +104,64 @@ def test_a_pairwise_overlap_larger_than_the_three_way_set_is_not_in_the_results(
     bank, insurer = ids[:200], np.concatenate([ids[:180], ids[300:340]])
     shop = np.concatenate([ids[:150], ids[350:400]])
     ts = [pa.table({"id": pa.array(x)}) for x in (bank, insurer, shop)]
-    for protocol in ("ecdh_3pc", "ecdh_npc", "kkrt_npc"):
+    for protocol in psi.NPC_PROTOCOLS:
         got = run(sim, ts, protocol)
         assert [g["id"].to_pylist() for g in got] == [ids[:150].tolist()] * 3
+
+
+def test_with_aby3_what_holders_see_does_not_depend_on_pairwise_overlaps(
+        sim: mp.Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two worlds with the same row counts and the same 150 three-way ids: in one, bank
+    and insurer share 180 ids, in the other none beyond the 150. Every holder
+    reconstructs the same vector in both (a block of the 150 ids' hashes, one of -1s) and
+    receives shares of the same sizes, so no holder can tell the worlds apart."""
+    seen: list[tuple[int, list[int]]] = []
+    real_rows, real_unpack = psi_sorted._rows, psi_sorted.unpack_share
+
+    def rows(revealed: np.ndarray, mine: np.ndarray, bits: int, keys: Any) -> np.ndarray:
+        seen.append((int(mine[0] & 3), revealed.tolist()))
+        return real_rows(revealed, mine, bits, keys)
+
+    def unpack(data: bytes, rows: int, sender: int) -> Any:
+        seen.append((-1, [len(data), rows, sender]))
+        return real_unpack(data, rows, sender)
+
+    monkeypatch.setattr(psi_sorted, "_rows", rows)
+    monkeypatch.setattr(psi_sorted, "unpack_share", unpack)
+    ids = np.arange(1000, 1400, dtype=np.int64)
+    shop = np.concatenate([ids[:150], ids[350:400]])
+    worlds = [[ids[:200], np.concatenate([ids[:180], ids[300:340]]), shop],
+              [ids[:200], np.concatenate([ids[:150], ids[200:270]]), shop]]
+    views = []
+    for bank, insurer, store in worlds:
+        assert len(set(bank) & set(insurer) & set(store)) == 150
+        seen.clear()
+        got = run(sim, [pa.table({"id": pa.array(x)}) for x in (bank, insurer, store)], "aby3")
+        assert [g["id"].to_pylist() for g in got] == [ids[:150].tolist()] * 3
+        views.append(sorted(seen))
+    assert views[0] == views[1]
+    revealed = [v for who, v in views[0] if who >= 0]
+    assert len(revealed) == 3 and revealed[0] == revealed[1] == revealed[2]
+    kept = np.array(revealed[0]) >= 0
+    assert kept.sum() == 150 and len(kept) == 200 + 220 + 200 - 2
+    assert np.count_nonzero(np.diff(kept)) == 1  # one block of hashes, one of -1s
+    assert set(np.array(revealed[0])[~kept]) == {-1}
+
+
+def test_a_malformed_share_is_refused_naming_the_sender() -> None:
+    share = psi_sorted.io_for(psi_sorted.device((0, 1, 2))).make_shares(
+        np.arange(5, dtype=np.int64), psi_sorted._secret())[1]
+    data = psi_sorted.pack_share(psi_sorted.SpuShare(share))
+    assert psi_sorted.unpack_share(data, 5, 1).to_libspu().meta == share.meta
+    with pytest.raises(mp.MPRuntimeError, match=r"party 2 sent a share of shape \(5,\); "
+                                                r"expected \(6,\)"):
+        psi_sorted.unpack_share(data, 6, 2)
+    with pytest.raises(mp.MPRuntimeError, match="party 2 sent a malformed share: a chunk runs "
+                                                "past the end"):
+        psi_sorted.unpack_share(data[:-1], 5, 2)
+    with pytest.raises(mp.MPRuntimeError, match="party 3 sent a malformed share: a share is a "
+                                                "meta chunk and at least one data chunk"):
+        psi_sorted.unpack_share(b"", 5, 3)
 
 
 def test_empty_table_or_intersection_gives_typed_empty_tables(sim: mp.Simulator) -> None:
@@ -155,7 +214,9 @@ def test_type_errors_when_tracing() -> None:
          None, r"key column 'id' is int64 in table 0 \(held by party 0\) but int32 in table 1 "
                r"\(held by party 1\)"),
         (ts, "ecdh_3pc", "protocol 'ecdh_3pc' joins exactly three tables, got 4"),
-        (ts[:3], "rr22", r"protocol='rr22'; use one of ecdh_3pc, ecdh_npc, kkrt_npc"),
+        (ts[:3], "rr22", r"protocol='rr22'; use one of aby3, ecdh_3pc, ecdh_npc, kkrt_npc"),
+        (ts[:2], "aby3", r"protocol 'aby3' needs at least three tables \(three holders "
+                         r"compute\), got 2; two tables join with psi.join or 'kkrt_npc'"),
         ([ts[0].drop_columns(["id"]), ts[1], ts[2]], None,
          r"table 0 \(held by party 0\) has no key column 'id'"),
     ]
@@ -174,7 +235,7 @@ def test_op_is_declared_with_its_flow_rule() -> None:
     assert psi_dialect.join_n_p.attrs["protocol"].choices == psi.NPC_PROTOCOLS
     graph = mp.compile(lambda: psi.join_n(held(tables(3)), "id"), world_size=3).graph
     (op,) = [o for o in graph.walk() if o.opcode == "psi.join_n"]
-    assert op.attrs == {"key": "id", "protocol": "ecdh_3pc", "rows": "n0"}
+    assert op.attrs == {"key": "id", "protocol": "aby3", "rows": "n0"}
 
 
 def test_policy_sees_a_comparison_with_every_other_holder(tmp_path: Path) -> None:
