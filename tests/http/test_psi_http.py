@@ -113,7 +113,7 @@ def _n_tables() -> list[pa.Table]:
                       f"v{i}": pa.array(np.arange(len(p)) * (i + 1))}) for i, p in enumerate(parts)]
 
 
-@pytest.mark.parametrize("protocol", ["ecdh_3pc", "kkrt_npc"])
+@pytest.mark.parametrize("protocol", ["aby3", "ecdh_3pc", "kkrt_npc"])
 def test_join_n_across_workers(ctx: Any, protocol: str) -> None:
     """Each worker gets its own rows for the 120 ids all three hold, not the 180 that
     parties 0 and 1 share."""
@@ -146,5 +146,5 @@ def test_join_n_repeated_keys_fail_every_worker_at_once(ctx: Any, request: pytes
     detail = party_2_failure(ctx, prog, "psi.join_n", "join_n", request, caplog)
     assert detail.startswith("MPRuntimeError: party 2: op psi.join_n: key column 'id' of party "
                              "2's table has 1 repeated value(s)")
-    test_join_n_across_workers(ctx, "ecdh_3pc")  # the workers are fine afterwards
+    test_join_n_across_workers(ctx, "aby3")  # the workers are fine afterwards
 
