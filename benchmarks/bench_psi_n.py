@@ -6,7 +6,9 @@ MPLang runs ``psi.join_n`` on the simulator (in-memory links), ``table.read_csv`
 each party first; raw libpsi runs ``spu.psi.psi_execute`` with the same protocol in
 one thread per party over the same link type, on the same table files ("raw") and on
 files of just the key and row number ("raw, keys only", what MPLang hands libpsi).
-Runs alternate; the figure is the best of ``--repeats``.
+Runs alternate; the figure is the best of ``--repeats``. ``aby3`` (MPLang's own
+protocol) is compared with raw libspu running its two secure steps and with raw
+libpsi's KKRT_NPC on key files.
 
 Unbalanced: a server with ``--server-rows`` ids, a client with ``--client-rows`` (half
 of them in the server's set). MPLang: ``psi.ub_prepare`` (offline), then ``psi.ub_join``
@@ -15,7 +17,7 @@ twice: the first copies the server's evaluated set to the client, the second reu
 ``MODE_OFFLINE_TRANSFER_CACHE`` and ``MODE_ONLINE`` on key files. One run each::
 
     .venv/bin/python benchmarks/bench_psi_n.py [--rows 300000] [--parties 3]
-        [--protocols ecdh_3pc ecdh_npc kkrt_npc] [--repeats 2]
+        [--protocols aby3 ecdh_3pc ecdh_npc kkrt_npc] [--repeats 2]
         [--server-rows 1000000] [--client-rows 1000]
 """
 
@@ -36,6 +38,7 @@ import spu.psi as libpsi
 
 import mplang as mp
 from mplang import simp
+from mplang.backends import psi_sorted
 from mplang.dialects import table
 from mplang.libs import psi
 
@@ -120,6 +123,61 @@ class MPLangNpc:
         return int(got[0].num_rows)
 
 
+class RawAby3:
+    """``aby3``'s two secure steps (`mplang.backends.psi_sorted`, compiled once) on raw
+    libspu: one thread per party over libspu's in-memory links, each making its shares
+    and running both steps on a runtime of each sort method; the result opened."""
+
+    def __init__(self, tables: list[Path]):
+        from mplang.backends.psi_session import encode_keys
+
+        ids = [pcsv.read_csv(t).column("id") for t in tables]
+        self.hashes = [psi_sorted.tagged_hashes(encode_keys(c), i, len(tables))
+                       for i, c in enumerate(ids)]
+        self.find, self.compact = psi_sorted.executables(tuple(len(h) for h in self.hashes))
+        self.shared = 0
+
+    def __call__(self) -> None:
+        import spu
+        import spu.libspu as libspu
+
+        io = spu.Io(3, libspu.RuntimeConfig(protocol=libspu.ProtocolKind.ABY3,
+                                            field=libspu.FieldType.FM64))
+        secret = libspu.Visibility.VIS_SECRET
+        shares: list[list[Any]] = [[] for _ in range(3)]
+        out: list[Any] = [None] * 3
+
+        def party(rank: int, link: Any) -> None:
+            mine = io.make_shares(self.hashes[rank], secret) if rank < len(self.hashes) \
+                else None
+            shares[rank] = mine
+            while any(not s for s in shares):
+                time.sleep(0.001)
+            inputs = [shares[i][rank] for i in range(len(self.hashes))]
+            apart, first = psi_sorted._run(link, "SORT_QUICK", self.find, inputs, 2)
+            (out[rank],) = psi_sorted._run(link, "SORT_RADIX", self.compact, [apart, first],
+                                           1)
+
+        raw_threads(3, party, "raw-aby3")
+        self.shared = int((np.asarray(io.reconstruct(out)) >= 0).sum())
+
+
+def bench_aby3(rows: int, parties: int, repeats: int, roots: dict[str, Path],
+               tables: list[Path], keys: list[Path], shared: int, base: Path) -> str:
+    """MPLang's ``aby3`` against raw libspu on the same steps and raw libpsi's KKRT_NPC."""
+    ours, raw_spu = MPLangNpc(roots, "aby3"), RawAby3(tables)
+    raw_psi = RawNpc(keys, "kkrt_npc", base / "raw")
+    try:
+        t_ours, t_spu, t_psi = alternating_best(repeats, ours, raw_spu, raw_psi)
+        assert ours.shared_rows() == shared == raw_spu.shared == raw_psi.counts[0]
+    finally:
+        ours.last = None
+        ours.sim.close()
+    return (f"| ABY3 | {parties} | {rows:,} | {shared:,} | {t_ours:.2f} | raw libspu, same "
+            f"steps: {t_spu:.2f} | {t_ours / t_spu:.2f} | raw libpsi KKRT_NPC, keys only: "
+            f"{t_psi:.2f} | {t_ours / t_psi:.2f} |")
+
+
 def bench_n(rows: int, parties: int, repeats: int, protocols: list[str]) -> list[str]:
     lines = ["| protocol | parties | rows each | shared | MPLang s | raw libpsi s | MPLang / raw "
              "| raw, keys only s | MPLang / raw keys only |",
@@ -132,6 +190,11 @@ def bench_n(rows: int, parties: int, repeats: int, protocols: list[str]) -> list
         keys = [base / f"node_{p}.keys.csv" for p in range(parties)]
         for protocol in protocols:
             if protocol == "ecdh_3pc" and parties != 3:
+                continue
+            if protocol == "aby3":
+                lines.append(bench_aby3(rows, parties, repeats, roots, tables, keys, shared,
+                                        base))
+                print(lines[-1], flush=True)
                 continue
             ours = MPLangNpc(roots, protocol)
             raw, raw_keys = (RawNpc(files, protocol, base / "raw") for files in (tables, keys))
@@ -231,8 +294,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--parties", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--protocols", nargs="*", default=["ecdh_3pc", "ecdh_npc", "kkrt_npc"],
-                        choices=sorted(_NPC))
+    parser.add_argument("--protocols", nargs="*",
+                        default=["aby3", "ecdh_3pc", "ecdh_npc", "kkrt_npc"],
+                        choices=["aby3", *sorted(_NPC)])
     parser.add_argument("--server-rows", type=int, default=1_000_000)
     parser.add_argument("--client-rows", type=int, default=1000)
     args = parser.parse_args()

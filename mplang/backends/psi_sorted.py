@@ -31,7 +31,13 @@ import numpy as np
 
 from mplang.backends.psi_impl import sorted_rows
 from mplang.backends.psi_session import Session
-from mplang.backends.spu_impl import SpuShare, decode_share, encode_share, share_shape
+from mplang.backends.spu_impl import (
+    SpuShare,
+    decode_share,
+    encode_share,
+    share_data_bytes,
+    share_shape,
+)
 from mplang.dialects.spu import SpuConfig, compiled, input_name, io_for, output_name, runtime_config
 from mplang.edsl.errors import MPRuntimeError
 
@@ -40,6 +46,8 @@ if TYPE_CHECKING:
 
 COMPUTE = 3
 """How many holders (the first ones) compute on the shares: ABY3's three parties."""
+SHARE_BYTES = 16
+"""The bytes of one value's ABY3 share on a 64-bit ring: two ring elements."""
 _LEN = struct.Struct("<I")
 
 
@@ -51,8 +59,10 @@ def party_bits(n: int) -> int:
 def tagged_hashes(keys: pa.Array, side: int, n: int) -> np.ndarray:
     """This holder's encoded ``keys`` (distinct) as int64 hashes of ``62 - b`` bits
     shifted left by b, plus ``side``; MPRuntimeError if two of them collide."""
+    import pyarrow as pa
+
     bits = party_bits(n)
-    if keys.type.id in _NUMERIC:
+    if pa.types.is_integer(keys.type) or pa.types.is_floating(keys.type):
         values = np.asarray(keys.to_numpy(zero_copy_only=False))
         if values.dtype.kind == "f":  # every NaN matches every NaN
             values = np.where(np.isnan(values), np.nan, values)
@@ -66,17 +76,6 @@ def tagged_hashes(keys: pa.Array, side: int, n: int) -> np.ndarray:
         raise MPRuntimeError("two of this party's keys have the same hash; the 'aby3' "
                              "protocol cannot tell them apart (use another protocol)")
     return ((hashes.astype(np.int64) << bits) | side).astype(np.int64)
-
-
-def _numeric() -> frozenset[int]:
-    import pyarrow as pa
-
-    return frozenset(pa.type_for_alias(t).id for t in
-                     ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                      "uint64", "float64"))
-
-
-_NUMERIC = _numeric()
 
 
 def pack_share(share: SpuShare) -> bytes:
@@ -97,12 +96,15 @@ def unpack_share(data: bytes, rows: int, sender: int) -> SpuShare:
             parts.append(view[pos + _LEN.size: pos + _LEN.size + size])
             pos += _LEN.size + size
         share = decode_share(parts)
-        shape = share_shape(share)
+        shape, size = share_shape(share), share_data_bytes(share)
     except (ValueError, struct.error) as e:
         raise MPRuntimeError(f"party {sender} sent a malformed share: {e}") from None
     if shape != (rows,):
         raise MPRuntimeError(f"party {sender} sent a share of shape {shape}; expected "
                              f"({rows},)")
+    if size != SHARE_BYTES * rows:
+        raise MPRuntimeError(f"party {sender} sent a share whose data is not "
+                             f"{SHARE_BYTES} bytes for each of its {rows} values")
     return share
 
 

@@ -161,6 +161,15 @@ def share_shape(share: SpuShare) -> tuple[int, ...]:
     return tuple(dims)
 
 
+def share_data_bytes(share: SpuShare) -> int:
+    """The bytes of data a share's chunks carry (ValueError if one is malformed)."""
+    total = 0
+    for chunk in share.to_parts()[1]:
+        content = _check_message(chunk, _CHUNK_FIELDS, "share chunk").get(3, b"")
+        total += len(content) if isinstance(content, bytes) else 0
+    return total
+
+
 def _received_share(value: Any, op: Operation, sender: int | str,
                     plaintext: TensorType) -> SpuShare:
     """A share a peer (rank ``sender``) or the driver sent for ``op``: it must be a share

@@ -1,9 +1,10 @@
-"""Chaos on real worker processes (issue 26), CI-sized: in SPU, PSI and PHE runs one party
-is killed (SIGKILL) or frozen (SIGSTOP), before the program reaches it or in the middle
-of the secure op. Each run ends within its timeout + 2 s of the fault with an
-`mp.MPCommunicationError` (or `mp.MPTimeoutError`) that blames that party by its fields
-and its message, and once the party is back (restarted, or continued) the next run gives
-the right value. ``benchmarks/bench_chaos.py`` runs 50 random faults per device."""
+"""Chaos on real worker processes (issue 26), CI-sized: in SPU, PSI (two parties, and three
+with ``join_n``'s ABY3) and PHE runs one party is killed (SIGKILL) or frozen (SIGSTOP),
+before the program reaches it or in the middle of the secure op. Each run ends within its
+timeout + 2 s of the fault with an `mp.MPCommunicationError` (or `mp.MPTimeoutError`) that
+blames that party by its fields and its message, and once the party is back (restarted,
+or continued) the next run gives the right value. ``benchmarks/bench_chaos.py`` runs 50
+random faults per device."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ TIMEOUT = 3.0
 
 WORKLOADS = {"SPU": lambda: chaos.spu_workload(rounds=100),
              "PSI": lambda: chaos.psi_workload(rows=100_000),
-             "PHE": lambda: chaos.phe_workload(size=1500)}
+             "PHE": lambda: chaos.phe_workload(size=1500),
+             "PSI-aby3": lambda: chaos.psi_workload(rows=20_000, protocol="aby3", parties=3)}
 FAULTS = {  # (fault, party, moment as a fraction of a clean run): one before the program
     # reaches the party, one inside the op (PHE: party 1 is done once it has sent its
     # ciphertexts, party 0 decrypts last)
     "SPU": [("freeze", 1, 0.0), ("kill", 2, 0.5)],
     "PSI": [("kill", 0, 0.0), ("freeze", 1, 0.5)],
     "PHE": [("kill", 1, 0.0), ("freeze", 0, 0.6)],
+    "PSI-aby3": [("freeze", 2, 0.5), ("kill", 1, 0.6)],  # inside the secure sorts
 }
 
 

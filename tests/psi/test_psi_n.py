@@ -159,6 +159,12 @@ def test_a_malformed_share_is_refused_naming_the_sender() -> None:
     with pytest.raises(mp.MPRuntimeError, match="party 2 sent a malformed share: a chunk runs "
                                                 "past the end"):
         psi_sorted.unpack_share(data[:-1], 5, 2)
+    short = psi_sorted.io_for(psi_sorted.device((0, 1, 2))).make_shares(
+        np.arange(4, dtype=np.int64), psi_sorted._secret())[1]
+    short = psi_sorted.SpuShare.from_parts(bytes(share.meta), list(short.share_chunks))
+    with pytest.raises(mp.MPRuntimeError, match="party 1 sent a share whose data is not 16 "
+                                                "bytes for each of its 5 values"):
+        psi_sorted.unpack_share(psi_sorted.pack_share(short), 5, 1)
     with pytest.raises(mp.MPRuntimeError, match="party 3 sent a malformed share: a share is a "
                                                 "meta chunk and at least one data chunk"):
         psi_sorted.unpack_share(b"", 5, 3)
