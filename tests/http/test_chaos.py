@@ -21,7 +21,7 @@ TIMEOUT = 3.0
 WORKLOADS = {"SPU": lambda: chaos.spu_workload(rounds=100),
              "PSI": lambda: chaos.psi_workload(rows=100_000),
              "PHE": lambda: chaos.phe_workload(size=1500),
-             "PSI-aby3": lambda: chaos.psi_workload(rows=20_000, protocol="aby3", parties=3)}
+             "PSI-aby3": lambda: chaos.psi_workload(rows=4000, protocol="aby3", parties=3)}
 FAULTS = {  # (fault, party, moment as a fraction of a clean run): one before the program
     # reaches the party, one inside the op (PHE: party 1 is done once it has sent its
     # ciphertexts, party 0 decrypts last)

@@ -222,8 +222,9 @@ class Executions:
             if program != run.program:
                 raise RunRefusal(f"party {src} runs another program under execution "
                                  f"{exec_id}", 409)
-            if time.monotonic() > run.deadline:
-                raise RunRefusal(f"execution {exec_id} ran past its time limit", 410)
+            if time.monotonic() > run.deadline:  # not a cause: the run's own waits end it,
+                # naming the party they wait for (a message this late is a consequence)
+                raise MPRefusedError(f"execution {exec_id} ran past its time limit", 410)
             if run.received + nbytes > self.limits.max_execution_bytes:
                 raise RunRefusal(f"execution {exec_id} would receive more than "
                                  f"{self.limits.max_execution_bytes} bytes", 413)
