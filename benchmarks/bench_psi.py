@@ -88,9 +88,9 @@ class MPLangCase:
         self.last = mp.evaluate(self.sim, self.program)
 
     def shared_rows(self) -> int:
-        ja, jb = (mp.fetch(self.sim, x) for x in self.last)
+        ja, jb = (mp.fetch(self.sim, x) for x in self.last)  # pandas DataFrames
         assert ja["id"].equals(jb["id"]), "the two results are not aligned"
-        return int(ja.num_rows)
+        return len(ja)
 
 
 class RawCase:
