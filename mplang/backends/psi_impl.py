@@ -114,7 +114,8 @@ def write_keys(path: Path, keys: pa.Array) -> None:
     with open(path, "wb") as f:
         f.write(b"k,i\n")
         pcsv.write_csv(pa.table({"k": keys, "i": rows}), f,
-                       pcsv.WriteOptions(quoting_style="none", include_header=False))
+                       pcsv.WriteOptions(quoting_style="none", include_header=False,
+                                         batch_size=1 << 14))  # faster than 1024 rows a batch
 
 
 def read_rows(path: Path, rows: int) -> np.ndarray:

@@ -155,6 +155,20 @@ def test_float_and_bool_keys(sim: mp.Simulator) -> None:
     assert ja.num_rows == 16 and ja.column("b").to_pylist() == jb.column("b").to_pylist()
 
 
+@pytest.mark.parametrize("how", ["inner", "left", "full"])
+def test_many_repeated_keys_of_either_type(sim: mp.Simulator, how: str) -> None:
+    """Keys repeated up to a dozen times on both sides, some on one side only."""
+    rng = np.random.default_rng(27)
+    ka, kb = rng.integers(0, 60, 300), rng.integers(30, 90, 200)
+    for col in (pa.array(ka, pa.int32()), pa.array([f"k{v}" for v in ka])):
+        other = pa.array(kb, pa.int32()) if col.type == pa.int32() else \
+            pa.array([f"k{v}" for v in kb])
+        a = pa.table({"k": col, "i": pa.array(range(300), pa.int64())})
+        b = pa.table({"k": other, "j": pa.array(range(200), pa.int16())})
+        ja, jb = run_join(sim, a, b, key="k", how=how)
+        check_join(ja, jb, a, b, "k", how)
+
+
 def test_empty_intersection_gives_typed_empty_tables(sim: mp.Simulator) -> None:
     b = pa.table({"id": pa.array([1000, 2000], pa.int64()), "y": ["p", "q"],
                   "n": pa.array([1, 2], pa.int32())})
