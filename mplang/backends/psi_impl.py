@@ -5,10 +5,13 @@ kernels.
 between the two holders, over their own link: libspu's in-memory link when every
 party lives in this process (the simulator), otherwise a link whose messages go
 through the worker's communicator (authenticated, tagged by execution). libpsi
-reads and writes CSV files only: each holder writes two columns, its encoded
-keys and its row numbers, into a private temporary directory (mode 0700, removed
-afterwards), and rebuilds its result from its own table with the row numbers
-libpsi returns, so every column keeps its exact dtype and values.
+reads and writes CSV files only: each holder writes its distinct encoded keys and
+their numbers into a private temporary directory (mode 0700, removed afterwards).
+libpsi intersects the two sets; the holders then exchange their row count for each
+shared key (what the joined rows show anyway) and each rebuilds its result from
+its own table, so every column keeps its exact dtype and values. (libpsi's own
+duplicate-key join, ``keys_unique=False``, costs about a fifth more time at 10^6
+rows for the same result.)
 
 Before libpsi starts, the two holders exchange a hello (their row count, or why
 they cannot take part), so a party with bad input fails both sides at once
@@ -23,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,7 +114,8 @@ def write_keys(path: Path, keys: pa.Array) -> None:
     with open(path, "wb") as f:
         f.write(b"k,i\n")
         pcsv.write_csv(pa.table({"k": keys, "i": rows}), f,
-                       pcsv.WriteOptions(quoting_style="none", include_header=False))
+                       pcsv.WriteOptions(quoting_style="none", include_header=False,
+                                         batch_size=1 << 14))  # faster than 1024 rows a batch
 
 
 def read_rows(path: Path, rows: int) -> np.ndarray:
@@ -145,39 +149,43 @@ def call_libpsi(run: Callable[..., Any], *args: Any) -> Any:
 
 
 def run_libpsi(run: JoinRun, keys: pa.Array, link: Any, folder: Path) -> np.ndarray:
-    """libpsi's output for this party, given its encoded ``keys``: for each result row,
-    the number of this party's row it shows, or -1 where libpsi puts an empty row (this
-    party has no match there)."""
+    """The positions in ``keys`` (this party's distinct encoded keys) of the keys both
+    parties hold, in key order; each checked to be one of them, once."""
     from spu import psi as libpsi
 
     source, result = folder / "keys.csv", folder / "result.csv"
     write_keys(source, keys)
+    output = libpsi.OutputParams(path=str(result), csv_null_rep=_NULL)
+    output.disable_alignment = True  # both sides sort the shared keys themselves
     config = libpsi.PsiExecuteConfig(
         protocol_conf=libpsi.PsiProtocolConfig(
             protocol=getattr(libpsi.PsiProtocol, f"PROTOCOL_{run.protocol.upper()}"),
             receiver_rank=0, broadcast_result=True,
             ecdh_params=libpsi.EcdhParams(curve=libpsi.EllipticCurveType.CURVE_25519)),
         input_params=libpsi.InputParams(path=str(source), selected_keys=["k"],
-                                        keys_unique=False),
-        output_params=libpsi.OutputParams(path=str(result), csv_null_rep=_NULL),
-        join_conf=libpsi.ResultJoinConfig(
-            type=getattr(libpsi.ResultJoinType, f"JOIN_TYPE_{run.how.upper()}_JOIN"),
-            left_side_rank=0))
+                                        keys_unique=True),
+        output_params=output)
     call_libpsi(libpsi.psi_execute, config, link)
-    return read_rows(result, len(keys))
+    shared = np.sort(read_rows(result, len(keys)))
+    if shared.size and (shared[0] < 0 or np.any(shared[1:] == shared[:-1])):
+        raise MPRuntimeError("libpsi returned an empty row or a key twice")
+    return shared
 
 
-def sections(how: str, total: int, mine_missing: int, peer_missing: int, side: int
-             ) -> list[tuple[int, int]]:
-    """The row ranges of libpsi's result: shared keys, then (left, full) A's unmatched
-    rows, then (full) B's. ``*_missing``: rows where that party has no match (-1)."""
-    a_only = peer_missing if side == 0 else mine_missing
-    b_only = mine_missing if side == 0 else peer_missing
-    shared = total - a_only - b_only
-    if shared < 0:
-        raise MPRuntimeError(f"libpsi's result has {total} rows, fewer than the "
-                             f"{a_only + b_only} unmatched ones")
-    return [(0, shared), (shared, shared + a_only), (shared + a_only, total)]
+def _run_starts(ordered: pa.Array) -> np.ndarray:
+    """Where each run of equal values of the sorted encoded keys ``ordered`` starts (NaN
+    equals NaN, as libpsi's text "nan" does)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    starts = np.ones(len(ordered), bool)
+    if len(ordered) > 1:
+        after, before = ordered[1:], ordered[:-1]
+        differ = pc.not_equal(after, before)
+        if pa.types.is_floating(ordered.type):
+            differ = pc.and_(differ, pc.invert(pc.and_(pc.is_nan(after), pc.is_nan(before))))
+        starts[1:] = differ.to_numpy(zero_copy_only=False)
+    return starts
 
 
 def sorted_rows(index: np.ndarray, keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -189,65 +197,94 @@ def sorted_rows(index: np.ndarray, keys: pa.Array) -> tuple[np.ndarray, np.ndarr
     part_keys = keys.take(pa.array(index))
     order = pc.sort_indices(pa.table({"k": part_keys, "i": index}),
                             sort_keys=[("k", "ascending"), ("i", "ascending")]).to_numpy()
-    rows, ordered_keys = index[order], part_keys.take(pa.array(order))
-    starts = np.ones(len(rows), bool)
-    if len(rows) > 1:
-        after, before = ordered_keys[1:], ordered_keys[:-1]
-        differ = pc.not_equal(after, before)
-        if pa.types.is_floating(ordered_keys.type):  # NaN keys match (libpsi: "nan")
-            differ = pc.and_(differ, pc.invert(pc.and_(pc.is_nan(after), pc.is_nan(before))))
-        starts[1:] = differ.to_numpy(zero_copy_only=False)
-    return rows, starts
+    return index[order], _run_starts(part_keys.take(pa.array(order)))
 
 
-def pair_shared(index: np.ndarray, keys: pa.Array, side: int) -> np.ndarray:
-    """The shared-key rows of libpsi's result as a per-key cartesian product, in key
-    order: A's rows (the outer loop) and B's rows (the inner loop) in row order.
+@dataclass(frozen=True)
+class KeyGroups:
+    """A party's rows grouped by encoded key: ``rows`` all its row numbers by (key,
+    row); group ``g`` (the ``g``-th distinct key) is ``rows[first[g]:first[g] + count[g]]``."""
 
-    libpsi gives each party its own rows for a key, each repeated as many times as
-    the peer has rows with that key, but does not pair them into a product when both
-    sides repeat a key; both parties rebuild the pairing from that shape alone, so
-    they agree on it without another message."""
-    rows, starts = sorted_rows(index, keys)
-    if side == 0 or starts.all():  # A's order, or no key repeated: nothing to pair
-        return rows
+    rows: np.ndarray
+    first: np.ndarray
+    count: np.ndarray
+    keys: pa.Array
+    """The distinct encoded keys, in key order."""
+
+
+def group_keys(keys: pa.Array) -> KeyGroups:
+    """``keys`` (encoded, no nulls) grouped: sorted once, equal keys by row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    numeric = pa.types.is_integer(keys.type) or pa.types.is_floating(keys.type)
+    rows = np.argsort(keys.to_numpy(), kind="quicksort") if numeric else None
+    if rows is not None:  # NaNs last, as Arrow sorts them
+        starts = _run_starts(keys.take(pa.array(rows)))
+    if rows is None or not starts.all():  # a stable sort orders equal keys by row
+        rows = pc.sort_indices(keys).to_numpy().astype(np.int64)
+        starts = _run_starts(keys.take(pa.array(rows)))
     first = np.flatnonzero(starts)
-    sizes = np.diff(np.append(first, len(rows)))
-    fresh = starts.copy()
-    fresh[1:] |= rows[1:] != rows[:-1]
-    mine = np.add.reduceat(fresh.astype(np.int64), first)
-    if np.any(sizes % mine):
-        raise MPRuntimeError("libpsi's result does not repeat this party's rows evenly")
-    group = np.cumsum(starts) - 1
-    at = np.arange(len(rows)) - first[group]
-    n_mine, n_peer = mine[group], (sizes // mine)[group]
-    # sorted: each of my rows n_peer times in a row; wanted: my rows cycling n_peer times
-    return rows[first[group] + (at % n_mine) * n_peer + at // n_mine]
+    count = np.diff(np.append(first, len(rows)))
+    return KeyGroups(rows, first, count, keys.take(pa.array(rows[first])))
 
 
-def order_result(index: np.ndarray, keys: pa.Array, ranges: Sequence[tuple[int, int]],
-                 side: int) -> np.ndarray:
-    """libpsi's result in the documented order: shared keys (a cartesian product per
-    key, by key), then each party's unmatched rows by (key, row); rows of nulls (no
-    match on this side) stay where they are."""
-    out = index.copy()
-    for n, (lo, hi) in enumerate(ranges):
-        part = out[lo:hi]
-        if part.size == 0 or part[0] < 0:
-            continue
-        out[lo:hi] = pair_shared(part, keys, side) if n == 0 else sorted_rows(part, keys)[0]
-    return out
+def shared_product(groups: KeyGroups, shared: np.ndarray, peer_count: np.ndarray,
+                   side: int) -> np.ndarray:
+    """This party's rows of the shared keys (groups ``shared``, in key order), each key
+    as a cartesian product with the peer's ``peer_count`` rows of it: A's rows are the
+    outer loop (each repeated), B's the inner one (cycling)."""
+    mine = groups.count[shared]
+    picked = np.zeros(len(groups.count), bool)
+    picked[shared] = True
+    rows = groups.rows[np.repeat(picked, groups.count)]
+    if np.all(peer_count == 1):
+        return rows
+    if side == 0:
+        return np.repeat(rows, np.repeat(peer_count, mine))
+    sizes = mine * peer_count
+    out_first = np.cumsum(sizes) - sizes
+    in_first = np.cumsum(mine) - mine
+    group = np.repeat(np.arange(len(mine)), sizes)
+    at = np.arange(int(sizes.sum())) - out_first[group]
+    return rows[in_first[group] + at % mine[group]]
 
 
-def trivial_index(run: JoinRun, rows: int, peer_rows: int) -> np.ndarray:
-    """The result when one table is empty (no shared keys): who keeps what, from the
-    row counts alone."""
-    mine, empty = np.arange(rows, dtype=np.int64), np.full(peer_rows, -1, np.int64)
+def join_index(run: JoinRun, groups: KeyGroups, shared: np.ndarray, peer_count: np.ndarray,
+               peer_rows: int) -> np.ndarray:
+    """The rows of this party's result (-1: a row of nulls): the shared keys' products,
+    then (left, full) A's unmatched rows, then (full) B's, each by (key, row)."""
+    matched = shared_product(groups, shared, peer_count, run.side)
     if run.how == "inner":
-        return np.zeros(0, np.int64)
-    if run.how == "left":
-        return mine if run.side == 0 else np.full(peer_rows, -1, np.int64)
-    return np.concatenate([mine, empty] if run.side == 0 else [empty, mine])
+        return matched
+    unmatched = np.ones(len(groups.count), bool)
+    unmatched[shared] = False
+    mine = groups.rows[np.repeat(unmatched, groups.count)]
+    nulls = np.full(peer_rows - int(peer_count.sum()), -1, np.int64)
+    if run.side == 0:
+        parts = [matched, mine] + ([nulls] if run.how == "full" else [])
+    else:
+        parts = [matched, nulls] + ([mine] if run.how == "full" else [])
+    return np.concatenate(parts)
+
+
+def encode_counts(counts: np.ndarray) -> bytes:
+    """A ``counts`` message: empty when every count is 1, else little-endian u64s."""
+    return b"" if np.all(counts == 1) else counts.astype("<u8").tobytes()
+
+
+def decode_counts(data: bytes, shared: int, peer_rows: int) -> np.ndarray:
+    """The peer's row count for each of the ``shared`` keys, checked against its
+    ``peer_rows`` rows."""
+    if not data:
+        counts = np.ones(shared, np.int64)
+    elif len(data) != 8 * shared:
+        raise MPRuntimeError(f"counts: expected {shared} counts, got {len(data)} bytes")
+    else:
+        counts = np.frombuffer(data, "<u8").astype(np.int64)
+    if shared and (counts.min() < 1 or int(counts.sum()) > peer_rows):
+        raise MPRuntimeError(f"counts: the peer's counts do not fit its {peer_rows} rows")
+    return counts
 
 
 def take_rows(table: pa.Table, index: np.ndarray) -> pa.Table:
@@ -269,27 +306,23 @@ def distinct_keys(table: pa.Table, key: str) -> int:
 
 
 def join_table(run: JoinRun, table: pa.Table, session: Session, link: Any) -> pa.Table:
-    """This party's result of a ``psi.join`` (after the hello exchange succeeded)."""
+    """This party's result of a ``psi.join`` (after the hello exchange succeeded).
+
+    libpsi intersects the two sets of distinct keys; then each party sends the other
+    its row count for each shared key (in key order, which both sides share), from
+    which both build the per-key products and the rows of nulls."""
     peer = run.members[1 - run.side]
     peer_rows = u64(session.recv(peer, "hello"), "hello")
-    keys = encode_keys(table.column(run.key))
-    if table.num_rows == 0 or peer_rows == 0:
-        index = trivial_index(run, table.num_rows, peer_rows)
-        if run.how != "inner":
-            session.skip(peer, "missing")
-        # no shared keys: the peer has empty rows exactly where this party has rows
-        ranges = sections(run.how, len(index), int((index < 0).sum()),
-                          int((index >= 0).sum()), run.side)
+    groups = group_keys(encode_keys(table.column(run.key)))
+    if table.num_rows == 0 or peer_rows == 0:  # no shared keys: no libpsi, no counts
+        session.skip(peer, "counts")
+        shared, peer_count = np.zeros(0, np.int64), np.zeros(0, np.int64)
     else:
         with tempfile.TemporaryDirectory(prefix="mplang-psi-") as folder:
-            index = run_libpsi(run, keys, link(), Path(folder))
-        ranges = [(0, len(index))]
-        if run.how != "inner":
-            missing = int((index < 0).sum())
-            session.send(peer, "missing", U64.pack(missing))
-            peer_missing = u64(session.recv(peer, "missing"), "missing")
-            ranges = sections(run.how, len(index), missing, peer_missing, run.side)
-    return take_rows(table, order_result(index, keys, ranges, run.side))
+            shared = run_libpsi(run, groups.keys, link(), Path(folder))
+        session.send(peer, "counts", encode_counts(groups.count[shared]))
+        peer_count = decode_counts(session.recv(peer, "counts"), len(shared), peer_rows)
+    return take_rows(table, join_index(run, groups, shared, peer_count, peer_rows))
 
 
 def _libpsi_message(e: RuntimeError) -> str:
@@ -311,7 +344,7 @@ def _join(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
     side = members.index(rank)
     run = JoinRun(op.attrs["key"], op.attrs["how"], op.attrs["protocol"], side, members)
     peer = members[1 - side]
-    plan = [(peer, "hello")] + ([(peer, "missing")] if run.how != "inner" else [])
+    plan = [(peer, "hello"), (peer, "counts")]
     timeout = interp.options.timeout or state.env.timeout
     session = Session(state.env.communicator, interp.exec_id, key, timeout, plan)
     table = args[side]

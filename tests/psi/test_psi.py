@@ -24,7 +24,7 @@ from mplang.backends.simp_worker.mailbox import Mailbox
 from mplang.backends.simp_worker.mem import ThreadCommunicator
 from mplang.dialects import psi as psi_dialect
 from mplang.dialects import table
-from mplang.edsl.errors import MPRefusedError
+from mplang.edsl.errors import MPRefusedError, MPRuntimeError
 from mplang.libs import psi
 from mplang.policy.check import check
 from mplang.policy.policy import Policy
@@ -153,6 +153,20 @@ def test_float_and_bool_keys(sim: mp.Simulator) -> None:
     ja, jb = run_join(sim, a, b, key="b")
     check_join(ja, jb, a, b, "b", "inner")  # 2 x 2 falses, 4 x 3 trues
     assert ja.num_rows == 16 and ja.column("b").to_pylist() == jb.column("b").to_pylist()
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "full"])
+def test_many_repeated_keys_of_either_type(sim: mp.Simulator, how: str) -> None:
+    """Keys repeated up to a dozen times on both sides, some on one side only."""
+    rng = np.random.default_rng(27)
+    ka, kb = rng.integers(0, 60, 300), rng.integers(30, 90, 200)
+    for col in (pa.array(ka, pa.int32()), pa.array([f"k{v}" for v in ka])):
+        other = pa.array(kb, pa.int32()) if col.type == pa.int32() else \
+            pa.array([f"k{v}" for v in kb])
+        a = pa.table({"k": col, "i": pa.array(range(300), pa.int64())})
+        b = pa.table({"k": other, "j": pa.array(range(200), pa.int16())})
+        ja, jb = run_join(sim, a, b, key="k", how=how)
+        check_join(ja, jb, a, b, "k", how)
 
 
 def test_empty_intersection_gives_typed_empty_tables(sim: mp.Simulator) -> None:
@@ -304,17 +318,34 @@ def test_encoded_keys_are_injective_and_sort_like_the_keys() -> None:
 
 @pytest.mark.parametrize("side", [0, 1])
 def test_shared_rows_become_the_per_key_product(side: int) -> None:
-    """libpsi's shape: each of a party's rows repeated by the peer's count, any order."""
-    keys = pa.array([5, 7, 5, 7, 7, 9])  # this party's rows 0..5
-    peer = {5: 3, 7: 2, 9: 1}  # how many rows the peer has per key
+    """Each shared key gives every pair of rows once: A's rows as the outer loop."""
+    keys = pa.array([9, 7, 5, 7, 5, 7, 4, 5])  # this party's rows 0..7; key 4 not shared
+    peer = {5: 3, 7: 2, 9: 1}  # how many rows the peer has per shared key
+    groups = psi_impl.group_keys(keys)
+    assert groups.keys.to_pylist() == [4, 5, 7, 9]
+    assert groups.rows.tolist() == [6, 2, 4, 7, 1, 3, 5, 0]
+    shared = np.array([1, 2, 3])
+    counts = np.array([peer[k] for k in (5, 7, 9)])
+    got = psi_impl.shared_product(groups, shared, counts, side).tolist()
     mine = {k: [r for r, v in enumerate(keys.to_pylist()) if v == k] for k in peer}
-    shape = np.array([r for k in (9, 7, 5) for r in mine[k] for _ in range(peer[k])][::-1])
-    got = psi_impl.pair_shared(shape, keys, side).tolist()
     want = []
-    for k in sorted(peer):  # A: outer loop over its rows; B: inner loop
+    for k in sorted(peer):
         for i in range(len(mine[k]) * peer[k]):
             want.append(mine[k][i // peer[k]] if side == 0 else mine[k][i % len(mine[k])])
     assert got == want
+
+
+def test_counts_messages_are_checked() -> None:
+    counts = np.array([1, 3, 1])
+    assert psi_impl.decode_counts(psi_impl.encode_counts(counts), 3, 5).tolist() == [1, 3, 1]
+    assert psi_impl.encode_counts(np.ones(4, np.int64)) == b""
+    assert psi_impl.decode_counts(b"", 4, 4).tolist() == [1, 1, 1, 1]
+    with pytest.raises(MPRuntimeError, match=r"counts: expected 2 counts, got 24 bytes"):
+        psi_impl.decode_counts(psi_impl.encode_counts(counts), 2, 5)
+    with pytest.raises(MPRuntimeError, match=r"do not fit its 4 rows"):
+        psi_impl.decode_counts(psi_impl.encode_counts(counts), 3, 4)
+    with pytest.raises(MPRuntimeError, match=r"do not fit its 9 rows"):
+        psi_impl.decode_counts(np.array([2, 0], "<u8").tobytes(), 2, 9)
 
 
 # ---------------------------------------------------------------- errors
