@@ -2,7 +2,7 @@
 
 P0 holds the group keys, P1 the values (float32); each reads its column from its
 own data root. Two placements of the keys, both oblivious on the SPU (ABY3 among
-three parties, FM64):
+three parties, or CHEETAH between two with ``--parties 2``; FM64):
 
 * ``keys on P0``: P0 builds the one-hots of its keys' two digits (10 + 10
   columns for 100 groups) locally and secret-shares them; the SPU multiplies;
@@ -17,7 +17,10 @@ default on the in-memory simulator; ``--workers`` runs three worker processes
 over mutual TLS instead (`LocalCluster`).
 
     .venv/bin/python benchmarks/bench_groupby.py [--rows 100000] [--groups 100] [--runs 2]
-        [--workers]
+        [--workers] [--parties 3] [--only owner|secret]
+
+To compare an older tree, run this script with ``PYTHONPATH=OLD_TREE`` (it uses the
+public API only).
 """
 
 from __future__ import annotations
@@ -69,7 +72,9 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=100)
     parser.add_argument("--runs", type=int, default=2, help="timed runs after the first")
     parser.add_argument("--workers", action="store_true",
-                        help="three worker processes over mutual TLS, not the simulator")
+                        help="worker processes over mutual TLS, not the simulator")
+    parser.add_argument("--parties", type=int, default=3,
+                        help="3: ABY3 among three parties; 2: CHEETAH between P0 and P1")
     parser.add_argument("--only", choices=["owner", "secret"], default=None)
     args = parser.parse_args()
     warnings.simplefilter("ignore", mp.InsecureDeviceWarning)
@@ -82,7 +87,7 @@ def main() -> None:
         want = np.bincount(keys, weights=values, minlength=args.groups)
     numpy_s = (time.perf_counter() - start) / 10
 
-    cluster = mp.ClusterSpec.simple(3)
+    cluster = mp.ClusterSpec.simple(args.parties)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-groupby-") as folder:
         roots = {n.name: Path(folder) / n.name for n in cluster.nodes}
@@ -108,8 +113,10 @@ def main() -> None:
             ctx.close()
             if args.workers:
                 local.close()
-    where = "3 worker processes (mutual TLS)" if args.workers else "in-memory simulator"
-    print(f"group-by sum of {args.rows} float32 rows into {args.groups} groups, ABY3 FM64, "
+    where = f"{args.parties} worker processes (mutual TLS)" if args.workers \
+        else "in-memory simulator"
+    protocol = "ABY3" if args.parties == 3 else "CHEETAH"
+    print(f"group-by sum of {args.rows} float32 rows into {args.groups} groups, {protocol} FM64, "
           f"{where}; keys on P0, values on P1, sums revealed to P0")
     print(f"{'case':<12} {'first s':>8} {'best s':>8} {'vs numpy':>9} {'max abs error':>14}")
     for name, first, best, error in rows:
