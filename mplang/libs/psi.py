@@ -23,8 +23,9 @@ together. ``how``:
 - ``"full"`` (``JOIN_TYPE_FULL_JOIN``): the left result, then B's rows whose key A does
   not hold, by key, with rows of nulls in ``ja`` at those positions.
 
-What each holder learns from `join`: the other's row count, which of its own keys
-the other holds and how often (from the repeated rows), and for ``left``/``full``
+What each holder learns from `join`: the other's row count and number of distinct
+keys, which of its own keys the other holds and how often (from the repeated rows),
+and for ``left``/``full``
 how many unmatched rows the other contributes; never the other's unmatched keys
 or any of its other columns. Duplicate keys are allowed (see ``inner``). Null
 keys are refused at run time, on both holders at once.
