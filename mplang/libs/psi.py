@@ -25,9 +25,8 @@ together. ``how``:
 
 What each holder learns from `join`: the other's row count and number of distinct
 keys, which of its own keys the other holds and how often (from the repeated rows),
-and for ``left``/``full``
-how many unmatched rows the other contributes; never the other's unmatched keys
-or any of its other columns. Duplicate keys are allowed (see ``inner``). Null
+and for ``left``/``full`` how many unmatched rows the other contributes; never the
+other's unmatched keys or any of its other columns. Duplicate keys are allowed (see ``inner``). Null
 keys are refused at run time, on both holders at once.
 
 `intersection_size` reveals only the number of distinct keys both tables hold, to
