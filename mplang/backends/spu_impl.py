@@ -41,6 +41,7 @@ from mplang.records.audit import SECRET_SHARE
 from mplang.runtime.backend import WorkerEnv, payload_refusal, register_backend
 from mplang.runtime.interpreter import Interpreter
 from mplang.runtime.sandbox import NativePayloadChecker
+from mplang.runtime.scheduler import blocking
 from mplang.util.lru import LRUCache
 
 if TYPE_CHECKING:
@@ -419,12 +420,13 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
 
     state: SpuState = interp.states["spu"]
     timeout = interp.options.timeout or worker.timeout
-    kept = run_in_session(state.sessions, interp, worker, config, key, timeout, body)
-    if kept is not None:
-        return kept
-    link = state.links(interp)(config, interp.exec_id, key, config.members.index(worker.rank),
-                               timeout)
-    return body(spu.Runtime(link, runtime_config_for(config)))
+    with blocking():  # the run waits on its peers' runs, which may wait for a slot
+        kept = run_in_session(state.sessions, interp, worker, config, key, timeout, body)
+        if kept is not None:
+            return kept
+        link = state.links(interp)(config, interp.exec_id, key,
+                                   config.members.index(worker.rank), timeout)
+        return body(spu.Runtime(link, runtime_config_for(config)))
 
 
 @BACKEND.kernel(_spu.reveal_p)

@@ -15,7 +15,7 @@ from mplang.edsl.primitive import Primitive
 from mplang.edsl.traits import Runtime
 from mplang.runtime.object_store import LOCAL_OWNER
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
-from mplang.runtime.scheduler import Scheduler, plan
+from mplang.runtime.scheduler import Scheduler, blocking, plan
 from mplang.runtime.timeline import DRIVER
 
 Kernel = Callable[["Interpreter", Operation, list[Any], str], list[Any]]
@@ -116,7 +116,8 @@ class Interpreter:
                 if self.scheduler.try_submit(execute, index, args) is None:
                     execute(index, args)
             ready = []
-            index, outs, error = finished.get()
+            with blocking():
+                index, outs, error = finished.get()
             if error is not None:
                 # ops still running fail or finish on their own once the execution is aborted
                 raise error

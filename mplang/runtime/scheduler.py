@@ -1,5 +1,7 @@
 """The dataflow scheduler: a bounded thread pool and per-graph dependency plans.
 
+A thread that waits for a message (`blocking`) lends its slot to other ready ops.
+
 An op runs as soon as its inputs are ready. Ops with side effects, in their
 regions too, keep their program order (`mplang.edsl.graph.op_dependencies`).
 Graphs without at least two ops that can block (ops that communicate, have
@@ -9,8 +11,10 @@ thread hop costs more than it could save.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -55,26 +59,60 @@ def plan(graph: Graph) -> DataflowPlan:
     return result
 
 
+_held = threading.local()
+"""``slots``: the semaphore of the pool slot this thread runs an op on, if any."""
+
+
+@contextlib.contextmanager
+def blocking() -> Iterator[None]:
+    """Around a wait for another party's message or another op: the pool slot this
+    thread holds is lent to other ready ops meanwhile and taken back afterwards. Ops
+    that wait on each other across parties (a share that arrives only when its
+    sender's op gets a thread) so never hold every slot."""
+    slots = getattr(_held, "slots", None)
+    if slots is None:
+        yield
+        return
+    _held.slots = None
+    slots.release()
+    try:
+        yield
+    finally:
+        slots.acquire()
+        _held.slots = slots
+
+
 class Scheduler:
-    """A bounded pool for running ready ops. When every slot is busy the caller
-    runs the op itself, so nested dataflow runs never wait for a free thread."""
+    """A pool running at most ``max_workers`` ready ops at once; ops waiting in
+    `blocking` do not count, and their threads (up to ``THREADS_PER_SLOT`` times
+    ``max_workers``) stay apart. When every slot is busy the caller runs the op
+    itself, so nested dataflow runs never wait for a free thread."""
+
+    THREADS_PER_SLOT = 16
 
     def __init__(self, max_workers: int = 64, name: str = "mplang-op"):
         self.max_workers = max_workers
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name)
+        self._pool = ThreadPoolExecutor(max_workers=max_workers * self.THREADS_PER_SLOT,
+                                        thread_name_prefix=name)
         self._slots = threading.BoundedSemaphore(max_workers)
+
+    def _run(self, fn: Any, args: tuple[Any, ...]) -> Any:
+        _held.slots = self._slots
+        try:
+            return fn(*args)
+        finally:
+            _held.slots = None
+            self._slots.release()
 
     def try_submit(self, fn: Any, *args: Any) -> Future[Any] | None:
         """Run ``fn(*args)`` on the pool if a slot is free; None means: run it yourself."""
         if not self._slots.acquire(blocking=False):
             return None
         try:
-            future = self._pool.submit(fn, *args)
+            return self._pool.submit(self._run, fn, args)
         except RuntimeError:  # the pool is shut down
             self._slots.release()
             return None
-        future.add_done_callback(lambda _: self._slots.release())
-        return future
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

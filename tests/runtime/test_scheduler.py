@@ -249,3 +249,45 @@ def test_network_model_rejects_bad_parameters() -> None:
         mp.Simulator(2, latency_ms=-1)
     with pytest.raises(ValueError, match="bandwidth"):
         mp.Simulator(2, bandwidth_mbps=0)
+
+
+def test_an_op_waiting_for_a_message_lends_its_slot() -> None:
+    """With one slot, an op waiting in a mailbox does not keep the next op (which sends
+    what it waits for) from the pool. Before, the second op found no slot, its caller
+    ran it inline or, across parties, every slot waited on ops that had none."""
+    from mplang.backends.simp_worker.mailbox import Mailbox
+    from mplang.runtime.scheduler import Scheduler
+
+    scheduler, mailbox = Scheduler(1, "test-lend"), Mailbox(0)
+    try:
+        waiting = scheduler.try_submit(mailbox.take, 1, ("e", "/0"), 10.0)
+        assert waiting is not None
+        deadline = time.monotonic() + 5
+        sender = None
+        while sender is None and time.monotonic() < deadline:  # the waiter lends its slot
+            sender = scheduler.try_submit(mailbox.put, 1, ("e", "/0"), "share")
+            time.sleep(0.01)
+        assert sender is not None
+        assert waiting.result(timeout=5) == "share"
+        sender.result(timeout=5)
+        held = [scheduler.try_submit(time.sleep, 0.2)]  # the slot is back, and only one
+        assert held[0] is not None and scheduler.try_submit(time.sleep, 0) is None
+        held[0].result(timeout=5)
+    finally:
+        scheduler.shutdown()
+
+
+def test_three_hundred_independent_secure_sums_finish() -> None:
+    """More ops waiting for shares than a party has slots (64): all finish."""
+    from mplang.libs.aggregation import secure_sum
+
+    def prog() -> Any:
+        return [secure_sum([mp.device(f"P{p}")(lambda i=i, p=p: jnp.float32(i + p))()
+                            for p in range(3)]) for i in range(300)]
+
+    sim = mp.Simulator(3)
+    try:
+        got = [float(mp.fetch(sim, o)) for o in mp.evaluate(sim, prog, timeout=120)]
+    finally:
+        sim.close()
+    assert got == [3.0 * i + 3 for i in range(300)]

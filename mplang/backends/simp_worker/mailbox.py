@@ -14,6 +14,7 @@ from typing import Any
 from mplang.backends.wire import payload_bytes
 from mplang.edsl.errors import MPCommunicationError, MPRefusedError, MPTimeoutError
 from mplang.runtime.backend import Tag
+from mplang.runtime.scheduler import blocking
 from mplang.runtime.timeline import monitor_of
 
 _ABORTED_MEMORY = 4096
@@ -58,30 +59,36 @@ class Mailbox:
 
     def take(self, src: int, tag: Tag, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
-        slot = (src, tag)
         with self._cond:
-            while True:
-                queued = self._messages.get(slot)
-                if queued:
-                    value, nbytes = queued.popleft()
-                    if not queued:
-                        del self._messages[slot]
-                    self._bytes -= nbytes
-                    return value
-                aborted = self._aborted.get(tag[0])
-                if aborted is not None:
-                    reason, refused = aborted
-                    if refused:
-                        raise MPRefusedError(reason, 409)
-                    raise MPCommunicationError(
-                        f"party {self.rank}: execution {tag[0]} was abandoned ({reason}) while "
-                        f"waiting for party {src}", party=self.rank, peer=src)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise MPTimeoutError(
-                        f"party {self.rank}: no message from party {src} for {tag[1]} within "
-                        f"{timeout:.3g} s", party=self.rank, peer=src)
-                self._cond.wait(remaining)
+            if self._messages.get((src, tag)):
+                return self._wait_locked(src, tag, deadline, timeout)
+        with blocking(), self._cond:  # the op's pool slot serves other ops meanwhile
+            return self._wait_locked(src, tag, deadline, timeout)
+
+    def _wait_locked(self, src: int, tag: Tag, deadline: float, timeout: float) -> Any:
+        slot = (src, tag)
+        while True:
+            queued = self._messages.get(slot)
+            if queued:
+                value, nbytes = queued.popleft()
+                if not queued:
+                    del self._messages[slot]
+                self._bytes -= nbytes
+                return value
+            aborted = self._aborted.get(tag[0])
+            if aborted is not None:
+                reason, refused = aborted
+                if refused:
+                    raise MPRefusedError(reason, 409)
+                raise MPCommunicationError(
+                    f"party {self.rank}: execution {tag[0]} was abandoned ({reason}) while "
+                    f"waiting for party {src}", party=self.rank, peer=src)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MPTimeoutError(
+                    f"party {self.rank}: no message from party {src} for {tag[1]} within "
+                    f"{timeout:.3g} s", party=self.rank, peer=src)
+            self._cond.wait(remaining)
 
     def abort(self, exec_id: str, reason: str, refused: bool = False) -> None:
         """Fail every wait of ``exec_id`` and drop its messages, now and later; a wait
