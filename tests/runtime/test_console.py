@@ -11,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+import mplang as mp
 from mplang.runtime.console import LineWriter, write_line
 
 PROGRAM = """\
@@ -82,3 +83,17 @@ def test_threads_write_whole_lines() -> None:
     lines = target.getvalue().splitlines()
     assert lines[-2:] == ["a progress line", "no newline yet"]
     assert sorted(lines[:-2]) == sorted(f"{w} says {i}" for w in "abcd" for i in range(200))
+
+
+def test_an_unclosed_simulator_stops_its_collector_at_exit() -> None:
+    """The program above never closes its simulator. At exit its collector thread (a
+    daemon) used to release parties' arrays while the interpreter tore modules down,
+    and the process aborted in JAX's array destructor about one run in seven; the
+    exit hook now stops and joins every running collector first."""
+    from mplang.backends.simp_driver import base
+
+    sim = mp.Simulator(2)
+    assert sim in base._COLLECTING and sim._collector.is_alive()
+    base._stop_collectors()
+    assert sim not in base._COLLECTING and not sim._collector.is_alive()
+    sim.close()  # closing afterwards is fine

@@ -8,6 +8,7 @@ dispatches each simp op to the workers.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import itertools
@@ -15,6 +16,7 @@ import queue
 import threading
 import time
 import uuid
+import weakref
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
@@ -60,6 +62,20 @@ def to_host_value(value: Any) -> Any:
     return arr[()] if arr.ndim == 0 else arr
 
 
+COLLECTOR_JOIN_S = 5.0
+"""How long stopping a driver's collector waits for the release it is making."""
+_COLLECTING: weakref.WeakSet[SimpDriver] = weakref.WeakSet()
+"""Drivers whose collector runs: stopped at interpreter exit, before modules are torn
+down (a release then, dropping a party's arrays on a daemon thread, aborted the
+process inside JAX's array destructor)."""
+
+
+@atexit.register
+def _stop_collectors() -> None:
+    for driver in list(_COLLECTING):
+        driver.stop_collector()
+
+
 class SimpDriver(ExecutionContext, ABC):
     """Abstract driver: subclasses move graphs and values to and from the parties."""
 
@@ -87,8 +103,10 @@ class SimpDriver(ExecutionContext, ABC):
         """How many programs this context has started (``mplang run`` checks a script ran one)."""
         self.scheduler = Scheduler(64, "mplang-driver")
         self._garbage: queue.SimpleQueue[Sequence[str | None] | None] = queue.SimpleQueue()
-        threading.Thread(target=self._collect_garbage, name="mplang-collector",
-                         daemon=True).start()
+        self._collector = threading.Thread(target=self._collect_garbage,
+                                           name="mplang-collector", daemon=True)
+        self._collector.start()
+        _COLLECTING.add(self)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -123,8 +141,12 @@ class SimpDriver(ExecutionContext, ABC):
                 continue
 
     def stop_collector(self) -> None:
-        """Stop the thread that releases the objects of collected handles."""
+        """Stop the thread that releases the objects of collected handles, and wait a
+        little for it to finish what it is releasing."""
+        _COLLECTING.discard(self)
         self._garbage.put(None)
+        if self._collector is not threading.current_thread():
+            self._collector.join(COLLECTOR_JOIN_S)
 
     # -- transport, provided by subclasses
     @abstractmethod
