@@ -110,7 +110,7 @@ def unpack_share(data: bytes, rows: int, sender: int) -> SpuShare:
 
 def _runs(n: int) -> tuple[Any, Any]:
     """The two secure steps: tagged hashes -> (not-shared bit, hash) in hash order; and
-    the stable sort by that bit, zeroing the hashes not shared by all."""
+    the stable sort by that bit, with -1 for the hashes not shared by all."""
     import jax
     import jax.numpy as jnp
 
