@@ -106,7 +106,8 @@ def _join_n(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
     side = members.index(rank)
     peers = [m for m in members if m != rank]
     timeout = interp.options.timeout or state.env.timeout
-    planned = plan(members, rank) if op.attrs["protocol"] == "aby3" else []
+    aby3 = op.attrs["protocol"] == "aby3"
+    planned = plan(members, rank) if aby3 else []
     session = Session(state.env.communicator, interp.exec_id, key, timeout,
                       [(p, "hello") for p in peers] + planned)
     table, column = args[side], op.attrs["key"]
@@ -119,7 +120,7 @@ def _join_n(interp: Interpreter, op: Operation, args: list[Any], key: str) -> li
         session.send(p, "hello", U64.pack(table.num_rows))
 
     def link() -> Any:
-        among = members[:COMPUTE] if op.attrs["protocol"] == "aby3" else members
+        among = members[:COMPUTE] if aby3 else members
         return state.links.link(among, interp.exec_id, key, among.index(rank), timeout)
 
     with stopping(interp, op, session):

@@ -35,6 +35,7 @@ from mplang.backends.spu_impl import (
     SpuShare,
     decode_share,
     encode_share,
+    load_executable,
     share_data_bytes,
     share_shape,
 )
@@ -132,19 +133,13 @@ def executables(sizes: tuple[int, ...]) -> tuple[Any, Any]:
     """libspu's executables of both steps for tables of ``sizes`` rows (at least one
     each), compiled on first use."""
     import jax
-    import spu.libspu as libspu
 
     find, compact = _runs(len(sizes))
     total = sum(sizes) - len(sizes) + 1
     i64 = [jax.ShapeDtypeStruct((m,), np.int64) for m in sizes]
     pair = [jax.ShapeDtypeStruct((total,), np.bool_), jax.ShapeDtypeStruct((total,), np.int64)]
-    out = []
-    for data in (compiled(find, i64, "psi.join_n.find"),
-                 compiled(compact, pair, "psi.join_n.compact")):
-        exe = libspu.Executable()
-        exe.ParseFromString(data)
-        out.append(exe)
-    return out[0], out[1]
+    return (load_executable(compiled(find, i64, "psi.join_n.find")),
+            load_executable(compiled(compact, pair, "psi.join_n.compact")))
 
 
 def device(compute: tuple[int, ...]) -> SpuConfig:

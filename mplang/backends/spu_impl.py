@@ -258,7 +258,9 @@ def _state(env: WorkerEnv) -> SpuState:
 _EXECUTABLES = LRUCache(1024)
 
 
-def _executable(data: bytes) -> Any:
+def load_executable(data: bytes) -> Any:
+    """libspu's executable of serialized ``data`` (parsed once, then cached); ValueError
+    if malformed."""
     exe = _EXECUTABLES.lookup(data)
     if exe is None:
         import spu.libspu as libspu
@@ -404,7 +406,7 @@ def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
     for i, share in enumerate(args):
         if not isinstance(share, SpuShare):
             raise RuntimeError(f"input {i} is not a secret share held by this party")
-    executable = _executable(op.attrs["executable"] or sized_executable(  # sizes at run time
+    executable = load_executable(op.attrs["executable"] or sized_executable(  # sizes at run time
         op, [share_shape(share) for share in args]))
     names = [input_name(i) for i in range(len(args))]
     outputs = [output_name(i) for i in range(len(op.outputs))]
