@@ -1,5 +1,5 @@
 """Fuzz the decoders of untrusted bytes: programs (graph bundles), values (wire frames) and
-the two-phase accept (committed programs with openings, votes).
+the signed accept (committed programs with openings, votes).
 
 A worker decodes what other parties send: a program (`decode_graph_bundle`, then
 ``graph.verify()`` and ``check_types``), a ``/run`` body around it (`split_frame`),
@@ -19,11 +19,12 @@ rewriting the protobuf chunks; a few inputs are random bytes. Half of the inputs
 are drawn by hypothesis (``st.data()`` drives the same generators), half by plain
 ``random``.
 
-The ``consent`` decoder is a worker's side of the two-phase accept: a ``/prepare`` body
+The ``consent`` decoder is a worker's side of the signed accept: a ``/run`` body
 (`split_program`: the committed program, then the receiving party's openings) is decoded,
 verified and type checked, its openings decoded and checked against the commitments
-(`open_program` for party R, the mode ``prepareR``), and the program digest taken; a
-``/run`` body's votes are checked as party R does (`check_votes`, mode ``runR``). Seeds
+(`open_program` for party R, the mode ``prepareR``), and the program digest taken; the
+votes party R gathered from the other parties' ``/vote`` bodies (a JSON object by rank
+in a frame's header, the mode ``runR``) are checked as party R does (`check_votes`). Seeds
 commit real programs with private constants (`simp.constant`, `tensor.constant` in
 pcalls, driver shares in ``SP0``; nonces fresh each run) and carry each party's
 openings and valid votes; besides the byte and JSON edits of both parts, openings are
@@ -571,7 +572,7 @@ def generate_value(ch: Chooser, seeds: Sequence[bytes]) -> tuple[str, bytes]:
     return "msg", mutate_bytes(ch, body, seeds) if ch.int(0, 1) else body
 
 
-# ---------------------------------------------------------------- the two-phase accept
+# ---------------------------------------------------------------- the signed accept
 
 
 EXEC, SCOPE = "e1", "s"
@@ -674,7 +675,7 @@ def sign_votes(digest: str = VOTE_DIGEST, exec_id: str = EXEC) -> dict[str, str]
 
 def prepare_body(program: bytes, openings: bytes, rank: int,
                  header: dict[str, Any] | None = None) -> bytes:
-    """A ``/prepare`` body for party ``rank`` (the harness's ``rank`` field says which party
+    """A ``/run`` body for party ``rank`` (the harness's ``rank`` field says which party
     the openings were made for; a worker ignores it)."""
     from mplang.backends.simp_worker.consent import PROGRAM_BYTES
 
@@ -685,16 +686,16 @@ def prepare_body(program: bytes, openings: bytes, rank: int,
 
 
 def run_body(votes: Any) -> bytes:
-    """A ``/run`` body of a prepared execution: the header with every party's vote."""
+    """The votes a party gathered, by rank, as a frame's header (the ``runR`` input)."""
     from mplang.backends.wire import pack_message
 
     return b"".join(pack_message({"exec": EXEC, "scope": SCOPE, "votes": votes}, []))
 
 
 def seed_consent() -> dict[str, bytes]:
-    """``/prepare`` bodies (a committed program and one party's openings) of programs with
+    """``/run`` bodies (a committed program and one party's openings) of programs with
     private constants (those of `private_constants`, `secret_sum` and the shared test
-    programs that have some), for each party, and ``/run`` bodies with valid and wrong votes."""
+    programs that have some), for each party, and gathered votes, valid and wrong."""
     import mplang as mp
     from mplang.cluster.commitments import commit, encode_openings
     from mplang.edsl.serde import encode_graph_bundle
@@ -720,7 +721,7 @@ def seed_consent() -> dict[str, bytes]:
 
 @dataclass
 class Prepare:
-    """A ``/prepare`` body cut into its parts: the committed program's bundle (magic,
+    """A ``/run`` body cut into its parts: the committed program's bundle (magic,
     JSON document, buffers) and the openings' (decoded)."""
 
     doc: Any
@@ -894,9 +895,8 @@ def _edit_commitment(ch: Chooser, prep: Prepare, donors: Sequence[Prepare]) -> N
 
 
 def generate_consent(ch: Chooser, seeds: Sequence[bytes]) -> tuple[str, bytes]:
-    """A consent input: ``("prepareR", a /prepare body)`` as party R receives it (its
-    committed program and openings) or ``("runR", a /run body)`` with the votes party R
-    checks."""
+    """A consent input: ``("prepareR", a /run body)`` as party R receives it (its
+    committed program and openings) or ``("runR", votes)``: the votes party R checks."""
     preps = [p for p in map(_parsed, seeds) if p is not None]
     runs = [s for s in seeds if _parsed(s) is None]
     if ch.int(0, 5) == 0:
@@ -946,7 +946,7 @@ def generate_consent(ch: Chooser, seeds: Sequence[bytes]) -> tuple[str, bytes]:
 
 
 def _parsed(body: bytes) -> Prepare | None:
-    """The parts of a seed ``/prepare`` body (None for a ``/run`` body), parsed once."""
+    """The parts of a seed ``/run`` body (None for gathered votes), parsed once."""
     if body not in _PARSED:
         _PARSED[body] = Prepare.parse(body)
     return _PARSED[body]
@@ -956,7 +956,7 @@ _PARSED: dict[bytes, Prepare | None] = {}
 
 
 def _vote_mutant(ch: Chooser, body: bytes, donors: Sequence[bytes]) -> bytes:
-    """Edits of a ``/run`` body's votes: swapped, dropped, of other types, base64 edits."""
+    """Edits of gathered votes: swapped, dropped, of other types, base64 edits."""
     framed = Framed.parse(body)
     if framed is None or not isinstance(framed.doc, dict) \
             or not isinstance(framed.doc.get("votes"), dict) or not ch.int(0, 4):
@@ -1060,10 +1060,11 @@ def decode_value_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
 
 
 def decode_consent_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
-    """What party R (``mode``'s last digit) does with a ``/prepare`` body: split it, decode,
+    """What party R (``mode``'s last digit) does with a ``/run`` body: split it, decode,
     verify and type check the committed program, decode the openings, check them against
     the commitments and open (`open_program`), take the program digest; an accepted
-    program must re-encode opened. With a ``/run`` body: check the others' votes."""
+    program must re-encode opened. With gathered votes: check the others' votes (a
+    worker gathers them by rank, so anything but an object stands for none)."""
     from mplang.backends.simp_worker.consent import check_votes, split_program
     from mplang.backends.wire import split_frame
     from mplang.cluster.commitments import open_program, program_digest
@@ -1075,8 +1076,9 @@ def decode_consent_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
     header, payload = split_frame(data)
     if kind == "run":
         stage("check_votes")
-        check_votes(header.get("votes"), _peers(), rank,  # type: ignore[arg-type]
-                    frozenset(range(WORLD)), EXEC, SCOPE, VOTE_DIGEST)
+        votes = header.get("votes")
+        check_votes(votes if isinstance(votes, dict) else {}, _peers(),  # type: ignore[arg-type]
+                    rank, frozenset(range(WORLD)), EXEC, SCOPE, VOTE_DIGEST)
         return header
     stage("split_program")
     program, openings = split_program(header, payload)

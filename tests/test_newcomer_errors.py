@@ -713,7 +713,7 @@ def test_a_worker_that_is_not_running_is_named_at_once(folder: Path) -> None:
     assert info.value.party == rank
     assert message == (
         f"party {rank} ({node} at https://{spec.nodes[rank].endpoint}) is not reachable, so it "
-        "cannot prepare a program of 6 ops (ConnectionRefusedError: [Errno 111] Connection "
+        "cannot run a program of 6 ops (ConnectionRefusedError: [Errno 111] Connection "
         "refused); is its worker running? Start the cluster's workers with `mplang up "
         "--cluster cluster.yaml`, or this node's with `mplang worker --cluster cluster.yaml "
         f"--node {node} --key keys/{node}.key` (in op func.call at /0)")
@@ -750,7 +750,7 @@ def test_a_spec_with_other_workers_certificates_names_both_fingerprints(folder: 
     assert presented != pinned
     assert message == (
         f"party {rank} ({node} at https://{spec.nodes[rank].endpoint}) is running, but not "
-        "with the certificate the cluster spec pins, so it cannot prepare a program of 6 ops "
+        "with the certificate the cluster spec pins, so it cannot run a program of 6 ops "
         f"(it presented sha256 {presented}..., but the cluster spec pins sha256 {pinned}... "
         f"for {node}); give the spec the certificate its worker uses (the NODE.crt beside that "
         "worker's key), or restart the worker with the key of the pinned certificate "
@@ -770,9 +770,9 @@ def test_a_driver_the_workers_do_not_know_is_told_which_certificate(folder: Path
     node = f"node_{rank}"
     mine = fingerprints(folder / "dev" / "keys")["driver.crt"][:16]
     assert message == (
-        f"party {rank} ({node} at https://{spec.nodes[rank].endpoint}) could not be reached "
-        f"to prepare a program of 6 ops (TransportError: {node} closed the connection before "
-        "any answer: it does not accept this party's "
+        f"party {rank} ({node} at https://{spec.nodes[rank].endpoint}) failed while running "
+        "a program of 6 ops: the connection was lost or refused (TransportError: "
+        f"{node} closed the connection before any answer: it does not accept this party's "
         f"certificate (sha256 {mine}...), or it stopped; the cluster spec its worker runs with "
         "must list that certificate (`mplang status` compares the specs)) (in op func.call "
         "at /0)")

@@ -8,19 +8,20 @@ as it happens (no fsync). Every line has ``"event"``, ``"time"`` (Unix seconds)
 and ``"node"`` (the node that wrote it). The events:
 
 ``execution``
-    A driver asked this node to run a program (``/prepare``, or a ``/run`` of
-    this party alone): ``exec`` (execution id), ``scope``, ``program`` (SHA-256
-    of the program bytes received), ``driver`` (``{"name", "fingerprint"}``:
-    the spec's name and the certificate fingerprint of the TLS peer), ``name``
-    (the program's function name as the driver gives it, null if it gave none),
+    A driver asked this node to run a program (``/run``): ``exec`` (execution
+    id), ``scope``, ``program`` (SHA-256 of the program bytes received),
+    ``driver`` (``{"name", "fingerprint"}``: the spec's name and the certificate
+    fingerprint of the TLS peer), ``name`` (the program's function name as the
+    driver gives it, null if it gave none),
     ``verdict`` (``"accepted"`` or ``"refused"``), ``rule`` (the policy that
     accepted it: its file, ``the default policy`` or ``no policy``) and ``reason``
     (why it was refused, which names the rule; null when accepted).
 ``end``
     An accepted run finished: ``exec``, ``scope``, ``status`` (``"ok"``,
     ``"failed"``, ``"aborted"`` when its driver aborted the execution, or
-    ``"refused"`` when it never started because the parties did not all accept
-    the same program) and ``reason`` (the error; null when ok).
+    ``"refused"`` when it never started because the other parties' votes were not
+    for the same program) and ``reason`` (the error; null when ok). A run whose
+    votes did not all come ends ``"failed"`` (or ``"aborted"``) before any op.
 ``abort``
     A driver aborted an execution: ``exec``, ``driver``, ``reason``.
 ``send`` / ``recv``

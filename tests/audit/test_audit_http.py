@@ -153,7 +153,7 @@ def test_a_refused_program_is_logged_with_its_reason(audited: tuple[LocalCluster
     body = support.frame({"exec": "refused-1", "scope": "", "inputs": [], "parties": [0]},
                          b"not a program")
     with dev.client("driver", 0) as client:
-        response = client.post("/prepare", content=body)
+        response = client.post("/run", content=body)
     assert response.status_code == 400
     events = [e for e in read_events([audit_dir / "node_0.jsonl"])
               if e.get("exec") == "refused-1"]
@@ -165,14 +165,15 @@ def test_a_refused_program_is_logged_with_its_reason(audited: tuple[LocalCluster
 
 def test_a_run_the_other_parties_did_not_vote_for_ends_refused(
         audited: tuple[LocalCluster, Path]) -> None:
+    """node_1's vote (sent before the run reaches node_0) is not a signature over the
+    program: node_0 logs the run accepted, then ended refused."""
     cluster, audit_dir = audited
     dev = support.DevCluster(cluster.spec_path, cluster.keys_dir)
     exec_id = uuid.uuid4().hex
+    support.send_vote(dev, "node_1", 0, exec_id, b"AAAA")
     with dev.client("driver", 0) as client:
-        prepared = client.post("/prepare", content=support.run_body(
+        response = client.post("/run", content=support.run_body(
             support.local_graph(), exec_id=exec_id, parties=[0, 1]))
-        assert prepared.status_code == 200, prepared.text
-        response = client.post("/run", content=support.frame({"exec": exec_id, "scope": ""}))
     assert response.status_code == 409
     events = [e for e in read_events([audit_dir / "node_0.jsonl"]) if e.get("exec") == exec_id]
     assert [(e["event"], e.get("verdict"), e.get("status")) for e in events] == \

@@ -7,7 +7,7 @@ fetching (their finalizers ask the workers to ``/delete`` them). Every evaluatio
 carries new data (its constants change with ``i``), as a real driver's would.
 
 `held` counts what one in-process worker (`tests.http.support.ThreadWorker`)
-keeps: objects in its store, queued messages, runs going on, prepared runs,
+keeps: objects in its store, queued messages, runs going on,
 remembered executions and cached programs. Used by ``benchmarks/bench_worker_rss.py``
 and ``tests/http/test_worker_memory.py``.
 """
@@ -99,7 +99,6 @@ def held(server: WorkerServer) -> dict[str, int]:
         "objects": len(server.worker.store),
         "messages": server.mailbox.pending(),
         "running": executions.running(),
-        "prepared": len(server.prepared),
         "remembered_executions": len(executions._owners),
         "programs_cached": len(server.programs),
     }

@@ -10,7 +10,9 @@ so each check tests exactly one refusal.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import hashlib
 import socket
 import ssl
 import sys
@@ -27,9 +29,10 @@ import yaml
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.mux_client import SPEC_HEADER
+from mplang.backends.mux_client import SPEC_HEADER, MuxClients
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.simp_worker.http import uvicorn_server
+from mplang.backends.simp_worker.messages import H_EXEC, H_KEY
 from mplang.backends.simp_worker.server import WorkerServer
 from mplang.backends.wire import encode_value_bytes, pack_message
 from mplang.cluster.identity import LocalIdentity, keygen, load_identity
@@ -198,7 +201,7 @@ def frame(header: dict[str, Any], *payload: bytes) -> bytes:
 
 def run_body(graph: Graph, inputs: list[str | None] | None = None,
              exec_id: str | None = None, parties: list[int] | None = None) -> bytes:
-    """A ``/run`` (or ``/prepare``) body for ``graph``."""
+    """A ``/run`` body for ``graph``."""
     header: dict[str, Any] = {"exec": exec_id or uuid.uuid4().hex, "scope": "",
                               "inputs": inputs or [], "progress": False}
     if parties is not None:
@@ -219,7 +222,7 @@ def tiny_graph(value: int = 5) -> Graph:
     return mp.compile(lambda: simp.constant((0,), value), world_size=3).graph
 
 
-DRIVER_ENDPOINTS = ("/prepare", "/run", "/fetch", "/delete", "/abort")
+DRIVER_ENDPOINTS = ("/run", "/fetch", "/delete", "/abort")
 """The endpoints only a listed driver may use."""
 ENDPOINTS = (*DRIVER_ENDPOINTS, "/msg")
 
@@ -228,8 +231,6 @@ def valid_body(path: str) -> bytes:
     """A well-formed body for ``path`` (what a legitimate client would send)."""
     if path == "/run":
         return run_body(local_graph())
-    if path == "/prepare":
-        return run_body(local_graph(), parties=[0])
     if path == "/fetch":
         return frame({"uri": "no-such-object"})
     if path == "/delete":
@@ -239,6 +240,55 @@ def valid_body(path: str) -> bytes:
     if path == "/msg":
         return encode_value_bytes(7)
     raise ValueError(path)
+
+
+@dataclass
+class WaitingRun:
+    """A run started on one worker alone, waiting there for votes that never come."""
+
+    exec_id: str
+    digest: str
+    """The digest of its program, which peer messages must name."""
+    answer: concurrent.futures.Future[httpx.Response]
+    """The worker's answer to its ``/run``: when it is aborted or its votes time out."""
+
+
+def start_waiting_run(dev: DevCluster, worker: ThreadWorker, graph: Graph,
+                      parties: list[int] | None = None) -> WaitingRun:
+    """Start a run of ``graph`` (``parties``, default all three) on ``worker`` only, as a
+    driver would: it registers for its messages, sends its vote, and waits for the other
+    parties' votes until it is aborted or the worker's timeout ends it."""
+    exec_id = uuid.uuid4().hex
+    body = run_body(graph, exec_id=exec_id, parties=parties or [0, 1, 2])
+    answer: concurrent.futures.Future[httpx.Response] = concurrent.futures.Future()
+    rank = worker.server.rank
+
+    def start() -> None:
+        try:
+            with dev.client("driver", rank) as client:
+                answer.set_result(client.post("/run", content=body, timeout=120))
+        except Exception as e:  # handed to whoever waits for the answer
+            answer.set_exception(e)
+
+    threading.Thread(target=start, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not worker.server.executions.program_of(exec_id, "/0"):
+        assert not answer.done(), answer.result().text
+        assert time.monotonic() < deadline, "the run did not register"
+        time.sleep(0.01)
+    return WaitingRun(exec_id, hashlib.sha256(encode_graph_bundle(graph, {})).hexdigest(),
+                      answer)
+
+
+def send_vote(dev: DevCluster, node: str, rank: int, exec_id: str, vote: bytes) -> None:
+    """Send ``vote`` for run (``exec_id``, scope "") to worker ``rank`` as ``node``, over
+    that node's own ``mplang/1`` connection, as a worker sends its vote."""
+    clients = MuxClients(dev.spec, load_identity(dev.keys / f"{node}.key"), 10.0)
+    try:
+        clients.send(rank, "/vote", [vote], {H_EXEC: exec_id, H_KEY: ""})
+        clients.post(rank, "/health", [])  # the vote went first on the same connection
+    finally:
+        clients.close()
 
 
 def msg_headers(exec_id: str | None = None, key: str = "/0", program: str = "",

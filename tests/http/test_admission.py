@@ -39,8 +39,8 @@ def _status(peers: tuple[PeerDirectory, support.DevCluster], who: str, path: str
 
 
 @pytest.mark.parametrize("who, path, size, status", [
-    ("driver", "/prepare", 1 << 30, 200),  # within the path's limit: the budget decides
-    ("node_1", "/prepare", 1 << 30, 403),  # a node may not act as a driver
+    ("driver", "/run", 1 << 30, 200),  # within the path's limit: the budget decides
+    ("node_1", "/run", 1 << 30, 403),  # a node may not act as a driver
     ("driver", "/msg", 10, 403),  # a driver may not send peer messages
     ("node_1", "/upload", 10, 403),  # only the node's own key uploads
     ("node_0", "/upload", 10, 200),

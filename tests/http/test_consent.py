@@ -1,4 +1,5 @@
-"""The signed two-phase accept over real mutual TLS: committed programs, votes, refusals.
+"""The signed accept over real mutual TLS: committed programs, the votes the parties send
+each other, refusals.
 
 Three workers run in this process (`support.ThreadWorker`); a driver either is an
 `mp.Driver` (whose requests are recorded) or speaks raw requests to act as a
@@ -8,8 +9,10 @@ driver that sends different programs to different parties.
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -19,7 +22,14 @@ import pytest
 import mplang as mp
 from mplang import simp, tensor
 from mplang.backends.simp_worker.consent import PROGRAM_BYTES
-from mplang.cluster.commitments import commit, decode_vote, encode_openings, vote_message
+from mplang.cluster.commitments import (
+    commit,
+    decode_vote,
+    encode_openings,
+    encode_vote,
+    vote_message,
+)
+from mplang.cluster.identity import load_identity
 from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
@@ -82,46 +92,51 @@ def test_a_party_never_receives_another_partys_constant(driver: mp.Driver,
     assert not any(SECRET0.tobytes() in body for body in [*seen[1], *seen[2]])
 
 
-def prepare(client: httpx.Client, graph: Graph, rank: int, exec_id: str,
-            program: bytes | None = None) -> httpx.Response:
-    """``/prepare`` of ``graph`` (parties 0..2) on worker ``rank``, as a driver would."""
+def run_body(graph: Graph, rank: int, exec_id: str, program: bytes | None = None) -> bytes:
+    """A ``/run`` body of ``graph`` (parties 0..2) for worker ``rank``, as a driver sends
+    it: the committed program and that party's openings."""
     committed = commit(graph, 3)
     data = program if program is not None else encode_graph_bundle(committed.graph, {})
-    body = support.frame({"exec": exec_id, "scope": "", "inputs": [], "parties": [0, 1, 2],
+    return support.frame({"exec": exec_id, "scope": "", "inputs": [], "parties": [0, 1, 2],
                           PROGRAM_BYTES: len(data), "progress": False},
                          data, encode_openings(committed.openings[rank]))
-    return client.post("/prepare", content=body)
 
 
-def run(client: httpx.Client, exec_id: str, votes: Any) -> httpx.Response:
-    header: dict[str, Any] = {"exec": exec_id, "scope": ""}
-    if votes is not None:
-        header["votes"] = votes
-    return client.post("/run", content=support.frame(header))
+def run_everywhere(dev: support.DevCluster, graphs: list[Graph], exec_id: str
+                   ) -> list[httpx.Response]:
+    """Each worker ``rank``'s answer to ``/run`` of ``graphs[rank]``, sent at once."""
+    def one(rank: int) -> httpx.Response:
+        with dev.client("driver", rank) as client:
+            return client.post("/run", content=run_body(graphs[rank], rank, exec_id))
+
+    with ThreadPoolExecutor(3) as pool:
+        return list(pool.map(one, range(3)))
 
 
-def test_every_party_votes_for_one_execution_digest(dev: support.DevCluster,
-                                                   workers: Any) -> None:
+def test_every_party_votes_for_one_execution_digest(
+        dev: support.DevCluster, workers: list[support.ThreadWorker],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     graph = mp.compile(secret_sum, world_size=3).graph
     exec_id = uuid.uuid4().hex
     expected = hashlib.sha256(encode_graph_bundle(commit(graph, 3).graph, {})).hexdigest()
-    votes = {}
-    for rank in range(3):
-        with dev.client("driver", rank) as client:
-            verdict = prepare(client, graph, rank, exec_id).json()
-        assert verdict["accepted"] is True and verdict["digest"] == expected
-        signature = decode_vote(verdict["vote"])
-        assert signature is not None
-        message = vote_message(exec_id, "", expected, dev.spec.digest())
-        certificate = dev.spec.nodes[rank].certificate
-        assert certificate is not None and certificate.verify(signature, message)
-        assert not certificate.verify(signature, message + b"x")
-        votes[str(rank)] = verdict["vote"]
-    responses = []
-    for rank in range(3):
-        with dev.client("driver", rank) as client:
-            responses.append(run(client, exec_id, votes))
+    received: list[tuple[int, int, str, str, str]] = []
+    for w in workers:
+        put = w.server.votes.put
+        monkeypatch.setattr(w.server.votes, "put", lambda sender, e, scope, vote, _r=w.server
+                            .rank, _put=put: (received.append((_r, sender, e, scope, vote)),
+                                              _put(sender, e, scope, vote))[1])
+    responses = run_everywhere(dev, [graph] * 3, exec_id)
     assert [r.status_code for r in responses] == [200, 200, 200]
+    assert sorted((to, sender) for to, sender, *_ in received) == [
+        (to, sender) for to in range(3) for sender in range(3) if sender != to]
+    message = vote_message(exec_id, "", expected, dev.spec.digest())
+    for _, sender, exec_seen, scope, vote in received:
+        assert (exec_seen, scope) == (exec_id, "")
+        signature = decode_vote(vote)
+        certificate = dev.spec.nodes[sender].certificate
+        assert signature is not None and certificate is not None
+        assert certificate.verify(signature, message)
+        assert not certificate.verify(signature, message + b"x")
 
 
 def test_different_programs_for_different_parties_are_refused_before_any_op_runs(
@@ -129,38 +144,43 @@ def test_different_programs_for_different_parties_are_refused_before_any_op_runs
     honest = mp.compile(secret_sum, world_size=3).graph
     other = mp.compile(lambda: secret_sum(), world_size=3).graph  # other nonces
     exec_id = uuid.uuid4().hex
-    graphs = [honest, other, honest]
-    votes = {}
-    for rank in range(3):
-        with dev.client("driver", rank) as client:
-            verdict = prepare(client, graphs[rank], rank, exec_id).json()
-        assert verdict["accepted"] is True
-        votes[str(rank)] = verdict["vote"]
     stored = [len(w.server.worker.store) for w in workers]
-    for rank in range(3):
-        with dev.client("driver", rank) as client:
-            response = run(client, exec_id, votes)
+    responses = run_everywhere(dev, [honest, other, honest], exec_id)
+    for rank, response in enumerate(responses):
         assert response.status_code == 409
         party = 1 if rank != 1 else 0
         assert f"party {rank}: the vote of party {party} for execution {exec_id} is not a " \
                "signature over this program" in response.json()["error"]
     assert [len(w.server.worker.store) for w in workers] == stored
     assert all(w.server.mailbox.pending() == 0 for w in workers)
+    assert all(w.server.executions.running() == 0 for w in workers)
 
 
-def test_a_run_without_votes_is_refused(dev: support.DevCluster, workers: Any) -> None:
+def test_a_vote_is_its_senders_and_must_sign_the_program(
+        dev: support.DevCluster, workers: list[support.ThreadWorker]) -> None:
+    """Listed peers cannot vote for each other: a vote counts for the certificate that
+    sent it, so node_2 passing on node_1's valid vote is refused as node_2's."""
     graph = mp.compile(secret_sum, world_size=3).graph
-    exec_id = uuid.uuid4().hex
-    with dev.client("driver", 0) as client:
-        assert prepare(client, graph, 0, exec_id).status_code == 200
-        response = run(client, exec_id, None)
-    assert response.status_code == 409
-    assert "came without the other parties' votes" in response.json()["error"]
-    with dev.client("driver", 0) as client:
-        assert prepare(client, graph, 0, exec_id + "b").status_code == 200
-        response = run(client, exec_id + "b", {"1": "AAAA", "2": "!!"})
-    assert response.status_code == 409
-    assert "the vote of party 1" in response.json()["error"]
+    run = support.start_waiting_run(dev, workers[0], graph)
+    node_1 = load_identity(dev.keys / "node_1.key")
+    valid = encode_vote(node_1.sign(vote_message(run.exec_id, "", run.digest,
+                                                 dev.spec.digest()))).encode()
+    support.send_vote(dev, "node_1", 0, run.exec_id, valid)
+    support.send_vote(dev, "node_2", 0, run.exec_id, valid)
+    answer = run.answer.result(timeout=30)
+    assert answer.status_code == 409
+    assert answer.json()["error"].startswith(
+        f"party 0: the vote of party 2 for execution {run.exec_id} is not a signature "
+        "over this program")
+
+    run = support.start_waiting_run(dev, workers[0], graph)
+    support.send_vote(dev, "node_1", 0, run.exec_id, b"AAAA")
+    support.send_vote(dev, "node_2", 0, run.exec_id, b"!!")
+    answer = run.answer.result(timeout=30)
+    assert answer.status_code == 409
+    assert answer.json()["error"].startswith(
+        f"party 0: the vote of party 1 for execution {run.exec_id} is not a signature")
+    assert all(w.server.executions.running() == 0 for w in workers)
 
 
 def test_a_tampered_opening_is_refused_with_400(dev: support.DevCluster, workers: Any) -> None:
@@ -172,15 +192,15 @@ def test_a_tampered_opening_is_refused_with_400(dev: support.DevCluster, workers
                           "parties": [0, 1, 2], PROGRAM_BYTES: len(data)},
                          data, encode_openings({path: (value * 2, nonce)}))
     with dev.client("driver", 0) as client:
-        response = client.post("/prepare", content=body)
+        response = client.post("/run", content=body)
     assert response.status_code == 400
-    verdict = response.json()
-    assert verdict["accepted"] is False
-    assert "op #0 simp.constant (traced at test_consent.py:" in verdict["reason"]
-    assert "attribute 'value': the opening does not match its commitment" in verdict["reason"]
+    error = response.json()["error"]
+    assert "op #0 simp.constant (traced at test_consent.py:" in error
+    assert "attribute 'value': the opening does not match its commitment" in error
+    assert workers[0].server.executions.running() == 0
 
 
-def test_a_party_refusing_in_prepare_means_nothing_runs_anywhere(
+def test_a_party_refusing_the_program_means_nothing_runs_anywhere(
         driver: mp.Driver, workers: list[support.ThreadWorker],
         monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[int] = []
@@ -193,7 +213,10 @@ def test_a_party_refusing_in_prepare_means_nothing_runs_anywhere(
                                              "may not"):
         mp.evaluate(driver, secret_sum)
     assert ran == []
-    assert all(not w.server.prepared for w in workers)
+    deadline = time.monotonic() + 10
+    while any(w.server.executions.running() for w in workers):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_driver_constant_on_spu_reaches_each_member_as_its_share_only(

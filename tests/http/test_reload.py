@@ -100,7 +100,7 @@ def test_a_new_driver_no_policy_names_is_refused_by_every_node(
     policies = dev.spec_path.parent / "policies"
     for rank in range(3):
         with dev.client("driver3", rank) as client:
-            response = client.post("/prepare", content=support.run_body(
+            response = client.post("/run", content=support.run_body(
                 support.local_graph(), parties=[rank]))
         assert response.status_code == 403
         assert response.json()["error"] == (

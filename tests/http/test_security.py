@@ -102,14 +102,12 @@ def receive_graph() -> Graph:
                       world_size=3).graph
 
 
-def prepare_on_0(client: httpx.Client, graph: Graph) -> tuple[str, str]:
-    """Prepare a run of ``graph`` (parties 0..2) on worker 0: (exec id, program digest)."""
-    exec_id = uuid.uuid4().hex
-    response = post(client, "/prepare", support.run_body(graph, exec_id=exec_id,
-                                                         parties=[0, 1, 2]))
-    assert response.status_code == 200, response.text
-    import hashlib
-    return exec_id, hashlib.sha256(encode_graph_bundle(graph, {})).hexdigest()
+def waiting_on_0(dev: support.DevCluster, workers: list[support.ThreadWorker],
+                 graph: Graph) -> tuple[str, str]:
+    """A run of ``graph`` (parties 0..2) started on worker 0 alone, waiting there for the
+    others' votes: (exec id, program digest)."""
+    run = support.start_waiting_run(dev, workers[0], graph)
+    return run.exec_id, run.digest
 
 
 def edit_program(bundle: bytes, edit: Any) -> bytes:
@@ -270,7 +268,7 @@ def test_the_sender_is_the_certificate_not_a_claim(dev: support.DevCluster,
                                                    as_driver: httpx.Client) -> None:
     """node_2 sending what only party 1 should send lands as party 2's message (or is
     refused): no header or body field can make it party 1's."""
-    exec_id, digest = prepare_on_0(as_driver, receive_graph())
+    exec_id, digest = waiting_on_0(dev, workers, receive_graph())
     with dev.client("node_2", 0) as client:
         headers = {**support.msg_headers(exec_id, "/1", digest), "x-mplang-src": "1"}
         response = post(client, "/msg", encode_value_bytes(np.int32(666)), headers=headers)
@@ -306,11 +304,12 @@ def test_objects_belong_to_the_driver_that_made_them(dev: support.DevCluster,
 
 def test_another_driver_cannot_abort_an_execution(dev: support.DevCluster, workers: Any,
                                                   as_driver: httpx.Client) -> None:
-    exec_id, _ = prepare_on_0(as_driver, receive_graph())
+    exec_id, _ = waiting_on_0(dev, workers, receive_graph())
     with dev.client("driver2", 0) as other:
         response = post(other, "/abort", support.frame({"exec": exec_id, "reason": "x"}))
         assert response.status_code == 403
-        again = post(other, "/run", support.frame({"exec": exec_id, "scope": ""}))
+        again = post(other, "/run", support.run_body(receive_graph(), exec_id=exec_id,
+                                                     parties=[0, 1, 2]))
         assert again.status_code in (403, 409)
     post(as_driver, "/abort", support.frame({"exec": exec_id, "reason": "test"}))
 
@@ -328,7 +327,7 @@ def test_messages_nobody_expects_are_refused_at_once(dev: support.DevCluster,
     with dev.client("node_1", 0) as client:
         unknown = post(client, "/msg", encode_value_bytes(1), headers=support.msg_headers())
         assert unknown.status_code == 409 and "not running here" in unknown.json()["error"]
-        exec_id, digest = prepare_on_0(as_driver, receive_graph())
+        exec_id, digest = waiting_on_0(dev, workers, receive_graph())
         other_program = post(client, "/msg", encode_value_bytes(np.int32(1)),
                              headers=support.msg_headers(exec_id, "/1", "f" * 64))
         assert other_program.status_code == 409
@@ -471,7 +470,6 @@ def _malformed_bodies() -> dict[str, tuple[str, bytes]]:
     bad_json = struct.pack("<4sI", b"MPV1", 9) + b"{not json"
     return {
         "run_random_bytes": ("/run", os.urandom(500)),
-        "prepare_random_bytes": ("/prepare", os.urandom(500)),
         "fetch_random_bytes": ("/fetch", os.urandom(500)),
         "delete_random_bytes": ("/delete", os.urandom(500)),
         "abort_random_bytes": ("/abort", os.urandom(500)),
@@ -485,7 +483,7 @@ def _malformed_bodies() -> dict[str, tuple[str, bytes]]:
         "run_inputs_not_a_list": ("/run", support.frame({"exec": "e", "scope": "",
                                                          "inputs": "all"}, program)),
         "run_wrong_input_count": ("/run", program_frame(program, [None, None])),
-        "prepare_parties_without_self": ("/prepare", support.frame(
+        "run_parties_without_self": ("/run", support.frame(
             {"exec": "p1", "scope": "", "inputs": [], "parties": [1, 2]}, program)),
         "program_random_bytes": ("/run", program_frame(os.urandom(400))),
         "program_truncated": ("/run", program_frame(program[:len(program) // 2])),
@@ -534,7 +532,7 @@ MALFORMED_VALUES = {
 @pytest.mark.parametrize("name", sorted(MALFORMED_VALUES))
 def test_malformed_message_values_get_400(dev: support.DevCluster, workers: Any,
                                           as_driver: httpx.Client, name: str) -> None:
-    exec_id, digest = prepare_on_0(as_driver, receive_graph())
+    exec_id, digest = waiting_on_0(dev, workers, receive_graph())
     with dev.client("node_1", 0) as client:
         response = post(client, "/msg", MALFORMED_VALUES[name],
                         headers=support.msg_headers(exec_id, "/1", digest))
@@ -622,7 +620,7 @@ def test_pickle_is_never_loaded(dev: support.DevCluster, workers: Any,
                                                             payload)))]:
         response = post(as_driver, path, body)
         assert 400 <= response.status_code < 500, (path, response.status_code)
-    exec_id, digest = prepare_on_0(as_driver, receive_graph())
+    exec_id, digest = waiting_on_0(dev, workers, receive_graph())
     with dev.client("node_1", 0) as client:
         for body in [payload, support.frame({"kind": "pickle"}, payload)]:
             response = post(client, "/msg", body,
@@ -653,23 +651,27 @@ def test_programs_across_the_three_workers_still_run(dev: support.DevCluster,
         assert w.server.executions.running() == 0
 
 
-def test_a_prepared_run_that_never_starts_leaves_nothing_behind(
+def test_a_run_whose_votes_never_come_leaves_nothing_behind(
         dev: support.DevCluster, workers: list[support.ThreadWorker],
-        as_driver: httpx.Client) -> None:
-    """A driver that prepares and then disappears: the run expires, and the message a
-    peer already sent for it is dropped with it."""
-    exec_id, digest = prepare_on_0(as_driver, receive_graph())
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that starts a run on one party and then disappears: the run ends when the
+    other parties' votes do not come within the worker's timeout, naming the first party
+    it waited for, and the message a peer already sent for it is dropped with it."""
+    server = workers[0].server
+    monkeypatch.setattr(server, "timeout", 0.5)
+    run = support.start_waiting_run(dev, workers[0], receive_graph())
     with dev.client("node_1", 0) as client:
         sent = post(client, "/msg", encode_value_bytes(np.int32(5)),
-                    headers=support.msg_headers(exec_id, "/1", digest))
+                    headers=support.msg_headers(run.exec_id, "/1", run.digest))
     assert sent.status_code == 200
-    server = workers[0].server
-    assert server.mailbox.pending() == 1
-    for prepared in server.prepared.runs.values():
-        prepared.expires = 0.0
-    server.prepared.sweep()
+    answer = run.answer.result(timeout=30)
+    assert answer.status_code == 500 and answer.json()["kind"] == "MPTimeoutError"
+    assert answer.json()["error"] == (
+        f"party 0: no vote of party 1 for execution {run.exec_id} came in time: party 1 "
+        "was not asked to run it, or did not accept it within 0.5 s")
+    assert answer.json()["peer"] == 1
     assert server.mailbox.pending() == 0 and server.executions.running() == 0
     with dev.client("node_1", 0) as client:
         late = post(client, "/msg", encode_value_bytes(np.int32(5)),
-                    headers=support.msg_headers(exec_id, "/1", digest))
+                    headers=support.msg_headers(run.exec_id, "/1", run.digest))
     assert late.status_code == 410

@@ -123,9 +123,9 @@ def _log_has(cluster: LocalCluster, text: str, timeout: float = 3.0) -> bool:
 def test_driver_path_heads_from_a_node_are_refused_before_allocating(
         cluster: LocalCluster, driver: mp.Driver) -> None:
     sock = mux_wire.connect(cluster, "node_1")
-    with _bounded(cluster, "3 HEADs of 1 GiB on /prepare from a node"):
+    with _bounded(cluster, "3 HEADs of 1 GiB on /run from a node"):
         for stream in (1, 3, 5):
-            sock.sendall(mux_wire.head(stream, GiB, {"path": "/prepare",
+            sock.sendall(mux_wire.head(stream, GiB, {"path": "/run",
                                                      "headers": {SPEC_HEADER: _spec(cluster)}}))
         answers = dict(mux_wire.read_answer(sock) for _ in range(3))
         assert sorted(answers) == [1, 3, 5]
@@ -137,9 +137,9 @@ def test_driver_path_heads_from_a_node_are_refused_before_allocating(
 def test_a_driver_s_huge_heads_are_refused_by_the_budget(
         cluster: LocalCluster, driver: mp.Driver) -> None:
     sock = mux_wire.connect(cluster, "driver")
-    with _bounded(cluster, "3 HEADs of 1 GiB on /prepare from the driver"):
+    with _bounded(cluster, "3 HEADs of 1 GiB on /run from the driver"):
         for stream in (1, 3, 5):
-            sock.sendall(mux_wire.head(stream, GiB, {"path": "/prepare",
+            sock.sendall(mux_wire.head(stream, GiB, {"path": "/run",
                                                      "headers": {SPEC_HEADER: _spec(cluster)}}))
         answers = dict(mux_wire.read_answer(sock) for _ in range(3))
         assert all(a["status"] == 429 and "budget" in a["error"] for a in answers.values())
@@ -152,7 +152,7 @@ def test_admitted_heads_take_no_memory_until_their_bytes_arrive(
     sock = mux_wire.connect(cluster, "driver")
     before = memory_workload.rss_kib(_pid(cluster))
     for stream in (1, 3, 5):  # 45 MiB announced, within the budget: admitted
-        sock.sendall(mux_wire.head(stream, 15 * MiB, {"path": "/prepare",
+        sock.sendall(mux_wire.head(stream, 15 * MiB, {"path": "/run",
                                                       "headers": {SPEC_HEADER: _spec(cluster)}}))
     assert not _closed_by_worker(sock, 0.3)  # no refusal, no close
     grown = memory_workload.rss_kib(_pid(cluster)) - before

@@ -10,9 +10,9 @@ A `Campaign` sends fuzzed frames and messages to worker ``node_0`` of a 3-worker
   (deep nesting, huge numbers, bad UTF-8, wrong lengths); truncated frames; DATA of
   unknown or finished streams, DATA without HEAD, HEADs on open streams, bodies
   longer than announced, unknown frame kinds; valid requests with their frames
-  interleaved; runs and prepares of real programs (graph bundles) and of bit-flipped
-  copies; messages (real and mutated encoded values) into executions the campaign
-  prepared;
+  interleaved; runs of real programs (graph bundles) and of bit-flipped copies, among
+  them runs of two parties that wait 2 s for a vote that never comes; messages (real
+  and mutated encoded values) into those waiting runs;
 - from outsiders: a certificate no spec lists speaking ``mplang/1``; plain TCP from
   another loopback address (garbage, plaintext HTTP, frames); a TLS ClientHello cut
   short, bit-flipped, or sent whole and followed by silence.
@@ -104,7 +104,6 @@ class Case:
     """How long to wait for its answers (seconds)."""
     keep: bool = True
     """Whether the connection is in step after it (else it is closed after the case)."""
-    learn: Callable[[int, dict[str, Any], bytes], None] | None = None
 
 
 @dataclass
@@ -121,7 +120,9 @@ class Finding:
 
 
 @dataclass
-class Prepared:
+class Waiting:
+    """A run of two parties started on the worker, waiting there for the other's vote."""
+
     exec_id: str
     scope: str
     digest: str
@@ -286,7 +287,7 @@ class Campaign:
                                                       enumerate(receiving.operations)
                                                       if communicates(op)))
         self.values = [*api.encoded_values(), encode_value_bytes(np.arange(4))]
-        self.prepared: list[Prepared] = []
+        self.waiting: list[Waiting] = []
         self.hellos = [self._client_hello() for _ in range(4)]
         self.connections: dict[str, Connection | None] = {"node_1": None, "driver": None}
         self.outsiders: list[tuple[socket.socket, str, float]] = []
@@ -338,9 +339,9 @@ class Campaign:
         if rnd.random() < 0.85:
             headers[SPEC_HEADER] = self.digest if rnd.random() < 0.8 else rnd.choice(
                 [self.digest[:-1] + "0", "", "x" * 5000, *WEIRD])
-        prepared = rnd.choice(self.prepared) if self.prepared else None
+        waiting = rnd.choice(self.waiting) if self.waiting else None
         choices: dict[str, list[Any]] = {
-            H_EXEC: [uuid.uuid4().hex, "x" * 129, "a b", "é", prepared.exec_id if prepared
+            H_EXEC: [uuid.uuid4().hex, "x" * 129, "a b", "é", waiting.exec_id if waiting
                      else "e", *WEIRD],
             H_KEY: ["/0", "/1", "/", "", "0", "/" * 2000, "/é", *WEIRD],
             H_PROGRAM: [self.receiving.digest, "0" * 64, "", "x" * 5000, *WEIRD],
@@ -385,10 +386,11 @@ class Campaign:
             offset += n
         return stream, frames
 
-    def _run_body(self, rnd: random.Random, program: api.Program, mutated: bool) -> bytes:
+    def _run_body(self, rnd: random.Random, program: api.Program, mutated: bool,
+                  **fields: Any) -> bytes:
         header = {"exec": uuid.uuid4().hex, "scope": rnd.choice(["", "/s1"]),
                   "inputs": [rnd.choice(self.uris) for _ in range(program.inputs)],
-                  "parties": program.parties, "progress": False}
+                  "parties": program.parties, "progress": False, **fields}
         bundle = api.mutate(rnd, program.bundle) if mutated else program.bundle
         return api.mpv1(header, bundle)
 
@@ -471,39 +473,31 @@ class Campaign:
                                                                         strict=True)},
                         tuple(stream for stream, _ in requests), wait=3.0)
         if kind == "program":
-            path = rnd.choice(["/run", "/prepare"])
-            if path == "/prepare" and rnd.random() < 0.6:
-                body = self._run_body(rnd, self.receiving, False)
-                stream, frames = self._request(conn, path, body, stream=s)
-                return Case(kind, who, b"".join(frames), {stream: path}, (stream,), wait=3.0,
-                            learn=self._learn_prepared(body))
-            program = rnd.choice(self.alone if path == "/run" else self.programs)
-            body = self._run_body(rnd, program, rnd.random() < 0.6)
-            stream, frames = self._request(conn, path, body, stream=s)
-            return Case(kind, who, b"".join(frames), {stream: path}, (stream,), wait=3.0)
+            if rnd.random() < 0.3:  # it waits for party 1's vote: its answer comes later
+                body = self._run_body(rnd, self.receiving, False, timeout=2.0)
+                header = json.loads(body[8:8 + int.from_bytes(body[4:8], "little")])
+                self.waiting = [*self.waiting[-31:], Waiting(
+                    header["exec"], header["scope"], self.receiving.digest,
+                    self.receiving.talkers)]
+                stream, frames = self._request(conn, "/run", body, stream=s)
+                return Case(kind, who, b"".join(frames), {stream: "/run"})
+            program = rnd.choice(self.alone if rnd.random() < 0.5 else self.programs)
+            body = self._run_body(rnd, program, rnd.random() < 0.6, timeout=2.0)
+            stream, frames = self._request(conn, "/run", body, stream=s)
+            return Case(kind, who, b"".join(frames), {stream: "/run"}, (stream,), wait=3.0)
         assert kind == "message"
         headers = {H_EXEC: uuid.uuid4().hex, H_KEY: "/0", H_PROGRAM: "", H_LINK: "0"}
-        if self.prepared and rnd.random() < 0.8:
-            prepared = rnd.choice(self.prepared)
-            headers[H_EXEC] = prepared.exec_id
-            headers[H_KEY] = prepared.scope + "/" + rnd.choice(
-                [*prepared.talkers, *prepared.talkers, "0", "k" * 100])
-            headers[H_PROGRAM] = rnd.choice([prepared.digest] * 3 + ["0" * 64, ""])
+        if self.waiting and rnd.random() < 0.8:
+            waiting = rnd.choice(self.waiting)
+            headers[H_EXEC] = waiting.exec_id
+            headers[H_KEY] = waiting.scope + "/" + rnd.choice(
+                [*waiting.talkers, *waiting.talkers, "0", "k" * 100])
+            headers[H_PROGRAM] = rnd.choice([waiting.digest] * 3 + ["0" * 64, ""])
             headers[H_LINK] = rnd.choice(["0", "0", "1"])
         body = rnd.choice([self.values[-1], self.values[-1], rnd.choice(self.values),
                            api.mutate(rnd, rnd.choice(self.values))])
         stream, frames = self._request(conn, "/msg", body, headers, stream=s)
         return Case(kind, who, b"".join(frames), {stream: "/msg"}, wait=QUIET)
-
-    def _learn_prepared(self, body: bytes) -> Callable[[int, dict[str, Any], bytes], None]:
-        header = json.loads(body[8:8 + int.from_bytes(body[4:8], "little")])
-
-        def learn(status: int, head: dict[str, Any], answer: bytes) -> None:
-            if status == 200:
-                self.prepared = [*self.prepared[-31:], Prepared(
-                    header["exec"], header["scope"], self.receiving.digest,
-                    self.receiving.talkers)]
-        return learn
 
     # -- sending cases
     def one_listed(self, rnd: random.Random) -> None:
@@ -558,8 +552,6 @@ class Campaign:
             if not (status == 500 and kind in api.MPLANG_ERRORS and path == "/run"):
                 self.findings.append(Finding("5xx", case.kind, case.who,
                                              f"{status} on {path}: {body[:300]!r}", case.data))
-        if case.learn is not None:
-            case.learn(status, head, body)
         return status
 
     def one_outsider(self, rnd: random.Random) -> None:

@@ -3,10 +3,10 @@ MPLangError.
 
 A seeded, derandomized subset of the campaign of ``benchmarks/fuzz_decoders.py``
 (the same generators: byte edits, structured JSON edits, SPU share protobuf edits,
-splices, random bytes; for the two-phase accept, swapped, edited and re-forged
+splices, random bytes; for the signed accept, swapped, edited and re-forged
 openings, edited commitments and votes), run in this process over what a worker does
 with a received program (decode, ``verify``, ``check_types``, re-encode), value
-(``split_frame``, ``decode_value``, re-encode) or ``/prepare`` and ``/run`` body
+(``split_frame``, ``decode_value``, re-encode), ``/run`` body and gathered votes
 (`split_program`, the program's checks, `decode_openings`, `open_program`,
 `program_digest`; `check_votes`); then exact refusals of huge declared lengths,
 truncated frames, wrong magic, tampered openings and votes, and regressions of the
@@ -105,8 +105,8 @@ def test_every_consent_seed_is_accepted(consent: dict[str, bytes]) -> None:
 @given(data=st.data())
 def test_consent_decoder_raises_only_mplang_errors(consent: dict[str, bytes],
                                                    data: st.DataObject) -> None:
-    """A ``/prepare`` body (committed program and openings) or a ``/run`` body (votes), as
-    a worker checks them, gives a result or an MPLangError."""
+    """A ``/run`` body (committed program and openings) or the votes a worker gathered,
+    as the worker checks them, gives a result or an MPLangError."""
     mode, blob = fz.generate_consent(fz.DrawChooser(data), list(consent.values()))
     with contextlib.suppress(MPLangError):
         fz.decode_consent_input(mode, blob)
@@ -442,7 +442,7 @@ def test_a_received_share_must_have_the_declared_shape() -> None:
     assert spu_impl._received_share(received, op, 0, TensorType("int32", (2, 3))) is received
 
 
-# ---------------------------------------------------------------- the two-phase accept
+# ---------------------------------------------------------------- the signed accept
 
 
 def received(consent: dict[str, bytes], name: str) -> fz.Prepare:
@@ -518,10 +518,10 @@ def test_a_commitment_must_declare_a_base_type(consent: dict[str, bytes]) -> Non
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda v: {**v, "1": v["2"]}, "the vote of party 1 for execution e1 is not a signature"),
-    (lambda v: {**v, "1": v["1"] * 6}, "no vote of party 1"),
-    (lambda v: {**v, "2": v["2"].rstrip("=") + "!"}, "no vote of party 2"),
-    (lambda v: {"0": v["0"], "2": v["2"]}, "no vote of party 1"),
-    (lambda v: list(v.values()), "came without the other parties' votes"),
+    (lambda v: {**v, "1": v["1"] * 6}, "the vote of party 1 for execution e1 is not a"),
+    (lambda v: {**v, "2": v["2"].rstrip("=") + "!"}, "the vote of party 2 for execution e1"),
+    (lambda v: {"0": v["0"], "2": v["2"]}, "the vote of party 1 for execution e1 is not a"),
+    (lambda v: list(v.values()), "the vote of party 1 for execution e1 is not a"),
 ])
 def test_tampered_votes_are_refused(edit: Any, message: str) -> None:
     body = fz.run_body(edit(fz.sign_votes()))

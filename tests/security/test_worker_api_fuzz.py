@@ -23,9 +23,8 @@ from tests.http import support
 from tests.security import worker_api_fuzz
 
 CI_CASES = 450
-"""Cases per CI run: enough that, with eleven operations, the campaign reaches a
-prepared run (its 200 is asserted) with room to spare (at 340 it once did not, on a
-loaded machine)."""
+"""Cases per CI run: enough that, with ten operations, the campaign reaches runs, fetches
+and deletes (their 200s are asserted) with room to spare."""
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +51,7 @@ def test_document_lists_every_route(dev: support.DevCluster) -> None:
 def test_document_loads_in_schemathesis() -> None:
     schema = schemathesis.openapi.from_dict(worker_api())
     assert {op.label for op in worker_api_fuzz.operations(schema)} == {
-        "GET /health", "POST /prepare", "POST /run", "POST /fetch", "POST /delete",
+        "GET /health", "POST /run", "POST /fetch", "POST /delete",
         "POST /abort", "POST /close", "POST /msg", "POST /upload", "POST /budget",
         "POST /describe"}
 
@@ -68,7 +67,7 @@ def test_generated_cases_break_no_rule(tmp_path: Path) -> None:
     # the campaign reached past the refusals: programs ran, messages and objects moved
     reached = {key.rsplit(" ", 1)[0] for key, n in stats.by_status.items()
                if key.endswith(" 200") and n}
-    assert {"/health", "/prepare", "/run", "/delete"} <= reached, stats.summary()
+    assert {"/health", "/run", "/delete"} <= reached, stats.summary()
 
 
 @pytest.fixture
@@ -82,13 +81,13 @@ def worker(dev: support.DevCluster) -> Iterator[support.ThreadWorker]:
 
 
 @pytest.mark.parametrize(("path", "header"), [
-    ("/prepare", {"exec": 5, "scope": "", "inputs": [], "parties": [0]}),
+    ("/run", {"exec": 5, "scope": "", "inputs": [], "parties": [0]}),
     ("/run", {"exec": 5.5, "scope": ""}),
     ("/abort", {"exec": ["e"], "reason": "r"}),
 ])
 def test_non_string_exec_id_is_refused(dev: support.DevCluster, worker: support.ThreadWorker,
                                        path: str, header: dict[str, object]) -> None:
-    payload = b"x" if path == "/prepare" else b""
+    payload = b"x" if path == "/run" else b""
     with dev.client("driver", 0) as client:
         answer = client.post(path, content=support.frame(header, payload))
     assert answer.status_code == 400, answer.text

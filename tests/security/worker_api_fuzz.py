@@ -19,9 +19,11 @@ cannot pin a certificate) to worker ``node_0`` of a 3-worker `LocalCluster`:
 - with the spec digest (most cases), with none, or with what schemathesis drew
   (a different or malformed digest: 409);
 - some bodies are replaced by stateful ones built from the worker's answers:
-  runs of programs ``/prepare`` accepted, messages into prepared executions
-  (with their program digest), fetches and deletes of objects earlier runs made,
-  aborts of known executions; a few are sent chunked (no content-length: 411).
+  runs of real programs (a run of several parties is sent in the background with a
+  2-second time limit: it waits for votes that never come), messages into those
+  waiting runs (with their program digest), fetches and deletes of objects earlier
+  runs made, aborts of known executions; a few are sent chunked (no content-length:
+  411).
 
 Checks per case: schemathesis's ``status_code_conformance``,
 ``content_type_conformance`` and ``response_schema_conformance`` against the
@@ -44,6 +46,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -337,10 +340,24 @@ class Stats:
 
 
 @dataclass
-class Prepared:
+class Waiting:
+    """A run of several parties sent to the worker, waiting there for votes."""
+
     exec_id: str
     scope: str
     program: Program
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)
+
+
+def _waits(body: bytes) -> bool:
+    """Whether a ``/run`` body names several parties (its run waits for their votes)."""
+    with contextlib.suppress(Exception):
+        parties = split_frame(body)[0].get("parties")
+        return isinstance(parties, list) and len(parties) > 1
+    return False
 
 
 class Campaign:
@@ -359,7 +376,9 @@ class Campaign:
         self.ranks = {"node_0": 0, "node_1": 1, "node_2": 2}
         self.programs, self.uris, self.seed = real_programs(driver)
         self.values = encoded_values()
-        self.prepared: list[Prepared] = []
+        self.waiting: list[Waiting] = []
+        self.background = ThreadPoolExecutor(8, thread_name_prefix="fuzz-waiting-run")
+        """Sends the runs of several parties, which wait for votes until their time limit."""
         self.execs: list[str] = []
         self.stats = Stats()
         self.schema = schemathesis.openapi.from_dict(worker_api())
@@ -376,6 +395,7 @@ class Campaign:
                             timeout=self.request_timeout)
 
     def close(self) -> None:
+        self.background.shutdown(wait=True)
         for client in self.clients.values():
             client.close()
         if self._previous_media is None:
@@ -401,23 +421,24 @@ class Campaign:
     def _stateful_body(self, rnd: random.Random, path: str,
                        headers: dict[str, str]) -> bytes | None:
         """A body (and for /msg headers) built from what the worker answered before."""
-        if path in ("/prepare", "/run") and (path == "/prepare" or not self.prepared
-                                            or rnd.random() < 0.7):
-            # a /run carrying its program runs on this party alone (a multi-party run needs
-            # every party's vote, which a prepared run's /run below lacks: refused)
-            alone = [p for p in self.programs if p.parties == [TARGET]]
-            program = rnd.choice(self.programs if path == "/prepare" else alone)
+        if path == "/run":
+            # a run of several parties waits for the others' votes (none come): its time
+            # limit ends it; one on this party alone runs
+            program = rnd.choice(self.programs)
+            waits = program.parties != [TARGET]
             inputs: list[Any] = [rnd.choice([*self.uris, "mem://node_0/none"])
                                  for _ in range(program.inputs)]
             header: dict[str, Any] = {
                 "exec": uuid.uuid4().hex, "scope": rnd.choice(["", "/s1"]),
                 "inputs": inputs, "parties": program.parties, "progress": False,
-                **({"timeout": 5.0} if rnd.random() < 0.5 else {})}
-            bundle = program.bundle if rnd.random() < 0.7 else mutate(rnd, program.bundle)
-            return mpv1(header, bundle)
-        if path == "/run":
-            prepared = self.prepared.pop(rnd.randrange(len(self.prepared)))
-            return mpv1({"exec": prepared.exec_id, "scope": prepared.scope})
+                **({"timeout": 2.0} if waits else {"timeout": 5.0} if rnd.random() < 0.5
+                   else {})}
+            intact = rnd.random() < 0.7
+            if waits and intact:
+                self.waiting = [*self.waiting[-63:],
+                                Waiting(header["exec"], header["scope"], program)]
+                self.execs = [*self.execs[-63:], header["exec"]]
+            return mpv1(header, program.bundle if intact else mutate(rnd, program.bundle))
         if path in ("/fetch", "/delete") and self.uris:
             uri = rnd.choice(self.uris)
             if path == "/fetch":
@@ -432,13 +453,13 @@ class Campaign:
                                       {"what": "file", "path": "../x.npy"}]))
         if path == "/abort" and self.execs:
             return mpv1({"exec": rnd.choice(self.execs), "reason": "fuzz"})
-        if path == "/msg" and self.prepared:
-            prepared = rnd.choice(self.prepared)
-            headers["x-mplang-exec"] = prepared.exec_id
-            talkers = [f"/{t}" for t in prepared.program.talkers]
-            headers["x-mplang-key"] = prepared.scope + rnd.choice(
+        if path == "/msg" and self.waiting:
+            waiting = rnd.choice(self.waiting)
+            headers["x-mplang-exec"] = waiting.exec_id
+            talkers = [f"/{t}" for t in waiting.program.talkers]
+            headers["x-mplang-key"] = waiting.scope + rnd.choice(
                 [*talkers, *talkers, *(f"{t}/x" for t in talkers), "/0", "/" + "k" * 100])
-            digest = prepared.program.digest
+            digest = waiting.program.digest
             headers["x-mplang-program"] = rnd.choice([digest, digest, digest[:-1] + "0", ""])
             headers["x-mplang-link"] = rnd.choice(["0", "1"])
             return rnd.choice(self.values)
@@ -474,14 +495,15 @@ class Campaign:
             headers[SPEC_HEADER] = self.digest
         elif spec_mode == "drawn" and sent_digest is not None:
             headers[SPEC_HEADER] = sent_digest
-        # /run mostly stateful: a run needs a well-formed program (or a prepared run) to
-        # get past the refusals to the kernels
+        # /run mostly stateful: a run needs a well-formed program to get past the
+        # refusals to the kernels
         if method == "POST" and rnd.random() < (0.8 if path == "/run" else 0.35):
             stateful = self._stateful_body(rnd, path, headers)
             body = body if stateful is None else stateful
         chunked = method == "POST" and rnd.random() < 0.025
-        self.send(case, method, path, who, headers, body, chunked,
-                  digest_ok=headers.get(SPEC_HEADER) == self.digest)
+        send = self.background.submit if path == "/run" and _waits(body) else _call
+        send(self.send, case, method, path, who, headers, body, chunked,
+             digest_ok=headers.get(SPEC_HEADER) == self.digest)
 
     def send(self, case: Any, method: str, path: str, who: str, headers: dict[str, str],
              body: bytes, chunked: bool, digest_ok: bool) -> None:
@@ -545,15 +567,8 @@ class Campaign:
 
     def _learn(self, path: str, body: bytes, response: httpx.Response) -> None:
         with contextlib.suppress(Exception):
-            header, payload = split_frame(body)
-            exec_id, scope = header.get("exec"), header.get("scope")
-            if path == "/prepare" and isinstance(exec_id, str) and isinstance(scope, str):
-                digest = hashlib.sha256(payload).hexdigest()
-                program = next((p for p in self.programs if p.digest == digest), None)
-                if program is not None:
-                    self.prepared.append(Prepared(exec_id, scope, program))
-                    self.prepared = self.prepared[-64:]
-            if path in ("/prepare", "/run") and isinstance(exec_id, str):
+            exec_id = split_frame(body)[0].get("exec")
+            if path == "/run" and isinstance(exec_id, str):
                 self.execs = [*self.execs[-63:], exec_id]
         if path == "/run":
             outputs = _json(response).get("outputs") or []
@@ -579,6 +594,8 @@ class Campaign:
 
             fuzz()
             round_ += 1
+        self.background.shutdown(wait=True)  # the waiting runs' answers are checked too
+        self.background = ThreadPoolExecutor(8, thread_name_prefix="fuzz-waiting-run")
         self.stats.seconds += time.monotonic() - start
         return self.stats
 

@@ -151,19 +151,23 @@ class SimpDriver(ExecutionContext, ABC):
     # -- transport, provided by subclasses
     @abstractmethod
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-               scope: str, options: RunOptions) -> Future[list[str | None]]:
-        """Run ``graph`` on party ``rank``; the future gives the URIs of its outputs."""
+               scope: str, parties: Sequence[int], options: RunOptions
+               ) -> Future[list[str | None]]:
+        """Run ``graph`` on party ``rank``, one of the run's ``parties``; the future gives
+        the URIs of its outputs."""
 
     def submit_here(self, rank: int, graph: Graph, input_uris: Sequence[str | None],
-                    exec_id: str, scope: str, options: RunOptions) -> Future[list[str | None]]:
+                    exec_id: str, scope: str, parties: Sequence[int], options: RunOptions
+                    ) -> Future[list[str | None]]:
         """Like `submit`, for a run on one party alone; transports may run it in the
         calling thread (no thread hand-off)."""
-        return self.submit(rank, graph, input_uris, exec_id, scope, options)
+        return self.submit(rank, graph, input_uris, exec_id, scope, parties, options)
 
     def prepare(self, ranks: list[int], graph: Graph, input_uris: list[list[str | None]],
                 exec_id: str, scope: str, options: RunOptions) -> None:
         """Have every party of a multi-party run accept it before any party starts it;
-        raises (and nothing runs) if one refuses. In-process parties need no step."""
+        raises (and nothing runs) if one refuses. Workers do this among themselves when
+        they start (their votes); the in-process simulator does it here."""
 
     @abstractmethod
     def fetch(self, rank: int, uri: str) -> Future[Any]:
@@ -246,7 +250,7 @@ class SimpDriver(ExecutionContext, ABC):
             except Exception as e:
                 self._record_cause(exec_id, e)
                 raise
-        futures = [submit(r, graph, [a.uris[r] for a in args], exec_id, scope, options)
+        futures = [submit(r, graph, [a.uris[r] for a in args], exec_id, scope, ranks, options)
                    for r in ranks]
         try:
             results = self.collect(futures, exec_id)
@@ -363,8 +367,6 @@ def _end_of_waits(errors: Sequence[BaseException]) -> MPTimeoutError | None:
     end = next((e for e in waits if e.peer not in waiting), None)
     if timeout is None or end is None:
         return None
-    if end is timeout:
-        return timeout
-    return MPTimeoutError(f"party {end.peer} sent nothing in time: party {end.party} was "
-                          f"waiting for it when {timeout}", party=end.peer, op=end.op,
-                          key=end.key, loc=end.loc)
+    waited = "" if end is timeout else f"party {end.party} was waiting for it when "
+    return MPTimeoutError(f"party {end.peer} sent nothing in time: {waited}{timeout}",
+                          party=end.peer, op=end.op, key=end.key, loc=end.loc)

@@ -95,15 +95,13 @@ class SimpHttpDriver(SimpDriver):
         self._timeout = timeout
         self._run_timeout = run_timeout
         self._encoded: weakref.WeakKeyDictionary[Graph, bytes] = weakref.WeakKeyDictionary()
-        self._prepared: dict[tuple[str, str, int], dict[str, str]] = {}
-        """Runs every party accepted, by (execution, scope, rank): the parties' votes."""
-        self._prepared_lock = threading.Lock()
         self._inline_bytes = inline_bytes
         self._inline: dict[str, Any] = {}
         """Outputs the parties sent with their run's answer, by URI, until deleted."""
         self._silent: dict[str, set[int]] = {}
         """Parties whose answer did not come in time, by execution, until it is aborted:
         the abort does not wait for them to confirm."""
+        self._silent_lock = threading.Lock()
 
     def _program(self, graph: Graph, rank: int) -> tuple[dict[str, Any], list[bytes]]:
         """What party ``rank`` receives of ``graph``: the committed program (the same for
@@ -121,17 +119,11 @@ class SimpHttpDriver(SimpDriver):
         return f"party {rank} ({self.cluster.nodes[rank].name} at {self._urls[rank]})"
 
     def _run(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-             scope: str, options: RunOptions) -> list[str | None]:
-        with self._prepared_lock:
-            votes = self._prepared.pop((exec_id, scope, rank), None)
-        if votes is not None:
-            parts = pack_message({"exec": exec_id, "scope": scope, "votes": votes,
-                                  "inline": self._inline_bytes}, [])
-        else:
-            split, body = self._program(graph, rank)
-            parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris),
-                                  "inline": self._inline_bytes, **split,
-                                  **options.wire_fields()}, body)
+             scope: str, parties: Sequence[int], options: RunOptions) -> list[str | None]:
+        split, body = self._program(graph, rank)
+        parts = pack_message({"exec": exec_id, "scope": scope, "inputs": list(input_uris),
+                              "parties": list(parties), "inline": self._inline_bytes, **split,
+                              **options.wire_fields()}, body)
         what = _what(graph)
         sent_ns = now_ns()
         try:
@@ -220,65 +212,23 @@ class SimpHttpDriver(SimpDriver):
         refused.party = rank
         return refused
 
-    def _prepare_one(self, rank: int, graph: Graph, input_uris: list[str | None],
-                     exec_id: str, scope: str, parties: list[int],
-                     options: RunOptions) -> tuple[str, str]:
-        """Party ``rank``'s verdict: its execution digest and vote, or an error."""
-        split, body = self._program(graph, rank)
-        parts = pack_message({"exec": exec_id, "scope": scope, "inputs": input_uris,
-                              "parties": parties, **split, **options.wire_fields()}, body)
-        try:
-            response = self._clients.post(rank, "/prepare", parts, timeout=self._bounded(
-                self._timeout, options))
-        except StatusError as e:
-            raise self._refused(rank, _what(graph), e, exec_id) from e
-        except UnreachableError as e:
-            raise self._unreachable(rank, f"prepare {_what(graph)}", e) from e
-        except NoAnswerError as e:
-            self._went_silent(exec_id, rank)
-            raise MPTimeoutError(f"{self._where(rank)} did not answer within the time limit "
-                                 f"to prepare {_what(graph)} ({e})", party=rank) from e
-        except TransportError as e:
-            raise MPCommunicationError(f"{self._where(rank)} could not be reached to prepare "
-                                       f"{_what(graph)} ({type(e).__name__}: {e})",
-                                       party=rank) from e
-        verdict = response.json()
-        digest, vote = verdict.get("digest"), verdict.get("vote")
-        if verdict.get("accepted") is not True or not isinstance(digest, str) \
-                or not isinstance(vote, str):
-            raise MPRuntimeError(f"{self._where(rank)} did not accept {_what(graph)}: "
-                                 f"{str(verdict.get('reason', verdict))[:300]}", party=rank)
-        return digest, vote
-
-    def prepare(self, ranks: list[int], graph: Graph, input_uris: list[list[str | None]],
-                exec_id: str, scope: str, options: RunOptions) -> None:
-        """Phase one: every party checks the program and votes; if one refuses, the
-        execution is aborted everywhere and nothing runs."""
-        self._check_open()
-        futures = [self._pool.submit(self._prepare_one, r, graph, uris, exec_id, scope, ranks,
-                                     options) for r, uris in zip(ranks, input_uris, strict=True)]
-        verdicts = self.collect(futures, exec_id)
-        digests = {digest for digest, _ in verdicts}
-        if len(digests) > 1:
-            self.abort(exec_id, "the parties computed different execution digests")
-            raise MPRuntimeError(f"the parties computed different execution digests for "
-                                 f"{_what(graph)}: {sorted(d[:16] for d in digests)}")
-        votes = {str(r): vote for r, (_, vote) in zip(ranks, verdicts, strict=True)}
-        with self._prepared_lock:
-            for r in ranks:
-                self._prepared[(exec_id, scope, r)] = votes
-
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-               scope: str, options: RunOptions) -> Future[list[str | None]]:
+               scope: str, parties: Sequence[int], options: RunOptions
+               ) -> Future[list[str | None]]:
+        """Party ``rank`` accepts and runs ``graph``: in a run of several ``parties``, it
+        starts once it has the others' votes, which they send each other."""
         self._check_open()
-        return self._pool.submit(self._run, rank, graph, input_uris, exec_id, scope, options)
+        return self._pool.submit(self._run, rank, graph, input_uris, exec_id, scope, parties,
+                                 options)
 
     def submit_here(self, rank: int, graph: Graph, input_uris: Sequence[str | None],
-                    exec_id: str, scope: str, options: RunOptions) -> Future[list[str | None]]:
+                    exec_id: str, scope: str, parties: Sequence[int], options: RunOptions
+                    ) -> Future[list[str | None]]:
         self._check_open()
         future: Future[list[str | None]] = Future()
         try:
-            future.set_result(self._run(rank, graph, input_uris, exec_id, scope, options))
+            future.set_result(self._run(rank, graph, input_uris, exec_id, scope, parties,
+                                        options))
         except Exception as e:  # delivered through the future, like a pooled run
             future.set_exception(e)
         return future
@@ -320,14 +270,14 @@ class SimpHttpDriver(SimpDriver):
                     return
 
     def _went_silent(self, exec_id: str, rank: int) -> None:
-        with self._prepared_lock:
+        with self._silent_lock:
             self._silent.setdefault(exec_id, set()).add(rank)
 
     def abort(self, exec_id: str, reason: str) -> None:
         """Tell every party to abandon ``exec_id``; waits at most `ABORT_WAIT_S` for the
         answers (a frozen party answers late or never), and not at all for a party that
         already left a request of the execution unanswered."""
-        with self._prepared_lock:
+        with self._silent_lock:
             silent = self._silent.pop(exec_id, set())
         futures = [self._pool.submit(self._best_effort, rank, "/abort",
                                      {"exec": exec_id, "reason": reason[:1000]})

@@ -102,7 +102,8 @@ class SimpMemDriver(SimpDriver):
         return self.mesh.workers[rank].run(opened, input_uris, exec_id, scope, options)
 
     def submit(self, rank: int, graph: Graph, input_uris: Sequence[str | None], exec_id: str,
-               scope: str, options: RunOptions) -> Future[list[str | None]]:
+               scope: str, parties: Sequence[int], options: RunOptions
+               ) -> Future[list[str | None]]:
         self._check_open()
         return self._pool.submit(self._run_accepted, rank, graph, input_uris, exec_id, scope,
                                  options)

@@ -23,6 +23,7 @@ from typing import Any
 from mplang.backends.mux_client import SPEC_HEADER
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.simp_worker.request import SMALL_BODY, URIS_BODY, upload_limit
+from mplang.backends.simp_worker.votes import VOTE_LIMIT
 from mplang.cluster.peers import Peer, PeerDirectory, Role
 from mplang.edsl.errors import MPRefusedError
 
@@ -45,7 +46,6 @@ def _largest(limits: WorkerLimits) -> int:
 
 
 ROUTES: Mapping[str, Route] = {
-    "/prepare": Route("driver", _largest),
     "/run": Route("driver", _largest),
     "/fetch": Route("driver", lambda _: SMALL_BODY),
     "/delete": Route("driver", lambda _: URIS_BODY),
@@ -53,6 +53,7 @@ ROUTES: Mapping[str, Route] = {
     "/close": Route("driver", lambda _: SMALL_BODY),
     "/describe": Route("driver", lambda _: SMALL_BODY),
     "/msg": Route("node", _largest),
+    "/vote": Route("node", lambda _: VOTE_LIMIT),
     "/upload": Route("node", upload_limit),
     "/budget": Route("node", lambda _: SMALL_BODY),
     "/health": Route(None, lambda _: SMALL_BODY),

@@ -1,16 +1,16 @@
-"""The worker's side of the two-phase accept: program framing, votes and their checks.
+"""The worker's side of the signed accept: program framing, votes and their checks.
 
-``/prepare`` carries the committed program followed by this party's openings
-(header field ``program_bytes`` says where the program ends). A party that
-accepts answers with its vote: its node key's signature over the execution,
-scope, execution digest and spec digest (`vote_message`). ``/run`` carries
-every participant's vote, and each worker checks all the others' before any
-op runs: a driver that sent different programs to different parties cannot
-produce votes that match.
+``/run`` carries the committed program followed by this party's openings (header
+field ``program_bytes`` says where the program ends). A party that accepts a run
+of several parties sends each other party its vote: its node key's signature over
+the execution, scope, execution digest and spec digest (`vote_message`). Each
+worker checks all the others' votes before any op runs: a driver that sent
+different programs to different parties cannot produce votes that match.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from mplang.cluster.commitments import (
@@ -25,7 +25,7 @@ from mplang.cluster.peers import PeerDirectory
 from mplang.edsl.errors import MPRefusedError, MPSerializationError
 
 PROGRAM_BYTES = "program_bytes"
-"""Header field: the length of the program part of a ``/prepare`` or ``/run`` body."""
+"""Header field: the length of the program part of a ``/run`` body."""
 
 
 def split_program(header: dict[str, Any], payload: memoryview) -> tuple[memoryview, Openings]:
@@ -45,25 +45,23 @@ def sign_vote(identity: LocalIdentity, exec_id: str, scope: str, digest: str,
     return encode_vote(identity.sign(vote_message(exec_id, scope, digest, spec_digest)))
 
 
-def check_votes(votes: Any, peers: PeerDirectory, rank: int, parties: frozenset[int],
-                exec_id: str, scope: str, digest: str) -> None:
+class VoteRefusal(MPRefusedError):
+    """A run's votes do not show that every other party accepted the program this party
+    accepted: the run is refused before any op runs."""
+
+
+def check_votes(votes: Mapping[str, Any], peers: PeerDirectory, rank: int,
+                parties: frozenset[int], exec_id: str, scope: str, digest: str) -> None:
     """Check that every other party of the run accepted the program this party accepted
-    (``digest``): a valid vote, signed by that party's node certificate. Raises
-    `MPRefusedError` (409) naming the first party whose vote is missing or wrong."""
-    if not isinstance(votes, dict):
-        raise MPRefusedError(f"party {rank}: execution {exec_id} (scope {scope!r}) came "
-                             "without the other parties' votes: every party must accept "
-                             "the program before any runs it", 409)
+    (``digest``): its vote (``votes``, by rank as text) is a signature over it by that
+    party's node certificate. Raises `VoteRefusal` (409) naming the first party whose
+    vote is wrong."""
     message = vote_message(exec_id, scope, digest, peers.digest)
     for party in sorted(parties - {rank}):
         signature = decode_vote(votes.get(str(party)))
-        if signature is None:
-            raise MPRefusedError(f"party {rank}: no vote of party {party} for execution "
-                                 f"{exec_id}: every party must accept the program before "
-                                 "any runs it", 409)
-        if not peers.node_certificate(party).verify(signature, message):
-            raise MPRefusedError(f"party {rank}: the vote of party {party} for execution "
-                                 f"{exec_id} is not a signature over this program (execution "
-                                 f"digest {digest[:16]}...) by party {party}'s certificate: "
-                                 "the parties were given different programs, or the vote "
-                                 "was forged", 409)
+        if signature is None or not peers.node_certificate(party).verify(signature, message):
+            raise VoteRefusal(f"party {rank}: the vote of party {party} for execution "
+                              f"{exec_id} is not a signature over this program (execution "
+                              f"digest {digest[:16]}...) by party {party}'s certificate: "
+                              "the parties were given different programs, or the vote "
+                              "was forged", 409)

@@ -4,9 +4,10 @@ Every request comes over a TLS 1.3 connection whose client certificate the
 party's own cluster spec lists; the certificate decides who is asking
 (`mplang.cluster.peers`), never a header or the body. Roles:
 
-- drivers listed in the spec: ``POST /prepare`` and ``/run`` (programs),
-  ``/fetch``, ``/delete``, ``/abort``, ``/close``;
-- nodes: ``POST /msg`` (messages of a running execution, as the sending node);
+- drivers listed in the spec: ``POST /run`` (programs), ``/fetch``, ``/delete``,
+  ``/abort``, ``/close``;
+- nodes: ``POST /msg`` (messages of a running execution, as the sending node), and
+  over ``mplang/1`` only, ``/vote`` (`mplang.backends.simp_worker.votes`);
 - the node's own owner: ``POST /upload``; drivers: ``POST /describe``
   (`mplang.backends.simp_worker.data_routes`);
 - anyone listed: ``GET /health``.
@@ -42,16 +43,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from mplang.backends.mux_client import host_port
 from mplang.backends.simp_worker.admission import BudgetedBodies
 from mplang.backends.simp_worker.connections import ConnectionGate, raise_descriptor_limit
+from mplang.backends.simp_worker.consent import VoteRefusal
 from mplang.backends.simp_worker.data_routes import add_data_routes
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.simp_worker.mux_server import mux_protocol
 from mplang.backends.simp_worker.prepared import Prepared
 from mplang.backends.simp_worker.request import (
-    KEY_LIMIT,
     SMALL_BODY,
     URIS_BODY,
     check_exec_id,
-    inline_limit,
     read_body,
     require_str,
     str_or_none_list,
@@ -111,9 +111,9 @@ def create_app(server: WorkerServer) -> FastAPI:
         loop = asyncio.get_running_loop()
         exec_id = prepared.run.exec_id
         try:
-            outputs = await loop.run_in_executor(server.pool, server.execute, prepared, driver)
-        except PolicyRefusedError as e:  # this party's policy refuses what the run would do
-            log.info("execution %s refused: %s", exec_id, e)
+            outputs = await loop.run_in_executor(server.pool, server.start, prepared, driver)
+        except (PolicyRefusedError, VoteRefusal) as e:  # this party's policy refuses what
+            log.info("execution %s refused: %s", exec_id, e)  # it would do, or it lacks votes
             return _error(e.status, str(e), kind=type(e).__name__, party=server.rank)
         except MPLangError as e:
             log.info("execution %s failed: %s", exec_id, e)
@@ -132,39 +132,16 @@ def create_app(server: WorkerServer) -> FastAPI:
                                "received_ns": received_ns, "answered_ns": now_ns()}
         return JSONResponse(answer)
 
-    async def checked(header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
-        """`WorkerServer.prepare` off the event loop: decoding and vetting a new program
-        may take a while (its native payloads are checked in a helper process)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(server.pool, server.prepare_audited, header, payload,
-                                          driver)
-
-    @app.post("/prepare")
-    async def prepare(request: Request) -> Response:
-        driver = server.peer(request, "driver")
-        header, payload = split_frame(await read_body(request, server.limits.max_body_bytes))
-        try:
-            prepared = await checked(header, payload, driver)
-        except MPRefusedError as e:  # this party's verdict: the driver aborts everywhere
-            return _error(e.status, str(e), kind=type(e).__name__, accepted=False,
-                          reason=str(e))
-        server.prepared.hold(prepared)
-        return JSONResponse({"accepted": True, "digest": prepared.run.program,
-                             "vote": server.vote(prepared)})
-
     @app.post("/run")
     async def run(request: Request) -> Response:
+        """Accept a program and run it: a run of several parties sends this party's vote
+        to the others and starts once it has all of theirs."""
         received_ns = now_ns()
         driver = server.peer(request, "driver")
         header, payload = split_frame(await read_body(request, server.limits.max_body_bytes))
-        if len(payload):  # a run on this party alone: prepared and started at once
-            prepared = await checked(header, payload, driver)
-        else:
-            prepared = server.prepared.take(check_exec_id(header.get("exec")),
-                                            require_str(header, "scope", KEY_LIMIT),
-                                            driver.certificate.fingerprint)
-            server.check_votes(prepared, header.get("votes"))
-            prepared.inline = inline_limit(header)
+        loop = asyncio.get_running_loop()
+        prepared = await loop.run_in_executor(server.pool, server.accept, header, payload,
+                                              driver)
         return await run_prepared(prepared, driver, received_ns)
 
     @app.post("/fetch")

@@ -12,6 +12,8 @@ its peer's role for the path, its size, the worker's budget of bytes in flight.
   before its body is read, received straight into its own buffer and put in the
   mailbox. It is answered only if refused, with the refusal's status, execution
   and key, so the sender can abandon that execution.
+- ``/vote`` (a peer's vote for a run, `mplang.backends.simp_worker.votes`) goes to
+  the vote box, and is answered likewise only if refused.
 - every other path runs the worker's ASGI app, as uvicorn would run it for an
   HTTP request (``/health`` a GET, the others POSTs), and is answered with the app's
   status and body.
@@ -29,6 +31,7 @@ from mplang.backends.mux import MuxProtocol
 from mplang.backends.simp_worker.admission import authorize_head, lazy_buffer
 from mplang.backends.simp_worker.connections import Ticket
 from mplang.backends.simp_worker.messages import H_EXEC, H_KEY, Admitted
+from mplang.backends.simp_worker.request import KEY_LIMIT, check_exec_id
 from mplang.edsl.errors import MPRefusedError, MPSerializationError
 
 if TYPE_CHECKING:
@@ -105,7 +108,10 @@ class WorkerMuxHandler:
         self._release(stream)
         message = self._messages.pop(stream, None)
         if message is None:
-            asyncio.get_running_loop().create_task(self._serve(stream, head, body))
+            if head["path"] == "/vote":
+                self._vote(stream, head["headers"], body)
+            else:
+                asyncio.get_running_loop().create_task(self._serve(stream, head, body))
             return
         try:
             self.server.inbox.deliver(*message, body)
@@ -113,6 +119,24 @@ class WorkerMuxHandler:
             self._refuse(stream, head["headers"], e.status, str(e), "/msg")
         except MPSerializationError as e:
             self._refuse(stream, head["headers"], 400, str(e), "/msg")
+
+    def _vote(self, stream: int, headers: dict[str, str], body: memoryview) -> None:
+        """Keep a peer's vote (headers: its execution and scope; body: the vote)."""
+        server = self.server
+        peer = server.peers.lookup(self.fingerprint)
+        try:
+            exec_id = check_exec_id(headers.get(H_EXEC))
+            scope = headers.get(H_KEY, "")
+            if len(scope) > KEY_LIMIT or not body or not bytes(body).isascii():
+                raise MPSerializationError("a vote needs a scope header and an ASCII body")
+            assert peer is not None and peer.rank is not None  # authorized by its HEAD
+            if server.executions.aborted(exec_id):
+                raise MPRefusedError(f"execution {exec_id} was aborted", 410)
+            server.votes.put(peer.rank, exec_id, scope, bytes(body).decode())
+        except MPRefusedError as e:
+            self._refuse(stream, headers, e.status, str(e), "/vote")
+        except MPSerializationError as e:
+            self._refuse(stream, headers, 400, str(e), "/vote")
 
     def on_lost(self, error: BaseException | None) -> None:
         for stream in list(self._sizes):

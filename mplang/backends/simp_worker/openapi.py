@@ -90,8 +90,8 @@ def _refusals(*statuses: int) -> dict[str, Any]:
                "belongs to another driver, or this party's policy refuses the program, a "
                "write it would make or the fetch",
         "404": "no such object for this driver",
-        "409": "spec digest missing or different; execution id reused, not prepared, "
-               "not running here yet, or aborted",
+        "409": "spec digest missing or different; execution id reused, not running here "
+               "yet, or aborted; the other parties' votes do not match this program",
         "410": "the execution has ended, was aborted or ran past its time limit",
         "411": "no content-length",
         "413": "body, message or declared value over this worker's limits",
@@ -152,17 +152,13 @@ WORKER_API: dict[str, Any] = {
                              "the worker is up (refused_reload: why the spec file's "
                              "latest edit is not in force, if it is not)"),
                 **_refusals(403)}}},
-        "/prepare": _post(
-            "Accept a run of a program on several parties (driver); its /run starts it. "
-            "Header: exec, scope, inputs (object ids or null), parties, and optionally "
-            "timeout, parallel, progress, name (the function's, for the audit log); "
-            "payload: the program (graph bundle).",
-            _json({"type": "object", "required": ["accepted"],
-                   "properties": {"accepted": {"type": "boolean"}}}, "prepared"),
-            (*_DRIVER, 429)),
         "/run": _post(
-            "Run a program (driver): with a payload, prepared and started at once; with "
-            "none, the run an earlier /prepare accepted (header: exec, scope).",
+            "Accept and run a program (driver). Header: exec, scope, inputs (object ids or "
+            "null), parties (default: this one), program_bytes, and optionally inline, "
+            "timeout, parallel, progress, name (the function's, for the audit log); "
+            "payload: the committed program (graph bundle) and this party's openings. A "
+            "run of several parties starts once every other party's vote has come (over "
+            "mplang/1, path /vote) and matches.",
             _json({"type": "object", "required": ["outputs"],
                    "properties": {"outputs": {"type": "array",
                                               "items": {"type": ["string", "null"]}}}},

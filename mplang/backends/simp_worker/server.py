@@ -2,8 +2,8 @@
 
 It ties together the parts a worker is made of: the peer directory of its
 cluster spec (who is asking), the executions it takes part in and their
-messages (`Inbox`, `PeerCommunicator`), the programs it accepted (`Programs`,
-`PreparedRuns`), the two-phase accept (`mplang.backends.simp_worker.consent`),
+messages (`Inbox`, `PeerCommunicator`), the programs it accepted (`Programs`),
+the parties' votes on them (`mplang.backends.simp_worker.consent`, `VoteBox`),
 the values leaving it (`Outputs`), its spec file (`SpecFile`) and its audit log.
 The HTTP routes (`mplang.backends.simp_worker.http`) only read requests and call it.
 """
@@ -25,9 +25,9 @@ from mplang.backends.simp_worker.admission import InflightBudget
 from mplang.backends.simp_worker.consent import check_votes, sign_vote, split_program
 from mplang.backends.simp_worker.executions import Executions, WorkerLimits
 from mplang.backends.simp_worker.mailbox import Mailbox
-from mplang.backends.simp_worker.messages import Inbox, PeerCommunicator
+from mplang.backends.simp_worker.messages import H_EXEC, H_KEY, Inbox, PeerCommunicator
 from mplang.backends.simp_worker.outputs import Outputs
-from mplang.backends.simp_worker.prepared import Prepared, PreparedRuns
+from mplang.backends.simp_worker.prepared import Prepared
 from mplang.backends.simp_worker.programs import Programs, program_digest
 from mplang.backends.simp_worker.request import (
     ID,
@@ -42,6 +42,7 @@ from mplang.backends.simp_worker.request import (
 from mplang.backends.simp_worker.spec_reload import SpecFile
 from mplang.backends.simp_worker.state import SimpWorker
 from mplang.backends.simp_worker.tls import ServerTrust, peer_of
+from mplang.backends.simp_worker.votes import VoteBox
 from mplang.cluster.identity import LocalIdentity
 from mplang.cluster.peers import Peer, PeerDirectory, Role
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
@@ -98,7 +99,9 @@ class WorkerServer:
         self.inbox = Inbox(self.executions, self.mailbox, self.audit)
         self.communicator = PeerCommunicator(self.rank, lambda: self._clients, self.mailbox,
                                              timeout, self.executions, self.audit)
-        self._clients = MuxClients(cluster, identity, timeout, self.communicator.refused)
+        self.votes = VoteBox(self.rank)
+        """The votes peers sent for runs of several parties."""
+        self._clients = MuxClients(cluster, identity, timeout, self.refused)
         self.worker = SimpWorker(self.rank, cluster.world_size, self.communicator,
                                  ObjectStore(node), timeout=timeout, in_process=False,
                                  node=node, data_root=data_root)
@@ -109,7 +112,6 @@ class WorkerServer:
             self.worker.guard.audit = self.audit.write
         self.programs = Programs(cluster.world_size, self.worker.kernels,
                                  self.limits.max_body_bytes)
-        self.prepared = PreparedRuns(self.executions, self.mailbox, self.worker.refund)
         self.outputs = Outputs(self.worker, self.audit)
         self.pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix=f"mplang-{node}")
 
@@ -147,8 +149,7 @@ class WorkerServer:
         except Exception:
             self.worker.refund(graph)
             raise
-        return Prepared(run, graph, inputs, options, time.monotonic() + self.timeout,
-                        inline_limit(header))
+        return Prepared(run, graph, inputs, options, inline_limit(header))
 
     def prepare_audited(self, header: dict[str, Any], payload: memoryview,
                         driver: Peer) -> Prepared:
@@ -173,25 +174,61 @@ class WorkerServer:
         return prepared
 
     # -- consent
-    def vote(self, prepared: Prepared) -> str:
-        """This node's signed acceptance of a prepared run."""
-        run = prepared.run
-        return sign_vote(self.identity, run.exec_id, run.scope, run.program, self.peers.digest)
+    def accept(self, header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
+        """`prepare_audited`; a run of several parties then sends this node's vote to the
+        others (`send_vote`)."""
+        prepared = self.prepare_audited(header, payload, driver)
+        if len(prepared.run.parties) > 1:
+            self.send_vote(prepared)
+        return prepared
 
-    def check_votes(self, prepared: Prepared, votes: Any) -> None:
-        """Before a prepared run starts: every other party must have accepted the same
-        program (`check_votes`); if not, the run is dropped and refused."""
+    def send_vote(self, prepared: Prepared) -> None:
+        """Send this node's signed acceptance of a prepared run (`sign_vote`) to every
+        other party of it."""
         run = prepared.run
+        vote = sign_vote(self.identity, run.exec_id, run.scope, run.program,
+                         self.peers.digest).encode()
+        headers = {H_EXEC: run.exec_id, H_KEY: run.scope}
+        for party in sorted(run.parties - {self.rank}):
+            self._clients.send(party, "/vote", [vote], headers)
+
+    def await_votes(self, prepared: Prepared) -> None:
+        """Before a prepared run of several parties starts: every other party must have
+        accepted the same program (`check_votes`) within this worker's timeout; if not,
+        the run ends here, refused (or abandoned) before any op runs."""
+        run = prepared.run
+        wait = max(0.0, min(run.deadline - time.monotonic(), self.timeout))
         try:
+            votes = self.votes.take(
+                run.exec_id, run.scope, run.parties - {self.rank}, time.monotonic() + wait,
+                lambda party: f"party {party} was not asked to run it, or did not accept it "
+                              f"within {wait:.3g} s")
             check_votes(votes, self.peers, self.rank, run.parties, run.exec_id, run.scope,
                         run.program)
-        except MPRefusedError as e:
+        except MPLangError as e:
             self.worker.refund(prepared.graph)
             self.executions.end(run)
             self.mailbox.drop(run.exec_id, run.scope)
             if self.audit is not None:
-                self.audit.end(run.exec_id, run.scope, str(e), refused=True)
+                self.audit.end(run.exec_id, run.scope, str(e),
+                               refused=isinstance(e, MPRefusedError))
             raise
+
+    def refused(self, rank: int, answer: dict[str, Any], body: memoryview) -> None:
+        """Party ``rank`` refused a message or vote of this party (or it could not be
+        sent): its execution is abandoned here."""
+        self.communicator.refused(rank, answer, body)
+        exec_id = answer.get("exec")
+        if isinstance(exec_id, str):
+            self.votes.abort(exec_id, f"party {rank} refused it: {answer.get('status')} "
+                                      f"{str(answer.get('error'))[:500]}")
+
+    def start(self, prepared: Prepared, driver: Peer) -> list[str | None]:
+        """Run a prepared run to its end, after the other parties' votes if it has
+        several; the URIs of its outputs here."""
+        if len(prepared.run.parties) > 1:
+            self.await_votes(prepared)
+        return self.execute(prepared, driver)
 
     # -- runs
     def execute(self, prepared: Prepared, driver: Peer) -> list[str | None]:
@@ -228,7 +265,7 @@ class WorkerServer:
         self.executions.abort(exec_id, driver.certificate.fingerprint)
         if self.audit is not None:
             self.audit.abort(exec_id, driver.audit_id, reason)
-        self.prepared.drop(exec_id)
+        self.votes.abort(exec_id, reason)
         self.mailbox.abort(exec_id, reason)
 
     def delete(self, uris: list[str], driver: Peer) -> int:
@@ -259,7 +296,7 @@ class WorkerServer:
         if self.worker.guard is not None:
             self.worker.guard.drivers = driver_names(peers.spec)
         old_clients, self._clients = self._clients, MuxClients(
-            peers.spec, self.identity, self.timeout, self.communicator.refused)
+            peers.spec, self.identity, self.timeout, self.refused)
         self.peers = peers
         self.worker.states.spec_changed()
         closed = self.trust.trust_only(peers.certificates())
@@ -269,10 +306,9 @@ class WorkerServer:
         return True
 
     def watch_spec(self, stop: threading.Event, interval: float = 1.0) -> None:
-        """Every ``interval``: reload the spec if it changed, forget expired prepared runs."""
+        """Every ``interval``: reload the spec if it changed."""
         while not stop.wait(interval):
             self.reload_if_changed()
-            self.prepared.sweep()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
