@@ -43,11 +43,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from mplang.backends.mux_client import host_port
 from mplang.backends.simp_worker.admission import BudgetedBodies
 from mplang.backends.simp_worker.connections import ConnectionGate, raise_descriptor_limit
-from mplang.backends.simp_worker.consent import VoteRefusal
 from mplang.backends.simp_worker.data_routes import add_data_routes
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.backends.simp_worker.mux_server import mux_protocol
-from mplang.backends.simp_worker.prepared import Prepared
 from mplang.backends.simp_worker.request import (
     SMALL_BODY,
     URIS_BODY,
@@ -56,16 +54,15 @@ from mplang.backends.simp_worker.request import (
     require_str,
     str_or_none_list,
 )
+from mplang.backends.simp_worker.run_route import serve_run
 from mplang.backends.simp_worker.server import WorkerServer
 from mplang.backends.simp_worker.tls import peer_of, tls_server
 from mplang.backends.wire import split_frame
 from mplang.cluster.identity import LocalIdentity
-from mplang.cluster.peers import Peer
 from mplang.cluster.status import package_version
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
 from mplang.policy.check import PolicyRefusedError
-from mplang.records.trace_file import events_to_wire
 from mplang.runtime.timeline import now_ns
 
 log = logging.getLogger("mplang.worker")
@@ -107,42 +104,16 @@ def create_app(server: WorkerServer) -> FastAPI:
             answer["refused_reload"] = server.peers.refused_reload
         return answer
 
-    async def run_prepared(prepared: Prepared, driver: Peer, received_ns: int) -> Response:
-        loop = asyncio.get_running_loop()
-        exec_id = prepared.run.exec_id
-        try:
-            outputs = await loop.run_in_executor(server.pool, server.start, prepared, driver)
-        except (PolicyRefusedError, VoteRefusal) as e:  # this party's policy refuses what
-            log.info("execution %s refused: %s", exec_id, e)  # it would do, or it lacks votes
-            return _error(e.status, str(e), kind=type(e).__name__, party=server.rank)
-        except MPLangError as e:
-            log.info("execution %s failed: %s", exec_id, e)
-            return _error(500, str(e), kind=type(e).__name__, party=server.rank,
-                          op=getattr(e, "op", None), key=getattr(e, "key", None),
-                          loc=getattr(e, "loc", None), peer=getattr(e, "peer", None))
-        except Exception:  # a bug must not take the worker down; its text stays here
-            log.exception("execution %s crashed", exec_id)
-            return _error(500, f"execution {exec_id} crashed on {server.node} (its log has "
-                          "the details)", kind="MPRuntimeError", party=server.rank, op=None)
-        inline = server.outputs.inline(outputs, driver, prepared.inline) \
-            if prepared.inline else {}
-        answer: dict[str, Any] = {"outputs": outputs, "inline": inline}
-        if prepared.events is not None:  # the driver aligns the events with these two times
-            answer["trace"] = {"events": events_to_wire(prepared.events),
-                               "received_ns": received_ns, "answered_ns": now_ns()}
-        return JSONResponse(answer)
-
     @app.post("/run")
     async def run(request: Request) -> Response:
-        """Accept a program and run it: a run of several parties sends this party's vote
-        to the others and starts once it has all of theirs."""
+        """Accept a program and run it (`serve_run`)."""
         received_ns = now_ns()
         driver = server.peer(request, "driver")
-        header, payload = split_frame(await read_body(request, server.limits.max_body_bytes))
+        body = await read_body(request, server.limits.max_body_bytes)
         loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(server.pool, server.accept, header, payload,
-                                              driver)
-        return await run_prepared(prepared, driver, received_ns)
+        status, answer = await loop.run_in_executor(server.pool, serve_run, server, driver,
+                                                    body, received_ns)
+        return JSONResponse(answer, status_code=status)
 
     @app.post("/fetch")
     async def fetch(request: Request) -> Response:

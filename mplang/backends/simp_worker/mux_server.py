@@ -14,6 +14,7 @@ its peer's role for the path, its size, the worker's budget of bytes in flight.
   and key, so the sender can abandon that execution.
 - ``/vote`` (a peer's vote for a run, `mplang.backends.simp_worker.votes`) goes to
   the vote box, and is answered likewise only if refused.
+- ``/run`` is served without the app (`serve_run`), as the app serves it;
 - every other path runs the worker's ASGI app, as uvicorn would run it for an
   HTTP request (``/health`` a GET, the others POSTs), and is answered with the app's
   status and body.
@@ -32,7 +33,10 @@ from mplang.backends.simp_worker.admission import authorize_head, lazy_buffer
 from mplang.backends.simp_worker.connections import Ticket
 from mplang.backends.simp_worker.messages import H_EXEC, H_KEY, Admitted
 from mplang.backends.simp_worker.request import KEY_LIMIT, check_exec_id
+from mplang.backends.simp_worker.run_route import serve_run
+from mplang.cluster.peers import Peer
 from mplang.edsl.errors import MPRefusedError, MPSerializationError
+from mplang.runtime.timeline import now_ns
 
 if TYPE_CHECKING:
     from mplang.backends.simp_worker.server import WorkerServer
@@ -66,6 +70,8 @@ class WorkerMuxHandler:
         self.protocol = MuxProtocol(self, max_streams=limits.max_streams,
                                     stall_seconds=limits.stall_seconds)
         self._messages: dict[int, Admitted] = {}
+        self._runs: dict[int, Peer] = {}
+        """The driver of each ``/run`` stream being received."""
         self._sizes: dict[int, int] = {}
         """The announced size of each admitted body being received (in the budget)."""
         self._in_flight = 0
@@ -99,6 +105,8 @@ class WorkerMuxHandler:
             return self._refuse_head(stream, headers, 400, str(e), path)
         if path == "/msg":
             self._messages[stream] = admitted
+        elif path == "/run":
+            self._runs[stream] = sender
         if size:
             self._sizes[stream] = size
         self._in_flight += size
@@ -108,7 +116,10 @@ class WorkerMuxHandler:
         self._release(stream)
         message = self._messages.pop(stream, None)
         if message is None:
-            if head["path"] == "/vote":
+            driver = self._runs.pop(stream, None)
+            if driver is not None:
+                asyncio.get_running_loop().create_task(self._run(stream, driver, body))
+            elif head["path"] == "/vote":
                 self._vote(stream, head["headers"], body)
             else:
                 asyncio.get_running_loop().create_task(self._serve(stream, head, body))
@@ -142,6 +153,7 @@ class WorkerMuxHandler:
         for stream in list(self._sizes):
             self._release(stream)
         self._messages.clear()
+        self._runs.clear()
         if self.ticket is not None:
             self.ticket.release()
         if error is not None:
@@ -174,6 +186,19 @@ class WorkerMuxHandler:
                   "exec": headers.get(H_EXEC), "key": headers.get(H_KEY)}
         if not self.protocol.closed:
             self.protocol.send(stream, answer, [json.dumps({"error": answer["error"]}).encode()])
+
+    async def _run(self, stream: int, driver: Peer, body: memoryview) -> None:
+        """Serve ``driver``'s ``/run`` (`serve_run`) and send its answer on ``stream``."""
+        received_ns = now_ns()
+        try:
+            status, answer = await asyncio.get_running_loop().run_in_executor(
+                self.server.pool, serve_run, self.server, driver, body, received_ns)
+        except Exception:  # a bug in it: answered like the app's crashes
+            log.exception("/run over mplang/1 crashed")
+            status, answer = 500, {"error": "internal error"}
+        if not self.protocol.closed:
+            self.protocol.send(stream, {"status": status},
+                               [json.dumps(answer, separators=(",", ":")).encode()])
 
     async def _serve(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
         """Run the worker's ASGI app on one request and send its answer on ``stream``."""

@@ -1,0 +1,72 @@
+"""A driver's ``/run``, served alike over HTTP/1.1 (the worker's FastAPI app) and over
+``mplang/1`` (straight from the connection, without the app: a run is the worker's
+most frequent request).
+
+The whole request is one task on the worker's pool: decode and accept the program
+(`WorkerServer.accept`, which sends this party's vote in a run of several parties),
+wait for the others' votes, run it, and build the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mplang.backends.simp_worker.consent import VoteRefusal
+from mplang.backends.wire import split_frame
+from mplang.cluster.peers import Peer
+from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
+from mplang.policy.check import PolicyRefusedError
+from mplang.records.trace_file import events_to_wire
+from mplang.runtime.timeline import now_ns
+
+if TYPE_CHECKING:
+    from mplang.backends.simp_worker.server import WorkerServer
+
+log = logging.getLogger("mplang.worker")
+
+Answer = tuple[int, dict[str, Any]]
+"""An HTTP status and the JSON object answered with it."""
+
+
+def serve_run(server: WorkerServer, driver: Peer, body: bytes | memoryview,
+              received_ns: int) -> Answer:
+    """``driver``'s ``/run`` of ``body`` (framed header, committed program, openings):
+    the run's outputs (with those small enough inline), or why it was refused (4xx:
+    malformed, refused by this party's policy, the others' votes not matching) or failed
+    (500, with the MPLang error's kind, op and source line)."""
+    try:
+        header, payload = split_frame(body)
+        prepared = server.accept(header, payload, driver)
+    except MPRefusedError as e:
+        log.warning("refused POST /run: %s", e)
+        return e.status, {"error": str(e), "kind": type(e).__name__}
+    except MPSerializationError as e:
+        return 400, {"error": str(e)}
+    exec_id = prepared.run.exec_id
+    try:
+        outputs = server.start(prepared, driver)
+    except (PolicyRefusedError, VoteRefusal) as e:  # this party's policy refuses what it
+        log.info("execution %s refused: %s", exec_id, e)  # would do, or it lacks votes
+        return e.status, _failure(server, e)
+    except MPLangError as e:
+        log.info("execution %s failed: %s", exec_id, e)
+        return 500, {**_failure(server, e), "op": getattr(e, "op", None),
+                     "key": getattr(e, "key", None), "loc": getattr(e, "loc", None),
+                     "peer": getattr(e, "peer", None)}
+    except Exception:  # a bug must not take the worker down; its text stays here
+        log.exception("execution %s crashed", exec_id)
+        return 500, {"error": f"execution {exec_id} crashed on {server.node} (its log has "
+                              "the details)", "kind": "MPRuntimeError", "party": server.rank,
+                     "op": None}
+    inline = server.outputs.inline(outputs, driver, prepared.inline) if prepared.inline \
+        else {}
+    answer: dict[str, Any] = {"outputs": outputs, "inline": inline}
+    if prepared.events is not None:  # the driver aligns the events with these two times
+        answer["trace"] = {"events": events_to_wire(prepared.events),
+                           "received_ns": received_ns, "answered_ns": now_ns()}
+    return 200, answer
+
+
+def _failure(server: WorkerServer, error: MPLangError) -> dict[str, Any]:
+    return {"error": str(error), "kind": type(error).__name__, "party": server.rank}
