@@ -59,9 +59,8 @@ def serve_run(server: WorkerServer, driver: Peer, body: bytes | memoryview,
         return 500, {"error": f"execution {exec_id} crashed on {server.node} (its log has "
                               "the details)", "kind": "MPRuntimeError", "party": server.rank,
                      "op": None}
-    inline = server.outputs.inline(outputs, driver, prepared.inline) if prepared.inline \
-        else {}
-    answer: dict[str, Any] = {"outputs": outputs, "inline": inline}
+    answer: dict[str, Any] = {"outputs": outputs,
+                              "inline": server.outputs.inline(outputs, driver, prepared.inline)}
     if prepared.events is not None:  # the driver aligns the events with these two times
         answer["trace"] = {"events": events_to_wire(prepared.events),
                            "received_ns": received_ns, "answered_ns": now_ns()}
