@@ -668,7 +668,7 @@ def sign_votes(digest: str = VOTE_DIGEST, exec_id: str = EXEC) -> dict[str, str]
 
     from mplang.cluster.commitments import encode_vote, vote_message
 
-    message = vote_message(exec_id, SCOPE, digest, _Peers.digest)
+    message = vote_message(exec_id, SCOPE, digest, _Peers.digest, range(WORLD))
     return {str(p): encode_vote(_party_key(p).sign(message, ec.ECDSA(hashes.SHA256())))
             for p in range(WORLD)}
 

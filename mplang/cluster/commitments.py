@@ -19,7 +19,7 @@ import json
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,10 +250,13 @@ def execution_digest(program_bytes: bytes | memoryview) -> str:
     return hashlib.sha256(program_bytes).hexdigest()
 
 
-def vote_message(exec_id: str, scope: str, digest: str, spec_digest: str) -> bytes:
+def vote_message(exec_id: str, scope: str, digest: str, spec_digest: str,
+                 parties: Iterable[int]) -> bytes:
     """What a party signs to accept execution ``exec_id`` (``scope``) of the program with
-    execution digest ``digest`` under the cluster spec with digest ``spec_digest``."""
-    return b"mplang-accept\x00" + json.dumps([exec_id, scope, digest, spec_digest]).encode()
+    execution digest ``digest``, run by ``parties``, under the cluster spec with digest
+    ``spec_digest``."""
+    return b"mplang-accept\x00" + json.dumps(
+        [exec_id, scope, digest, spec_digest, sorted(parties)]).encode()
 
 
 def encode_vote(signature: bytes) -> str:

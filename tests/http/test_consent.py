@@ -92,22 +92,26 @@ def test_a_party_never_receives_another_partys_constant(driver: mp.Driver,
     assert not any(SECRET0.tobytes() in body for body in [*seen[1], *seen[2]])
 
 
-def run_body(graph: Graph, rank: int, exec_id: str, program: bytes | None = None) -> bytes:
-    """A ``/run`` body of ``graph`` (parties 0..2) for worker ``rank``, as a driver sends
-    it: the committed program and that party's openings."""
+def run_body(graph: Graph, rank: int, exec_id: str, parties: list[int] | None = None
+             ) -> bytes:
+    """A ``/run`` body of ``graph`` (``parties``, default 0..2) for worker ``rank``, as a
+    driver sends it: the committed program and that party's openings."""
     committed = commit(graph, 3)
-    data = program if program is not None else encode_graph_bundle(committed.graph, {})
-    return support.frame({"exec": exec_id, "scope": "", "inputs": [], "parties": [0, 1, 2],
+    data = encode_graph_bundle(committed.graph, {})
+    return support.frame({"exec": exec_id, "scope": "", "inputs": [],
+                          "parties": parties or [0, 1, 2],
                           PROGRAM_BYTES: len(data), "progress": False},
                          data, encode_openings(committed.openings[rank]))
 
 
-def run_everywhere(dev: support.DevCluster, graphs: list[Graph], exec_id: str
-                   ) -> list[httpx.Response]:
-    """Each worker ``rank``'s answer to ``/run`` of ``graphs[rank]``, sent at once."""
+def run_everywhere(dev: support.DevCluster, graphs: list[Graph], exec_id: str,
+                   parties: list[list[int]] | None = None) -> list[httpx.Response]:
+    """Each worker ``rank``'s answer to ``/run`` of ``graphs[rank]`` (run by
+    ``parties[rank]``, default all three), sent at once."""
     def one(rank: int) -> httpx.Response:
         with dev.client("driver", rank) as client:
-            return client.post("/run", content=run_body(graphs[rank], rank, exec_id))
+            return client.post("/run", content=run_body(
+                graphs[rank], rank, exec_id, parties[rank] if parties else None))
 
     with ThreadPoolExecutor(3) as pool:
         return list(pool.map(one, range(3)))
@@ -129,7 +133,7 @@ def test_every_party_votes_for_one_execution_digest(
     assert [r.status_code for r in responses] == [200, 200, 200]
     assert sorted((to, sender) for to, sender, *_ in received) == [
         (to, sender) for to in range(3) for sender in range(3) if sender != to]
-    message = vote_message(exec_id, "", expected, dev.spec.digest())
+    message = vote_message(exec_id, "", expected, dev.spec.digest(), [0, 1, 2])
     for _, sender, exec_seen, scope, vote in received:
         assert (exec_seen, scope) == (exec_id, "")
         signature = decode_vote(vote)
@@ -156,6 +160,30 @@ def test_different_programs_for_different_parties_are_refused_before_any_op_runs
     assert all(w.server.executions.running() == 0 for w in workers)
 
 
+def test_different_lists_of_parties_are_refused_before_any_op_runs(
+        dev: support.DevCluster, workers: list[support.ThreadWorker],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver tells party 2 that only parties 0 and 2 take part: the votes sign the
+    parties too, so parties 0 and 2 refuse each other's votes, and party 1, to which
+    party 2 never votes, gives up waiting for it. No party runs."""
+    monkeypatch.setattr(workers[1].server, "timeout", 1.0)
+    graph = mp.compile(secret_sum, world_size=3).graph
+    exec_id = uuid.uuid4().hex
+    first, second, third = run_everywhere(dev, [graph] * 3, exec_id,
+                                          [[0, 1, 2], [0, 1, 2], [0, 2]])
+    for rank, response, party in ((0, first, 2), (2, third, 0)):
+        assert response.status_code == 409, response.text
+        assert response.json()["error"].startswith(
+            f"party {rank}: the vote of party {party} for execution {exec_id} is not a "
+            "signature over this program")
+        assert response.json()["error"].endswith(
+            "the parties were given different programs or parties, or the vote was forged")
+    assert second.status_code == 500 and second.json()["kind"] == "MPTimeoutError"
+    assert second.json()["error"].startswith(f"party 1: no vote of party 2 for execution "
+                                             f"{exec_id} came in time")
+    assert all(w.server.executions.running() == 0 for w in workers)
+
+
 def test_a_vote_is_its_senders_and_must_sign_the_program(
         dev: support.DevCluster, workers: list[support.ThreadWorker]) -> None:
     """Listed peers cannot vote for each other: a vote counts for the certificate that
@@ -164,7 +192,7 @@ def test_a_vote_is_its_senders_and_must_sign_the_program(
     run = support.start_waiting_run(dev, workers[0], graph)
     node_1 = load_identity(dev.keys / "node_1.key")
     valid = encode_vote(node_1.sign(vote_message(run.exec_id, "", run.digest,
-                                                 dev.spec.digest()))).encode()
+                                                 dev.spec.digest(), [0, 1, 2]))).encode()
     support.send_vote(dev, "node_1", 0, run.exec_id, valid)
     support.send_vote(dev, "node_2", 0, run.exec_id, valid)
     answer = run.answer.result(timeout=30)

@@ -3,9 +3,10 @@
 ``/run`` carries the committed program followed by this party's openings (header
 field ``program_bytes`` says where the program ends). A party that accepts a run
 of several parties sends each other party its vote: its node key's signature over
-the execution, scope, execution digest and spec digest (`vote_message`). Each
-worker checks all the others' votes before any op runs: a driver that sent
-different programs to different parties cannot produce votes that match.
+the execution, scope, execution digest, spec digest and the run's parties
+(`vote_message`). Each worker checks all the others' votes before any op runs: a
+driver that sent different programs, or different lists of parties, to different
+parties cannot produce votes that match.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ def split_program(header: dict[str, Any], payload: memoryview) -> tuple[memoryvi
 
 
 def sign_vote(identity: LocalIdentity, exec_id: str, scope: str, digest: str,
-              spec_digest: str) -> str:
-    """This node's vote (base64 signature) accepting the execution."""
-    return encode_vote(identity.sign(vote_message(exec_id, scope, digest, spec_digest)))
+              spec_digest: str, parties: frozenset[int]) -> str:
+    """This node's vote (base64 signature) accepting the execution, run by ``parties``."""
+    return encode_vote(identity.sign(vote_message(exec_id, scope, digest, spec_digest,
+                                                  parties)))
 
 
 class VoteRefusal(MPRefusedError):
@@ -53,15 +55,15 @@ class VoteRefusal(MPRefusedError):
 def check_votes(votes: Mapping[str, Any], peers: PeerDirectory, rank: int,
                 parties: frozenset[int], exec_id: str, scope: str, digest: str) -> None:
     """Check that every other party of the run accepted the program this party accepted
-    (``digest``): its vote (``votes``, by rank as text) is a signature over it by that
-    party's node certificate. Raises `VoteRefusal` (409) naming the first party whose
-    vote is wrong."""
-    message = vote_message(exec_id, scope, digest, peers.digest)
+    (``digest``) with the same ``parties``: its vote (``votes``, by rank as text) is a
+    signature over them by that party's node certificate. Raises `VoteRefusal` (409)
+    naming the first party whose vote is wrong."""
+    message = vote_message(exec_id, scope, digest, peers.digest, parties)
     for party in sorted(parties - {rank}):
         signature = decode_vote(votes.get(str(party)))
         if signature is None or not peers.node_certificate(party).verify(signature, message):
             raise VoteRefusal(f"party {rank}: the vote of party {party} for execution "
                               f"{exec_id} is not a signature over this program (execution "
-                              f"digest {digest[:16]}...) by party {party}'s certificate: "
-                              "the parties were given different programs, or the vote "
-                              "was forged", 409)
+                              f"digest {digest[:16]}...) and parties {sorted(parties)} by "
+                              f"party {party}'s certificate: the parties were given "
+                              "different programs or parties, or the vote was forged", 409)

@@ -187,7 +187,7 @@ class WorkerServer:
         other party of it."""
         run = prepared.run
         vote = sign_vote(self.identity, run.exec_id, run.scope, run.program,
-                         self.peers.digest).encode()
+                         self.peers.digest, run.parties).encode()
         headers = {H_EXEC: run.exec_id, H_KEY: run.scope}
         for party in sorted(run.parties - {self.rank}):
             self._clients.send(party, "/vote", [vote], headers)
