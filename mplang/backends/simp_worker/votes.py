@@ -38,9 +38,7 @@ class VoteBox:
         same sender for the same run is ignored."""
         with self._cond:
             held = self._held.setdefault(sender, OrderedDict())
-            if (exec_id, scope) in held:
-                return
-            held[(exec_id, scope)] = vote
+            held.setdefault((exec_id, scope), vote)
             while len(held) > PER_PEER:
                 held.popitem(last=False)
             self._cond.notify_all()
@@ -55,12 +53,9 @@ class VoteBox:
         missing = sorted(parties)
         with self._cond:
             while True:
-                for party in list(missing):
-                    held = self._held.get(party)
-                    vote = held.pop((exec_id, scope), None) if held else None
-                    if vote is not None:
-                        votes[str(party)] = vote
-                        missing.remove(party)
+                for party in [p for p in missing if (exec_id, scope) in self._held.get(p, ())]:
+                    votes[str(party)] = self._held[party].pop((exec_id, scope))
+                    missing.remove(party)
                 if not missing:
                     return votes
                 reason = self._aborted.get(exec_id)
