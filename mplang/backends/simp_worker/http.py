@@ -54,7 +54,7 @@ from mplang.backends.simp_worker.request import (
     require_str,
     str_or_none_list,
 )
-from mplang.backends.simp_worker.run_route import serve_run
+from mplang.backends.simp_worker.run_route import refusal, serve_run
 from mplang.backends.simp_worker.server import WorkerServer
 from mplang.backends.simp_worker.tls import peer_of, tls_server
 from mplang.backends.wire import split_frame
@@ -83,13 +83,10 @@ def create_app(server: WorkerServer) -> FastAPI:
                   openapi_url=None, lifespan=lifespan)
 
     @app.exception_handler(MPRefusedError)
-    async def _refused(request: Request, exc: MPRefusedError) -> JSONResponse:
-        log.warning("refused %s %s: %s", request.method, request.url.path, exc)
-        return _error(exc.status, str(exc), kind=type(exc).__name__)
-
     @app.exception_handler(MPSerializationError)
-    async def _malformed(request: Request, exc: MPSerializationError) -> JSONResponse:
-        return _error(400, str(exc))
+    async def _refused(request: Request, exc: MPLangError) -> JSONResponse:
+        status, answer = refusal(request.method, request.url.path, exc)
+        return JSONResponse(answer, status_code=status)
 
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:

@@ -70,8 +70,8 @@ class WorkerMuxHandler:
         self.protocol = MuxProtocol(self, max_streams=limits.max_streams,
                                     stall_seconds=limits.stall_seconds)
         self._messages: dict[int, Admitted] = {}
-        self._runs: dict[int, Peer] = {}
-        """The driver of each ``/run`` stream being received."""
+        self._senders: dict[int, Peer] = {}
+        """The peer its HEAD authorized, for each ``/run`` or ``/vote`` being received."""
         self._sizes: dict[int, int] = {}
         """The announced size of each admitted body being received (in the budget)."""
         self._in_flight = 0
@@ -105,8 +105,8 @@ class WorkerMuxHandler:
             return self._refuse_head(stream, headers, 400, str(e), path)
         if path == "/msg":
             self._messages[stream] = admitted
-        elif path == "/run":
-            self._runs[stream] = sender
+        elif path in ("/run", "/vote"):
+            self._senders[stream] = sender
         if size:
             self._sizes[stream] = size
         self._in_flight += size
@@ -116,11 +116,11 @@ class WorkerMuxHandler:
         self._release(stream)
         message = self._messages.pop(stream, None)
         if message is None:
-            driver = self._runs.pop(stream, None)
-            if driver is not None:
-                asyncio.get_running_loop().create_task(self._run(stream, driver, body))
-            elif head["path"] == "/vote":
-                self._vote(stream, head["headers"], body)
+            sender = self._senders.pop(stream, None)
+            if sender is not None and head["path"] == "/run":
+                asyncio.get_running_loop().create_task(self._run(stream, sender, body))
+            elif sender is not None:
+                self._vote(stream, sender, head["headers"], body)
             else:
                 asyncio.get_running_loop().create_task(self._serve(stream, head, body))
             return
@@ -131,16 +131,15 @@ class WorkerMuxHandler:
         except MPSerializationError as e:
             self._refuse(stream, head["headers"], 400, str(e), "/msg")
 
-    def _vote(self, stream: int, headers: dict[str, str], body: memoryview) -> None:
-        """Keep a peer's vote (headers: its execution and scope; body: the vote)."""
+    def _vote(self, stream: int, peer: Peer, headers: dict[str, str], body: memoryview) -> None:
+        """Keep ``peer``'s vote (headers: its execution and scope; body: the vote)."""
         server = self.server
-        peer = server.peers.lookup(self.fingerprint)
+        assert peer.rank is not None  # a node: `authorize_head` gave /vote to nodes only
         try:
             exec_id = check_exec_id(headers.get(H_EXEC))
             scope = headers.get(H_KEY, "")
             if len(scope) > KEY_LIMIT or not body or not bytes(body).isascii():
                 raise MPSerializationError("a vote needs a scope header and an ASCII body")
-            assert peer is not None and peer.rank is not None  # authorized by its HEAD
             if server.executions.aborted(exec_id):
                 raise MPRefusedError(f"execution {exec_id} was aborted", 410)
             server.votes.put(peer.rank, exec_id, scope, bytes(body).decode())
@@ -153,7 +152,7 @@ class WorkerMuxHandler:
         for stream in list(self._sizes):
             self._release(stream)
         self._messages.clear()
-        self._runs.clear()
+        self._senders.clear()
         if self.ticket is not None:
             self.ticket.release()
         if error is not None:

@@ -38,11 +38,8 @@ def serve_run(server: WorkerServer, driver: Peer, body: bytes | memoryview,
     try:
         header, payload = split_frame(body)
         prepared = server.accept(header, payload, driver)
-    except MPRefusedError as e:
-        log.warning("refused POST /run: %s", e)
-        return e.status, {"error": str(e), "kind": type(e).__name__}
-    except MPSerializationError as e:
-        return 400, {"error": str(e)}
+    except (MPRefusedError, MPSerializationError) as e:
+        return refusal("POST", "/run", e)
     exec_id = prepared.run.exec_id
     try:
         outputs = server.start(prepared, driver)
@@ -65,6 +62,14 @@ def serve_run(server: WorkerServer, driver: Peer, body: bytes | memoryview,
         answer["trace"] = {"events": events_to_wire(prepared.events),
                            "received_ns": received_ns, "answered_ns": now_ns()}
     return 200, answer
+
+
+def refusal(method: str, path: str, error: MPLangError) -> Answer:
+    """The answer to a refused request (its status, the error's kind), else 400."""
+    if not isinstance(error, MPRefusedError):  # malformed (MPSerializationError)
+        return 400, {"error": str(error)}
+    log.warning("refused %s %s: %s", method, path, error)
+    return error.status, {"error": str(error), "kind": type(error).__name__}
 
 
 def _failure(server: WorkerServer, error: MPLangError) -> dict[str, Any]:
