@@ -23,7 +23,7 @@ from typing import Any
 
 import uvloop
 
-from mplang.backends.mux import ALPN, MuxProtocol
+from mplang.backends.mux import ALPN, MuxProtocol, body_buffer
 from mplang.backends.transport_errors import (
     CertificateMismatch,
     NoAnswerError,
@@ -89,7 +89,7 @@ class _Connection:
     def on_head(self, stream: int, head: dict[str, Any], size: int) -> memoryview | None:
         if stream not in self.pending and size > UNSOLICITED_LIMIT:
             return None  # a refusal is small: this is not one
-        return memoryview(bytearray(size))
+        return body_buffer(size)
 
     def on_body(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
         self.answered = True

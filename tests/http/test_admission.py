@@ -11,8 +11,9 @@ import resource
 
 import pytest
 
+from mplang.backends.mux import body_buffer
 from mplang.backends.mux_client import SPEC_HEADER
-from mplang.backends.simp_worker.admission import InflightBudget, authorize_head, lazy_buffer
+from mplang.backends.simp_worker.admission import InflightBudget, authorize_head
 from mplang.backends.simp_worker.connections import ConnectionGate, raise_descriptor_limit
 from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.cluster.peers import PeerDirectory
@@ -67,7 +68,7 @@ def test_the_budget_refuses_what_would_exceed_it() -> None:
 
 def test_a_large_buffer_takes_memory_only_as_it_is_written() -> None:
     before = memory_workload.rss_kib(os.getpid())
-    buffers = [lazy_buffer(256 << 20) for _ in range(4)]  # 1 GiB announced
+    buffers = [body_buffer(256 << 20) for _ in range(4)]  # 1 GiB announced
     assert memory_workload.rss_kib(os.getpid()) - before < 16 << 10
     buffers[0][:4] = b"abcd"
     assert bytes(buffers[0][:5]) == b"abcd\0"

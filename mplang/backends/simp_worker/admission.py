@@ -4,7 +4,7 @@ A HEAD names a path and announces a body size. Its peer (the connection's
 certificate) must hold the path's role, the size must fit the path's limit, and
 the worker-wide budget of bytes being received (`InflightBudget`) must have room
 for it; otherwise the stream is refused at once. An admitted body gets a buffer
-whose pages the kernel provides only as its bytes arrive (`lazy_buffer`), so a
+whose pages the kernel provides only as its bytes arrive (`mplang.backends.mux.body_buffer`), so a
 HEAD alone costs no memory.
 
 Bodies of HTTP/1.1 requests count in the same budget (`BudgetedBodies`), from their
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +27,6 @@ from mplang.cluster.peers import Peer, PeerDirectory, Role
 from mplang.edsl.errors import MPRefusedError
 
 log = logging.getLogger("mplang.worker")
-
-_EAGER = 1 << 20
-"""Bodies up to this size get an ordinary buffer."""
-
 
 @dataclass(frozen=True)
 class Route:
@@ -102,14 +97,6 @@ class InflightBudget:
 
     def give(self, size: int) -> None:
         self.used -= size
-
-
-def lazy_buffer(size: int) -> memoryview:
-    """A writable buffer of ``size`` zero bytes; above 1 MiB, its memory is taken only as
-    it is written (an anonymous mapping), not when it is made."""
-    if size <= _EAGER:
-        return memoryview(bytearray(size))
-    return memoryview(mmap.mmap(-1, size))
 
 
 class BudgetedBodies:

@@ -28,8 +28,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mplang.backends.mux import MuxProtocol
-from mplang.backends.simp_worker.admission import authorize_head, lazy_buffer
+from mplang.backends.mux import MuxProtocol, body_buffer
+from mplang.backends.simp_worker.admission import authorize_head
 from mplang.backends.simp_worker.connections import Ticket
 from mplang.backends.simp_worker.messages import H_EXEC, H_KEY, Admitted
 from mplang.backends.simp_worker.request import KEY_LIMIT, check_exec_id
@@ -110,7 +110,7 @@ class WorkerMuxHandler:
         if size:
             self._sizes[stream] = size
         self._in_flight += size
-        return lazy_buffer(size)
+        return body_buffer(size)
 
     def on_body(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
         self._release(stream)
