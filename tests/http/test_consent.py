@@ -278,3 +278,26 @@ def test_no_worker_hands_a_secret_share_to_a_driver(dev: support.DevCluster,
             "mp.put('P0', z)")
     revealed = mp.fetch(driver, mp.evaluate(driver, lambda s: mp.put("P1", s), shared))
     np.testing.assert_allclose(revealed, SECRET0, atol=1e-4)
+
+
+def test_a_party_told_it_runs_alone_sends_nothing(
+        dev: support.DevCluster, workers: list[support.ThreadWorker],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver tells party 0 alone to run a program that sends party 0's constant to
+    party 1. Party 0 waits for no vote, so it must not send to a party that never
+    accepted the program: its op fails and the constant never leaves it."""
+    heads: list[Any] = []
+    admit = workers[1].server.inbox.admit
+    monkeypatch.setattr(workers[1].server.inbox, "admit",
+                        lambda *a: (heads.append(a), admit(*a))[1])
+    graph = mp.compile(secret_sum, world_size=3).graph
+    exec_id = uuid.uuid4().hex
+    with dev.client("driver", 0) as client:
+        response = client.post("/run", content=run_body(graph, 0, exec_id, [0]))
+    assert response.status_code == 500, response.text
+    error = response.json()["error"]
+    assert f"execution {exec_id}: op /1 sends to party 1, which is not one of the parties " \
+           "the driver named for this run ([0], who alone accepted its program); nothing " \
+           "was sent" in error, error
+    assert heads == []
+    assert all(w.server.executions.running() == 0 for w in workers)

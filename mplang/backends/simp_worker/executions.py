@@ -251,10 +251,16 @@ class Executions:
                 best = run
         return best
 
-    def program_of(self, exec_id: str, key: str) -> str:
-        """The program digest of this worker's own run that ``key`` belongs to."""
+    def program_of(self, exec_id: str, key: str, dst: int | None = None) -> str:
+        """The program digest of this worker's own run that ``key`` belongs to; refuses a
+        message to a party ``dst`` outside the run (only its parties voted for it)."""
         with self._lock:
             run = self._run_for(exec_id, key)
+            if run is not None and dst is not None and dst not in run.parties:
+                raise MPRefusedError(f"execution {exec_id}: op {key[:200]} sends to party {dst}, "
+                                     f"which is not one of the parties the driver named for "
+                                     f"this run ({sorted(run.parties)}, who alone accepted its "
+                                     "program); nothing was sent", 403)
             return run.program if run is not None else ""
 
     def time_left(self, exec_id: str, key: str) -> float | None:

@@ -47,10 +47,10 @@ class PeerCommunicator:
 
     def send(self, dst: int, tag: Tag, value: Any) -> None:
         exec_id, key = tag
+        program = self._executions.program_of(exec_id, key, dst)
         link = isinstance(value, bytes | bytearray | memoryview)
         parts = encode_value(value)
-        headers = {H_EXEC: exec_id, H_KEY: key,
-                   H_PROGRAM: self._executions.program_of(exec_id, key),
+        headers = {H_EXEC: exec_id, H_KEY: key, H_PROGRAM: program,
                    H_LINK: "1" if link else "0"}
         self._clients().send(dst, "/msg", parts, headers)
         count_message(self.rank, tag, "sent", value)
