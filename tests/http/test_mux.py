@@ -60,6 +60,15 @@ def test_requests_are_checked_as_over_http(local_cluster: LocalCluster) -> None:
         assert "may not use /msg (only a node may)" in msg.value.response.text
         answer = driver.post(0, "/delete", pack_message({"uris": []}, []))
         assert answer.json() == {"deleted": 0}
+        with pytest.raises(StatusError) as bad:  # served without the app: the same answers
+            driver.post(0, "/delete", pack_message({"uris": "mem://x"}, []))
+        assert bad.value.response.status_code == 400
+        assert bad.value.response.json() == {"error": "uris must be a list of strings or nulls"}
+        with pytest.raises(StatusError) as missing:
+            driver.post(0, "/fetch", pack_message({"uri": "mem://nothing"}, []))
+        assert missing.value.response.status_code == 404
+        assert missing.value.response.json() == {
+            "error": "object mem://nothing is not in the store of node_0"}
         health = driver.post(2, "/health", [])  # the one GET route (it was a 405)
         assert health.json()["node"] == "node_2" and health.json()["status"] == "ok"
     finally:

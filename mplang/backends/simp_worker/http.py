@@ -52,9 +52,8 @@ from mplang.backends.simp_worker.request import (
     check_exec_id,
     read_body,
     require_str,
-    str_or_none_list,
 )
-from mplang.backends.simp_worker.run_route import refusal, serve_run
+from mplang.backends.simp_worker.run_route import refusal, serve_delete, serve_fetch, serve_run
 from mplang.backends.simp_worker.server import WorkerServer
 from mplang.backends.simp_worker.tls import peer_of, tls_server
 from mplang.backends.wire import split_frame
@@ -62,14 +61,9 @@ from mplang.cluster.identity import LocalIdentity
 from mplang.cluster.status import package_version
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
-from mplang.policy.check import PolicyRefusedError
 from mplang.runtime.timeline import now_ns
 
 log = logging.getLogger("mplang.worker")
-
-
-def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, **extra}, status_code=status)
 
 
 def create_app(server: WorkerServer) -> FastAPI:
@@ -115,23 +109,16 @@ def create_app(server: WorkerServer) -> FastAPI:
     @app.post("/fetch")
     async def fetch(request: Request) -> Response:
         driver = server.peer(request, "driver")
-        header, _ = split_frame(await read_body(request, SMALL_BODY))
-        uri = require_str(header, "uri", 256)
-        try:
-            parts = server.outputs.fetch(uri, driver)
-        except PolicyRefusedError as e:
-            return _error(e.status, str(e), kind=type(e).__name__)
-        except MPLangError as e:
-            return _error(404, str(e))
-        assert parts is not None
+        status, parts = serve_fetch(server, driver, await read_body(request, SMALL_BODY))
+        if status != 200:
+            return Response(b"".join(parts), status, media_type="application/json")
         return StreamingResponse(iter(parts), media_type="application/octet-stream")
 
     @app.post("/delete")
     async def delete(request: Request) -> Response:
         driver = server.peer(request, "driver")
-        header, _ = split_frame(await read_body(request, URIS_BODY))
-        uris = [u for u in str_or_none_list(header.get("uris"), "uris") if u is not None]
-        return JSONResponse({"deleted": server.delete(uris, driver)})
+        status, answer = serve_delete(server, driver, await read_body(request, URIS_BODY))
+        return JSONResponse(answer, status_code=status)
 
     @app.post("/abort")
     async def abort(request: Request) -> Response:

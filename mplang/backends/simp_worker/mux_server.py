@@ -14,7 +14,8 @@ its peer's role for the path, its size, the worker's budget of bytes in flight.
   and key, so the sender can abandon that execution.
 - ``/vote`` (a peer's vote for a run, `mplang.backends.simp_worker.votes`) goes to
   the vote box, and is answered likewise only if refused.
-- ``/run`` is served without the app (`serve_run`), as the app serves it;
+- ``/run``, ``/fetch`` and ``/delete`` are served without the app
+  (`mplang.backends.simp_worker.run_route`), as the app serves them;
 - every other path runs the worker's ASGI app, as uvicorn would run it for an
   HTTP request (``/health`` a GET, the others POSTs), and is answered with the app's
   status and body.
@@ -33,7 +34,7 @@ from mplang.backends.simp_worker.admission import authorize_head
 from mplang.backends.simp_worker.connections import Ticket
 from mplang.backends.simp_worker.messages import H_EXEC, H_KEY, Admitted
 from mplang.backends.simp_worker.request import KEY_LIMIT, check_exec_id
-from mplang.backends.simp_worker.run_route import serve_run
+from mplang.backends.simp_worker.run_route import serve_delete, serve_fetch, serve_run
 from mplang.cluster.peers import Peer
 from mplang.edsl.errors import MPRefusedError, MPSerializationError
 from mplang.runtime.timeline import now_ns
@@ -105,7 +106,7 @@ class WorkerMuxHandler:
             return self._refuse_head(stream, headers, 400, str(e), path)
         if path == "/msg":
             self._messages[stream] = admitted
-        elif path in ("/run", "/vote"):
+        elif path in ("/run", "/vote", "/fetch", "/delete"):
             self._senders[stream] = sender
         if size:
             self._sizes[stream] = size
@@ -117,8 +118,14 @@ class WorkerMuxHandler:
         message = self._messages.pop(stream, None)
         if message is None:
             sender = self._senders.pop(stream, None)
-            if sender is not None and head["path"] == "/run":
+            path = head["path"]
+            if sender is not None and path == "/run":
                 asyncio.get_running_loop().create_task(self._run(stream, sender, body))
+            elif sender is not None and path == "/fetch":
+                self._answer(stream, *serve_fetch(self.server, sender, body))
+            elif sender is not None and path == "/delete":
+                status, answer = serve_delete(self.server, sender, body)
+                self._answer(stream, status, [json.dumps(answer).encode()])
             elif sender is not None:
                 self._vote(stream, sender, head["headers"], body)
             else:
@@ -195,9 +202,11 @@ class WorkerMuxHandler:
         except Exception:  # a bug in it: answered like the app's crashes
             log.exception("/run over mplang/1 crashed")
             status, answer = 500, {"error": "internal error"}
+        self._answer(stream, status, [json.dumps(answer, separators=(",", ":")).encode()])
+
+    def _answer(self, stream: int, status: int, parts: list[Any]) -> None:
         if not self.protocol.closed:
-            self.protocol.send(stream, {"status": status},
-                               [json.dumps(answer, separators=(",", ":")).encode()])
+            self.protocol.send(stream, {"status": status}, parts)
 
     async def _serve(self, stream: int, head: dict[str, Any], body: memoryview) -> None:
         """Run the worker's ASGI app on one request and send its answer on ``stream``."""

@@ -1,19 +1,21 @@
-"""A driver's ``/run``, served alike over HTTP/1.1 (the worker's FastAPI app) and over
-``mplang/1`` (straight from the connection, without the app: a run is the worker's
-most frequent request).
+"""A driver's ``/run``, ``/fetch`` and ``/delete``, served alike over HTTP/1.1 (the
+worker's FastAPI app) and over ``mplang/1`` (straight from the connection, without the
+app: they are the worker's most frequent requests, a run's outputs deleted after each).
 
-The whole request is one task on the worker's pool: decode and accept the program
+A run is one task on the worker's pool: decode and accept the program
 (`WorkerServer.accept`, which sends this party's vote in a run of several parties),
 wait for the others' votes, run it, and build the answer.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from mplang.backends.simp_worker.consent import VoteRefusal
-from mplang.backends.wire import split_frame
+from mplang.backends.simp_worker.request import require_str, str_or_none_list
+from mplang.backends.wire import Buffer, split_frame
 from mplang.cluster.peers import Peer
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
 from mplang.policy.check import PolicyRefusedError
@@ -62,6 +64,35 @@ def serve_run(server: WorkerServer, driver: Peer, body: bytes | memoryview,
         answer["trace"] = {"events": events_to_wire(prepared.events),
                            "received_ns": received_ns, "answered_ns": now_ns()}
     return 200, answer
+
+
+def serve_fetch(server: WorkerServer, driver: Peer, body: bytes | memoryview
+                ) -> tuple[int, list[Buffer]]:
+    """``driver``'s ``/fetch`` of the stored value its body names: the value's encoded
+    parts (200), or a JSON refusal (the party's policy's status; 404: no such value)."""
+    try:
+        header, _ = split_frame(body)
+        parts = server.outputs.fetch(require_str(header, "uri", 256), driver)
+    except PolicyRefusedError as e:
+        status, answer = e.status, {"error": str(e), "kind": type(e).__name__}
+    except (MPRefusedError, MPSerializationError) as e:
+        status, answer = refusal("POST", "/fetch", e)
+    except MPLangError as e:
+        status, answer = 404, {"error": str(e)}
+    else:
+        assert parts is not None
+        return 200, parts
+    return status, [json.dumps(answer).encode()]
+
+
+def serve_delete(server: WorkerServer, driver: Peer, body: bytes | memoryview) -> Answer:
+    """``driver``'s ``/delete`` of the stored values its body names."""
+    try:
+        header, _ = split_frame(body)
+        uris = [u for u in str_or_none_list(header.get("uris"), "uris") if u is not None]
+    except MPSerializationError as e:
+        return refusal("POST", "/delete", e)
+    return 200, {"deleted": server.delete(uris, driver)}
 
 
 def refusal(method: str, path: str, error: MPLangError) -> Answer:
