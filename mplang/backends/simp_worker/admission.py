@@ -4,8 +4,8 @@ A HEAD names a path and announces a body size. Its peer (the connection's
 certificate) must hold the path's role, the size must fit the path's limit, and
 the worker-wide budget of bytes being received (`InflightBudget`) must have room
 for it; otherwise the stream is refused at once. An admitted body gets a buffer
-whose pages the kernel provides only as its bytes arrive (`mplang.backends.mux.body_buffer`), so a
-HEAD alone costs no memory.
+whose pages the kernel provides only as its bytes arrive
+(`mplang.backends.mux.body_buffer`), so a HEAD alone costs no memory.
 
 Bodies of HTTP/1.1 requests count in the same budget (`BudgetedBodies`), from their
 start (their content-length) until they have been received.

@@ -121,11 +121,8 @@ class WorkerMuxHandler:
             path = head["path"]
             if sender is not None and path == "/run":
                 asyncio.get_running_loop().create_task(self._run(stream, sender, body))
-            elif sender is not None and path == "/fetch":
-                self._answer(stream, *serve_fetch(self.server, sender, body))
-            elif sender is not None and path == "/delete":
-                status, answer = serve_delete(self.server, sender, body)
-                self._answer(stream, status, [json.dumps(answer).encode()])
+            elif sender is not None and path in ("/fetch", "/delete"):
+                self._serve_data(stream, path, sender, body)
             elif sender is not None:
                 self._vote(stream, sender, head["headers"], body)
             else:
@@ -203,6 +200,19 @@ class WorkerMuxHandler:
             log.exception("/run over mplang/1 crashed")
             status, answer = 500, {"error": "internal error"}
         self._answer(stream, status, [json.dumps(answer, separators=(",", ":")).encode()])
+
+    def _serve_data(self, stream: int, path: str, driver: Peer, body: memoryview) -> None:
+        """Serve ``driver``'s ``/fetch`` or ``/delete`` on the loop (both are quick)."""
+        try:
+            if path == "/fetch":
+                status, parts = serve_fetch(self.server, driver, body)
+            else:
+                status, answer = serve_delete(self.server, driver, body)
+                parts = [json.dumps(answer).encode()]
+        except Exception:  # a bug in it: answered like the app's crashes
+            log.exception("%s over mplang/1 crashed", path)
+            status, parts = 500, [b'{"error":"internal error"}']
+        self._answer(stream, status, parts)
 
     def _answer(self, stream: int, status: int, parts: list[Any]) -> None:
         if not self.protocol.closed:
