@@ -135,8 +135,8 @@ def _exit_with_parent() -> None:
 
 
 LIMIT_OPTIONS = ("max_body_bytes", "max_value_bytes", "mailbox_bytes", "max_inflight_bytes",
-                 "max_streams", "stall_seconds", "handshake_seconds", "max_connections_per_peer",
-                 "max_connections_per_address", "max_connections")
+                 "max_streams", "stall_seconds", "handshake_seconds", "vote_seconds",
+                 "max_connections_per_peer", "max_connections_per_address", "max_connections")
 """The `WorkerLimits` that ``mplang worker`` takes as options (``--max-body-bytes`` ...)."""
 
 
@@ -363,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(default 30)")
     worker.add_argument("--handshake-seconds", type=float,
                         help="longest TLS handshake (default 10)")
+    worker.add_argument("--vote-seconds", type=float,
+                        help="longest wait for the other parties' votes on a run (default 30)")
     worker.add_argument("--max-connections-per-peer", type=int,
                         help="connections one certificate may hold (default 64)")
     worker.add_argument("--max-connections-per-address", type=int,

@@ -11,6 +11,7 @@ the worker still serves: its health check answers and a program still runs.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -649,6 +650,24 @@ def test_programs_across_the_three_workers_still_run(dev: support.DevCluster,
     for w in workers:
         assert w.server.mailbox.pending() == 0
         assert w.server.executions.running() == 0
+
+
+def test_votes_are_awaited_for_the_vote_limit_not_the_workers_timeout(
+        dev: support.DevCluster, workers: list[support.ThreadWorker],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A party frozen before it votes is named after ``vote_seconds`` (30 by default),
+    however long the worker's timeout for other waits."""
+    server = workers[0].server
+    assert WorkerLimits().vote_seconds == 30.0
+    monkeypatch.setattr(server, "timeout", 600.0)
+    monkeypatch.setattr(server, "limits", dataclasses.replace(server.limits, vote_seconds=0.5))
+    run = support.start_waiting_run(dev, workers[0], receive_graph())
+    answer = run.answer.result(timeout=30)
+    assert answer.status_code == 500 and answer.json()["kind"] == "MPTimeoutError"
+    assert answer.json()["error"] == (
+        f"party 0: no vote of party 1 for execution {run.exec_id} came in time: party 1 "
+        "was not asked to run it, or did not accept it within 0.5 s")
+    assert server.executions.running() == 0
 
 
 def test_a_run_whose_votes_never_come_leaves_nothing_behind(

@@ -66,6 +66,8 @@ class WorkerLimits:
     """A body that receives no byte for this long closes its connection."""
     handshake_seconds: float = 10.0
     """Longest TLS handshake; a connection that has not finished it is closed."""
+    vote_seconds: float = 30.0
+    """Longest wait for the other parties' votes on a run (their accept of its program)."""
     max_connections_per_peer: int = 64
     """Connections one certificate may hold open."""
     max_connections_per_address: int = 256

@@ -73,11 +73,9 @@ def serve_fetch(server: WorkerServer, driver: Peer, body: bytes | memoryview
     try:
         header, _ = split_frame(body)
         parts = server.outputs.fetch(require_str(header, "uri", 256), driver)
-    except PolicyRefusedError as e:
-        status, answer = e.status, {"error": str(e), "kind": type(e).__name__}
-    except (MPRefusedError, MPSerializationError) as e:
+    except (PolicyRefusedError, MPSerializationError) as e:  # malformed: 400
         status, answer = refusal("POST", "/fetch", e)
-    except MPLangError as e:
+    except MPLangError as e:  # not here, or not this driver's: alike
         status, answer = 404, {"error": str(e)}
     else:
         assert parts is not None

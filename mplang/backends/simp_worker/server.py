@@ -194,10 +194,11 @@ class WorkerServer:
 
     def await_votes(self, prepared: Prepared) -> None:
         """Before a prepared run of several parties starts: every other party must have
-        accepted the same program (`check_votes`) within this worker's timeout; if not,
+        accepted the same program (`check_votes`) within the vote limit; if not,
         the run ends here, refused (or abandoned) before any op runs."""
         run = prepared.run
-        wait = max(0.0, min(run.deadline - time.monotonic(), self.timeout))
+        wait = max(0.0, min(run.deadline - time.monotonic(), self.timeout,
+                            self.limits.vote_seconds))
         try:
             votes = self.votes.take(
                 run.exec_id, run.scope, run.parties - {self.rank}, time.monotonic() + wait,
