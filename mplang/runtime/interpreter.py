@@ -15,8 +15,11 @@ from mplang.edsl.primitive import Primitive
 from mplang.edsl.traits import Runtime
 from mplang.runtime.object_store import LOCAL_OWNER
 from mplang.runtime.options import DEFAULT_OPTIONS, RunOptions
-from mplang.runtime.scheduler import Scheduler, blocking, plan
+from mplang.runtime.scheduler import Scheduler, blocking, may_block, plan
 from mplang.runtime.timeline import DRIVER
+
+_RETRY_SECONDS = 0.005
+"""How often a dataflow run with ops waiting for a free slot tries to start them."""
 
 Kernel = Callable[["Interpreter", Operation, list[Any], str], list[Any]]
 """``kernel(interp, op, input values, key) -> output values``.
@@ -110,14 +113,24 @@ class Interpreter:
                 finished.put((index, None, e))
 
         remaining = len(ops)
+        deferred: list[int] = []  # ready ops that may wait on a peer, and found no slot
         while remaining:
-            for index in sorted(ready):
+            pending, deferred = sorted(deferred + ready), []
+            for index in pending:
                 args = [env[v] for v in ops[index].inputs]
-                if self.scheduler.try_submit(execute, index, args) is None:
+                if self.scheduler.try_submit(execute, index, args) is not None:
+                    continue
+                if may_block(ops[index]):  # run here, it would stop this loop from starting
+                    deferred.append(index)  # the ops a peer's waiting op needs: deadlock
+                else:
                     execute(index, args)
             ready = []
             with blocking():
-                index, outs, error = finished.get()
+                try:
+                    index, outs, error = finished.get(timeout=_RETRY_SECONDS if deferred
+                                                      else None)
+                except queue.Empty:  # a slot may be free now (an op went to wait)
+                    continue
             if error is not None:
                 # ops still running fail or finish on their own once the execution is aborted
                 raise error

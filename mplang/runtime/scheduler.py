@@ -36,7 +36,8 @@ _PLANS: weakref.WeakKeyDictionary[Graph, DataflowPlan] = weakref.WeakKeyDictiona
 _PLANS_LOCK = threading.Lock()
 
 
-def _may_block(op: Operation) -> bool:
+def may_block(op: Operation) -> bool:
+    """Whether ``op`` may wait (on a peer's message, a region's ops or an effect)."""
     traits = op.traits
     return traits.communicates or traits.regions is not None or not traits.pure
 
@@ -52,7 +53,7 @@ def plan(graph: Graph) -> DataflowPlan:
     for index, mine in enumerate(deps):
         for d in mine:
             users[d].append(index)
-    blocking = sum(_may_block(op) for op in graph.operations)
+    blocking = sum(may_block(op) for op in graph.operations)
     result = DataflowPlan(tuple(deps), tuple(tuple(u) for u in users), blocking >= 2)
     with _PLANS_LOCK:
         _PLANS[graph] = result
@@ -85,8 +86,9 @@ def blocking() -> Iterator[None]:
 class Scheduler:
     """A pool running at most ``max_workers`` ready ops at once; ops waiting in
     `blocking` do not count, and their threads (up to ``THREADS_PER_SLOT`` times
-    ``max_workers``) stay apart. When every slot is busy the caller runs the op
-    itself, so nested dataflow runs never wait for a free thread."""
+    ``max_workers``) stay apart. When every slot is busy, `try_submit` says so: a
+    dataflow run then runs an op that cannot wait itself, and keeps one that may (on a
+    peer) until a slot is free, so its loop goes on starting the ops peers wait for."""
 
     THREADS_PER_SLOT = 16
 

@@ -291,3 +291,27 @@ def test_three_hundred_independent_secure_sums_finish() -> None:
     finally:
         sim.close()
     assert got == [3.0 * i + 3 for i in range(300)]
+
+
+def test_ops_that_wait_on_peers_are_not_run_by_a_loop_with_no_free_slot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one slot per party, ready ops often find no slot. A loop that ran such an op
+    itself stopped starting the others while it waited, among them the ones its peers'
+    waiting ops needed, and every party could stop so (a run timed out under load). It
+    now keeps an op that may wait until a slot is free."""
+    from mplang.backends.simp_worker import state
+    from mplang.libs.aggregation import secure_sum
+    from mplang.runtime.scheduler import Scheduler
+
+    monkeypatch.setattr(state, "Scheduler", lambda workers, name: Scheduler(1, name))
+
+    def prog() -> Any:
+        return [secure_sum([mp.device(f"P{p}")(lambda i=i, p=p: jnp.float32(i + p))()
+                            for p in range(3)]) for i in range(12)]
+
+    sim = mp.Simulator(3)
+    try:
+        got = [float(mp.fetch(sim, o)) for o in mp.evaluate(sim, prog, timeout=30)]
+    finally:
+        sim.close()
+    assert got == [3.0 * i + 3 for i in range(12)]
