@@ -277,20 +277,25 @@ def test_an_op_waiting_for_a_message_lends_its_slot() -> None:
         scheduler.shutdown()
 
 
-def test_three_hundred_independent_secure_sums_finish() -> None:
-    """More ops waiting for shares than a party has slots (64): all finish."""
+def _secure_sums_finish(count: int, timeout: float) -> None:
+    """``count`` independent secure sums of three parties' values, checked."""
     from mplang.libs.aggregation import secure_sum
 
     def prog() -> Any:
         return [secure_sum([mp.device(f"P{p}")(lambda i=i, p=p: jnp.float32(i + p))()
-                            for p in range(3)]) for i in range(300)]
+                            for p in range(3)]) for i in range(count)]
 
     sim = mp.Simulator(3)
     try:
-        got = [float(mp.fetch(sim, o)) for o in mp.evaluate(sim, prog, timeout=120)]
+        got = [float(mp.fetch(sim, o)) for o in mp.evaluate(sim, prog, timeout=timeout)]
     finally:
         sim.close()
-    assert got == [3.0 * i + 3 for i in range(300)]
+    assert got == [3.0 * i + 3 for i in range(count)]
+
+
+def test_three_hundred_independent_secure_sums_finish() -> None:
+    """More ops waiting for shares than a party has slots (64): all finish."""
+    _secure_sums_finish(300, 120)
 
 
 def test_ops_that_wait_on_peers_are_not_run_by_a_loop_with_no_free_slot(
@@ -300,18 +305,7 @@ def test_ops_that_wait_on_peers_are_not_run_by_a_loop_with_no_free_slot(
     waiting ops needed, and every party could stop so (a run timed out under load). It
     now keeps an op that may wait until a slot is free."""
     from mplang.backends.simp_worker import state
-    from mplang.libs.aggregation import secure_sum
     from mplang.runtime.scheduler import Scheduler
 
     monkeypatch.setattr(state, "Scheduler", lambda workers, name: Scheduler(1, name))
-
-    def prog() -> Any:
-        return [secure_sum([mp.device(f"P{p}")(lambda i=i, p=p: jnp.float32(i + p))()
-                            for p in range(3)]) for i in range(12)]
-
-    sim = mp.Simulator(3)
-    try:
-        got = [float(mp.fetch(sim, o)) for o in mp.evaluate(sim, prog, timeout=30)]
-    finally:
-        sim.close()
-    assert got == [3.0 * i + 3 for i in range(12)]
+    _secure_sums_finish(12, 30)
