@@ -72,7 +72,8 @@ class WorkerMuxHandler:
                                     stall_seconds=limits.stall_seconds)
         self._messages: dict[int, Admitted] = {}
         self._senders: dict[int, Peer] = {}
-        """The peer its HEAD authorized, for each ``/run`` or ``/vote`` being received."""
+        """The peer its HEAD authorized, for each ``/run``, ``/vote``, ``/fetch`` or
+        ``/delete`` being received."""
         self._sizes: dict[int, int] = {}
         """The announced size of each admitted body being received (in the budget)."""
         self._in_flight = 0

@@ -73,7 +73,7 @@ def serve_fetch(server: WorkerServer, driver: Peer, body: bytes | memoryview
     try:
         header, _ = split_frame(body)
         parts = server.outputs.fetch(require_str(header, "uri", 256), driver)
-    except (PolicyRefusedError, MPSerializationError) as e:  # malformed: 400
+    except (PolicyRefusedError, MPSerializationError) as e:  # the policy's status; 400
         status, answer = refusal("POST", "/fetch", e)
     except MPLangError as e:  # not here, or not this driver's: alike
         status, answer = 404, {"error": str(e)}
