@@ -9,7 +9,8 @@ execution also releases libspu's waits), and without extra ports.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import spu
@@ -17,6 +18,7 @@ import spu.libspu as libspu
 
 from mplang.backends.spu_sessions import Session
 from mplang.dialects.spu import SpuConfig, runtime_config_for
+from mplang.edsl.errors import MPTimeoutError
 from mplang.runtime import native_logs
 from mplang.runtime.backend import Communicator
 
@@ -66,6 +68,11 @@ def link_desc(members: Sequence[int], name: str, recv_timeout_ms: int,
     return desc
 
 
+SETTLE_POLL_S = 0.02
+"""While a kept session's run has not heard every member's session state, a receive
+looks for the states this often (`_CommChannel.Recv`)."""
+
+
 class _CommChannel(libspu.link.IChannel):
     """One peer of one SPU link; libspu calls these (CamelCase) methods from its threads."""
 
@@ -77,13 +84,20 @@ class _CommChannel(libspu.link.IChannel):
         self._exec_id = exec_id
         self._prefix = prefix
         self._timeout_s = timeout_s
+        self._attempt = ""
+        self._settled: Callable[[], bool] | None = None
 
-    def bind(self, exec_id: str, prefix: str, timeout_s: float) -> None:
-        """Carry the messages of another run (a kept session's link serves many)."""
+    def bind(self, exec_id: str, prefix: str, timeout_s: float, attempt: str = "",
+             settled: Callable[[], bool] | None = None) -> None:
+        """Carry the messages of another run (a kept session's link serves many), tagged
+        with ``attempt`` (the session's state: an abandoned attempt's messages never
+        reach another). While ``settled()`` is False (it raises when the run must be
+        abandoned), receives call it every `SETTLE_POLL_S`."""
         self._exec_id, self._prefix, self._timeout_s = exec_id, prefix, timeout_s
+        self._attempt, self._settled = attempt, settled
 
     def _tag(self, tag: str) -> tuple[str, str]:
-        return (self._exec_id, f"{self._prefix}#{tag}")
+        return (self._exec_id, f"{self._prefix}#{self._attempt}{tag}")
 
     def Send(self, tag: str, data: Any) -> None:
         self._comm.send(self._peer, self._tag(tag), bytes(data))
@@ -95,7 +109,17 @@ class _CommChannel(libspu.link.IChannel):
         self.Send(tag, data)
 
     def Recv(self, tag: str) -> bytes:
-        data: bytes = self._comm.recv(self._peer, self._tag(tag), self._timeout_s)
+        full = self._tag(tag)
+        deadline = time.monotonic() + self._timeout_s
+        settled = self._settled
+        while settled is not None and not settled() and \
+                deadline - time.monotonic() > SETTLE_POLL_S:
+            try:
+                data: bytes = self._comm.recv(self._peer, full, SETTLE_POLL_S)
+                return data
+            except MPTimeoutError:
+                continue
+        data = self._comm.recv(self._peer, full, max(0.0, deadline - time.monotonic()))
         return data
 
     def TestSend(self, timeout: int) -> None:
@@ -147,9 +171,10 @@ class ChannelLinkFactory:
         link, channels = self._link(config.members, name, member_index, exec_id, key,
                                     timeout_s)
 
-        def bind(exec_id: str, key: str, timeout_s: float) -> None:
+        def bind(exec_id: str, key: str, timeout_s: float, attempt: str,
+                 settled: Callable[[], bool] | None) -> None:
             for channel in channels:
-                channel.bind(exec_id, f"{key}/link", timeout_s)
+                channel.bind(exec_id, f"{key}/link", timeout_s, attempt, settled)
 
         return Session(spu.Runtime(link, runtime_config_for(config)), bind)
 

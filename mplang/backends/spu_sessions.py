@@ -6,7 +6,7 @@ oblivious-transfer and homomorphic-encryption material on first use (about 90 ms
 device, a `SessionPool` of up to `SLOTS` sessions (a link and a runtime each) and runs
 every ``spu.run`` of that driver on one of them.
 
-Agreement, per run (one round trip, no extra one for the leader's choice):
+Agreement, per run:
 
 1. the device's first member (the leader) picks a slot that is free on its side and
    sends each member ``(slot, generation, uses)``: the slot's session and how many runs
@@ -14,8 +14,14 @@ Agreement, per run (one round trip, no extra one for the leader's choice):
 2. each other member waits until its own copy of that slot has served the runs before
    this one (they run in the leader's order), then sends its ``(generation, uses)`` to
    every other member;
-3. everyone now holds the same states: if all are equal, the session is reused;
+3. everyone then holds the same states: if all are equal, the session is reused;
    otherwise every member replaces it with a new one of generation ``max + 1``.
+
+A member whose state is the leader's does not wait for step 3: it starts at once on
+its session (the leader as soon as it has announced), tagging the run's messages with
+that state, and checks the others' states as they come. One that differs abandons the
+attempt (its receives stop; outputs are kept only once every state is known to match),
+and the run is made again on the new session.
 
 A run that fails anywhere discards that party's session (its link may be out of step),
 so the next run's states differ and the session is rebuilt everywhere: a failed run
@@ -68,11 +74,11 @@ _STATE = struct.Struct("<qq")  # generation, uses
 
 @dataclass
 class Session:
-    """A libspu runtime of one member; ``bind(exec_id, key, timeout)`` points its link's
-    messages at a run."""
+    """A libspu runtime of one member; ``bind(exec_id, key, timeout, attempt, settled)``
+    points its link's messages at a run (`_CommChannel.bind`)."""
 
     runtime: Any
-    bind: Callable[[str, str, float], None]
+    bind: Callable[[str, str, float, str, Callable[[], bool] | None], None]
 
 
 SessionMaker = Callable[[SpuConfig, str, int, str, str, float], Session]
@@ -233,7 +239,7 @@ def run_in_session(pools: SessionPools, interp: Interpreter, worker: SimpWorker,
     me, leader = worker.rank, members[0]
     pool = pools.pool(interp.owner, config)
     deadline = time.monotonic() + timeout
-    announce, state = f"{key}/session", f"{key}/session-state"
+    announce = f"{key}/session"
     if me == leader:
         index = pool.claim()
     else:
@@ -249,24 +255,15 @@ def run_in_session(pools: SessionPools, interp: Interpreter, worker: SimpWorker,
             for member in members[1:]:
                 worker.communicator.send(member, (interp.exec_id, announce),
                                          _ANNOUNCE.pack(*announced))
-            states = [announced[1:]]
-        else:
-            states = [(generation, uses)]
+            generation, uses = announced[1:]
         if index is None or index < 0:
             return None
-        mine = pool.state(index)
-        if me != leader:
-            for member in members:
-                if member != me:
-                    worker.communicator.send(member, (interp.exec_id, state),
-                                             _STATE.pack(*mine))
-        states += [mine if member == me else _unpack(_STATE, worker, interp, member, state)
-                   for member in members[1:]]
-        session = pool.session(index, states, lambda g: pools.make(
+        states = _States(worker, interp, members, f"{key}/session-state",
+                         (generation, uses), pool.state(index))
+        outputs = _agreed_run(pool, index, states, body, lambda g: pools.make(
             config, f"{pool.name}/{index}/{g}", members.index(me), interp.exec_id, key,
-            timeout))
-        session.bind(interp.exec_id, key, timeout)
-        outputs = body(session.runtime)
+            timeout), lambda session, attempt, settled: session.bind(
+            interp.exec_id, key, timeout, attempt, settled))
         ok = True
         return outputs
     finally:
@@ -274,9 +271,101 @@ def run_in_session(pools: SessionPools, interp: Interpreter, worker: SimpWorker,
             pool.release(index, ok)
 
 
+class _OutOfStep(Exception):
+    """A member's session state differs from the leader's: the optimistic attempt is
+    abandoned."""
+
+
+class _States:
+    """The members' (generation, uses) of one run's slot: the leader's (announced), this
+    member's, and the others' as they arrive (each non-leader sends its own to all)."""
+
+    def __init__(self, worker: SimpWorker, interp: Interpreter, members: tuple[int, ...],
+                 tag: str, leader_state: tuple[int, int], mine: tuple[int, int]):
+        self._worker, self._interp, self._tag = worker, interp, tag
+        self.mine, self.leader_state = mine, leader_state
+        me = worker.rank
+        if me != members[0]:
+            for member in members:
+                if member != me:
+                    worker.communicator.send(member, (interp.exec_id, tag), _STATE.pack(*mine))
+        self.known = {members[0]: leader_state, me: mine}
+        self._members = members
+        self._pending = [m for m in members if m not in self.known]
+        self._lock = threading.Lock()
+
+    def optimistic(self) -> bool:
+        """Whether this member may start before hearing the others: the leader has a
+        session and this member's is in the same state."""
+        return self.leader_state[1] >= 0 and self.mine == self.leader_state
+
+    def settled(self) -> bool:
+        """Whether every state is in, looking without waiting; raises `_OutOfStep` (now
+        and on every later call) once one differs from the leader's."""
+        with self._lock:
+            for member in list(self._pending):
+                try:
+                    data = self._worker.communicator.recv(
+                        member, (self._interp.exec_id, self._tag), 0.0)
+                except MPTimeoutError:
+                    continue
+                self.known[member] = _parse(_STATE, member, data)
+                self._pending.remove(member)
+            if any(state != self.leader_state for state in self.known.values()):
+                raise _OutOfStep(f"the members' secure sessions are out of step: {self.known}")
+            return not self._pending
+
+    def out_of_step(self) -> bool:
+        """Whether a state that differs from the leader's is in (a failed optimistic
+        attempt came of that: it is run again)."""
+        try:
+            self.settled()
+        except _OutOfStep:
+            return True
+        except Exception:  # the attempt's own failure is the one to report
+            return False
+        return False
+
+    def all(self) -> list[tuple[int, int]]:
+        """Every member's state, waiting for those still to come."""
+        with self._lock:
+            for member in list(self._pending):
+                self.known[member] = _unpack(_STATE, self._worker, self._interp, member,
+                                             self._tag)
+                self._pending.remove(member)
+        return [self.known[m] for m in self._members]
+
+
+def _agreed_run(pool: SessionPool, index: int, states: _States,
+                body: Callable[[Any], list[Any]], make: Callable[[int], Session],
+                bind: Callable[[Session, str, Callable[[], bool] | None], None]) -> list[Any]:
+    """``body`` on the session of slot ``index`` the members agree on. A member whose
+    state is the leader's starts at once on its session (the optimistic attempt), while
+    the others' states arrive; if one differs, the attempt is abandoned (its receives
+    stop, its outputs are dropped) and every member runs on a new session."""
+    kept = pool.slots[index].session
+    if kept is not None and states.optimistic():
+        generation, uses = states.mine
+        bind(kept, f"{generation}.{uses}/", states.settled)
+        try:
+            outputs = body(kept.runtime)
+        except Exception:
+            if not states.out_of_step():
+                raise
+        else:
+            if len(set(states.all())) == 1:
+                return outputs
+    session = pool.session(index, states.all(), make)
+    bind(session, f"{pool.slots[index].generation}.0/", None)
+    return body(session.runtime)
+
+
 def _unpack(layout: struct.Struct, worker: SimpWorker, interp: Interpreter, src: int,
             tag: str) -> Any:
-    data = worker.recv(interp, src, tag)
+    return _parse(layout, src, worker.recv(interp, src, tag))
+
+
+def _parse(layout: struct.Struct, src: int, data: Any) -> Any:
     if not isinstance(data, bytes) or len(data) != layout.size:
         raise RuntimeError(f"party {src} sent a malformed secure session state")
     return layout.unpack(data)

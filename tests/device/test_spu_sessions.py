@@ -4,6 +4,7 @@ finished run."""
 
 from __future__ import annotations
 
+import struct
 import time
 from typing import Any
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 import mplang as mp
-from mplang.backends.spu_sessions import SLOTS, SessionPool, SessionPools
+from mplang.backends.spu_sessions import SLOTS, Session, SessionPool, SessionPools
 from mplang.dialects.spu import SpuConfig
 from mplang.edsl.errors import MPTimeoutError
 
@@ -165,3 +166,111 @@ def test_idle_sessions_beyond_the_cap_are_dropped_least_recently_used_first(
     kept = [pool.slots[0].session for pool in made]
     assert kept == ["session 0", None, None,
                     *(f"session {i}" for i in range(3, len(made)))]
+
+
+class _Peers:
+    """What `_States` needs of a worker: its rank and messages, here queued by hand."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.communicator = self
+        self.sent: list[tuple[int, str, bytes]] = []
+        self.inbox: dict[tuple[int, str], bytes] = {}
+
+    def send(self, dst: int, tag: tuple[str, str], value: bytes) -> None:
+        self.sent.append((dst, tag[1], value))
+
+    def recv(self, src: Any, tag: Any, timeout: Any = None) -> bytes:
+        if isinstance(src, int):  # the communicator's, which polls
+            value = self.inbox.pop((src, tag[1]), None)
+            if value is None:
+                raise MPTimeoutError(f"no message from party {src} for {tag[1]}")
+            return value
+        return self.inbox.pop((tag, timeout))  # the worker's: (interp, src, key)
+
+
+def _agreement(rank: int, mine: tuple[int, int], leader_state: tuple[int, int]
+               ) -> tuple[Any, _Peers, SessionPool]:
+    from mplang.backends import spu_sessions
+
+    peers = _Peers(rank)
+    pool = SessionPool("SP0:test")
+    pool.slots[0].session = Session("old runtime", lambda *a: None)
+    pool.slots[0].generation, pool.slots[0].uses = mine
+    interp = type("Interp", (), {"exec_id": "e1"})()
+    states = spu_sessions._States(peers, interp, (0, 1), "/0/4/session-state",  # type: ignore
+                                  leader_state, mine)
+    return states, peers, pool
+
+
+def _run(pool: SessionPool, states: Any, body: Any, made: list[int],
+         bound: list[tuple[str, bool]]) -> list[Any]:
+    from mplang.backends import spu_sessions
+
+    def make(generation: int) -> Session:
+        made.append(generation)
+        return Session("new runtime", lambda *a: None)
+
+    def bind(session: Session, attempt: str, settled: Any) -> None:
+        bound.append((attempt, settled is not None))
+    return spu_sessions._agreed_run(pool, 0, states, body, make, bind)
+
+
+def test_the_leader_starts_on_its_session_before_the_members_states_arrive() -> None:
+    states, peers, pool = _agreement(0, (1, 3), (1, 3))
+    heard: list[bool] = []
+
+    def body(runtime: str) -> list[Any]:
+        heard.append(states.settled())  # party 1's state is not in yet
+        peers.inbox[(1, "/0/4/session-state")] = struct.pack("<qq", 1, 3)
+        return [runtime]
+    made: list[int] = []
+    bound: list[tuple[str, bool]] = []
+    assert _run(pool, states, body, made, bound) == ["old runtime"]
+    assert heard == [False] and made == [] and bound == [("1.3/", True)]
+
+
+def test_a_member_out_of_step_stops_the_optimistic_attempt_and_all_run_on_a_new_session(
+        ) -> None:
+    """The leader started on its session; party 1 lost its own. The attempt's receives
+    (here a loop like `_CommChannel.Recv`'s) stop when party 1's state arrives, and the
+    run is made again on a new session of the next generation, tagged apart."""
+    states, peers, pool = _agreement(0, (1, 3), (1, 3))
+
+    def body(runtime: str) -> list[Any]:
+        if runtime == "old runtime":
+            peers.inbox[(1, "/0/4/session-state")] = struct.pack("<qq", 1, -1)
+            while not states.settled():
+                pass
+        return [runtime]
+    made: list[int] = []
+    bound: list[tuple[str, bool]] = []
+    assert _run(pool, states, body, made, bound) == ["new runtime"]
+    assert made == [2] and bound == [("1.3/", True), ("2.0/", False)]
+
+
+def test_outputs_of_an_attempt_that_needed_no_message_are_dropped_if_a_state_differs(
+        ) -> None:
+    states, peers, pool = _agreement(0, (1, 3), (1, 3))
+    peers.inbox[(1, "/0/4/session-state")] = struct.pack("<qq", 1, 2)
+    made: list[int] = []
+    bound: list[tuple[str, bool]] = []
+    assert _run(pool, states, lambda runtime: [runtime], made, bound) == ["new runtime"]
+    assert made == [2]
+
+
+def test_a_member_out_of_step_does_not_start_and_a_real_failure_is_not_retried() -> None:
+    states, peers, pool = _agreement(1, (1, -1), (1, 3))  # party 1 lost its session
+    assert peers.sent == [(0, "/0/4/session-state", struct.pack("<qq", 1, -1))]
+    assert not states.optimistic()
+    made: list[int] = []
+    bound: list[tuple[str, bool]] = []
+    assert _run(pool, states, lambda runtime: [runtime], made, bound) == ["new runtime"]
+    assert made == [2] and bound == [("2.0/", False)]
+
+    states, peers, pool = _agreement(0, (1, 3), (1, 3))
+
+    def failing(runtime: str) -> list[Any]:
+        raise RuntimeError("party 1 vanished")
+    with pytest.raises(RuntimeError, match="party 1 vanished"):
+        _run(pool, states, failing, made, bound)

@@ -322,3 +322,19 @@ def test_a_closed_simulator_refuses_to_run(mode: str) -> None:
     with pytest.raises(mp.MPLangError, match="closed"):
         mp.fetch(sim, x)
     sim.close()  # closing twice is harmless
+
+
+def test_a_timeout_naming_the_silent_party_is_reported_as_it_is() -> None:
+    """Parties 0 and 2 both waited for party 1: 0's wait was abandoned, 2's ran out of
+    time. The error is 2's timeout, whichever came first, not a sentence joining them."""
+    from mplang.backends.simp_driver.base import _end_of_waits
+    from mplang.edsl.errors import MPCommunicationError, MPTimeoutError
+
+    abandoned = MPCommunicationError("party 0: execution e was abandoned while waiting "
+                                     "for party 1", party=0, peer=1)
+    timeout = MPTimeoutError("party 2: no vote of party 1 came in time", party=2, peer=1)
+    for errors in ([abandoned, timeout], [timeout, abandoned]):
+        end = _end_of_waits(errors)
+        assert end is not None and end.party == 1
+        assert str(end).startswith("party 1 sent nothing in time: party 2: no vote of party 1 "
+                                   "came in time"), str(end)

@@ -364,8 +364,11 @@ def _end_of_waits(errors: Sequence[BaseException]) -> MPTimeoutError | None:
     waits = [e for e in errors if isinstance(e, MPCommunicationError) and e.peer is not None]
     timeout = next((e for e in waits if isinstance(e, MPTimeoutError)), None)
     waiting = {e.party for e in waits}
-    end = next((e for e in waits if e.peer not in waiting), None)
-    if timeout is None or end is None:
+    if timeout is None:
+        return None
+    end = timeout if timeout.peer not in waiting else next(
+        (e for e in waits if e.peer not in waiting), None)
+    if end is None:
         return None
     waited = "" if end is timeout else f"party {end.party} was waiting for it when "
     return MPTimeoutError(f"party {end.peer} sent nothing in time: {waited}{timeout}",

@@ -203,7 +203,7 @@ class WorkerServer:
             votes = self.votes.take(
                 run.exec_id, run.scope, run.parties - {self.rank}, time.monotonic() + wait,
                 lambda party: f"party {party} was not asked to run it, or did not accept it "
-                              f"within {wait:.3g} s")
+                              f"within {round(wait, 1):g} s")  # 2, not 1.99
             check_votes(votes, self.peers, self.rank, run.parties, run.exec_id, run.scope,
                         run.program)
         except MPLangError as e:
