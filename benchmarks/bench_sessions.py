@@ -14,7 +14,8 @@ Per tree and party count, one child process starts the workers and measures:
   10^4 and 10^5 and multiply 10^6.
 
 The parent runs the trees' children alternately (``--rounds``) and, every round, raw
-libspu on the same executables.
+libspu on the same executables: over plaintext brpc links (the figures' baseline) and
+over brpc's mutual TLS (the same protection as MPLang's links).
 
     git worktree add --detach /tmp/mplang-before-sessions OLD_COMMIT
     .venv/bin/python benchmarks/bench_sessions.py --old /tmp/mplang-before-sessions \\
@@ -113,8 +114,9 @@ def child(tree: str, parties: int, runs: int) -> None:
     print(json.dumps({"tree": tree, "mplang": mp.__file__, **result}), flush=True)
 
 
-def raw_spu_ms(parties: int, runs: int) -> dict[str, float]:
-    """Raw libspu over brpc (one link and runtime, warmed up) on this tree's executables."""
+def raw_spu_ms(parties: int, runs: int, tls: bool = False) -> dict[str, float]:
+    """Raw libspu over brpc (one link and runtime, warmed up; with ``tls``, brpc's mutual
+    TLS) on this tree's executables."""
     from spu_raw_brpc import raw_brpc_seconds
 
     import mplang as mp
@@ -132,7 +134,7 @@ def raw_spu_ms(parties: int, runs: int) -> dict[str, float]:
         (run,) = [op for op in program.graph.walk() if op.opcode == "spu.run"]
         seconds = raw_brpc_seconds(bytes(run.attrs["executable"]),
                                    SpuConfig.from_attrs(run.attrs), [x, y], runs=runs,
-                                   warmup=2)
+                                   warmup=2, tls=tls)
         out[f"{kind} {n}"] = statistics.median(seconds) * 1e3
     return out
 
@@ -152,13 +154,15 @@ def main() -> int:
         parser.error("--old is required")
     trees = {"old": Path(args.old), "new": NEW}
     for parties in args.parties:
-        results: dict[str, list[dict[str, Any]]] = {"old": [], "new": [], "raw": []}
+        results: dict[str, list[dict[str, Any]]] = {"old": [], "new": [], "raw": [],
+                                                     "raw_tls": []}
         for r in range(args.rounds):
             for tree in (["old", "new"] if r % 2 == 0 else ["new", "old"]):
                 results[tree].append(run_in_tree(
                     str(Path(__file__).resolve()), tree, trees[tree],
                     ["--child", tree, "--parties", str(parties), "--runs", str(args.runs)]))
             results["raw"].append(raw_spu_ms(parties, args.runs))
+            results["raw_tls"].append(raw_spu_ms(parties, args.runs, tls=True))
             print(f"{parties} parties, round {r + 1}: "
                   + json.dumps({k: v[-1] for k, v in results.items()}), flush=True)
         report(parties, results)
@@ -166,22 +170,21 @@ def main() -> int:
 
 
 def report(parties: int, results: dict[str, list[dict[str, Any]]]) -> None:
-    old, new, raw = results["old"], results["new"], results["raw"]
+    old, new, raw, tls = results["old"], results["new"], results["raw"], results["raw_tls"]
     print(f"\n{parties} parties, {PROTOCOL[parties]}: medians over {len(new)} rounds\n")
     print("| figure | old main | new | raw libspu (kept link and runtime) | new vs raw "
-          "| target |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "| target | raw libspu, mutual TLS | new vs raw TLS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for kind, n in CASES[parties]:
         key = f"{kind} {n}"
-        b = _med(raw, key)
-        print(f"| {kind} {n:,} (ms) | {_med(old, 'spu_ms', key):.1f} | "
-              f"{_med(new, 'spu_ms', key):.1f} | {b:.1f} | "
-              f"{_med(new, 'spu_ms', key) / b:.2f}x | {TARGETS[parties]} |")
+        b, t, mine = _med(raw, key), _med(tls, key), _med(new, "spu_ms", key)
+        print(f"| {kind} {n:,} (ms) | {_med(old, 'spu_ms', key):.1f} | {mine:.1f} | {b:.1f} | "
+              f"{mine / b:.2f}x | {TARGETS[parties]} | {t:.1f} | {mine / t:.2f}x |")
     for name, label in (("millionaire_ms", "millionaire end to end"),
                         ("trivial_ms", f"trivial pcall on all {parties}, evaluate + fetch"),
                         ("first_ms", "first run of the millionaire (with setup)"),
                         ("compile_ms", "its compilation")):
-        print(f"| {label} (ms) | {_med(old, name):.1f} | {_med(new, name):.1f} | | | |")
+        print(f"| {label} (ms) | {_med(old, name):.1f} | {_med(new, name):.1f} | | | | | |")
 
 
 if __name__ == "__main__":

@@ -19,10 +19,12 @@ already secret-shared, without MPLang in the loop:
   ``Runtime.run``. Outputs stay secret shares inside each runtime (only their
   presence is checked, after the timed runs).
 
-Link set-up, share generation and process start-up are not timed.
+Link set-up, share generation and process start-up are not timed. With ``tls=True``
+the links run brpc's mutual TLS: each party has its own key and self-signed certificate,
+and trusts its peers' certificates.
 
     .venv/bin/python benchmarks/spu_raw_brpc.py [--size 10000] [--op less|mul]
-                                                [--runs 5] [--warmup 2]
+                                                [--runs 5] [--warmup 2] [--tls]
 """
 
 from __future__ import annotations
@@ -136,9 +138,41 @@ def _launch(folder: Path, world: int, ports: list[int], attempt: int,
     return [json.loads(path.read_text())["seconds"] for path in results]
 
 
+def _write_certificates(folder: Path, world: int) -> None:
+    """A key and a self-signed certificate per party, and each party's trust file (the
+    other parties' certificates)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    certificates = []
+    for rank in range(world):
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"party{rank}")])
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(days=1))
+                .not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+                .sign(key, hashes.SHA256()))
+        (folder / f"p{rank}.key").write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()))
+        certificates.append(cert.public_bytes(serialization.Encoding.PEM))
+        (folder / f"p{rank}.crt").write_bytes(certificates[-1])
+    for rank in range(world):
+        (folder / f"p{rank}.trust").write_bytes(b"".join(
+            c for i, c in enumerate(certificates) if i != rank))
+
+
 def raw_brpc_seconds(executable: bytes, config: mplang.dialects.spu.SpuConfig,
                      inputs: list[np.ndarray], runs: int, warmup: int = 2,
-                     route: Callable[[int], int] | None = None) -> list[float]:
+                     route: Callable[[int], int] | None = None,
+                     tls: bool = False) -> list[float]:
     """Wall seconds of each of `runs` timed runs of `executable` on 3 local processes linked
     by libspu's brpc links (one per member of ``config``), on secret shares of ``inputs``
     made as MPLang makes them; each figure is the slowest party's time of that run.
@@ -182,7 +216,9 @@ def raw_brpc_seconds(executable: bytes, config: mplang.dialects.spu.SpuConfig,
                     strict=True)],
                 "outputs": out_names,
             }
-            (folder / f"p{rank}.json").write_text(json.dumps(manifest))
+            (folder / f"p{rank}.json").write_text(json.dumps({**manifest, "tls": tls}))
+        if tls:
+            _write_certificates(folder, world)
         del shares
         for attempt in range(LAUNCH_ATTEMPTS):
             try:
@@ -206,6 +242,13 @@ def _child(folder: Path, rank: int, link_file: str, result_file: str) -> None:
     desc.connect_retry_interval_ms = CONNECT_RETRY_INTERVAL_MS
     for i, address in enumerate(link_info["views"][rank]):
         desc.add_party(f"party{i}", address)
+    if manifest["tls"]:
+        desc.enable_ssl = True
+        for options in (desc.client_ssl_opts, desc.server_ssl_opts):
+            options.cert.certificate_path = str(folder / f"p{rank}.crt")
+            options.cert.private_key_path = str(folder / f"p{rank}.key")
+            options.verify.ca_file_path = str(folder / f"p{rank}.trust")
+            options.verify.verify_depth = 1
     link = libspu.link.create_brpc(desc, rank)
 
     config = libspu.RuntimeConfig()
@@ -237,7 +280,7 @@ def _child(folder: Path, rank: int, link_file: str, result_file: str) -> None:
     link.stop_link()
 
 
-def _self_check(size: int, op: str, runs: int, warmup: int) -> None:
+def _self_check(size: int, op: str, runs: int, warmup: int, tls: bool) -> None:
     """Compile ``op`` on two secret float32 vectors through MPLang (3-party ABY3, FM64)
     and time its executable on raw libspu over brpc."""
     import jax.numpy as jnp
@@ -259,9 +302,11 @@ def _self_check(size: int, op: str, runs: int, warmup: int) -> None:
     program = mp.compile(prog, cluster=mp.ClusterSpec.from_dict(spec))
     (run,) = [o for o in program.graph.walk() if o.opcode == "spu.run"]
     config = SpuConfig.from_attrs(run.attrs)
-    seconds = raw_brpc_seconds(bytes(run.attrs["executable"]), config, [x, y], runs, warmup)
-    print(f"raw libspu over brpc, {config.protocol} {config.field}, {len(config.members)} "
-          f"processes, {op} on {size:,} float32: runs {[round(s, 4) for s in seconds]}, "
+    seconds = raw_brpc_seconds(bytes(run.attrs["executable"]), config, [x, y], runs, warmup,
+                               tls=tls)
+    print(f"raw libspu over brpc{' with mutual TLS' if tls else ''}, {config.protocol} "
+          f"{config.field}, {len(config.members)} processes, {op} on {size:,} float32: runs "
+          f"{[round(s, 4) for s in seconds]}, "
           f"median {statistics.median(seconds):.4f} s")
 
 
@@ -274,8 +319,9 @@ def main() -> None:
     parser.add_argument("--op", choices=["less", "mul"], default="less")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--tls", action="store_true", help="brpc's mutual TLS")
     args = parser.parse_args()
-    _self_check(args.size, args.op, args.runs, args.warmup)
+    _self_check(args.size, args.op, args.runs, args.warmup, args.tls)
 
 
 if __name__ == "__main__":
