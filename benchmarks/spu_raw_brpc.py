@@ -58,7 +58,9 @@ CONNECT_RETRY_TIMES = 120
 CONNECT_RETRY_INTERVAL_MS = 250
 """Parties start at different times: each retries connecting to its peers for up to 30 s."""
 LAUNCH_ATTEMPTS = 3
-"""Attempts with fresh ports when a party cannot listen on its port (taken meanwhile)."""
+"""Attempts with fresh ports when a party cannot listen on its port (taken meanwhile), or,
+over TLS, when one aborts (brpc's ``Check failed ... error_code is 0`` in
+``Controller::SetFailed``, when a TLS peer's socket fails)."""
 _BIND_ERRORS = ("Fail to listen", "brpc server failed start", "Address already in use")
 """What a party whose brpc server could not listen on its port logs."""
 
@@ -225,8 +227,11 @@ def raw_brpc_seconds(executable: bytes, config: mplang.dialects.spu.SpuConfig,
                 per_party = _launch(folder, world, free_ports(world), attempt, route)
                 break
             except _LaunchError as e:
-                if not e.bind_failure or attempt == LAUNCH_ATTEMPTS - 1:
+                if not (e.bind_failure or tls) or attempt == LAUNCH_ATTEMPTS - 1:
                     raise RuntimeError(str(e)) from None
+                if not e.bind_failure:  # brpc's TLS sockets abort a party now and then
+                    print(f"raw libspu over TLS: {str(e).splitlines()[0]}; launching again",
+                          file=sys.stderr)
     return [max(times) for times in zip(*per_party, strict=True)]
 
 
@@ -277,6 +282,8 @@ def _child(folder: Path, rank: int, link_file: str, result_file: str) -> None:
         runtime.get_var_meta(name)  # the output exists (still secret-shared)
     link.barrier()  # nobody tears its link down while a peer still talks to it
     (folder / result_file).write_text(json.dumps({"seconds": seconds}))
+    if manifest["tls"]:  # the barrier's last acknowledgements may still be on their way:
+        time.sleep(0.5)  # brpc aborts a party whose TLS peer closes under a request
     link.stop_link()
 
 
