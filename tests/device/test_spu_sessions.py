@@ -94,6 +94,22 @@ def test_a_party_whose_session_is_out_of_step_gets_a_new_one_everywhere(
     assert _slots(sim) == [[(2, 2)] + [(0, -1)] * (SLOTS - 1)] * 2
 
 
+def test_three_members_stay_in_step_whichever_loses_its_session() -> None:
+    """ABY3: the leader and a member in step start at once; the third lost its session.
+    Both abandon that start, and all three run on a new session, rightly."""
+    sim = mp.Simulator(mp.ClusterSpec.simple(3))
+    compiled = _compare(sim)
+    x, y = np.array([1, 5, 3], np.float32), np.array([2, 4, 3], np.float32)
+    for generation, lost in enumerate([2, 1, 0, 2], start=2):
+        got = mp.fetch(sim, mp.evaluate(sim, compiled, _on(sim, "P0", x), _on(sim, "P1", y)))
+        np.testing.assert_array_equal(got, x < y)
+        (pool,) = _pools(sim)[lost]._pools.values()
+        pool.release(pool.claim() or 0, ok=False)
+        np.testing.assert_array_equal(mp.fetch(sim, mp.evaluate(
+            sim, compiled, _on(sim, "P0", x), _on(sim, "P1", y))), x < y)
+        assert {slots[0] for slots in _slots(sim)} == {(generation, 1)}
+
+
 def test_independent_ops_beyond_the_slots_run_on_links_of_their_own(
         sim: mp.Simulator) -> None:
     ops = SLOTS + 2
