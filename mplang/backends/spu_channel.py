@@ -111,16 +111,16 @@ class _CommChannel(libspu.link.IChannel):
     def Recv(self, tag: str) -> bytes:
         full = self._tag(tag)
         deadline = time.monotonic() + self._timeout_s
-        settled = self._settled
-        while settled is not None and not settled() and \
+        while (settled := self._settled) is not None and \
                 deadline - time.monotonic() > SETTLE_POLL_S:
+            if settled():
+                self._settled = None  # every state is in and matches: no more checks
+                break
             try:
-                data: bytes = self._comm.recv(self._peer, full, SETTLE_POLL_S)
-                return data
+                return self._comm.recv(self._peer, full, SETTLE_POLL_S)
             except MPTimeoutError:
                 continue
-        data = self._comm.recv(self._peer, full, max(0.0, deadline - time.monotonic()))
-        return data
+        return self._comm.recv(self._peer, full, max(0.0, deadline - time.monotonic()))
 
     def TestSend(self, timeout: int) -> None:
         self.Send("__test__", b"\x00")
