@@ -20,8 +20,8 @@ already secret-shared, without MPLang in the loop:
   presence is checked, after the timed runs).
 
 Link set-up, share generation and process start-up are not timed. With ``tls=True``
-the links run brpc's mutual TLS: each party has its own key and self-signed certificate,
-and trusts its peers' certificates.
+the links run brpc's mutual TLS: each party has its own key and self-signed certificate
+(MPLang's kind of identity), and trusts its peers' certificates.
 
     .venv/bin/python benchmarks/spu_raw_brpc.py [--size 10000] [--op less|mul]
                                                 [--runs 5] [--warmup 2] [--tls]
@@ -141,31 +141,13 @@ def _launch(folder: Path, world: int, ports: list[int], attempt: int,
 
 
 def _write_certificates(folder: Path, world: int) -> None:
-    """A key and a self-signed certificate per party, and each party's trust file (the
-    other parties' certificates)."""
-    import datetime
+    """Each party's key and self-signed certificate, made as MPLang makes its parties'
+    (`keygen`), and its trust file (the other parties' certificates)."""
+    from mplang.cluster.identity import keygen
 
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    certificates = []
     for rank in range(world):
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"party{rank}")])
-        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(days=1))
-                .not_valid_after(now + datetime.timedelta(days=1))
-                .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-                .sign(key, hashes.SHA256()))
-        (folder / f"p{rank}.key").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption()))
-        certificates.append(cert.public_bytes(serialization.Encoding.PEM))
-        (folder / f"p{rank}.crt").write_bytes(certificates[-1])
+        keygen(f"p{rank}", folder)
+    certificates = [(folder / f"p{rank}.crt").read_bytes() for rank in range(world)]
     for rank in range(world):
         (folder / f"p{rank}.trust").write_bytes(b"".join(
             c for i, c in enumerate(certificates) if i != rank))
