@@ -297,7 +297,7 @@ def _status(args: argparse.Namespace) -> int:
         print(f"mplang status: {e}", file=sys.stderr)
         return 2
     print(format_status(statuses, spec.digest()))
-    return 0 if all(s.state == "up" for s in statuses) else 1
+    return 0 if all(s.problem is None for s in statuses) else 1
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -380,9 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--data-root", metavar="DIR",
                         help="where tensor.load reads this node's files (default ./data/NODE)")
     worker.add_argument("--policy", metavar="P",
-                        help="this node's policy file (default policies/NODE.yaml next to the "
-                             "spec if it exists, else: no plaintext leaves, no reveals of its "
-                             "data)")
+                        help="this node's policy file, reloaded when it changes (default "
+                             "policies/NODE.yaml next to the spec if it exists, else: no "
+                             "plaintext leaves, no reveals of its data)")
     worker.add_argument("--exit-with-parent", action="store_true",
                         help="exit when the parent process dies (mplang up uses this)")
     worker.add_argument("--register", action="append", default=[], metavar="MODULE:FUNCTION",
@@ -424,7 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     audit.add_argument("--json", action="store_true", help="print the summary as JSON")
     status = commands.add_parser("status", help="ask every node of a cluster spec whether its "
                                  "worker is up, with which certificate, spec, version and "
-                                 "devices (exit code 1 unless all are up and agree)")
+                                 "devices (exit code 1 unless all are up and agree, and "
+                                 "their policy files loaded)")
     status.add_argument("--cluster", required=True, help="cluster spec YAML")
     status.add_argument("--key", help="the private key to ask with (default: keys/NAME.key "
                                       "next to the spec)")

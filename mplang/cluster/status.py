@@ -2,7 +2,8 @@
 connection the spec pins, with what the answer (or its absence) means.
 
 A node is *up* when its worker answers with the certificate the spec pins and the
-same spec digest; otherwise `NodeStatus.problem` says what is wrong and what to do.
+same spec digest; otherwise `NodeStatus.problem` says what is wrong and what to do. So
+does it for a node up whose policy file's latest edit did not load.
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def _ask(clients: MuxClients, rank: int, status: NodeStatus, spec_digest: str, o
                           "cluster spec (its workers reload an edited file)")
     else:
         status.state = "up"
+        if answer.get("policy_reload_failed"):
+            status.problem = (f"{node} keeps the policy in force, {answer.get('policy')}: "
+                              f"{answer['policy_reload_failed']} (fix the file: the worker "
+                              "loads it within 2 s)")
 
 
 def cluster_status(spec: ClusterSpec, identity: LocalIdentity,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 from mplang.device.cluster import ClusterSpec
 from mplang.edsl.errors import MPLangError
 from mplang.policy.check import Guard
-from mplang.policy.policy import Policy
+from mplang.policy.policy import Policy, PolicyError
 
 
 def as_policy(policy: Policy | str | os.PathLike[str]) -> Policy:
@@ -42,12 +43,57 @@ def node_policy(node: str, path: str | os.PathLike[str] | None,
 
 
 def worker_policy(cluster: ClusterSpec, node: str, path: str | os.PathLike[str] | None,
-                  spec_path: str | os.PathLike[str] | None) -> Guard:
-    """The guard of HTTP worker ``node``: its policy file ``path``, else
-    ``policies/<node>.yaml`` next to the spec if it exists, else `Policy.default`."""
-    policy = node_policy(node, path, spec_path)
+                  spec_path: str | os.PathLike[str] | None) -> tuple[Guard, PolicyFile | None]:
+    """The guard of HTTP worker ``node`` and the policy file it watches: ``path``, else
+    ``policies/<node>.yaml`` next to the spec (the default policy while it does not
+    exist), else none (`Policy.default`)."""
+    file = PolicyFile(path) if path is not None else None if spec_path is None else \
+        PolicyFile(Path(spec_path).parent / "policies" / f"{node}.yaml", required=False)
     names = [n.name for n in cluster.nodes]
-    return Guard(policy, names.index(node), names, driver_names(cluster))
+    return Guard(file.policy if file else Policy.default(), names.index(node), names,
+                 driver_names(cluster)), file
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class PolicyFile:
+    """A worker's policy file, loaded again when its bytes change (`reload`): an edit
+    that does not load keeps the policy in force, and `failed` says why until one does.
+    A file not ``required`` stands for the default policy while it does not exist."""
+
+    def __init__(self, path: str | os.PathLike[str], required: bool = True):
+        self.path = Path(path)
+        self.digest = self._seen = _digest(self.path)
+        """The SHA-256 of the file whose policy is in force (None: the default policy)."""
+        self.policy = Policy.load(self.path) if required or self.digest else Policy.default()
+        self.failed: str | None = None
+
+    def reload(self) -> Policy | None:
+        """The file's policy if its bytes changed since the last call, else None; raises
+        `PolicyError` naming the file (and line) if it does not load."""
+        seen = _digest(self.path)
+        if seen == self._seen:
+            return None
+        self._seen = seen
+        try:
+            policy = Policy.load(self.path)
+        except (PolicyError, ValueError) as e:  # ValueError: the bytes are not UTF-8
+            self.failed = str(e) if isinstance(e, PolicyError) else \
+                f"cannot read policy {self.path}: {e}"
+            raise PolicyError(self.failed) from None
+        self.policy, self.digest, self.failed = policy, seen, None
+        return policy
+
+    def state(self) -> dict[str, str]:
+        """The policy in force, and why the file's latest edit is not (``/health``)."""
+        shown = f"{self.path} (sha256 {self.digest[:16]}...)" if self.digest else \
+            f"the default policy ({self.path} does not exist)"
+        return {"policy": shown} | ({"policy_reload_failed": self.failed} if self.failed else {})
 
 
 def driver_names(cluster: ClusterSpec) -> dict[str, str]:

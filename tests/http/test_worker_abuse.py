@@ -199,9 +199,10 @@ def _http_post(sock: ssl.SSLSocket, spec: str, size: int) -> None:
                  f"content-length: {size}\r\n\r\n".encode())
 
 
-def _http_answer(sock: ssl.SSLSocket) -> tuple[int, bytes]:
-    """The status and body of the HTTP/1.1 answer the worker sends on ``sock``."""
-    sock.settimeout(5)
+def _http_answer(sock: ssl.SSLSocket, wait: float = 5) -> tuple[int, bytes]:
+    """The status and body of the HTTP/1.1 answer the worker sends on ``sock`` (within
+    ``wait`` seconds)."""
+    sock.settimeout(wait)
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(1 << 16)
@@ -244,6 +245,32 @@ def test_http_bodies_count_in_the_same_budget(cluster: LocalCluster, driver: mp.
     with support.tls_socket(dev, "driver2", 0) as third:
         _http_post(third, spec, 40 * MiB)
         assert not support.closed_by_peer(third, 0.3)  # admitted, waiting for the body
+    _serves_within_a_second(driver)
+
+
+def test_a_stalled_http_body_is_dropped_and_its_budget_given_back(
+        cluster: LocalCluster, driver: mp.Driver) -> None:
+    """An HTTP/1.1 body announcing the whole budget stops after 1 MiB: after the stall
+    limit the worker answers 408 and closes the connection, and a body of the whole
+    budget sent next is admitted and read to its end."""
+    dev = support.DevCluster(cluster.spec_path, cluster.keys_dir)
+    spec = _spec(cluster)
+    with support.tls_socket(dev, "driver", 0) as sock:
+        _http_post(sock, spec, BUDGET)
+        sock.sendall(bytes(MiB))
+        start = time.monotonic()
+        status, body = _http_answer(sock, STALL + 3)
+        assert time.monotonic() - start >= STALL - 0.5
+        assert status == 408, body
+        stalled = f"the body received nothing for {STALL:g} s (after {MiB} of {BUDGET} bytes)"
+        assert stalled.encode() in body
+        assert _closed_by_worker(sock, 1)
+    assert _log_has(cluster, f"refused POST /run: {stalled}")
+    with support.tls_socket(dev, "driver2", 0) as sock:
+        _http_post(sock, spec, BUDGET)
+        sock.sendall(bytes(BUDGET))
+        status, body = _http_answer(sock)
+    assert status == 400, body  # admitted (not 429) and read whole: only malformed
     _serves_within_a_second(driver)
 
 

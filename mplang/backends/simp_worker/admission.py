@@ -8,11 +8,13 @@ whose pages the kernel provides only as its bytes arrive
 (`mplang.backends.mux.body_buffer`), so a HEAD alone costs no memory.
 
 Bodies of HTTP/1.1 requests count in the same budget (`BudgetedBodies`), from their
-start (their content-length) until they have been received.
+start (their content-length) until they have been received; one that receives nothing
+for ``stall_seconds`` is dropped, as an ``mplang/1`` body is.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -103,7 +105,8 @@ class BudgetedBodies:
     """The worker's ASGI app as HTTP/1.1 connections see it: a request body counts in
     ``budget`` from the request's start (its content-length) until the app has received
     it all (or answered), as an ``mplang/1`` stream's body does; one the budget has no
-    room for is refused (429) before a byte of it is read. A body over its path's limit
+    room for is refused (429) before a byte of it is read, one that receives nothing for
+    ``stall_seconds`` 408 (the connection closed). A body over its path's limit
     (`ROUTES`) is left to the app, which refuses it (413) without reading it."""
 
     def __init__(self, app: Callable[..., Any], budget: InflightBudget, limits: WorkerLimits):
@@ -127,12 +130,20 @@ class BudgetedBodies:
                                     (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
             return
-        held = size
+        held, got, stall = size, 0, self.limits.stall_seconds
 
         async def counted() -> Any:
-            nonlocal held
-            message = await receive()
-            if held and not (message["type"] == "http.request" and message.get("more_body")):
+            nonlocal held, got
+            if not held:
+                return await receive()
+            try:
+                async with asyncio.timeout(stall):
+                    message = await receive()
+            except TimeoutError:
+                raise MPRefusedError(f"the body received nothing for {stall:g} s (after "
+                                     f"{got} of {size} bytes)", 408) from None
+            got += len(message.get("body", b""))
+            if not (message["type"] == "http.request" and message.get("more_body")):
                 self.budget.give(held)
                 held = 0
             return message

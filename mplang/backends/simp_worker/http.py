@@ -80,7 +80,8 @@ def create_app(server: WorkerServer) -> FastAPI:
     @app.exception_handler(MPSerializationError)
     async def _refused(request: Request, exc: MPLangError) -> JSONResponse:
         status, answer = refusal(request.method, request.url.path, exc)
-        return JSONResponse(answer, status_code=status)
+        return JSONResponse(answer, status_code=status,  # 408: the rest of the body is not
+                            headers={"connection": "close"} if status == 408 else None)
 
     @app.get("/health")
     async def health(request: Request) -> dict[str, Any]:
@@ -93,6 +94,8 @@ def create_app(server: WorkerServer) -> FastAPI:
                   "devices": [d.name for d in spec.devices.values() if server.node in d.members]}
         if server.peers.refused_reload is not None:  # the spec on disk is not in force
             answer["refused_reload"] = server.peers.refused_reload
+        if server.policy_file is not None:
+            answer.update(server.policy_file.state())
         return answer
 
     @app.post("/run")

@@ -90,6 +90,7 @@ def _refusals(*statuses: int) -> dict[str, Any]:
                "belongs to another driver, or this party's policy refuses the program, a "
                "write it would make or the fetch",
         "404": "no such object for this driver",
+        "408": "the body received nothing for --stall-seconds (the connection is closed)",
         "409": "spec digest missing or different; execution id reused, not running here "
                "yet, or aborted; the other parties' votes do not match this program",
         "410": "the execution has ended, was aborted or ran past its time limit",
@@ -104,7 +105,7 @@ def _refusals(*statuses: int) -> dict[str, Any]:
 def _post(summary: str, ok: dict[str, Any], statuses: tuple[int, ...],
           parameters: list[dict[str, Any]] | None = None,
           failed: dict[str, Any] | None = None) -> dict[str, Any]:
-    responses = {"200": ok, **_refusals(*statuses)}
+    responses = {"200": ok, **_refusals(*statuses, 408)}
     if failed is not None:
         responses["500"] = failed
     return {"post": {"summary": summary,
@@ -148,9 +149,12 @@ WORKER_API: dict[str, Any] = {
                                              "version": {"type": "string"},
                                              "devices": {"type": "array",
                                                          "items": {"type": "string"}},
-                                             "refused_reload": {"type": "string"}}},
+                                             "refused_reload": {"type": "string"},
+                                             "policy": {"type": "string"},
+                                             "policy_reload_failed": {"type": "string"}}},
                              "the worker is up (refused_reload: why the spec file's "
-                             "latest edit is not in force, if it is not)"),
+                             "latest edit is not in force, if it is not; policy: the policy "
+                             "in force, policy_reload_failed: why its file's is not)"),
                 **_refusals(403)}}},
         "/run": _post(
             "Accept and run a program (driver). Header: exec, scope, inputs (object ids or "

@@ -4,7 +4,8 @@ It ties together the parts a worker is made of: the peer directory of its
 cluster spec (who is asking), the executions it takes part in and their
 messages (`Inbox`, `PeerCommunicator`), the programs it accepted (`Programs`),
 the parties' votes on them (`mplang.backends.simp_worker.consent`, `VoteBox`),
-the values leaving it (`Outputs`), its spec file (`SpecFile`) and its audit log.
+the values leaving it (`Outputs`), its spec and policy files (`SpecFile`,
+`PolicyFile`) and its audit log.
 The HTTP routes (`mplang.backends.simp_worker.http`) only read requests and call it.
 """
 
@@ -105,7 +106,8 @@ class WorkerServer:
         self.worker = SimpWorker(self.rank, cluster.world_size, self.communicator,
                                  ObjectStore(node), timeout=timeout, in_process=False,
                                  node=node, data_root=data_root)
-        self.worker.guard = worker_policy(cluster, node, policy, spec_path)
+        self.worker.guard, self.policy_file = worker_policy(cluster, node, policy, spec_path)
+        """The policy file the guard's policy comes from, watched (`reload_policy`)."""
         self.worker.guard.ledger = Ledger(Path(state_dir or default_state_dir(node))
                                           / LEDGER_FILE)
         if self.audit is not None:
@@ -306,10 +308,28 @@ class WorkerServer:
                     "closed)", self.spec_file.path, peers.digest[:16], closed)
         return True
 
+    def reload_policy(self) -> bool:
+        """Give the guard the policy file's new policy if it changed (`PolicyFile`), for
+        the programs vetted from then on; whether it did. An edit that does not load keeps
+        the policy in force; the log and ``/health`` say why."""
+        file, guard = self.policy_file, self.worker.guard
+        if file is None or guard is None:
+            return False
+        try:
+            policy = file.reload()
+        except MPLangError as e:
+            log.error("keeping the policy in force (%s): %s", file.state()["policy"], e)
+            return False
+        if policy is not None:
+            guard.policy = policy
+            log.warning("reloaded policy %s", file.state()["policy"])
+        return policy is not None
+
     def watch_spec(self, stop: threading.Event, interval: float = 1.0) -> None:
-        """Every ``interval``: reload the spec if it changed."""
+        """Every ``interval``: reload the spec and the policy file if they changed."""
         while not stop.wait(interval):
             self.reload_if_changed()
+            self.reload_policy()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
