@@ -83,6 +83,8 @@ DEV_POLICY = """\
 drivers: [{drivers}]          # the drivers {node} takes programs from
 plaintext_to: []          # no party and no driver receives {node}'s data in plaintext
 protocols: [{protocols}]  # secure-device protocols accepted{protocol_note}
+# PSI protocols it joins with: those that reveal only their result (docs/psi.md)
+psi_protocols: [rr22, kkrt, ecdh, ecdh_cardinality, aby3]
 programs: []              # digests of programs allowed to reveal anything (mplang check)
 max_uses: {{}}              # uploaded object -> how many executions may use it
 writes: []                # files programs may write in {node}'s data root (none; e.g. out/*.csv)

@@ -53,6 +53,8 @@ NPC_PROTOCOLS = ("aby3", "ecdh_3pc", "ecdh_npc", "kkrt_npc")
 intersected on secret shares among the first three holders, only the n-way keys
 revealed), then libpsi's ECDH_3PC (three parties only), ECDH_NPC and KKRT_NPC (a tree
 of two-party ECDH or KKRT PSIs, any number of parties)."""
+COUNT_PROTOCOL, UB_PROTOCOL = "ecdh_cardinality", "ecdh_oprf_ub"
+"""The protocols of ``psi.intersection_size`` and of unbalanced PSI, as policies name them."""
 UB_FOLDER = "ub-psi"
 """The folder of a party's data root that holds its unbalanced-PSI state, one
 subfolder per name."""
@@ -130,6 +132,13 @@ ub_join_p = Primitive(  # with effects: the client keeps a copy of the server's 
     cost=_cost,
     doc="The online phase of unbalanced PSI: the client's rows whose key the server's set "
         "(prepared by psi.ub_prepare) holds, for the client only.")
+
+
+def _takes_part(a: Analysis, op: Operation, parties: Sequence[int], protocol: str = "") -> None:
+    """Record that p takes part in ``op`` with ``protocol`` (default: the op's), if it is
+    one of ``parties``: its policy's ``psi_protocols`` must list it."""
+    if a.party in parties:
+        a.psi.append((op, protocol or str(op.attrs["protocol"])))
 
 
 def holders(op: Operation) -> tuple[int, int]:
@@ -293,6 +302,7 @@ def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
     its own side is not its own data), and its rows become a subset chosen by the other's
     data, whose size each holder's kernel checks against its own ``min_rows`` at run time."""
     holder_a, holder_b = holders(op)
+    _takes_part(a, op, (holder_a, holder_b))
     la, lb = ins[0].get(holder_a), ins[1].get(holder_b)
     what = "which of the receiver's keys this party's table holds"
     seen_by_a, seen_by_b = compared(la, lb), compared(lb, la)
@@ -312,6 +322,7 @@ def _join_n_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Par
     and each other holder's, as for ``psi.join`` with each of them; the label covers
     both."""
     ranks = holders_n(op)
+    _takes_part(a, op, ranks)
     labels = [lab.get(r) for lab, r in zip(ins, ranks, strict=True)]
     out: list[PartyLabels] = []
     for i, (rank, mine) in enumerate(zip(ranks, labels, strict=True)):
@@ -326,6 +337,7 @@ def _join_n_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Par
 def _ub_prepare_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     """The server writes its evaluated keys into its data root (its policy's ``writes``);
     the count of its keys stays with it."""
+    _takes_part(a, op, holders_n(op), UB_PROTOCOL)
     a.write(op, f"{UB_FOLDER}/{op.attrs['name']}", holders_n(op)[0])
     return [{}]
 
@@ -337,6 +349,7 @@ def _ub_join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Pa
     data root). The client stores the server's evaluated set in its own data root."""
     (client,), server = holders_n(op), int(op.attrs["server"])
     folder = f"{UB_FOLDER}/{op.attrs['name']}"
+    _takes_part(a, op, (client, server), UB_PROTOCOL)
     theirs = None
     if a.party == server:
         a.source(op, folder)
@@ -358,6 +371,7 @@ def _size_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
     if count is not None and count.mine and count.form == "rowwise":
         count = raw([count])
     reveal_to = tuple(op.attrs["reveal_to"])
+    _takes_part(a, op, (holder_a, holder_b, *reveal_to), COUNT_PROTOCOL)
     counter = counter_of((holder_a, holder_b), reveal_to)
     for r in dict.fromkeys((counter, *reveal_to)):
         a.send(op, r, count, "the intersection size")

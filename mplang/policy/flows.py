@@ -43,7 +43,12 @@ class Send:
 
     @property
     def where(self) -> str:
-        return f"op {self.op.opcode}" + (f" at {self.op.loc}" if self.op.loc else "")
+        return where(self.op)
+
+
+def where(op: Operation) -> str:
+    """``op`` and the user's source line that made it, for messages."""
+    return f"op {op.opcode}" + (f" at {op.loc}" if op.loc else "")
 
 
 @dataclass
@@ -55,6 +60,8 @@ class Analysis:
     sends: list[Send] = field(default_factory=list)
     devices: list[tuple[Operation, dict[str, Any]]] = field(default_factory=list)
     """Secure-device ops touching p (member, or p's data sealed in) and their configs."""
+    psi: list[tuple[Operation, str]] = field(default_factory=list)
+    """PSI ops p takes part in and their protocols (its policy's ``psi_protocols``)."""
     loads: list[tuple[Operation, str]] = field(default_factory=list)
     """Sources of p's data the program reads: (op, name)."""
     writes: list[tuple[Operation, str]] = field(default_factory=list)

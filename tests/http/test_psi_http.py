@@ -4,6 +4,7 @@ link, the intersection count over its messages; the same programs in the simulat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from mplang import simp
 from mplang.cluster.local import LocalCluster
 from mplang.dialects import table
 from mplang.libs import psi
+from tests.http import support
 from tests.op_failures import assert_generic, logged_failure, logged_failure_line, traced_at
 
 RNG = np.random.default_rng(5)
@@ -113,10 +115,29 @@ def _n_tables() -> list[pa.Table]:
                       f"v{i}": pa.array(np.arange(len(p)) * (i + 1))}) for i, p in enumerate(parts)]
 
 
+@pytest.fixture(scope="module")
+def npc_driver() -> Iterator[mp.Driver]:
+    """A driver of workers whose policies also list libpsi's n-party protocols, which the
+    development policies leave out (they reveal pairwise overlaps)."""
+    local = LocalCluster(support.make_spec(support.free_ports(3)))
+    for node in ("node_0", "node_1", "node_2"):
+        policy = local.spec_path.parent / "policies" / f"{node}.yaml"
+        policy.write_text(policy.read_text().replace(
+            "psi_protocols: [", "psi_protocols: [ecdh_3pc, kkrt_npc, "))
+    try:
+        local.start(timeout=120)
+        with support.connected_driver(local) as driver:
+            yield driver
+    finally:
+        local.close()
+
+
 @pytest.mark.parametrize("protocol", ["aby3", "ecdh_3pc", "kkrt_npc"])
-def test_join_n_across_workers(ctx: Any, protocol: str) -> None:
+def test_join_n_across_workers(ctx: Any, protocol: str, request: pytest.FixtureRequest
+                               ) -> None:
     """Each worker gets its own rows for the 120 ids all three hold, not the 180 that
-    parties 0 and 1 share."""
+    parties 0 and 1 share. The development policies refuse libpsi's protocols; workers
+    whose policies list them run them."""
     ts = _n_tables()
 
     @mp.function
@@ -124,6 +145,11 @@ def test_join_n_across_workers(ctx: Any, protocol: str) -> None:
         held = [simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ts)]
         return psi.join_n(held, "id", protocol=protocol)
 
+    if isinstance(ctx, mp.Driver) and protocol != "aby3":
+        with pytest.raises(mp.MPRefusedError, match=rf"op psi\.join_n at test_psi_http\.py:"
+                           rf"\d+ uses PSI protocol {protocol}, which psi_protocols"):
+            mp.evaluate(ctx, prog)
+        ctx = request.getfixturevalue("npc_driver")
     out = mp.evaluate(ctx, prog)
     shared = sorted(set(ts[0]["id"].to_pylist()) & set(ts[2]["id"].to_pylist()))
     for i, (o, t) in enumerate(zip(out, ts, strict=True)):

@@ -259,7 +259,8 @@ def test_policy_sees_a_comparison_with_every_other_holder(tmp_path: Path) -> Non
         return psi.join_n(ts, "id", protocol="ecdh_npc")
 
     spec = mp.ClusterSpec.simple(3)
-    (tmp_path / "p.yaml").write_text("declassify:\n  - to: ['*']\n    when: compare\n")
+    (tmp_path / "p.yaml").write_text("psi_protocols: [ecdh_npc]\n"
+                                     "declassify:\n  - to: ['*']\n    when: compare\n")
     graph = mp.compile(prog, cluster=spec).graph
     verdict = check(graph, 3, 0, Policy.load(tmp_path / "p.yaml"), outputs_fetchable=False)
     assert verdict.accepted, verdict.reasons
@@ -268,7 +269,7 @@ def test_policy_sees_a_comparison_with_every_other_holder(tmp_path: Path) -> Non
                                          r"receiver's keys the other holders' tables hold, op "
                                          r"psi\.join_n", f)))
     assert receivers == [1, 2], verdict.flows
-    (tmp_path / "p.yaml").write_text("{}\n")
+    (tmp_path / "p.yaml").write_text("psi_protocols: [ecdh_npc]\n")
     sim = mp.Simulator(spec, data_roots=roots, policies={n: str(tmp_path / "p.yaml")
                                                          for n in roots})
     try:

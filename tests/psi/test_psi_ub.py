@@ -178,7 +178,7 @@ def test_bad_names_and_servers_fail_when_tracing() -> None:
 def test_a_data_root_policy_must_allow_the_writes(tmp_path: Path, roots: dict[str, Path]) -> None:
     """Preparing writes ``ub-psi/NAME`` into the server's data root: its policy's
     ``writes`` must allow it."""
-    (tmp_path / "p.yaml").write_text("writes: []\n")
+    (tmp_path / "p.yaml").write_text("writes: []\npsi_protocols: [ecdh_oprf_ub]\n")
     sim = mp.Simulator(mp.ClusterSpec.simple(3), data_roots=roots,
                        policies={n: str(tmp_path / "p.yaml") for n in roots})
     try:
