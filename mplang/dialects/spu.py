@@ -62,9 +62,16 @@ from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.policy.dp_flows import release_flow
 from mplang.policy.flows import Analysis, PartyLabels, conservative, everywhere
-from mplang.policy.labels import row_count, suppressed
+from mplang.policy.labels import approved, row_count, suppressed
 from mplang.policy.program_flows import labels_through
-from mplang.policy.vouched import Releasing, library_attrs, min_rows_of, vouched
+from mplang.policy.vouched import (
+    Approvable,
+    Releasing,
+    Suppressing,
+    library_attrs,
+    min_rows_of,
+    vouched,
+)
 
 ir: Any = _ir  # the MLIR bindings ship no type stubs
 SHARE_SCHEME = "spu"
@@ -679,18 +686,18 @@ def _seal_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
 def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     """Labels through the StableHLO of the executable, to every member; a registered
     library function's suppressed groups hold at least its ``min_rows`` rows; a vouched
-    release's outputs are noisy (`release_flow`)."""
+    release's outputs are noisy (`release_flow`); an approvable one's are ``approved``."""
     _device_use(a, op)
-    if op.attrs.get("library"):
-        entry = vouched(op, stablehlo_text(op), _derive)
-        if isinstance(entry, Releasing):
-            return release_flow(a, op, ins, entry)
+    entry = vouched(op, stablehlo_text(op), _derive) if op.attrs.get("library") else None
+    if isinstance(entry, Releasing):
+        return release_flow(a, op, ins, entry)
     result = labels_through(analysis_text(op), [everywhere(v) for v in ins], len(op.outputs))
     a.observe(op, result.observed)
     outputs = result.outputs
-    entry = vouched(op, stablehlo_text(op), _derive) if any(
-        lab is not None and lab.gated for lab in outputs) else None
-    if entry is not None and not isinstance(entry, Releasing):
+    if isinstance(entry, Approvable):
+        outputs = [approved(entry.release, map(everywhere, ins))] * len(outputs)
+    elif isinstance(entry, Suppressing) and any(lab is not None and lab.gated
+                                               for lab in outputs):
         outputs = [suppressed(lab, min_rows_of(op, entry), gate=id(op),
                               partition=entry.partition) for lab in outputs]
     members = op.attrs["members"]

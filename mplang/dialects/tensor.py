@@ -49,9 +49,9 @@ from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
 from mplang.policy.dp_flows import enclave_release_flow
 from mplang.policy.flows import Analysis, local_conservative
-from mplang.policy.labels import FOREIGN, Label, leading_rows, source, source_path
+from mplang.policy.labels import FOREIGN, Label, approved, leading_rows, source, source_path
 from mplang.policy.program_flows import through
-from mplang.policy.vouched import Releasing, library_attrs, vouched
+from mplang.policy.vouched import Approvable, Releasing, library_attrs, vouched
 from mplang.util.lru import LRUCache
 
 TENSOR = of_type(TensorType, name="a local tensor")
@@ -512,12 +512,11 @@ def _constant_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> l
 def _run_jax_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """Labels follow the ops of the StableHLO module (of the inputs it keeps: an unused
     input reaches no output); a vouched release's outputs are noisy
-    (`enclave_release_flow`)."""
-    if op.attrs.get("library"):
-        entry = vouched(op, _stablehlo(op.attrs["module"]), _derive,
-                        module_info(op.attrs["module"]).in_types)
-        if isinstance(entry, Releasing):
-            return enclave_release_flow(a, op, ins, entry)
+    (`enclave_release_flow`); an approvable function's are ``approved``."""
+    entry = vouched(op, _stablehlo(op.attrs["module"]), _derive,
+                    module_info(op.attrs["module"]).in_types) if op.attrs.get("library") else None
+    if isinstance(entry, Releasing):
+        return enclave_release_flow(a, op, ins, entry)
     try:
         kept = module_info(op.attrs["module"]).kept
     except (MPLangError, ValueError):
@@ -525,6 +524,8 @@ def _run_jax_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> li
     result = through(_stablehlo, op.attrs["module"], [ins[i] for i in kept if i < len(ins)],
                      len(op.outputs))
     a.observe(op, result.observed)
+    if isinstance(entry, Approvable):
+        return [approved(entry.release, ins)] * len(op.outputs)
     return result.outputs
 
 

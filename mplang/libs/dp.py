@@ -331,20 +331,30 @@ def noisy_count(values: Any, epsilon: float, device: str = "SP0", to: str = "P0"
 
 @function
 def noisy_histogram(keys: Any, num_groups: int, epsilon: float, device: str = "SP0",
-                    to: str = "P0") -> Any:
+                    to: str = "P0", *, nonnegative: bool = False) -> Any:
     """Rows per group of ``keys`` (integers in ``[0, num_groups)``, one per row; a device
     value or a list of them), each count plus independent discrete Laplace noise of scale
     ``2 / epsilon``, released to ``to`` only: int32 ``[num_groups]``. Groups are disjoint,
     so the whole histogram costs ``epsilon`` (parallel composition). A key out of range
-    counts in no group."""
+    counts in no group. The noise can make a count negative (an empty group's with
+    probability ``q / (1 + q)``, ``q = exp(-epsilon / 2)``: 0.38 at epsilon 1).
+    ``nonnegative``: ``to`` replaces each negative count by 0 after the reveal
+    (post-processing, no privacy cost; the secure device runs the same function), which
+    biases the counts of small groups upwards."""
     op = "dp.noisy_histogram"
     eps = _check(op, epsilon, device, to)
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
         raise MPTypeError(f"{op}: num_groups must be an int >= 1, got {num_groups!r}")
     parts, _ = _parts(op, keys)
     high, low = digit_bases(num_groups, binary=True)
-    return _release(op, _noisy_histogram, (num_groups, high, low), parts, eps, 2,
-                    num_groups, device, to)
+    counts = _release(op, _noisy_histogram, (num_groups, high, low), parts, eps, 2,
+                      num_groups, device, to)
+    return mp.device(to)(_nonnegative)(counts) if nonnegative else counts
+
+
+def _nonnegative(counts: Any) -> Any:
+    """Negative noisy counts as 0: post-processing."""
+    return jnp.maximum(counts, 0)
 
 
 def _rescale(offset: float, step: float, noisy: Any) -> Any:

@@ -17,6 +17,7 @@ from mplang.policy.labels import Flow, Label, Rows, release_cuts, smallest_part
 from mplang.policy.ledger import BudgetExhausted, Charge, Ledger
 from mplang.policy.policy import DRIVER as DRIVER_NAME
 from mplang.policy.policy import DeclassifyRule, Policy
+from mplang.policy.psi_protocols import _psi_protocols
 
 
 class PolicyRefusedError(MPRefusedError):
@@ -50,6 +51,10 @@ def judge(policy: Policy, receiver: str, label: Flow, digest: str | None
         return f"plaintext_to lists {receiver}", None
     if digest is not None and digest in policy.programs:
         return "the program digest is allow-listed", None
+    if label.form == "approved":
+        approvals = policy.approvals(receiver, label.approved)
+        return None if approvals is None else \
+            f"approve {', '.join(map(str, approvals))}", None
     form = label.declassified_as
     rule = policy.rule_for(receiver, form, label.rows if form == "aggregate" else None,
                            label.epsilon)
@@ -58,20 +63,27 @@ def judge(policy: Policy, receiver: str, label: Flow, digest: str | None
     return f"rule {rule}", rule if rule.when == "aggregate" else None
 
 
-def _hint(receiver: str, label: Flow) -> str:
+def _hint(receiver: str, label: Flow, policy: Policy, digest: str | None) -> str:
+    """The narrowest change to ``policy`` that lets ``receiver`` get ``label``."""
+    program = f"approve: - {{program: {digest or 'DIGEST'}}}"  # `mplang check` prints it
     form = label.declassified_as
+    if form == "approved":
+        missing = [n for n in sorted(label.approved)
+                   if policy.approvals(receiver, frozenset([n])) is None]
+        return "add " + ", ".join(f"approve: - {{library: {n}, to: [{receiver}]}}"
+                                  for n in missing)
     if form == "raw":
-        return (f"add {receiver} to plaintext_to, or the program digest to programs (row-wise "
-                "or raw values are never declassified by aggregate or compare rules)")
+        return (f"approve this program alone with {program} (row-wise or raw values are "
+                f"never declassified by aggregate or compare rules; plaintext_to would give "
+                f"{receiver} every row of every program)")
     if form == "dp":
         return (f"add a rule {{to: [{receiver}], when: dp, max_epsilon: {label.epsilon:g}}} "
-                "to declassify, or the program digest to programs")
+                f"to declassify, or {program}")
     if form == "aggregate" and label.rows is None:
         return ("aggregate it in the secure device with groups of at least min_rows rows "
-                "enforced at run time (mplang.libs.groupby), or allow-list the program digest")
+                f"enforced at run time (mplang.libs.groupby), or add {program}")
     extra = f", min_rows: {label.rows}" if form == "aggregate" else ""
-    return (f"add a rule {{to: [{receiver}], when: {form}{extra}}} to declassify, or the "
-            "program digest to programs")
+    return f"add a rule {{to: [{receiver}], when: {form}{extra}}} to declassify, or {program}"
 
 
 def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
@@ -115,7 +127,7 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
         if why is None and (id(send.op), receiver) not in seen:
             seen.add((id(send.op), receiver))
             verdict.reasons.append(f"{send.where} sends {send.what}, {send.label}, to "
-                                   f"{receiver}; {_hint(receiver, send.label)} in "
+                                   f"{receiver}; {_hint(receiver, send.label, policy, digest)} in "
                                    f"{policy.source}")
     if not outputs_fetchable:  # judged when fetched, but not apart from one another
         held = [send for holder, send in outputs if holder == rank]
@@ -126,6 +138,7 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
     verdict.charges = charges(analysis.releases)
     _overlaps(allowed, sends, policy, verdict)
     _devices(analysis, policy, rank, verdict)
+    _psi_protocols(analysis, policy, verdict)
     _uses(analysis, policy, uses, verdict)
     _writes(analysis, policy, verdict)
     verdict.accepted = not verdict.reasons
@@ -390,4 +403,5 @@ class Guard:
             return
         raise PolicyRefusedError(
             f"{self.node} refuses to send object {uri[:80]} to the driver: it is {label}; "
-            f"{_hint(DRIVER_NAME, label)} in {self.policy.source} (or reveal it under a rule)")
+            f"{_hint(DRIVER_NAME, label, self.policy, None)} in {self.policy.source} (or "
+            "reveal it under a rule)")

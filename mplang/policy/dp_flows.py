@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from fractions import Fraction
 
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import MPType
 from mplang.policy.flows import Analysis, PartyLabels, everywhere
 from mplang.policy.labels import Flow, Label, Rows, raw
+from mplang.policy.ledger import exact
 from mplang.policy.vouched import Releasing
 
 ENTROPY = "fresh randomness drawn at op"
@@ -79,6 +81,9 @@ def _row_problem(i: int, label: Flow, shape: tuple[object, ...] | None) -> str |
             shape[0] != window.size:
         return (f"data input {i} is {label} of shape {shape}, not one element per row of "
                 "this party's data")
+    if label.rowsets:
+        return (f"data input {i} mixes an aggregate of this party's rows into each row's "
+                "contribution (one row would move every element)")
     return None
 
 
@@ -175,9 +180,9 @@ def enclave_release_flow(a: Analysis, op: Operation, ins: list[Label], entry: Re
 
 
 def charges(releases: list[Release]) -> dict[str, float]:
-    """The epsilon spent per source by ``releases`` (basic composition: the sum)."""
-    out: dict[str, float] = {}
+    """The epsilon spent per source by ``releases`` (basic composition: the exact sum)."""
+    out: dict[str, Fraction] = {}
     for release in releases:
         for source in release.sources:
-            out[source] = out.get(source, 0.0) + release.epsilon
-    return out
+            out[source] = out.get(source, Fraction()) + exact(release.epsilon)
+    return {source: float(eps) for source, eps in out.items()}

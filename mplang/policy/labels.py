@@ -12,7 +12,9 @@ or one of p's forms, from most to least revealing:
   rows it combines (`Rows`), so that overlapping aggregates can be told apart;
 - ``compare``: a comparison between p's data and another owner's data;
 - ``dp``: a differentially private release of p's data (noise drawn inside a secure
-  device, `mplang.policy.dp_flows`), of privacy loss at most ``epsilon`` per release.
+  device, `mplang.policy.dp_flows`), of privacy loss at most ``epsilon`` per release;
+- ``approved``: the outputs of library functions that each member derived itself
+  (`mplang.policy.vouched`), released only to whom p's ``approve`` entries name.
 
 A row-wise value knows where p's rows sit on its row axis (``axis``, ``at``) and
 which rows of the source they are (``window``); an aggregate knows which sets of
@@ -29,7 +31,7 @@ import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-FORMS = ("raw", "rowwise", "aggregate", "compare", "dp")
+FORMS = ("raw", "rowwise", "aggregate", "compare", "dp", "approved")
 """p's forms, most revealing first."""
 
 
@@ -105,6 +107,9 @@ class Flow:
     digest (sealed: encrypted to such an enclave); ``foreign``: a key so attested."""
     epsilon: float = 0.0
     """dp: the largest epsilon of the releases the value derives from."""
+    approved: frozenset[str] = frozenset()
+    """approved: the library functions (by public name) whose outputs the value derives
+    from; p must approve each."""
 
     @property
     def mine(self) -> bool:
@@ -138,6 +143,8 @@ class Flow:
             return f"row-wise (raw) values of {of}"
         if self.form == "dp":
             return f"a noisy release (epsilon {self.epsilon:g}) of {of}"
+        if self.form == "approved":
+            return f"the output of {', '.join(sorted(self.approved))} on {of}"
         return f"{self.form} of {of}"
 
 
@@ -184,6 +191,18 @@ def raw(labels: Iterable[Label]) -> Label:
     return Flow("foreign") if foreign else None
 
 
+def approved(name: str, inputs: Iterable[Label]) -> Label:
+    """The label of an output of vouched library function ``name`` (its public name) on
+    inputs labelled ``inputs``: of p's data, released only as p approves ``name`` and the
+    functions its inputs came from."""
+    labels = list(inputs)
+    mine = [lab for lab in labels if lab is not None and lab.mine]
+    if not mine:
+        return raw(labels)
+    return Flow("approved", frozenset().union(*(lab.sources for lab in mine)),
+                approved=frozenset([name]).union(*(lab.approved for lab in mine)))
+
+
 def impure(label: Label) -> Label:
     """``label`` of a value computed from it (no longer the data as loaded)."""
     return replace(label, pure=False) if label is not None and label.pure else label
@@ -209,7 +228,7 @@ def row_count(label: Flow) -> Label:
         if label.window.gate:
             return Flow("compare", label.sources, rowsets=label.rowsets)
         return aggregated(label, whole=True)
-    return label if label.form in ("aggregate", "compare", "dp") else raw([label])
+    return label if label.form in ("aggregate", "compare", "dp", "approved") else raw([label])
 
 
 def combine(a: Label, b: Label) -> Label:
@@ -221,6 +240,9 @@ def combine(a: Label, b: Label) -> Label:
         return _with_other(a, b)
     if "raw" in (a.form, b.form):
         return raw([a, b])
+    if "approved" in (a.form, b.form):  # a library output with p's rows as they are: raw
+        return raw([a, b]) if "rowwise" in (a.form, b.form) else Flow(
+            "approved", a.sources | b.sources, approved=a.approved | b.approved)
     if "dp" in (a.form, b.form):  # noisy releases together stay one; with exact data, raw
         return Flow("dp", a.sources | b.sources, epsilon=max(a.epsilon, b.epsilon)) \
             if a.form == b.form else raw([a, b])

@@ -3,11 +3,14 @@ source of its data.
 
 Composition is basic: the epsilons of the releases of a source add up (each release
 is ``epsilon``-DP, so all of them together are ``sum``-DP; their small ``delta``s, from
-the sampler's distance to exact noise, add up too). A program is charged when the
-party accepts it, before anything runs; the charge is refunded only if its run never
-starts (another party refused it, or its driver dropped it). A worker keeps the ledger
-in ``budget.json`` in its state folder, rewritten atomically on every change, so a
-restart keeps it; the simulator keeps it in memory.
+the sampler's distance to exact noise, add up too), exactly, as the decimals they are
+written as (`exact`: 0.1 + 0.2 spends 0.3; ten charges of 0.1 spend a budget of 1). A
+program is charged when the party accepts it, before anything runs; the charge is refunded
+only if its run never starts (another party refused it, or its driver dropped it). A
+worker keeps the ledger in ``budget.json`` in its state folder, rewritten atomically on
+every change, so a restart keeps it (its ``spent``, rounded to floats, is for readers: a
+ledger loading the file adds up the charges not refunded); the simulator keeps it in
+memory.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +28,17 @@ from mplang.edsl.errors import MPLangError
 
 LEDGER_FILE = "budget.json"
 """The ledger's file in a worker's state folder."""
-EPSILON_SLACK = 1e-9
-"""Rounding allowed when a charge meets the budget exactly (0.1 + 0.2 spends 0.3)."""
 
 
 def default_state_dir(node: str) -> Path:
     """A worker's state folder when ``--state-dir`` is not given: ``./state/<node>``."""
     return Path("state") / node
+
+
+def exact(epsilon: float) -> Fraction:
+    """``epsilon`` as the shortest decimal that reads as it (0.1 is 1/10, not the float
+    nearest 0.1), so that epsilons add exactly as written."""
+    return Fraction(repr(float(epsilon)))
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,8 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike[str] | None = None):
         self.path = None if path is None else Path(path)
-        self._lock = threading.Lock()
-        self._spent: dict[str, float] = {}
+        self._lock = threading.RLock()
+        self._spent: dict[str, Fraction] = {}
         self._charges: list[dict[str, Any]] = []
         if self.path is not None and self.path.exists():
             self._load(self.path)
@@ -59,8 +67,9 @@ class Ledger:
     def _load(self, path: Path) -> None:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            self._spent = {str(k): float(v) for k, v in data["spent"].items()}
             self._charges = list(data["charges"])
+            for record in self._charges:
+                self._add(record["epsilon"], 0 if record["refunded"] else 1)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise MPLangError(f"the privacy budget ledger {path} is unreadable ({e}); "
                               "restore it from a backup: a fresh ledger would forget what "
@@ -71,7 +80,7 @@ class Ledger:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        text = json.dumps({"spent": self._spent, "charges": self._charges}, indent=1)
+        text = json.dumps({"spent": self.spent(), "charges": self._charges}, indent=1)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with open(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -79,10 +88,14 @@ class Ledger:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
+    def _add(self, epsilons: dict[str, float], sign: int) -> None:
+        for source, eps in epsilons.items():
+            self._spent[source] = self._spent.get(source, Fraction()) + sign * exact(eps)
+
     def spent(self) -> dict[str, float]:
-        """Epsilon spent so far, per source."""
+        """Epsilon spent so far, per source (the float nearest the exact sum)."""
         with self._lock:
-            return dict(self._spent)
+            return {s: float(e) for s, e in self._spent.items()}
 
     def charge(self, epsilons: dict[str, float], budget: float | None, program: str
                ) -> Charge:
@@ -92,14 +105,13 @@ class Ledger:
         with self._lock:
             if budget is not None:
                 for source, eps in sorted(epsilons.items()):
-                    used = self._spent.get(source, 0.0)
-                    if used + eps > budget + EPSILON_SLACK:
+                    used = self._spent.get(source, Fraction())
+                    if used + exact(eps) > exact(budget):
                         raise BudgetExhausted(
                             f"its releases of {source} spend epsilon {eps:g}, but only "
-                            f"{max(0.0, budget - used):g} of the budget {budget:g} is left "
-                            f"({used:g} spent)")
-            for source, eps in epsilons.items():
-                self._spent[source] = self._spent.get(source, 0.0) + eps
+                            f"{float(max(Fraction(), exact(budget) - used)):g} of the budget "
+                            f"{budget:g} is left ({float(used):g} spent)")
+            self._add(epsilons, 1)
             number = len(self._charges)
             self._charges.append({"number": number, "time": round(time.time(), 3),
                                   "program": program, "epsilon": dict(epsilons),
@@ -114,17 +126,16 @@ class Ledger:
             if record["refunded"]:
                 return
             record["refunded"] = True
-            for source, eps in charge.epsilons.items():
-                self._spent[source] = max(0.0, self._spent.get(source, 0.0) - eps)
+            self._add(charge.epsilons, -1)
             self._save()
 
     def report(self, budget: float | None) -> dict[str, Any]:
         """The ledger as `mplang budget` shows it: ``budget``, ``spent`` and ``left`` per
         source, and the charges."""
         with self._lock:
-            left = {s: None if budget is None else max(0.0, budget - e)
+            left = {s: None if budget is None else float(max(Fraction(), exact(budget) - e))
                     for s, e in self._spent.items()}
-            return {"budget": budget, "spent": dict(self._spent), "left": left,
+            return {"budget": budget, "spent": self.spent(), "left": left,
                     "charges": [dict(c) for c in self._charges]}
 
 

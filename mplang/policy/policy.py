@@ -11,7 +11,14 @@ A policy is a YAML mapping; every key is optional::
     protocols: [CHEETAH, ABY3]   # secure-device protocols accepted (default: CHEETAH, ABY3,
                                  # and SEMI2K only where this node is its own dealer: the
                                  # device's first member with Beaver TrustedFirstParty)
+    psi_protocols: [rr22, aby3]  # PSI protocols it joins with (default: those revealing
+                                 # only their result, `DEFAULT_PSI_PROTOCOLS`)
     programs: []                 # allow-listed program digests (hex): every reveal allowed
+    approve:                     # releases approved by name, beyond the declassify rules
+      - library: mplang.libs.linear.train_vertical_lr  # a library function its members
+        to: [node_0]             # derive themselves (or a module of mplang.libs: each such
+                                 # function in it); its outputs may go to these receivers
+      - program: 9f2c...         # a reviewed program's digest (as in programs)
     max_uses: {salaries: 3}      # uploaded object name -> how many executions may use it
     writes: []                   # files programs may write, relative to the data root;
                                  # glob patterns allowed (out/*.csv); default: none
@@ -48,6 +55,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 from mplang.edsl.errors import MPLangError
+from mplang.policy.psi_protocols import DEFAULT_PSI_PROTOCOLS, PSI_PROTOCOLS
 
 if TYPE_CHECKING:
     import yaml
@@ -60,8 +68,9 @@ FORMS = ("aggregate", "compare", "dp", "any")
 DEFAULT_PROTOCOLS = ("CHEETAH", "ABY3")
 """Protocols accepted by default: none of them makes one party the others' dealer."""
 _DIGEST = re.compile(r"[0-9a-f]{64}")
-_KEYS = ("drivers", "plaintext_to", "protocols", "programs", "max_uses", "writes",
-         "declassify")
+_KEYS = ("drivers", "plaintext_to", "protocols", "psi_protocols", "programs", "approve",
+         "max_uses", "writes", "declassify")
+_LIBRARY = re.compile(r"mplang\.libs(\.[A-Za-z_][A-Za-z0-9_]*)+")
 _RULE_KEYS = {"aggregate": ("min_rows",), "compare": (), "dp": ("max_epsilon", "budget"),
               "any": ()}
 """The keys a rule of each form may have besides ``to`` and ``when``."""
@@ -108,6 +117,28 @@ class DeclassifyRule:
         return "{" + ", ".join(parts) + "}"
 
 
+@dataclass(frozen=True)
+class Approval:
+    """An ``approve`` entry: the outputs of library function ``library`` (or of every
+    approvable function of module ``library``) may go to ``to``; or the program of digest
+    ``program`` may reveal anything. ``line``: its line in its policy file."""
+
+    library: str = ""
+    to: tuple[str, ...] = ()
+    program: str = ""
+    line: int = 0
+
+    def covers(self, name: str, receiver: str) -> bool:
+        """Whether it approves the outputs of library function ``name`` to ``receiver``."""
+        return bool(self.library) and (name == self.library or name.startswith(
+            self.library + ".")) and (receiver in self.to or ANYONE in self.to)
+
+    def __str__(self) -> str:
+        if self.program:
+            return f"{{program: {self.program}}}"
+        return f"{{library: {self.library}, to: [{', '.join(map(_flow_name, self.to))}]}}"
+
+
 def _relative_parts(path: str) -> tuple[str, ...] | None:
     """The components of relative path ``path`` (``.`` and empty ones dropped), or None
     if it is absolute, has a ``..`` component or names nothing."""
@@ -125,7 +156,11 @@ class Policy:
     drivers: tuple[str, ...] | None = None
     plaintext_to: tuple[str, ...] = ()
     protocols: tuple[str, ...] | None = None
+    psi_protocols: tuple[str, ...] = DEFAULT_PSI_PROTOCOLS
+    """The PSI protocols this party takes part in."""
     programs: frozenset[str] = frozenset()
+    """Allow-listed digests: ``programs`` and the ``approve`` entries' ``program``."""
+    approve: tuple[Approval, ...] = ()
     max_uses: Mapping[str, int] = field(default_factory=dict)
     declassify: tuple[DeclassifyRule, ...] = ()
     writes: tuple[str, ...] = ()
@@ -185,8 +220,14 @@ class Policy:
         writes = p.patterns(entries["writes"][1]) if "writes" in entries else ()
         rules = tuple(p.rule(node) for node in p.items(entries["declassify"][1])) \
             if "declassify" in entries else ()
+        psi = p.choices(entries["psi_protocols"][1], "psi_protocols", PSI_PROTOCOLS) \
+            if "psi_protocols" in entries else DEFAULT_PSI_PROTOCOLS
+        approve = tuple(p.approval(node) for node in p.items(entries["approve"][1])) \
+            if "approve" in entries else ()
+        programs = (*programs, *(a.program for a in approve if a.program))
         return Policy(drivers=names("drivers"), plaintext_to=names("plaintext_to") or (),
-                      protocols=names("protocols"), programs=frozenset(programs),
+                      protocols=names("protocols"), psi_protocols=psi,
+                      programs=frozenset(programs), approve=approve,
                       max_uses=max_uses, declassify=rules, writes=writes, source=source)
 
     # -- decisions
@@ -236,6 +277,13 @@ class Policy:
             return rule
         return None
 
+    def approvals(self, receiver: str, names: frozenset[str]) -> list[Approval] | None:
+        """The ``approve`` entries letting ``receiver`` get the outputs of every library
+        function of ``names``, one each (None: some function is not approved to it)."""
+        found = [next((a for a in self.approve if a.covers(n, receiver)), None)
+                 for n in sorted(names)]
+        return None if None in found else [a for a in found if a is not None]
+
     def dp_budget(self) -> float | None:
         """The epsilon each source of this party's data may spend in all: the smallest
         ``budget`` of its dp rules (None: no dp rule sets one)."""
@@ -284,6 +332,14 @@ class _Parser:
             out.append(item.value)
         return out
 
+    def choices(self, node: yaml.Node, key: str, known: Sequence[str]) -> tuple[str, ...]:
+        """A list of names, each one of ``known``."""
+        names = self.strings(node, key)
+        for item, name in zip(self.items(node), names, strict=True):
+            if name not in known:
+                raise self.error(item, f"{key}: unknown {name!r} (known: {', '.join(known)})")
+        return tuple(names)
+
     def patterns(self, node: yaml.Node) -> tuple[str, ...]:
         """``writes``: relative path patterns, normalized (``./`` and doubled ``/`` gone)."""
         out = []
@@ -318,6 +374,30 @@ class _Parser:
             raise self.error(node, f"{key} must be a number greater than 0, got "
                              f"{getattr(node, 'value', node.tag)!r}")
         return value
+
+    def approval(self, node: yaml.Node) -> Approval:
+        """An ``approve`` entry: ``{library: NAME, to: [...]}`` or ``{program: DIGEST}``."""
+        import yaml
+
+        entries = self.mapping(node, "an approve entry")
+        for key, (key_node, _) in entries.items():
+            if key not in ("library", "to", "program"):
+                raise self.error(key_node, f"approve: unknown key {key!r} (known: library, "
+                                 "to, program)")
+        value = {k: v.value for k, (_, v) in entries.items() if isinstance(v, yaml.ScalarNode)}
+        if "program" in entries:
+            if set(entries) != {"program"} or not _DIGEST.fullmatch(value.get("program", "")):
+                raise self.error(node, "approve: a program entry is {program: DIGEST} alone, "
+                                 "DIGEST a sha256 digest (64 lowercase hex digits)")
+            return Approval(program=value["program"], line=node.start_mark.line + 1)
+        if set(entries) != {"library", "to"}:
+            raise self.error(node, "approve: an entry is {library: NAME, to: [...]} or "
+                             "{program: DIGEST}")
+        if not _LIBRARY.fullmatch(value.get("library", "")):
+            raise self.error(entries["library"][1], "approve: library must name a function "
+                             f"or module of mplang.libs, got {value.get('library')!r}")
+        return Approval(value["library"], tuple(self.strings(entries["to"][1], "approve.to")),
+                        line=node.start_mark.line + 1)
 
     def rule(self, node: yaml.Node) -> DeclassifyRule:
         import yaml

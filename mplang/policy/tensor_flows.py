@@ -49,10 +49,13 @@ PRESERVING = frozenset(["convert", "copy", "bitcast_convert", "optimization_barr
 """Elementwise ops that keep the data as it is (a comparison may still use it)."""
 NO_LABEL = frozenset(["constant", "iota", "rng", "rng_bit_generator", "after_all",
                       "partition_id", "replica_id", "get_dimension_size"])
-_SUMS = frozenset(["add"])
 _STRUCTURAL = frozenset(["broadcast_in_dim", "transpose", "reshape", "reduce", "dot_general",
                          "dot"])
 """Ops that move axes: alike axes do not carry over by position."""
+_MASK_KEEPING = frozenset([
+    "and", "or", "not", "multiply", "select", "convert", "copy", "broadcast_in_dim", "reshape",
+    "transpose", "slice", "dynamic_slice", "concatenate", "gather", "reverse"])
+"""Ops whose result is 0/1 where their operands are (the predicate of a select aside)."""
 _EXTREMA = frozenset(["maximum", "minimum", "or", "and"])
 _MAX_LOOP_ROUNDS = 8
 _MAX_CALL_DEPTH = 32
@@ -79,6 +82,10 @@ class Val:
     alike: frozenset[int] | None = None
     """Axes along which the value varies at most with other owners' row-aligned data
     (None: only along its uniform axes)."""
+    ident: int = 0
+    """A row-wise value of p's: its number in the analysis (0: none)."""
+    base: int = 0
+    """A row-wise value of p's that is another (``ident``) plus or minus a constant."""
 
     def alike_axes(self) -> frozenset[int]:
         return self.uniform if self.alike is None else self.alike | self.uniform
@@ -92,6 +99,7 @@ class _Flows:
         self.module = module
         self.observed: Label = None
         self._calls: dict[tuple[str, tuple[Val, ...]], list[Val]] = {}
+        self._idents = 0
 
     # -- functions, blocks, control flow
     def call(self, name: str, inputs: Sequence[Val], depth: int = 0) -> list[Val] | None:
@@ -143,6 +151,10 @@ class _Flows:
                         if t is None or t.shape:  # a scalar (an index) varies along no axis
                             common &= v.alike_axes()
                     out = replace(out, alike=common if ins else None)
+                out = _selecting(op.kind, ins, out)
+                if _is_rowwise(out.label):
+                    self._idents += 1
+                    out = replace(out, ident=self._idents, base=_shifted(op.kind, ins))
                 return [out] * n if op.kind != "sort" else [Val(out.label)] * n
         return [Val(raw([v.label for v in ins] + _region_reads(op.regions, env)))] * n
 
@@ -199,7 +211,7 @@ class _Flows:
             return Val(raw([v.label for v in ins]))
         if kind in ELEMENTWISE or kind in PRESERVING:
             if kind == "select" and all(_is_rowwise(v.label) for v in ins[1:]):
-                ins = [_piecewise(ins[0], ins[1:]), *ins[1:]]
+                ins = [_piecewise(ins[0], *ins[1:]), *ins[1:]]
             return _elementwise(ins, kind in PRESERVING, _fold(kind, ins))
         if kind == "compare":
             return _compare(ins)
@@ -230,7 +242,7 @@ class _Flows:
         return _indexing(ins)
 
     def reduction(self, op: Op, ins: list[Val]) -> Val | None:
-        kinds = {o.kind for region in op.regions for o in region.ops} - {"return"}
+        sums = _sums(op)
         dims = tuple(op.attrs["dimensions"])
         half = len(ins) // 2
         value = ins[0] if half == 1 else Val(join_all(v.label for v in ins[:half]))
@@ -240,17 +252,31 @@ class _Flows:
             return None
         uniform = _drop_axes(value.uniform, dims)
         if label is None or not label.mine:
-            return Val(label if kinds <= _SUMS else impure(label), uniform,
+            return Val(label if sums else impure(label), uniform,
                        alike=_drop_axes(value.alike_axes(), dims))
         if label.form != "rowwise" or label.axis is None:
             return Val(impure(label), uniform)
         if label.outer is not None:
-            if label.axis not in dims or not kinds <= _SUMS:
+            if label.axis not in dims or not sums:
                 return Val(raw([label]), uniform)
             return Val(aggregated(label, whole=label.outer in dims), uniform)
         if label.axis not in dims:
             return Val(_renumber(label, dims), uniform)
-        return Val(aggregated(label) if kinds <= _SUMS else raw([label]), uniform)
+        return Val(aggregated(label) if sums else raw([label]), uniform)
+
+
+def _sums(op: Op) -> bool:
+    """Whether ``reduce`` ``op`` adds up its operands: its body returns, for each operand
+    ``j``, ``add`` of the accumulator ``j`` and the element ``j`` (in either order) and
+    does nothing else (``lambda a, b: b`` keeps one element, ``b + b`` doubles one)."""
+    if len(op.regions) != 1:
+        return False
+    body = op.regions[0]
+    half = len(body.args) // 2
+    adds = {o.results[0]: set(o.operands) for o in body.ops if o.kind == "add"}
+    return len(body.ops) == half + 1 and len(body.returned()) == half and all(
+        adds.get(r) == {body.args[j], body.args[j + half]}
+        for j, r in enumerate(body.returned()))
 
 
 # -- values p does not own: constants and their uniform axes
@@ -294,11 +320,16 @@ def _fold(kind: str, ins: list[Val]) -> float | None:
 
 def _alike(ins: list[Val], label: Flow) -> bool:
     """Whether every operand that is not ``label``'s row-wise value is the same for each
-    of its rows: uniform along the row axis, or other owners' row-aligned data (a mask
-    among them gates the rows: `combine` marks that)."""
+    of its rows: uniform along the row axis, or other owners' mask (which gates the rows:
+    `combine` marks that). Where p's rows enter only as a mask, other owners' values may
+    vary along them: p's data then selects their rows (a group-by over p's keys), and
+    `_elementwise` gates the result."""
+    selecting = all(v.label.mask for v in ins if _is_rowwise(v.label))
     for v in ins:
         lab = v.label
         if lab is not None and lab.mine and lab.form == "rowwise":
+            continue
+        if selecting and lab is not None:
             continue
         if label.axis is not None and label.axis not in v.alike_axes():
             return False
@@ -307,15 +338,44 @@ def _alike(ins: list[Val], label: Flow) -> bool:
     return True
 
 
-def _piecewise(pred: Val, branches: list[Val]) -> Val:
-    """The predicate of a choice between two row-wise values of p's: each row chooses
-    between two functions of itself (a floor division's rounding), which is row-wise, not
-    a selection of rows, whatever the predicate is."""
+def _selecting(kind: str, ins: list[Val], out: Val) -> Val:
+    """``out`` of an op on other owners' data: a 0/1 selection of rows (a mask, alike
+    along every axis since it weights each row it keeps alike) if it is a comparison, or
+    moves, converts or combines with ``and``, ``or``, ``not``, ``multiply`` or ``select``
+    nothing but masks; any other value of theirs is not a selection."""
+    label = out.label
+    if label is None or label.mine or not label.mask:
+        return out
+    operands = ins[1:] if kind == "select" else ins
+    if kind == "compare" or (kind in _MASK_KEEPING and all(
+            v.label is not None and v.label.mask for v in operands)):
+        return replace(out, alike=ALL)
+    return replace(out, label=replace(label, mask=False))
+
+
+def _shifted(kind: str, ins: list[Val]) -> int:
+    """The ``ident`` of the row-wise operand of ``kind`` (``add``, ``subtract``) that a
+    constant alike for every row shifts (0: the result is no such shift)."""
+    if kind not in ("add", "subtract") or len(ins) != 2:
+        return 0
+    value, shift = ins
+    if kind == "add" and value.label is None:
+        value, shift = shift, value
+    return value.ident if shift.label is None and shift.uniform == ALL else 0
+
+
+def _piecewise(pred: Val, a: Val, b: Val) -> Val:
+    """The predicate of a choice between two row-wise values of p's. Where one is the
+    other shifted by a constant (a floor division's rounding), each row's value is the
+    other plus that constant times the predicate: a row-wise function, so the predicate
+    selects no rows. Otherwise a predicate on p's data selects rows (``where(x > t, x,
+    x * 0)`` keeps the rows above ``t``): a mask, which gates them."""
     lab = pred.label
     if lab is None or not lab.mine:
         return pred
-    mask = all(b.label is not None and b.label.mask for b in branches)
-    return replace(pred, label=replace(lab, mask=mask))
+    rounding = bool(a.ident) and (a.base == b.ident or b.base == a.ident)
+    masks = a.label is not None and a.label.mask and b.label is not None and b.label.mask
+    return replace(pred, label=replace(lab, mask=masks or not rounding))
 
 
 def _elementwise(ins: list[Val], preserving: bool, const: float | None = None) -> Val:
@@ -327,8 +387,12 @@ def _elementwise(ins: list[Val], preserving: bool, const: float | None = None) -
     label: Label = None
     for v in ins:
         label = combine(label, v.label)
-    if label is not None and label.form == "rowwise" and not _alike(ins, label):
-        label = raw([label])
+    if label is not None and label.form == "rowwise":
+        if not _alike(ins, label):
+            label = raw([label])
+        elif label.mask and any(v.label is not None and not v.label.mine and not v.label.mask
+                                for v in ins):
+            label = masked(label)
     return Val(label, uniform, const)
 
 
@@ -585,8 +649,8 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
         return Val(raw([lab, other.label]))
     olab = other.label
     row_axis = lab.axis
-    if olab is not None and olab.mask:
-        lab = masked(lab)
+    if olab is not None and (olab.mask or (lab.mask and not olab.mine)):
+        lab = masked(lab)  # rows selected by a mask: another owner's, or p's of their values
     for group in (contract, batch):
         if row_axis in group[i]:
             pos = group[1 - i][group[i].index(row_axis)]
@@ -627,8 +691,10 @@ def _is_rowwise(label: Label) -> bool:
 
 def _aligned(lab: Flow, other: Val, pos: int) -> bool:
     """Whether ``other``'s axis ``pos`` weights ``lab``'s rows alike: other owners'
-    row-aligned data, or a value uniform along that axis."""
-    return pos in other.alike_axes()
+    row-aligned mask, or a value uniform along that axis; where ``lab`` is p's mask, any
+    value of other owners (p's data selects their rows)."""
+    return pos in other.alike_axes() or (lab.mask and other.label is not None and
+                                         not other.label.mine)
 
 
 def _region_reads(regions: Sequence[Block], env: dict[int, Val]) -> list[Label]:
@@ -641,14 +707,21 @@ def _region_reads(regions: Sequence[Block], env: dict[int, Val]) -> list[Label]:
     return reads
 
 
+def _selection(label: Label) -> frozenset[int] | None:
+    """The axes along which a value entering a function weights p's rows alike: every
+    axis for another owner's mask (a 0/1 selection of rows, which gates them); none known
+    for other values (another owner's real values weight rows unequally)."""
+    return ALL if label is not None and not label.mine and label.mask else None
+
+
 def _carried(label: Label) -> Val:
-    """A loop-carried value: its label (other owners' data stays row-aligned)."""
-    return Val(label, alike=ALL if label is not None and not label.mine else None)
+    """A loop-carried value: its label (other owners' masks stay selections)."""
+    return Val(label, alike=_selection(label))
 
 
 def _arg(label: Label, t: Tensor | None) -> Val:
     """An argument: uniform along its unit axes (a scalar: along every axis)."""
-    alike = ALL if label is not None and not label.mine else None
+    alike = _selection(label)
     if t is None:
         return Val(label, alike=alike)
     if not t.shape:

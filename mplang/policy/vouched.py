@@ -17,6 +17,12 @@ A function that releases its result with noise calibrated to a privacy loss
 flow rule labels its outputs as a ``dp`` release of that epsilon
 (`mplang.policy.dp_flows`). A driver that names a smaller epsilon than the noise the
 op adds gets StableHLO that differs from the members' own, and no vouching.
+
+A function whose release its owners approve by name (a policy's ``approve:
+- {library: mplang.libs.linear.train_vertical_lr, to: [...]}``) registers itself with
+`approvable`, naming the public function it serves; vouched for the same way, its
+outputs are labelled ``approved`` (`mplang.policy.labels.approved`), whatever its
+inputs: an approval trusts the function with any inputs and static arguments.
 """
 
 from __future__ import annotations
@@ -61,7 +67,17 @@ class Releasing:
     mechanism: str
 
 
-_REGISTRY: dict[str, Suppressing | Releasing] = {}
+@dataclass(frozen=True)
+class Approvable:
+    """A registered function whose outputs are the release of public library function
+    ``release`` (``mplang.libs.linear.train_vertical_lr``), which owners approve by name."""
+
+    fn: Callable[..., Any]
+    release: str
+
+
+Entry = Suppressing | Releasing | Approvable
+_REGISTRY: dict[str, Entry] = {}
 _NAMES: dict[Callable[..., Any], str] = {}
 
 
@@ -79,7 +95,13 @@ def releasing(epsilon_arg: int, members_arg: int, mechanism: str) -> Callable[[F
     return lambda fn: _register(fn, Releasing(fn, epsilon_arg, members_arg, mechanism))
 
 
-def _register(fn: F, entry: Suppressing | Releasing) -> F:
+def approvable(release: str) -> Callable[[F], F]:
+    """Register a device function of ``mplang.libs`` whose outputs are the release of the
+    public function ``release`` of the same module (its name there)."""
+    return lambda fn: _register(fn, Approvable(fn, f"{fn.__module__}.{release}"))
+
+
+def _register(fn: F, entry: Entry) -> F:
     name = f"{fn.__module__}.{fn.__qualname__}"
     if not name.startswith(LIBRARY_PACKAGE):
         raise ValueError(f"{name}: only functions of {LIBRARY_PACKAGE[:-1]} register here")
@@ -98,7 +120,7 @@ def library_attrs(fn: Callable[..., Any]) -> dict[str, Any]:
     return {"library": name, "library_args": static}
 
 
-def _lookup(name: str) -> Suppressing | Releasing | None:
+def _lookup(name: str) -> Entry | None:
     if name not in _REGISTRY and name.startswith(LIBRARY_PACKAGE):
         try:
             importlib.import_module(name.rpartition(".")[0])
@@ -123,7 +145,7 @@ def _derived(name: str, static: tuple[int | float, ...], in_types: tuple[TensorT
 
 
 def vouched(op: Operation, stablehlo: str, derive: Derive,
-            in_types: tuple[TensorType, ...] | None = None) -> Suppressing | Releasing | None:
+            in_types: tuple[TensorType, ...] | None = None) -> Entry | None:
     """The registered function that device op ``op`` names, if its StableHLO
     ``stablehlo`` is what this member derives for its inputs' types (``in_types``, default
     the op's attribute); None otherwise."""
@@ -139,9 +161,11 @@ def vouched(op: Operation, stablehlo: str, derive: Derive,
     return entry
 
 
-def _valid(entry: Suppressing | Releasing, static: tuple[int | float, ...]) -> bool:
+def _valid(entry: Entry, static: tuple[int | float, ...]) -> bool:
     """Whether ``static`` gives ``entry`` a valid bound: ``min_rows`` an int >= 1, or
-    ``epsilon`` a number > 0."""
+    ``epsilon`` a number > 0 (an approved function takes any)."""
+    if isinstance(entry, Approvable):
+        return True
     if isinstance(entry, Releasing):
         if not 0 <= max(entry.epsilon_arg, entry.members_arg) < len(static):
             return False

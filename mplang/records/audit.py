@@ -71,10 +71,12 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from mplang.edsl.graph import Graph, Operation
+from mplang.policy.ledger import exact
 from mplang.util.tables import html_table
 
 PLAINTEXT = "plaintext"
@@ -396,11 +398,13 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> Audit
             refund = e.get("action") == "refund"
             for source, eps in e["epsilon"].items():
                 spend = budget.setdefault(str(e.get("node")), {}).setdefault(
-                    str(source), {"spent": 0.0, "charges": 0, "refunds": 0})
-                spend["spent"] += -float(eps) if refund else float(eps)
+                    str(source), {"spent": Fraction(), "charges": 0, "refunds": 0})
+                spend["spent"] += -exact(eps) if refund else exact(eps)
                 spend["refunds" if refund else "charges"] += 1
         elif name == "malformed":
             malformed.append(e["where"])
+    for spends in budget.values():  # added exactly, shown as the float nearest the sum
+        spends.update({s: {**c, "spent": float(c["spent"])} for s, c in spends.items()})
     return AuditSummary({
         "nodes": nodes,
         "executions": {"requests": sum(verdicts.values()), "distinct": len(exec_ids),

@@ -359,3 +359,21 @@ def test_mplang_audit_of_a_missing_log_fails_clearly(tmp_path: Path,
     assert main(["audit", str(tmp_path / "nope.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mplang audit: ") and "nope.jsonl" in err
+
+
+def test_the_budget_spent_adds_exactly(capsys: pytest.CaptureFixture[str]) -> None:
+    """Ten charges of 0.1 spend 1; 0.1 + 0.2, less a refund of 0.1, spend 0.2: no float
+    noise in the report or its JSON."""
+    def event(eps: float, source: str, action: str = "charge") -> dict[str, Any]:
+        return {"event": "budget", "node": "node_0", "action": action, "program": "p",
+                "epsilon": {source: eps}}
+
+    summary = summarize([event(0.1, "a.npy")] * 10 + [
+        event(0.1, "b.npy"), event(0.2, "b.npy"), event(0.1, "b.npy", "refund")])
+    assert summary["budget"]["node_0"] == {
+        "a.npy": {"spent": 1.0, "charges": 10, "refunds": 0},
+        "b.npy": {"spent": 0.2, "charges": 2, "refunds": 1}}
+    assert "0000000" not in json.dumps(summary)
+    assert str(summary).splitlines()[-2:] == [
+        "privacy budget of node_0: a.npy: epsilon 1 spent (10 charges, 0 refunds)",
+        "privacy budget of node_0: b.npy: epsilon 0.2 spent (2 charges, 1 refunds)"]

@@ -215,7 +215,7 @@ def test_one_shared_customer_singled_out_of_the_join_is_refused(
             rf"op spu\.reveal at test_examples_policies\.py:\d+ sends {w}, aggregate over a "
             rf"data-dependent number of rows of {source}\.csv, to {to}; aggregate it in the "
             r"secure device with groups of at least min_rows rows enforced at run time "
-            r"\(mplang\.libs\.groupby\), or allow-list the program digest in "
+            r"\(mplang\.libs\.groupby\), or add approve: - \{program: [0-9a-f]{64}\} in "
             rf"\S+/policies/{node}\.yaml" for w, to in (x.split("|") for x in what))
 
     refusal = r"^party {} \(node_{} at https://127\.0\.0\.1:\d+\) refused a program of \d+ " \

@@ -102,7 +102,8 @@ def test_revealing_the_other_party_s_input_is_refused_before_anything_runs(
     assert re.search(r"party 1 \(node_1 at \S+\) refused a program of \d+ ops: node_1 "
                      r"refuses the program: op spu\.reveal at test_policies\.py:\d+ sends the "
                      r"value revealed from SP0, row-wise \(raw\) values of x\.npy, to node_0; "
-                     r"add node_0 to plaintext_to, or the program digest to programs", message), \
+                     r"approve this program alone with approve: - \{program: [0-9a-f]{64}\}",
+                     message), \
         message
     # node_0 accepted (its own data may come back to it), but ran nothing: no end event
     new = read_events([audit / "node_0.jsonl"])
@@ -141,7 +142,7 @@ def test_the_driver_never_gets_a_party_s_raw_data(
     assert refused.status == 403
     assert re.match(r"party 1 \(node_1 at \S+\) refused (a fetch|op \S+|a program of \d+ ops): "
                     r"(node_1|party 1) refuses ", str(refused)), refused
-    assert "x.npy" in str(refused) and "add driver to plaintext_to" in str(refused)
+    assert "x.npy" in str(refused) and "plaintext_to would give driver every row" in str(refused)
 
 
 def test_a_secret_share_is_refused_at_fetch(workers: tuple[LocalCluster, Path]) -> None:
@@ -169,7 +170,8 @@ def test_stored_raw_data_sent_on_is_refused_when_it_would_run(
     assert refused.status == 403
     assert re.match(r"party 2 \(node_2 at \S+\) refused op simp\.shuffle_static: node_2 "
                     r"refuses the program: op simp\.shuffle_static at test_policies\.py:\d+ "
-                    r".*x\.npy, to node_0; add node_0 to plaintext_to", str(refused)), refused
+                    r".*x\.npy, to node_0; approve this program alone with approve: ",
+                    str(refused)), refused
 
 
 def test_a_driver_program_cannot_overwrite_a_party_s_input(

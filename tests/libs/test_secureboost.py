@@ -189,7 +189,7 @@ def test_a_passive_party_policy_must_allow_the_reveals(tmp_path: Path) -> None:
                 with pytest.raises(MPRefusedError, match=r"node_1 refuses the program: op "
                                    r"phe\.decrypt at test_secureboost\.py:\d+ sends the "
                                    r"plaintext it decrypts, raw of passive\.npy, to node_0; "
-                                   r"add node_0 to plaintext_to"):
+                                   r"approve this program alone with approve: "):
                     model.fit(sim, *args)
                 continue
             proba = model.fit(sim, *args).predict_proba(sim, args[0], args[1])

@@ -123,9 +123,10 @@ def test_policy_verdict_allows_the_aggregate_and_refuses_the_raw_copy() -> None:
         CHECK-SAME:   allowed: rule {to: [node_1], when: aggregate, min_rows: 4}
         CHECK-NEXT: row-wise (raw) values of salaries.npy -> node_2 ({{.*}}payroll.py:8): REFUSED
         CHECK-NEXT: op simp.shuffle_static at payroll.py:8 sends the value party 0 sends,
-        CHECK-SAME:   row-wise (raw) values of salaries.npy, to node_2; add node_2 to
-        CHECK-SAME:   plaintext_to, or the program digest to programs (row-wise or raw values
-        CHECK-SAME:   are never declassified by aggregate or compare rules) in node_0.yaml
+        CHECK-SAME:   row-wise (raw) values of salaries.npy, to node_2; approve this program
+        CHECK-SAME:   alone with approve: - {program: DIGEST} (row-wise or raw values are never
+        CHECK-SAME:   declassified by aggregate or compare rules; plaintext_to would give node_2
+        CHECK-SAME:   every row of every program) in node_0.yaml
         CHECK-NOT:  payroll.py:7
     """)
 

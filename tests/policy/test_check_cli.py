@@ -14,8 +14,7 @@ import mplang as mp
 from mplang import tensor
 from mplang.cli.main import main
 from mplang.cluster.local import init_cluster
-
-RAW_HINT = "(row-wise or raw values are never declassified by aggregate or compare rules)"
+from tests.policy.hints import raw_hint, undigested
 
 
 def _sum_program(tmp_path: Path, reveal: str) -> tuple[Path, Path]:
@@ -74,7 +73,7 @@ def test_check_refuses_a_raw_reveal_and_names_the_rule(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec, program = _sum_program(tmp_path, "raw")
     assert main(["check", "--cluster", str(spec), "--node", "node_1", str(program)]) == 1
-    out = capsys.readouterr().out.splitlines()
+    out = undigested(capsys.readouterr().out).splitlines()
     policy = spec.parent / "policies" / "node_1.yaml"
     assert out[1:] == [
         f"node_1 ({policy}): REFUSES",
@@ -83,11 +82,9 @@ def test_check_refuses_a_raw_reveal_and_names_the_rule(
         "  flow: row-wise (raw) values of x.npy -> driver (program output 0, held by node_0, "
         f"{REVEAL}): REFUSED",
         f"  refused: {REVEAL} sends the value revealed from SP0, row-wise (raw) values of "
-        f"x.npy, to node_0; add node_0 to plaintext_to, or the program digest to programs "
-        f"{RAW_HINT} in {policy}",
+        f"x.npy, to node_0; {raw_hint('node_0')} in {policy}",
         f"  refused: {REVEAL} sends program output 0, held by node_0, row-wise (raw) values "
-        f"of x.npy, to driver; add driver to plaintext_to, or the program digest to programs "
-        f"{RAW_HINT} in {policy}"]
+        f"of x.npy, to driver; {raw_hint('driver')} in {policy}"]
 
 
 def test_check_with_a_given_policy_and_the_digest_allow_list(

@@ -103,6 +103,28 @@ def test_a_histogram_of_two_owners_charges_each(sim: mp.Simulator) -> None:
     assert spent(sim) == {"x.npy": 0.8} and spent(sim, 1) == {"y.npy": 0.8}
 
 
+def test_a_nonnegative_histogram_is_clamped_by_its_receiver(sim: mp.Simulator) -> None:
+    """Noise makes counts of empty groups negative; ``nonnegative`` clamps them at 0 on
+    the receiver after the reveal: the secure device's op (the StableHLO its members vouch
+    for) is the same, the dp rule accepts it, and it costs the same epsilon."""
+    def prog(nonnegative: bool) -> Any:
+        keys = mp.device("P0")(lambda v: v.astype(jnp.int32))(x())  # 11 of 200 groups
+        return dp.noisy_histogram(keys, 200, 0.1, to="P2", nonnegative=nonnegative)
+
+    def release(nonnegative: bool) -> dict[str, Any]:
+        with sim:
+            program = mp.compile(lambda: prog(nonnegative), cluster=sim.cluster)
+        op = next(op for op in program.graph.operations if op.attrs.get("library"))
+        return {k: op.attrs[k] for k in ("library", "library_args", "stablehlo")}
+
+    assert release(True) == release(False)
+    raw = mp.fetch(sim, mp.evaluate(sim, lambda: prog(False)))
+    clamped = mp.fetch(sim, mp.evaluate(sim, lambda: prog(True)))
+    # 189 empty groups, each below 0 with probability 0.49 (scale 20)
+    assert raw.min() < 0 <= clamped.min() and clamped.dtype == np.int32
+    assert spent(sim) == {"x.npy": 0.2}
+
+
 def test_an_exact_aggregate_of_the_same_data_is_refused(sim: mp.Simulator) -> None:
     with pytest.raises(mp.MPRefusedError, match=(
             "sends the value revealed from SP0, aggregate over 100 rows of x.npy, to node_1; "

@@ -29,6 +29,7 @@ from mplang.policy.labels import (
 )
 from mplang.policy.policy import Policy
 from mplang.policy.tensor_flows import Result, transfer
+from tests.policy.hints import raw_hint
 
 X = np.zeros(20, np.float32)
 """A party's 20-row column (its label: `source("x", 20)`)."""
@@ -176,10 +177,12 @@ def test_comparisons_between_owners_and_others_data() -> None:
                                                                     frozenset(["x"]))
     count = flows(lambda x, y: jnp.sum(x < y), X, y, labels=both).outputs[0]
     assert count is not None and count.form == "compare"
+    # not the data as loaded, and another owner's row-aligned values inside a row's
+    # function: no aggregate of x's rows can be made of it
     changed = flows(lambda x, y: x * 2.0 < y, X, y, labels=both).outputs[0]
-    assert changed is not None and changed.form == "rowwise"  # not the data as loaded
+    assert changed is not None and changed.form == "raw"
     summed = flows(lambda x, y: jnp.sum(x + y), X, y, labels=both).outputs[0]
-    assert summed is not None and (summed.form, summed.rows) == ("aggregate", 20)
+    assert summed is not None and summed.form == "raw"
     gated = flows(lambda x, y: jnp.sum(x * (y > 3)), X, y, labels=both).outputs[0]
     assert gated is not None and (gated.form, gated.gated, gated.rows) == ("aggregate", True,
                                                                          None)
@@ -357,8 +360,7 @@ INIT = Policy.parse(DEV_POLICY.format(node="node_0", drivers="driver",
                     "node_0.yaml")
 """node_0's policy as `mplang init` writes it."""
 TO_DRIVER = "op simp.pcall at flows.py:3 sends program output 0, held by node_0, "
-RAW = ("add driver to plaintext_to, or the program digest to programs (row-wise or raw "
-       "values are never declassified by aggregate or compare rules) in node_0.yaml")
+RAW = raw_hint("driver") + " in node_0.yaml"
 
 
 @pytest.mark.parametrize("body, out, flow", [
@@ -379,8 +381,8 @@ def test_programs_the_init_policy_accepts(body: str, out: Any, flow: str) -> Non
     (THRESHOLD, BOOLS, [f"{TO_DRIVER}row-wise (raw) values of salaries.npy, to driver; {RAW}"]),
     (ONE_ROW, SCALAR, [
         f"{TO_DRIVER}aggregate over 1 rows of salaries.npy, to driver; add a rule {{to: "
-        "[driver], when: aggregate, min_rows: 1} to declassify, or the program digest to "
-        "programs in node_0.yaml"]),
+        "[driver], when: aggregate, min_rows: 1} to declassify, or approve: - {program: "
+        "DIGEST} in node_0.yaml"]),
     (LOOP, SCALAR, [
         f"op tensor.run_jax at flows.py:4 sends the run time of a loop or branch that depends "
         f"on it, row-wise (raw) values of salaries.npy, to {who}; "

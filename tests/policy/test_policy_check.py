@@ -15,9 +15,9 @@ from mplang.dialects import simp, table, tensor
 from mplang.policy import Policy, PolicyError, check
 from mplang.policy.labels import Rows, combine, join, smallest_part, source
 from mplang.policy.tensor_flows import transfer
+from tests.policy.hints import raw_hint
 
 CLUSTER = mp.ClusterSpec.simple(2)
-RAW_HINT = "(row-wise or raw values are never declassified by aggregate or compare rules)"
 
 
 def load(party: int, n: int = 10) -> mp.MPObject:
@@ -67,8 +67,8 @@ def test_plaintext_to_another_party_refused_then_allowed() -> None:
     assert not v.accepted and len(v.reasons) == 1
     assert v.reasons[0].startswith("op simp.shuffle_static at test_policy_check.py:")
     assert v.reasons[0].endswith(
-        "sends the value party 0 sends, row-wise (raw) values of x.npy, to node_1; add node_1 "
-        f"to plaintext_to, or the program digest to programs {RAW_HINT} in the default policy")
+        "sends the value party 0 sends, row-wise (raw) values of x.npy, to node_1; "
+        f"{raw_hint('node_1')} in the default policy")
     assert check(g, 2, 0, policy("plaintext_to: [node_1]\n"), outputs_fetchable=False).accepted
     fetched = check(g, 2, 0, policy("plaintext_to: [node_1]\n"))  # node_1's copy is an output
     assert not fetched.accepted and len(fetched.reasons) == 1
@@ -83,7 +83,7 @@ def test_plaintext_to_driver_refused() -> None:
     v = check(g, 2, 0, Policy.default())
     assert not v.accepted
     assert "sends program output 0, held by node_0, row-wise (raw) values of x.npy, to driver; " \
-        "add driver to plaintext_to" in v.reasons[0]
+        f"{raw_hint('driver')}" in v.reasons[0]
     assert check(g, 2, 0, policy("plaintext_to: [driver]\n")).accepted
     assert check(g, 2, 0, Policy.default(), outputs_fetchable=False).accepted
 
@@ -154,7 +154,7 @@ def test_aggregate_gated_by_another_party_s_mask_has_no_static_row_count() -> No
     assert v.reasons[0].endswith(
         "sends the value revealed from SP0, aggregate over a data-dependent number of rows of "
         "x.npy, to node_0; aggregate it in the secure device with groups of at least min_rows "
-        "rows enforced at run time (mplang.libs.groupby), or allow-list the program digest in "
+        "rows enforced at run time (mplang.libs.groupby), or add approve: - {program: DIGEST} in "
         "p.yaml")
 
 

@@ -70,7 +70,7 @@ def test_a_program_revealing_raw_data_is_refused_at_accept(sim: mp.Simulator) ->
     error = refused(lambda: mp.evaluate(sim, steal))
     assert str(error).startswith("node_1 refuses the program: op spu.reveal at "
                                  "test_refusals.py:"), error
-    assert "x.npy, to node_0; add node_0 to plaintext_to" in str(error)
+    assert "x.npy, to node_0; approve this program alone with approve: - {program: " in str(error)
     assert error.status == 403
 
 
@@ -83,7 +83,7 @@ def test_stored_raw_data_sent_on_is_refused_when_it_would_run(sim: mp.Simulator)
                                         mode="standard"))
     assert str(error).startswith("node_1 refuses the program: op simp.shuffle_static at "
                                  "test_refusals.py:"), error
-    assert "x.npy, to node_0; add node_0 to plaintext_to" in str(error)
+    assert "x.npy, to node_0; approve this program alone with approve: - {program: " in str(error)
 
 
 @pytest.mark.parametrize("mode", ["launch", "standard"])
@@ -93,7 +93,7 @@ def test_the_driver_never_gets_a_party_s_raw_data(sim: mp.Simulator, mode: Mode)
     error = refused(lambda: mp.fetch(sim, mp.evaluate(sim, lambda: loaded(0), mode=mode)))
     assert str(error).startswith(("node_0 refuses the program: op simp.pcall at "
                                   "test_refusals.py:", "node_0 refuses")), error
-    assert "x.npy" in str(error) and "add driver to plaintext_to" in str(error)
+    assert "x.npy" in str(error) and "plaintext_to would give driver every row" in str(error)
     total = mp.evaluate(sim, lambda: simp.pcall((0,), jnp.sum, loaded(0)))
     assert float(mp.fetch(sim, total)[0]) == float(np.sum(X))  # an aggregate may go
 

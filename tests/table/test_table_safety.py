@@ -205,12 +205,13 @@ def test_a_party_s_table_data_is_its_data_for_its_policy(base: Path) -> None:
         with pytest.raises(PolicyRefusedError, match=(
                 r"node_0 refuses the program: op simp\.pcall at test_table_safety\.py:\d+ "
                 r"sends program output 0, held by node_0, row-wise \(raw\) values of a\.csv, "
-                r"to driver; add driver to plaintext_to")):
+                r"to driver; approve this program alone with approve: ")):
             mp.evaluate(strict, read)
         kept = mp.evaluate(strict, read, mode="standard")  # one op at a time: judged at fetch
         with pytest.raises(PolicyRefusedError, match=r"node_0 refuses to send object .* to the "
                                                      r"driver: it is row-wise \(raw\) values "
-                                                     r"of a\.csv; add driver to plaintext_to"):
+                                                     r"of a\.csv; approve this program alone "
+                                                     r"with approve: "):
             mp.fetch(strict, kept)
         with pytest.raises(PolicyRefusedError, match=r"sends program output 0, held by node_0, "
                                                      r"raw of a\.csv, to driver"):
