@@ -21,9 +21,13 @@ the run. Three programs run:
    receives its own part of the model (its weights), and the bank the model's
    accuracy on the joined customers, computed on the SPU.
 
-Each program reveals only what the policies ``mplang init`` writes let out
+The first two reveal only what the policies ``mplang init`` writes let out
 (``docs/privacy.md``): a comparison (the count), and aggregates over at least 10 of
-the rows the join kept (each holder checks that count at run time). The group means
+the rows the join kept (each holder checks that count at run time). The regression
+weights each party's rows by the other's real values, which no rule lets out: each
+party approves the library in its policy (``approve: - {library: mplang.libs.linear,
+to: [node_0, node_1, driver]}``: the weights, the predictions kept on the SPU and the
+accuracy), and each member checks that the SPU runs the library's own functions. The group means
 and the model are two programs because one program releasing both is refused: the
 groups and the whole set of joined rows are chosen by data, and subtracting the
 releases could isolate fewer rows than ``min_rows``. (Across programs, the policies'
@@ -43,7 +47,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
@@ -115,8 +118,7 @@ def joint_model(epochs: int = 100) -> Any:
         w0, w1 = linear.train_vertical_lr(features, t["y"], epochs=epochs, lr=0.5,
                                           device="SP0", batch_size=None)
         predicted = linear.predict(features, [w0, w1], device="SP0", to=None)
-        accuracy = mp.device("SP0")(lambda p, y: jnp.mean(p == y))(predicted, t["y"])
-        return mp.put("P0", accuracy), w0, w1
+        return linear.accuracy(predicted, t["y"], device="SP0", to="P0"), w0, w1
 
     return program
 

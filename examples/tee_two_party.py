@@ -18,9 +18,12 @@ a published key and T0 reports its own measurement, so it shows the protocol,
 not a hardware guarantee. With real hardware: T0's host cannot read the
 enclave; here node_2 sees both vectors.
 
-What leaves the enclave is what ``mplang init``'s policies allow: the payroll is an
-aggregate over each party's 12 rows (at least ``min_rows``, 10), and "Alice pays
-more" compares Alice's salaries with Bob's, position by position (``compare``).
+What leaves the enclave: the payroll is an aggregate over each party's 12 rows (at
+least ``min_rows``, 10), which ``mplang init``'s policies let out; "Alice pays more"
+compares Alice's salaries with Bob's position by position, which tells each position's
+order, so no rule lets it out: on workers, Alice and Bob each review this program and
+approve it by its digest (``approve: - {program: DIGEST}``; ``mplang check`` prints
+the digest, and a refusal the entry).
 Each party reads its salaries on its own side (``tensor.load``); this demo writes
 both files into temporary data roots first (``mplang.libs.demo.simulated``).
 

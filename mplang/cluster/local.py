@@ -86,6 +86,9 @@ protocols: [{protocols}]  # secure-device protocols accepted{protocol_note}
 # PSI protocols it joins with: those that reveal only their result (docs/psi.md)
 psi_protocols: [rr22, kkrt, ecdh, ecdh_cardinality, aby3]
 programs: []              # digests of programs allowed to reveal anything (mplang check)
+# releases {node} approves by name: library functions ({{library: mplang.libs.linear,
+# to: [node_0]}}) or a reviewed program ({{program: DIGEST}}); refusals print the entry
+approve: []
 max_uses: {{}}              # uploaded object -> how many executions may use it
 writes: []                # files programs may write in {node}'s data root (none; e.g. out/*.csv)
 declassify:               # what may be revealed of values computed from {node}'s data

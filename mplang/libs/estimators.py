@@ -27,7 +27,8 @@ from mplang.edsl.errors import MPLangError, MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.location import mark_library
 from mplang.libs import linear, secureboost
-from mplang.libs.aggregation import device_value, reveal
+from mplang.libs.aggregation import bind, device_value, reveal
+from mplang.policy.vouched import approvable
 
 mark_library(__file__)
 
@@ -78,6 +79,7 @@ def _two_columns(p: Any) -> Any:
     return jnp.stack([1.0 - p, p], axis=1)
 
 
+@approvable("score")
 def _correct(predicted: Any, y: Any) -> Any:
     return jnp.sum(predicted == y.reshape(-1).astype(predicted.dtype), dtype=jnp.int32)
 
@@ -90,7 +92,7 @@ def _accuracy(device: str, to: str | None, predicted: Any, y: Any) -> Any:
     """The fraction of rows whose prediction is ``y``'s: the count made on ``device``
     (exact) and divided where it is revealed (in fixed point, a division by the row
     count would be off by about rows * 2**-19)."""
-    count = reveal(mp.device(device)(_correct)(predicted, y), to)
+    count = reveal(mp.device(device)(bind(_correct))(predicted, y), to)
     rows = device_value("score", predicted, "the predictions").shape[0]
     if not isinstance(rows, int):
         raise MPTypeError(f"score: the row count must be known while tracing, got {rows}")

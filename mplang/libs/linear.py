@@ -34,8 +34,9 @@ from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import TensorType
 from mplang.libs.aggregation import bind, device_value, on_party, reveal, secure_device
+from mplang.policy.vouched import approvable
 
-__all__ = ["predict", "predict_proba", "train_vertical_lr"]
+__all__ = ["accuracy", "predict", "predict_proba", "train_vertical_lr"]
 
 
 def _party_device(op: str, x: MPObject, what: str) -> str:
@@ -73,7 +74,8 @@ def _number(op: str, name: str, value: Any, allow_zero: bool = False) -> float:
     return float(value)
 
 
-def _train(epochs: int, lr: float, batch: int, l2: float, intercept: bool, y: Any,
+@approvable("train_vertical_lr")
+def _train(epochs: int, lr: float, batch: int, l2: float, intercept: int, y: Any,
            *xs: Any) -> tuple[Any, ...]:
     """Mini-batch gradient descent from zero weights (``batch`` 0: the full batch); the
     weights split per party (the intercept last)."""
@@ -152,7 +154,7 @@ def train_vertical_lr(features: Sequence[Any], labels: Any, epochs: int = 10, lr
                           "mini-batches are not: pass batch_size=None (the full batch)")
     else:
         batch = min(_positive_int(op, "batch_size", batch_size), rows)
-    intercept = bool(fit_intercept)
+    intercept = int(bool(fit_intercept))  # static arguments a program names: ints, floats
     train = bind(_train, _positive_int(op, "epochs", epochs), _number(op, "lr", lr), batch,
                  _number(op, "l2", l2, allow_zero=True), intercept)
     parts = mp.device(device)(train)(labels, *xs)
@@ -212,10 +214,12 @@ def _scores(op: str, features: Any, weights: Any) -> list[Any]:
     return scores
 
 
+@approvable("predict_proba")
 def _probability(*scores: Any) -> Any:
     return jax.nn.sigmoid(sum(scores[1:], scores[0]))
 
 
+@approvable("predict")
 def _classes(*scores: Any) -> Any:
     return (sum(scores[1:], scores[0]) > 0).astype(jnp.int32)
 
@@ -224,12 +228,12 @@ def _classes(*scores: Any) -> Any:
 def predict_proba(features: Sequence[Any], weights: Sequence[Any], device: str = "SP0",
                   to: str | None = "P0") -> Any:
     """P(label = 1) per row (float32), from each party's partial score added on
-    ``device``; revealed to ``to`` only (None: kept secret on ``device``). One value
-    per row: each party's policy must allow ``to`` its rows (``plaintext_to``), unless
-    the result stays secret for an aggregate (an accuracy) computed on ``device``."""
+    ``device``; revealed to ``to`` only (None: kept secret on ``device``, e.g. for
+    `accuracy`). One value per row: each party approves it (``approve: - {library:
+    mplang.libs.linear.predict_proba, to: [...]}``)."""
     op = "predict_proba"
     secure_device(op, device, to)
-    return reveal(mp.device(device)(_probability)(*_scores(op, features, weights)), to)
+    return reveal(mp.device(device)(bind(_probability))(*_scores(op, features, weights)), to)
 
 
 @function
@@ -240,4 +244,20 @@ def predict(features: Sequence[Any], weights: Sequence[Any], device: str = "SP0"
     Policies as `predict_proba`: one value per row."""
     op = "predict"
     secure_device(op, device, to)
-    return reveal(mp.device(device)(_classes)(*_scores(op, features, weights)), to)
+    return reveal(mp.device(device)(bind(_classes))(*_scores(op, features, weights)), to)
+
+
+@approvable("accuracy")
+def _agreement(predicted: Any, labels: Any) -> Any:
+    return jnp.mean(predicted == labels.reshape(-1).astype(predicted.dtype))
+
+
+@function
+def accuracy(predicted: Any, labels: Any, device: str = "SP0", to: str | None = "P0") -> Any:
+    """The fraction of rows whose ``predicted`` class (on ``device``, e.g. `predict` with
+    ``to=None``) is ``labels``' (0/1, one per row, on a party or ``device``), computed on
+    ``device`` and revealed to ``to`` only: one number. Each party approves it
+    (``approve: - {library: mplang.libs.linear, to: [...]}`` covers training,
+    predictions and this)."""
+    secure_device("accuracy", device, to)
+    return reveal(mp.device(device)(bind(_agreement))(predicted, labels), to)

@@ -14,7 +14,7 @@ from mplang.edsl.graph import Graph, Operation
 from mplang.policy.dp_flows import charges
 from mplang.policy.flows import DRIVER, Analysis, PartyLabels, Send, analyze
 from mplang.policy.labels import Flow, Label, Rows, release_cuts, smallest_part
-from mplang.policy.ledger import BudgetExhausted, Charge, Ledger
+from mplang.policy.ledger import BudgetExhausted, Charge, Ledger, Selection
 from mplang.policy.policy import DRIVER as DRIVER_NAME
 from mplang.policy.policy import DeclassifyRule, Policy
 from mplang.policy.psi_protocols import _psi_protocols
@@ -38,6 +38,8 @@ class Verdict:
     charges: dict[str, float] = field(default_factory=dict)
     """The epsilon the program's differentially private releases spend, per source of
     the party's data (charged when it is accepted: `mplang.policy.ledger`)."""
+    rows: dict[str, list[Selection]] = field(default_factory=dict)
+    """The rows of each source its exact releases combine (recorded with the charge)."""
 
     def message(self, node: str) -> str:
         return f"{node} refuses the program: " + "; ".join(self.reasons)
@@ -46,7 +48,8 @@ class Verdict:
 def judge(policy: Policy, receiver: str, label: Flow, digest: str | None
           ) -> tuple[str | None, DeclassifyRule | None]:
     """Why ``receiver`` may get a value labelled ``label`` (None: it may not), and the
-    aggregate rule that allows it (its ``min_rows`` then bounds overlapping releases)."""
+    aggregate or compare rule that allows it (its ``min_rows`` then bounds overlapping
+    releases, its ``max_releases`` their number)."""
     if policy.may_receive_plaintext(receiver):
         return f"plaintext_to lists {receiver}", None
     if digest is not None and digest in policy.programs:
@@ -60,7 +63,7 @@ def judge(policy: Policy, receiver: str, label: Flow, digest: str | None
                            label.epsilon)
     if rule is None:
         return None, None
-    return f"rule {rule}", rule if rule.when == "aggregate" else None
+    return f"rule {rule}", rule if rule.when in ("aggregate", "compare") else None
 
 
 def _hint(receiver: str, label: Flow, policy: Policy, digest: str | None) -> str:
@@ -90,7 +93,8 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
           names: Sequence[str] | None = None, driver: str | None = None,
           digest: str | None = None, input_labels: Sequence[PartyLabels | None] | None = None,
           outputs_fetchable: bool = True, sends_reach_driver: bool = False,
-          uses: Callable[[str], int] | None = None) -> Verdict:
+          uses: Callable[[str], int] | None = None,
+          past: Callable[[str], list[Selection]] | None = None) -> Verdict:
     """Party ``rank``'s verdict on ``graph`` under ``policy``.
 
     ``names``: node names by rank; ``driver``: the asking driver's name (checked
@@ -99,7 +103,8 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
     ``outputs_fetchable``, every output derived from this party's data, whoever holds
     it, is a flow to the driver; with ``sends_reach_driver`` (one op at a time, where
     a holder cannot judge a later fetch), so is every copy sent to another party;
-    ``uses(name)``: how many executions used an uploaded object so far (``max_uses``).
+    ``uses(name)``: how many executions used an uploaded object so far (``max_uses``);
+    ``past(source)``: the earlier programs' releases of a source (`Ledger.selections`).
     """
     names = list(names) if names is not None else [f"node_{r}" for r in range(world_size)]
     analysis, outs = analyze(graph, world_size, rank, input_labels, whole=outputs_fetchable)
@@ -136,7 +141,9 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
         sends += held
     verdict.reasons += [r for r in analysis.refusals if r not in verdict.reasons]
     verdict.charges = charges(analysis.releases)
-    _overlaps(allowed, sends, policy, verdict)
+    verdict.rows = _selections(allowed)
+    _overlaps(allowed, sends, policy, verdict, past)
+    _max_releases(allowed, policy, verdict, past)
     _devices(analysis, policy, rank, verdict)
     _psi_protocols(analysis, policy, verdict)
     _uses(analysis, policy, uses, verdict)
@@ -164,14 +171,46 @@ def _output_flows(graph: Graph, outs: list[PartyLabels], names: list[str], verdi
     return sends
 
 
+def _selections(allowed: list[tuple[Send, DeclassifyRule]]) -> dict[str, list[Selection]]:
+    """Per source, the rows each release (one per op) combines and its rule's text: the
+    row sets that data did not choose, or an empty range."""
+    out: dict[str, list[Selection]] = {}
+    for label, rule in {id(s.op): (s.label, r) for s, r in allowed}.values():
+        static = [r for r in label.rowsets if not r.gate and r.hi > r.lo]
+        for name in sorted(label.sources):
+            rows = [r for r in static if name in r.sources] or [Rows(frozenset([name]), 0, 0)]
+            out.setdefault(name, []).extend((r.lo, r.hi, r.step, str(rule)) for r in rows)
+    return out
+
+
+def _max_releases(allowed: list[tuple[Send, DeclassifyRule]], policy: Policy,
+                  verdict: Verdict, past: Callable[[str], list[Selection]] | None) -> None:
+    """Refuse releases past a rule's ``max_releases`` per source, earlier programs'
+    counted."""
+    for name, rows in verdict.rows.items():
+        for rule in {r for _, r in allowed if r.max_releases is not None}:
+            done = sum(1 for *_, text in (past(name) if past else []) if text == str(rule))
+            now = sum(1 for *_, text in rows if text == str(rule))
+            if now and done + now > (rule.max_releases or 0):
+                verdict.reasons.append(
+                    f"its {now} release(s) of {name} under rule {rule} would make "
+                    f"{done + now}, over max_releases {rule.max_releases} in {policy.source}")
+
+
 def _overlaps(allowed: list[tuple[Send, DeclassifyRule]], sends: list[Send], policy: Policy,
-              verdict: Verdict) -> None:
-    """Refuse aggregates whose row sets overlap others' so that subtracting them isolates
-    fewer than ``min_rows`` rows."""
+              verdict: Verdict, past: Callable[[str], list[Selection]] | None) -> None:
+    """Refuse aggregates whose row sets overlap others' (in this program or an earlier
+    one) so that subtracting them isolates fewer than ``min_rows`` rows."""
     released = {r for s in sends if s.label.mine for r in s.label.rowsets}
-    cuts = release_cuts(released)
+    earlier = {name: {Rows(frozenset([name]), lo, hi, step) for lo, hi, step, _ in past(name)
+                      if hi > lo} for name in {n for s, _ in allowed for n in s.label.sources}
+               } if past is not None else {}
+    cuts = release_cuts(released.union(*earlier.values()))
     for send, rule in allowed:
-        part = smallest_part(cuts, send.label.rowsets)
+        if rule.when != "aggregate":
+            continue
+        part = smallest_part(cuts, send.label.rowsets.union(
+            *(earlier.get(name, ()) for name in send.label.sources)))
         if part is not None and part[1] < rule.min_rows:
             isolated = f"isolates {part[0]} of {', '.join(sorted(part[0].sources))}"
         else:
@@ -312,7 +351,8 @@ class Guard:
         the driver fetches them."""
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
                         driver=self.driver_name(driver), digest=digest, uses=uses,
-                        outputs_fetchable=whole, sends_reach_driver=not whole)
+                        outputs_fetchable=whole, sends_reach_driver=not whole,
+                        past=self.ledger.selections)
         charge = self._charge(verdict, digest or "")
         if charge is not None:
             self._pending[graph] = charge
@@ -323,16 +363,18 @@ class Guard:
         """Charge an accepted ``verdict``'s releases to the ledger (None: nothing to
         charge); a charge over the budget refuses it instead (``verdict.accepted`` False,
         with the reason)."""
-        if not verdict.accepted or not verdict.charges:
+        if not verdict.accepted or not (verdict.charges or verdict.rows):
             return None
         try:
-            charge = self.ledger.charge(verdict.charges, self.policy.dp_budget(), program)
+            charge = self.ledger.charge(verdict.charges, self.policy.dp_budget(), program,
+                                        verdict.rows)
         except BudgetExhausted as e:
             verdict.reasons.append(f"the privacy budget is spent: {e} (dp rules of "
                                    f"{self.policy.source})")
             verdict.accepted = False
             return None
-        self._event("charge", program, charge)
+        if charge.epsilons:
+            self._event("charge", program, charge)
         return charge
 
     def refund(self, graph: Graph) -> None:
@@ -340,7 +382,8 @@ class Guard:
         charge = self._pending.pop(graph, None)
         if charge is not None:
             self.ledger.refund(charge)
-            self._event("refund", self._vetted.get(graph, ("",))[0] or "", charge)
+            if charge.epsilons:
+                self._event("refund", self._vetted.get(graph, ("",))[0] or "", charge)
 
     def _event(self, action: str, program: str, charge: Charge) -> None:
         if self.audit is not None:
@@ -367,7 +410,8 @@ class Guard:
             return vetted
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
                         digest=digest, input_labels=inputs, outputs_fetchable=whole,
-                        sends_reach_driver=not whole)
+                        sends_reach_driver=not whole,
+                        past=self.ledger.selections if vetted is None else None)
         if vetted is None:  # not accepted before (one op of a program): charged now
             self._charge(verdict, digest or "")
         if not verdict.accepted:

@@ -240,9 +240,11 @@ def combine(a: Label, b: Label) -> Label:
         return _with_other(a, b)
     if "raw" in (a.form, b.form):
         return raw([a, b])
-    if "approved" in (a.form, b.form):  # a library output with p's rows as they are: raw
-        return raw([a, b]) if "rowwise" in (a.form, b.form) else Flow(
-            "approved", a.sources | b.sources, approved=a.approved | b.approved)
+    if "approved" in (a.form, b.form):  # with p's rows: still rows (raw if revealed)
+        if "rowwise" in (a.form, b.form):
+            rows, other = (a, b) if a.form == "rowwise" else (b, a)
+            return replace(_merged(rows, other), approved=a.approved | b.approved)
+        return Flow("approved", a.sources | b.sources, approved=a.approved | b.approved)
     if "dp" in (a.form, b.form):  # noisy releases together stay one; with exact data, raw
         return Flow("dp", a.sources | b.sources, epsilon=max(a.epsilon, b.epsilon)) \
             if a.form == b.form else raw([a, b])
@@ -250,7 +252,10 @@ def combine(a: Label, b: Label) -> Label:
         other = b if a.form == "compare" else a
         if other.form == "compare":
             return Flow("compare", a.sources | b.sources, rowsets=a.rowsets | b.rowsets)
-        return _merged(other, a if other is b else b)
+        compare = a if other is b else b
+        if other.form == "aggregate" and not compare.rowsets:  # an aggregate times a bit
+            return raw([a, b])  # of one row's comparison shows the bit: no aggregate
+        return _merged(other, compare)
     if a.form == "rowwise" and b.form == "rowwise":
         window = aligned_windows(a.window, b.window)
         if window is None or (a.axis, a.at, a.outer) != (b.axis, b.at, b.outer):
@@ -370,7 +375,7 @@ def smallest_part(released: Iterable[Rows] | dict[str, list[int]], within: Itera
     """
     cuts = released if isinstance(released, dict) else release_cuts(released)
     best: tuple[Rows, int] | None = None
-    for rows in within:
+    for rows in sorted(within, key=lambda r: (sorted(r.sources), r.lo, r.hi, r.step, r.gate)):
         for name in rows.sources:
             points = cuts.get(name, [])
             inside = points[bisect.bisect_left(points, rows.lo):

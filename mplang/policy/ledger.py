@@ -11,6 +11,11 @@ worker keeps the ledger in ``budget.json`` in its state folder, rewritten atomic
 every change, so a restart keeps it (its ``spent``, rounded to floats, is for readers: a
 ledger loading the file adds up the charges not refunded); the simulator keeps it in
 memory.
+
+Each charge also records the rows of each source its exact releases (``aggregate`` and
+``compare``) combined, and the rule that allowed each (`Selection`): a later program is
+judged against them (`mplang.policy.check`), so that two programs cannot be differenced
+into fewer than ``min_rows`` rows, and a rule's ``max_releases`` counts them.
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ def exact(epsilon: float) -> Fraction:
     """``epsilon`` as the shortest decimal that reads as it (0.1 is 1/10, not the float
     nearest 0.1), so that epsilons add exactly as written."""
     return Fraction(repr(float(epsilon)))
+
+
+Selection = tuple[int, int, int, str]
+"""Rows ``[lo, hi)`` of a source (in blocks of ``step`` if nonzero) that one release
+combined (``hi <= lo``: rows not known statically), and the rule that allowed it."""
 
 
 @dataclass(frozen=True)
@@ -97,11 +107,17 @@ class Ledger:
         with self._lock:
             return {s: float(e) for s, e in self._spent.items()}
 
-    def charge(self, epsilons: dict[str, float], budget: float | None, program: str
-               ) -> Charge:
-        """Spend ``epsilons`` (per source) for ``program`` (its digest, for the record), or
-        raise `BudgetExhausted` naming the first source it would take over ``budget``
-        (None: no limit) and spend nothing."""
+    def selections(self, source: str) -> list[Selection]:
+        """The releases of ``source`` that charges not refunded recorded."""
+        with self._lock:
+            return [(lo, hi, step, rule) for c in self._charges if not c["refunded"]
+                    for lo, hi, step, rule in c.get("rows", {}).get(source, ())]
+
+    def charge(self, epsilons: dict[str, float], budget: float | None, program: str,
+               rows: dict[str, list[Selection]] | None = None) -> Charge:
+        """Spend ``epsilons`` (per source) for ``program`` (its digest, for the record) and
+        record its exact releases' ``rows``, or raise `BudgetExhausted` naming the first
+        source it would take over ``budget`` (None: no limit) and spend nothing."""
         with self._lock:
             if budget is not None:
                 for source, eps in sorted(epsilons.items()):
@@ -115,6 +131,8 @@ class Ledger:
             number = len(self._charges)
             self._charges.append({"number": number, "time": round(time.time(), 3),
                                   "program": program, "epsilon": dict(epsilons),
+                                  "rows": {s: [list(r) for r in v] for s, v in
+                                           (rows or {}).items()},
                                   "refunded": False})
             self._save()
             return Charge(number, dict(epsilons))

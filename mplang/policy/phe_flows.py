@@ -3,16 +3,19 @@
 A ciphertext carries its plaintext's label, ``sealed``: holding or receiving it
 reveals nothing, as only the key's maker can decrypt it, and decrypting it is a flow
 of the label to the party that decrypts. In between, rows combine as in a tensor
-program: elementwise with scalars or with other owners' row-aligned values stays
-row-wise, a sum over the row axis is an aggregate, weights that differ by row and
-are nobody's data (the driver's) make the result raw, and sums per bin (histograms)
-are gated by the bins, whose groups' sizes depend on data.
+program, where an aggregate of p's rows sums one row-local function of each row,
+weighted by 0/1 selections only: elementwise with scalars or with p's own aligned
+rows, p's rows stay row-wise, and a sum over the row axis is an aggregate; weighted
+(or shifted) by another owner's mask, or as p's mask selecting another owner's
+values, they are gated (how many rows count depends on data); weighted by anything
+else that differs by row (another owner's real values, p's aggregates, weights the
+driver chose) they are raw. Sums per bin (histograms) are gated by the bins.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeGuard
 
 from mplang.edsl.graph import Operation
 from mplang.policy.flows import Analysis
@@ -41,8 +44,26 @@ def _shape(op: Operation, i: int) -> tuple[Any, ...]:
     return tuple(getattr(op.inputs[i].type, "shape", ()))
 
 
-def _rowwise(label: Label) -> bool:
+def _rowwise(label: Label) -> TypeGuard[Flow]:
     return label is not None and label.mine and label.form == "rowwise"
+
+
+def _selects(lab: Flow, other: Label) -> bool:
+    """Whether ``other`` (not p's rows) weights p's rows ``lab`` by a 0/1 selection, which
+    gates them: it is another owner's mask, or ``lab`` is p's mask choosing among another
+    owner's values."""
+    return other is not None and not other.mine and (other.mask or lab.mask)
+
+
+def _elementwise(a: Label, b: Label, scalar: bool, constants: bool) -> Label:
+    """``a`` and ``b`` (``b`` a scalar if ``scalar``) combined element by element: p's
+    rows with values that differ by row and are not p's rows are gated if those select
+    them (`_selects`), raw otherwise, unless they are the driver's and ``constants``."""
+    for lab, other in ((a, b), (b, a)):
+        if _rowwise(lab) and not _rowwise(other) and not scalar and \
+                (other is not None or not constants):
+            return masked(replace(lab, pure=False)) if _selects(lab, other) else raw([a, b])
+    return combine(a, b)
 
 
 def keygen_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
@@ -64,17 +85,19 @@ def decrypt_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> lis
 
 
 def additive_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
-    """Elementwise: adding anything to p's rows keeps them row by row."""
-    return [_sealed(combine(_opened(ins[0]), _opened(ins[1])))]
+    """Elementwise (`_elementwise`): adding the driver's constants to p's rows keeps them
+    row by row (a sum of the result adds only what the driver knows)."""
+    return [_sealed(_elementwise(_opened(ins[0]), _opened(ins[1]), _shape(op, 1) == (), True))]
 
 
 def mul_plain_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
-    """Elementwise: times a scalar or another owner's row-aligned values; per-element
-    weights that are nobody's data make p's rows raw."""
+    """Elementwise (`_elementwise`); per-element weights that are nobody's data make p's
+    values of any form raw."""
     c, x = _opened(ins[0]), _opened(ins[1])
-    if _shape(op, 1) != () and x is None and c is not None and c.mine:
+    scalar = _shape(op, 1) == ()
+    if not scalar and x is None and c is not None and c.mine:
         return [_sealed(raw([c]))]
-    return [_sealed(combine(c, x))]
+    return [_sealed(_elementwise(c, x, scalar, False))]
 
 
 def sum_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
@@ -82,7 +105,6 @@ def sum_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[La
     c = _opened(ins[0])
     if not _rowwise(c):
         return [_sealed(c)]
-    assert c is not None
     axis, ndim = op.attrs.get("axis"), len(_shape(op, 0))
     if c.axis is None or c.outer is not None or c.at != 0:
         return [_sealed(raw([c]))]
@@ -93,8 +115,9 @@ def sum_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[La
 
 def dot_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """``c @ x`` contracting c's last axis with x's first: over p's rows, an aggregate if
-    the other side is another owner's row-aligned data (raw if it is nobody's: weights
-    the driver chose); over another axis, p's rows stay row by row."""
+    the other side is p's own aligned rows, gated if it selects them (`_selects`), raw
+    otherwise (another owner's real values, weights the driver chose); over another
+    axis, p's rows stay row by row."""
     c, x = _opened(ins[0]), _opened(ins[1])
     c_last, x_ndim = len(_shape(op, 0)) - 1, len(_shape(op, 1))
     return [_sealed(_contracted(c, x, c_last, x_ndim))]
@@ -104,16 +127,15 @@ def _contracted(c: Label, x: Label, c_last: int, x_ndim: int) -> Label:
     for lab, other, row_axis in ((c, x, c_last), (x, c, 0)):
         if not _rowwise(lab):
             continue
-        assert lab is not None
         if lab.axis is None or lab.outer is not None or lab.at != 0:
             return raw([c, x])
         if lab.axis == row_axis:  # a sum over p's rows, weighted by the other side
-            if other is None or (_rowwise(other) and not _contracted_alike(
-                    lab, other, 0 if lab is c else c_last)):
+            if _rowwise(other) and _contracted_alike(lab, other, 0 if lab is c else c_last):
+                return combine(aggregated(masked(lab) if other.mask != lab.mask else lab),
+                               aggregated(other))
+            if _rowwise(other) or not _selects(lab, other):
                 return raw([c, x])
-            mismatch = other.mask != lab.mask if _rowwise(other) else other.mask
-            return combine(aggregated(masked(lab) if mismatch else lab),
-                           aggregated(other) if _rowwise(other) else impure(other))
+            return combine(aggregated(masked(lab)), impure(other))
         if _rowwise(other):
             return raw([c, x])
         axis = lab.axis if lab is c else c_last + lab.axis - 1
@@ -129,15 +151,15 @@ def _contracted_alike(lab: Flow, other: Flow, other_axis: int) -> bool:
 
 
 def bucket_sum_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
-    """Sums of c's rows per (group, feature, bin): a histogram over p's rows, gated when
-    p's values are summed (a bin's size depends on data), a count of p's bins or groups
-    weighted by another owner's values otherwise."""
+    """Sums of c's rows per (group, feature, bin): the bins and groups select rows, so a
+    histogram over p's rows is gated (a bin's size depends on data), whether p's values
+    are summed or p's bins or groups select another owner's values."""
     out: Label = None
-    for i, label in enumerate(_opened(lab) for lab in ins):
+    for label in (_opened(lab) for lab in ins):
         if label is None or not label.mine:
             out = join(out, label)
             continue
         if not _rowwise(label) or label.axis != 0 or label.outer is not None or label.at:
             return [_sealed(raw(_opened(lab) for lab in ins))]
-        out = join(out, aggregated(masked(label) if i == 0 else label))
+        out = join(out, aggregated(masked(label)))
     return [_sealed(out)]

@@ -27,6 +27,8 @@ A policy is a YAML mapping; every key is optional::
                                  # updates over >= 10 distinct rows of this node's data,
                                  # each row weighted alike
       - {to: ["*"], when: compare}   # a comparison between values of different owners
+      - {to: [node_1], when: aggregate, min_rows: 50, max_releases: 3}  # at most 3 releases
+                                 # per source under this rule, over every program
       - {to: ["*"], when: dp, max_epsilon: 1.0, budget: 10.0}  # noisy releases, charged
                                  # per release
 
@@ -71,10 +73,10 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 _KEYS = ("drivers", "plaintext_to", "protocols", "psi_protocols", "programs", "approve",
          "max_uses", "writes", "declassify")
 _LIBRARY = re.compile(r"mplang\.libs(\.[A-Za-z_][A-Za-z0-9_]*)+")
-_RULE_KEYS = {"aggregate": ("min_rows",), "compare": (), "dp": ("max_epsilon", "budget"),
+_RULE_KEYS = {"aggregate": ("min_rows", "max_releases"), "compare": ("max_releases",), "dp": ("max_epsilon", "budget"),
               "any": ()}
 """The keys a rule of each form may have besides ``to`` and ``when``."""
-_ALL_RULE_KEYS = ("to", "when", "min_rows", "max_epsilon", "budget")
+_ALL_RULE_KEYS = ("to", "when", "min_rows", "max_releases", "max_epsilon", "budget")
 _REPLACED = {"min_elements": "min_rows (the number of distinct rows of this party's data "
                              "an aggregate combines)"}
 """Rule keys of the former format, and what replaces each."""
@@ -97,7 +99,8 @@ def _flow_name(name: str) -> str:
 class DeclassifyRule:
     """Values of form ``when`` may go to the receivers ``to``: aggregates only over at
     least ``min_rows`` rows; dp releases of at most ``max_epsilon`` each, ``budget`` in
-    all. ``line``: the rule's line in its policy file."""
+    all; aggregates and comparisons at most ``max_releases`` times per source, over every
+    program. ``line``: the rule's line in its policy file."""
 
     to: tuple[str, ...]
     when: str
@@ -105,11 +108,14 @@ class DeclassifyRule:
     max_epsilon: float | None = None
     budget: float | None = None
     line: int = 0
+    max_releases: int | None = None
 
     def __str__(self) -> str:
         parts = [f"to: [{', '.join(_flow_name(n) for n in self.to)}]", f"when: {self.when}"]
         if self.when == "aggregate":
             parts.append(f"min_rows: {self.min_rows}")
+        if self.max_releases is not None:
+            parts.append(f"max_releases: {self.max_releases}")
         if self.max_epsilon is not None:
             parts.append(f"max_epsilon: {self.max_epsilon!r}")
         if self.budget is not None:
@@ -436,5 +442,7 @@ class _Parser:
             if "max_epsilon" in entries else None
         budget = self.positive(entries["budget"][1], "declassify.budget") \
             if "budget" in entries else None
+        releases = self.count(entries["max_releases"][1], "declassify.max_releases", 1) \
+            if "max_releases" in entries else None
         return DeclassifyRule(tuple(to), when, min_rows, epsilon, budget,
-                              node.start_mark.line + 1)
+                              node.start_mark.line + 1, releases)

@@ -49,14 +49,16 @@ PRESERVING = frozenset(["convert", "copy", "bitcast_convert", "optimization_barr
 """Elementwise ops that keep the data as it is (a comparison may still use it)."""
 NO_LABEL = frozenset(["constant", "iota", "rng", "rng_bit_generator", "after_all",
                       "partition_id", "replica_id", "get_dimension_size"])
-_STRUCTURAL = frozenset(["broadcast_in_dim", "transpose", "reshape", "reduce", "dot_general",
-                         "dot"])
+_STRUCTURAL = frozenset(["broadcast_in_dim", "transpose", "reshape", "reduce", "concatenate",
+                         "pad", "dot_general", "dot"])
 """Ops that move axes: alike axes do not carry over by position."""
 _MASK_KEEPING = frozenset([
     "and", "or", "not", "multiply", "select", "convert", "copy", "broadcast_in_dim", "reshape",
     "transpose", "slice", "dynamic_slice", "concatenate", "gather", "reverse"])
 """Ops whose result is 0/1 where their operands are (the predicate of a select aside)."""
-_EXTREMA = frozenset(["maximum", "minimum", "or", "and"])
+_CHOOSING = frozenset(["maximum", "minimum"])
+"""Elementwise ops that choose an operand by comparing them: ``maximum(x, t)`` keeps the
+rows above ``t``, as ``where(x > t, x, t)`` does."""
 _MAX_LOOP_ROUNDS = 8
 _MAX_CALL_DEPTH = 32
 ALL = frozenset(range(64))
@@ -212,7 +214,10 @@ class _Flows:
         if kind in ELEMENTWISE or kind in PRESERVING:
             if kind == "select" and all(_is_rowwise(v.label) for v in ins[1:]):
                 ins = [_piecewise(ins[0], *ins[1:]), *ins[1:]]
-            return _elementwise(ins, kind in PRESERVING, _fold(kind, ins))
+            out = _elementwise(ins, kind in PRESERVING, _fold(kind, ins))
+            if kind in _CHOOSING and _is_rowwise(out.label) and not out.label.mask:
+                return replace(out, label=masked(out.label))  # type: ignore[arg-type]
+            return out
         if kind == "compare":
             return _compare(ins)
         if kind == "broadcast_in_dim":
@@ -397,6 +402,12 @@ def _elementwise(ins: list[Val], preserving: bool, const: float | None = None) -
 
 
 def _compare(ins: list[Val]) -> Val:
+    """A comparison: between p's single value or aggregate and another owner's data, a
+    ``compare``; a row-wise vector of p's is never a comparison's side (each row would be
+    compared), so it is combined row by row."""
+    if any(_is_rowwise(v.label) and v.label.axis is not None  # type: ignore[union-attr]
+           and v.label.window.size != 1 for v in ins):  # type: ignore[union-attr]
+        ins = [replace(v, label=impure(v.label)) for v in ins]
     label = compared(ins[0].label, ins[1].label)
     if label is not None and label.form == "rowwise" and not _alike(ins, label):
         label = raw([label])

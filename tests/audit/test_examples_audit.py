@@ -6,6 +6,7 @@ shares travel, and the driver receives only the revealed results it fetches."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,7 +108,17 @@ def test_secure_mean_and_variance(workers: tuple[LocalCluster, Path]) -> None:
 
 
 def test_logistic_regression(workers: tuple[LocalCluster, Path]) -> None:
+    """Training weights each party's rows by the other's real values: no aggregate, so
+    each party approves the reviewed program by the digest its refusal prints."""
     example = load("logistic_regression")
+    with support.connected_driver(workers[0]) as driver, \
+            pytest.raises(mp.MPRefusedError) as refused:
+        mp.evaluate(driver, lambda: example.vertical_logistic_regression(30))
+    entries = set(re.findall(r"approve: - \{program: [0-9a-f]{64}\}", str(refused.value)))
+    assert len(entries) == 1, refused.value
+    entry = entries.pop().removeprefix("approve: ")
+    support.edit_policies(workers[0], ["node_0", "node_1"],
+                          lambda text: text.replace("approve: []", f"approve:\n  {entry}"))
     out, events = run_logged(workers, lambda: example.vertical_logistic_regression(30), fetched=3)
     data = example.load_data()
     assert out["w0"].shape == (example.P0_FEATURES,)
@@ -143,6 +154,8 @@ def test_group_by_over_another_party_s_keys(workers: tuple[LocalCluster, Path]) 
 
 def test_two_group_bys_that_may_differ_by_a_row_are_refused(
         workers: tuple[LocalCluster, Path]) -> None:
+    """Both refuse: node_1 (its spend in groups that may differ by a row) and node_0 (its
+    regions select the rows of each group)."""
     from mplang.libs.groupby import groupby_sum
 
     def program() -> Any:
@@ -152,11 +165,10 @@ def test_two_group_bys_that_may_differ_by_a_row_are_refused(
 
     cluster, _ = workers
     with support.connected_driver(cluster) as driver, \
-            pytest.raises(mp.MPRefusedError, match=r"node_1 refuses the program: op "
-                          r"spu\.reveal at test_examples_audit\.py:\d+ sends the value revealed "
-                          r"from SP0, aggregate over groups of at least 10 rows \(smaller ones "
-                          r"suppressed at run time\) of spend\.npy, which overlaps another "
-                          r"release"):
+            pytest.raises(mp.MPRefusedError, match=r"(node_0|node_1) refuses the program: op "
+                          r"spu\.reveal at test_examples_audit\.py:\d+ sends .*, aggregate over "
+                          r"groups of at least 10 rows \(smaller ones suppressed at run time\) "
+                          r"of (region|spend)\.npy, which overlaps another release"):
         mp.evaluate(driver, program)
 
 

@@ -1,7 +1,8 @@
 """The examples that load each party's data on its own side pass the policies `mplang init`
 writes on real worker processes: every node accepts every program (its audit log says
-so) and the results match numpy, pandas or plaintext references. A program that
-aggregates two PSI joins of one table is refused there too.
+so; PHE vertical LR, which weights each party's rows by the other's values, once both
+approve its digest) and the results match numpy, pandas or plaintext references. A
+program that aggregates two PSI joins of one table is refused there too.
 
 One four-node cluster (`examples/secure_mean_devices.py`'s: node_0..2 hold data, an
 ABY3 SPU over them, a Paillier device HE0 of node_0 and node_3, a mock-attested TEE on
@@ -11,8 +12,10 @@ workers' data roots.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ import pytest
 
 import mplang as mp
 from mplang import simp, table
+from mplang.cluster.commitments import program_digest
 from mplang.cluster.local import LocalCluster
 from mplang.libs import psi
 from mplang.records.audit import read_events
@@ -61,6 +65,19 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
         yield workers
 
 
+@contextlib.contextmanager
+def approving(workers: tuple[LocalCluster, Path], entry: str,
+              nodes: Sequence[str] = ("node_0", "node_1")) -> Iterator[None]:
+    """``nodes``' policies with the ``approve`` entry ``entry`` (as its docs show), put
+    back after."""
+    cluster, approve = workers[0], f"approve:\n  - {entry}\n"
+    support.edit_policies(cluster, nodes, lambda t: t.replace("approve: []\n", approve))
+    try:
+        yield
+    finally:
+        support.edit_policies(cluster, nodes, lambda t: t.replace(approve, "approve: []\n"))
+
+
 def _accepted(workers: tuple[LocalCluster, Path], prog: Any, fetched: int) -> Any:
     """``prog``'s fetched results, after checking that every node accepted it."""
     with warnings.catch_warnings():
@@ -72,9 +89,19 @@ def _accepted(workers: tuple[LocalCluster, Path], prog: Any, fetched: int) -> An
 
 
 def test_tee_two_party(workers: tuple[LocalCluster, Path]) -> None:
+    """Salaries compared position by position are no comparison a rule lets out: both
+    approve the program by its digest, as the example says."""
     example = load("tee_two_party")
     alice, bob = example.make_salaries()
-    total_a, total_b, more = _accepted(workers, example.compare, fetched=3)
+    cluster = workers[0]
+    with support.connected_driver(cluster) as driver, driver, warnings.catch_warnings():
+        warnings.simplefilter("ignore", mp.InsecureDeviceWarning)
+        digest = program_digest(mp.compile(example.compare, cluster=cluster.cluster).graph, 4)
+        with pytest.raises(mp.MPRefusedError, match=rf"node_[01] refuses the program: .* "
+                           rf"raw of salaries\.npy.* approve: - \{{program: {digest}\}}"):
+            mp.evaluate(driver, example.compare)
+    with approving(workers, f"{{program: {digest}}}"):
+        total_a, total_b, more = _accepted(workers, example.compare, fetched=3)
     want = float(alice.astype(np.float64).sum() + bob.astype(np.float64).sum())
     assert float(total_a) == float(total_b) == pytest.approx(want, rel=1e-6)
     np.testing.assert_array_equal(more, alice > bob)
@@ -96,9 +123,34 @@ def test_phe_secure_aggregation(workers: tuple[LocalCluster, Path]) -> None:
 
 
 def test_phe_vertical_lr(workers: tuple[LocalCluster, Path]) -> None:
+    """Each party's rows weighted by the other's real values (the residuals, the features)
+    are no aggregate: both refuse the gradient step, naming the entry that approves it
+    (the digest `mplang check` prints), and run it once their policies approve it."""
     example = load("phe_vertical_lr")
     d = example.data()
-    g0, g1 = _accepted(workers, example.gradient_step(d["w0"], d["w1"], KEY_BITS), fetched=2)
+    program = example.gradient_step(d["w0"], d["w1"], KEY_BITS)
+    cluster, _ = workers
+    with support.connected_driver(cluster) as driver, driver:
+        digest = program_digest(mp.compile(program, cluster=cluster.cluster).graph, 4)
+    approve, edited = f"approve:\n  - program: {digest}\n", []
+    try:
+        while len(edited) < 2:  # whichever refuses first is reported
+            with support.connected_driver(cluster) as driver, \
+                    pytest.raises(mp.MPRefusedError) as refused:
+                mp.evaluate(driver, program)
+            node = re.search(r"(node_[01]) refuses the program: ", str(refused.value))
+            assert node is not None and node[1] not in edited, refused.value
+            assert re.search(rf"{node[1]} refuses the program: op (phe\.decrypt|simp\."
+                             rf"shuffle_static) at phe_vertical_lr\.py:\d+ sends [^;]*, raw of "
+                             rf"x{node[1][-1]}\.npy[^;]*; approve this program alone with "
+                             rf"approve: - \{{program: {digest}\}} ", str(refused.value))
+            support.edit_policies(cluster, [node[1]],
+                                  lambda t: t.replace("approve: []\n", approve))
+            edited.append(node[1])
+        g0, g1 = _accepted(workers, program, fetched=2)
+    finally:
+        if edited:
+            support.edit_policies(cluster, edited, lambda t: t.replace(approve, "approve: []\n"))
     want0, want1 = example.reference(d)
     np.testing.assert_allclose(g0[0], want0, atol=1e-5)
     np.testing.assert_allclose(g1[1], want1, atol=1e-5)
@@ -125,7 +177,12 @@ def test_joint_customers(workers: tuple[LocalCluster, Path]) -> None:
     means = _accepted(workers, example.spend_by_default, fetched=1)
     want = merged.groupby("defaulted")["spend"].mean()
     np.testing.assert_allclose(means, [want[0], want[1]], atol=2e-3)
-    accuracy, w0, w1 = _accepted(workers, example.joint_model(), fetched=3)
+    with pytest.raises(mp.MPRefusedError, match=r"add approve: - \{library: mplang\.libs\."
+                       r"linear\.(train_vertical_lr|predict|accuracy), to: \[node_[01]\]\}"), \
+            support.connected_driver(workers[0]) as driver:
+        mp.evaluate(driver, example.joint_model())
+    with approving(workers, "{library: mplang.libs.linear, to: [node_0, node_1, driver]}"):
+        accuracy, w0, w1 = _accepted(workers, example.joint_model(), fetched=3)
     features = merged[["spend", "visits"]].to_numpy()
     x = np.hstack([merged[["income", "debt"]].to_numpy(),
                    (features - features.mean(0)) / (features.std(0) + 1e-6)])

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -376,6 +376,22 @@ def audited_cluster(spec: mp.ClusterSpec, base: Path) -> Iterator[tuple[LocalClu
         yield cluster, base / "audit"
     finally:
         cluster.close()
+
+
+def edit_policies(cluster: LocalCluster, nodes: Sequence[str], change: Callable[[str], str]
+                  ) -> None:
+    """Rewrite each of ``nodes``' policy files with ``change`` and wait until its worker's
+    log says it reloaded it (within 2 s)."""
+    logged = "reloaded policy"
+    before = {n: cluster.log_tail(n, 1 << 20).count(logged) for n in nodes}
+    for node in nodes:
+        path = cluster.spec_path.parent / "policies" / f"{node}.yaml"
+        path.write_text(change(path.read_text()))
+    deadline = time.monotonic() + 2.0
+    for node in nodes:
+        while cluster.log_tail(node, 1 << 20).count(logged) == before[node]:
+            assert time.monotonic() < deadline, f"{node} did not reload its policy in 2 s"
+            time.sleep(0.05)
 
 
 @contextlib.contextmanager

@@ -170,19 +170,22 @@ def test_driver_weights_passed_as_arguments() -> None:
 # ---------------------------------------------------------------- two owners
 
 def test_comparisons_between_owners_and_others_data() -> None:
+    """A compare has one side a single value or an aggregate of p's, the other side
+    another owner's data; a row-wise vector compared row by row is no comparison."""
     y = np.zeros(20, np.float32)
     both = [source("x", 20), FOREIGN]
-    cmp = flows(lambda x, y: x < y, X, y, labels=both).outputs[0]
-    assert cmp is not None and (cmp.form, cmp.rows, cmp.sources) == ("compare", None,
-                                                                    frozenset(["x"]))
-    count = flows(lambda x, y: jnp.sum(x < y), X, y, labels=both).outputs[0]
-    assert count is not None and count.form == "compare"
-    # not the data as loaded, and another owner's row-aligned values inside a row's
-    # function: no aggregate of x's rows can be made of it
-    changed = flows(lambda x, y: x * 2.0 < y, X, y, labels=both).outputs[0]
-    assert changed is not None and changed.form == "raw"
-    summed = flows(lambda x, y: jnp.sum(x + y), X, y, labels=both).outputs[0]
-    assert summed is not None and summed.form == "raw"
+    for fn in (lambda x, y: x[3] < y[5], lambda x, y: x[3:4] < y[5]):
+        cmp = flows(fn, X, y, labels=both).outputs[0]
+        assert cmp is not None and (cmp.form, cmp.sources) == ("compare", frozenset(["x"]))
+    total = flows(lambda x, y: jnp.sum(x) < jnp.sum(y), X, y, labels=both).outputs[0]
+    assert total is not None and total.form == "aggregate"  # a function of aggregates
+    # each row against the other owner's rows, and another owner's row-aligned values
+    # inside a row's function: no comparison, and no aggregate of x's rows
+    for fn in (lambda x, y: x < y, lambda x, y: jnp.sum(x < y), lambda x, y: x * 2.0 < y,
+               lambda x, y: jnp.sum(x + y),
+               lambda x, y: (x[11] <= jnp.sum(y)).astype(x.dtype) * jnp.sum(x)):
+        out = flows(fn, X, y, labels=both).outputs[0]
+        assert out is not None and out.form == "raw", out
     gated = flows(lambda x, y: jnp.sum(x * (y > 3)), X, y, labels=both).outputs[0]
     assert gated is not None and (gated.form, gated.gated, gated.rows) == ("aggregate", True,
                                                                          None)

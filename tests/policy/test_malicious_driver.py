@@ -384,14 +384,20 @@ def test_aggregates_over_20_rows_are_revealed(sim: mp.Simulator, fn: Any,
     assert float(plain) == pytest.approx(want, rel=1e-6)
 
 
-def test_the_millionaires_compare_their_own_salaries(sim: mp.Simulator) -> None:
+def test_the_millionaires_compare_one_salary_each(sim: mp.Simulator) -> None:
     def program() -> Any:
-        return mp.put("P0", mp.device("SP0")(lambda a, b: a < b)(salaries(0), salaries(1)))
+        return mp.put("P0", mp.device("SP0")(lambda a, b: a[3] < b[5])(salaries(0),
+                                                                       salaries(1)))
 
-    got = np.asarray(mp.fetch(sim, mp.evaluate(sim, program)))
-    want = SALARIES[0] < SALARIES[1]
-    assert want.any() and not want.all()
-    np.testing.assert_array_equal(got, want)
+    assert bool(mp.fetch(sim, mp.evaluate(sim, program))) == (SALARIES[0][3] < SALARIES[1][5])
+
+
+def test_salaries_compared_row_by_row_are_refused(keys_open: mp.Simulator) -> None:
+    """Each of node_1's rows against node_0's: a row-wise vector is never a comparison's
+    side (the answer for row i tells about row i alone)."""
+    message = refused(keys_open, lambda: mp.put("P0", mp.device("SP0")(lambda a, b: a < b)(
+        salaries(0), salaries(1))))
+    assert "raw of salaries.npy, to node_0; " in message, message
 
 
 def test_how_often_two_parties_thresholds_agree(sim: mp.Simulator) -> None:

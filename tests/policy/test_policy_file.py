@@ -91,7 +91,7 @@ def test_the_default_policy_allows_nothing_to_leave_and_nothing_to_be_written() 
     ("declassify:\n  - {to: [driver], when: dp, max_epsilon: .inf}\n", 2,
      "max_epsilon must be a number greater than 0"),
     ("declassify:\n  - to: [driver]\n    when: aggregate\n    rows: 3\n", 4,
-     "unknown key 'rows' \\(known: to, when, min_rows, max_epsilon, budget\\)"),
+     "unknown key 'rows' \\(known: to, when, min_rows, max_releases, max_epsilon, budget\\)"),
     ("declassify:\n  - when: compare\n", 2, "a rule needs 'to'"),
     ("writes: [/etc/passwd.csv]\n", 1, "writes: '/etc/passwd.csv' must be a path relative"),
     ("writes:\n  - out/*.csv\n  - ../x.csv\n", 3, "writes: '../x.csv' must be a path"),
