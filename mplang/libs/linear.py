@@ -112,7 +112,7 @@ def _train(epochs: int, lr: float, batch: int, l2: float, intercept: int, y: Any
     return _split(w, xs, intercept)
 
 
-def _split(w: Any, xs: Sequence[Any], intercept: bool) -> tuple[Any, ...]:
+def _split(w: Any, xs: Sequence[Any], intercept: int) -> tuple[Any, ...]:
     """The weights of each party's columns (the intercept last)."""
     bounds = [0, *itertools.accumulate(a.shape[1] for a in xs)]
     return (*(w[lo:hi] for lo, hi in itertools.pairwise(bounds)),

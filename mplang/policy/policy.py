@@ -73,8 +73,8 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 _KEYS = ("drivers", "plaintext_to", "protocols", "psi_protocols", "programs", "approve",
          "max_uses", "writes", "declassify")
 _LIBRARY = re.compile(r"mplang\.libs(\.[A-Za-z_][A-Za-z0-9_]*)+")
-_RULE_KEYS = {"aggregate": ("min_rows", "max_releases"), "compare": ("max_releases",), "dp": ("max_epsilon", "budget"),
-              "any": ()}
+_RULE_KEYS = {"aggregate": ("min_rows", "max_releases"), "compare": ("max_releases",),
+              "dp": ("max_epsilon", "budget"), "any": ()}
 """The keys a rule of each form may have besides ``to`` and ``when``."""
 _ALL_RULE_KEYS = ("to", "when", "min_rows", "max_releases", "max_epsilon", "budget")
 _REPLACED = {"min_elements": "min_rows (the number of distinct rows of this party's data "
