@@ -172,14 +172,18 @@ def _output_flows(graph: Graph, outs: list[PartyLabels], names: list[str], verdi
 
 
 def _selections(allowed: list[tuple[Send, DeclassifyRule]]) -> dict[str, list[Selection]]:
-    """Per source, the rows each release (one per op) combines and its rule's text: the
-    row sets that data did not choose, or an empty range."""
+    """Per source, an entry per release (one per op) naming its rule, then an entry per
+    row set that data did not choose the releases combine (without a rule)."""
     out: dict[str, list[Selection]] = {}
-    for label, rule in {id(s.op): (s.label, r) for s, r in allowed}.values():
-        static = [r for r in label.rowsets if not r.gate and r.hi > r.lo]
-        for name in sorted(label.sources):
-            rows = [r for r in static if name in r.sources] or [Rows(frozenset([name]), 0, 0)]
-            out.setdefault(name, []).extend((r.lo, r.hi, r.step, str(rule)) for r in rows)
+    texts = {rule: str(rule) for _, rule in allowed}
+    releases = {id(s.op): (s.label, rule) for s, rule in allowed}.values()
+    for label, rule in releases:
+        for name in label.sources:
+            out.setdefault(name, []).append((0, 0, 0, texts[rule]))
+    for r in frozenset().union(*(label.rowsets for label, _ in releases)):
+        if not r.gate and r.hi > r.lo:
+            for name in r.sources & out.keys():
+                out[name].append((r.lo, r.hi, r.step, ""))
     return out
 
 
