@@ -127,7 +127,14 @@ def test_the_flow_rule_reads_the_stablehlo_that_the_check_binds_to_the_executabl
         analysis, _ = analyze(graph, 2, 1)
         return [s.label.form for s in analysis.sends if s.op.opcode == "spu.reveal"]
 
-    added, compared = (mp.compile(prog(fn), cluster=CLUSTER).graph for fn in (add, less))
+    def doubled(a: Any, b: Any) -> Any:  # party 1's rows, each doubled (a unused)
+        return b * 2.0
+
+    def first_less(a: Any, b: Any) -> Any:  # one of party 1's values against party 0's
+        return a[:1] < b[:1]
+
+    added, compared = (mp.compile(prog(fn), cluster=CLUSTER).graph
+                       for fn in (doubled, first_less))
     assert (revealed(added), revealed(compared)) == (["rowwise"], ["compare"])
     swapped = with_run_attrs(added, stablehlo=run_op(compared).attrs["stablehlo"])
     assert revealed(swapped) == ["compare"]  # what the analysis would believe, so workers
