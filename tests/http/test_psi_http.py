@@ -172,5 +172,5 @@ def test_join_n_repeated_keys_fail_every_worker_at_once(ctx: Any, request: pytes
     detail = party_2_failure(ctx, prog, "psi.join_n", "join_n", request, caplog)
     assert detail.startswith("MPRuntimeError: party 2: op psi.join_n: key column 'id' of party "
                              "2's table has 1 repeated value(s)")
-    test_join_n_across_workers(ctx, "aby3")  # the workers are fine afterwards
+    test_join_n_across_workers(ctx, "aby3", request)  # the workers are fine afterwards
 
