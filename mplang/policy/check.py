@@ -35,6 +35,8 @@ class Verdict:
     flows: list[str] = field(default_factory=list)
     outputs: list[Label] = field(default_factory=list)
     """The label of the party's copy of each program output."""
+    judged: list[bool] = field(default_factory=list)
+    """Per output, whether the driver's fetch of the party's copy was allowed already."""
     charges: dict[str, float] = field(default_factory=dict)
     """The epsilon the program's differentially private releases spend, per source of
     the party's data (charged when it is accepted: `mplang.policy.ledger`)."""
@@ -100,9 +102,10 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
     ``names``: node names by rank; ``driver``: the asking driver's name (checked
     against ``drivers``); ``digest``: the program digest (``programs``);
     ``input_labels``: labels of the graph inputs (stored objects); with
-    ``outputs_fetchable``, every output derived from this party's data, whoever holds
-    it, is a flow to the driver; with ``sends_reach_driver`` (one op at a time, where
-    a holder cannot judge a later fetch), so is every copy sent to another party;
+    ``outputs_fetchable``, every output of this party's data another party holds is a
+    flow to the driver (one it holds is judged when fetched or used, unless `judged`
+    now); with ``sends_reach_driver`` (one op at a time, where a holder cannot judge a
+    later fetch), so is every copy sent to another party;
     ``uses(name)``: how many executions used an uploaded object so far (``max_uses``);
     ``past(source)``: the earlier programs' releases of a source (`Ledger.selections`).
     """
@@ -116,29 +119,27 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
     if sends_reach_driver:
         sends += [Send(s.op, DRIVER, s.label, s.what + ", which the driver may fetch from "
                        + names[s.receiver]) for s in analysis.sends if s.receiver != DRIVER]
-    verdict.outputs = [lab.get(rank) for lab in outs]
+    verdict.outputs, verdict.judged = [lab.get(rank) for lab in outs], [False] * len(outs)
     outputs = _output_flows(graph, outs, names, verdict)
-    if outputs_fetchable:
-        sends += [send for _, send in outputs]
+    kept = {id(s): i for i, holder, s in outputs if holder == rank}  # no release yet
+    sends += [s for _, holder, s in outputs if outputs_fetchable or holder == rank]
     allowed: list[tuple[Send, DeclassifyRule]] = []
     seen: set[tuple[int, str]] = set()
     for send in sends:
         receiver = DRIVER_NAME if send.receiver == DRIVER else names[send.receiver]
         why, rule = judge(policy, receiver, send.label, digest)
-        verdict.flows.append(f"{send.label} -> {receiver} ({send.what}, {send.where}): "
-                             + (f"allowed: {why}" if why else "REFUSED"))
+        verdict.flows.append(f"{send.label} -> {receiver} ({send.what}, {send.where}): " + (
+            f"allowed: {why}" if why else "kept, judged when fetched or used"
+            if id(send) in kept else "REFUSED"))
         if rule is not None:
             allowed.append((send, rule))
-        if why is None and (id(send.op), receiver) not in seen:
+        if id(send) in kept:  # judged when fetched or used, but not apart from the others
+            verdict.judged[kept[id(send)]] = outputs_fetchable and why is not None
+        elif why is None and (id(send.op), receiver) not in seen:
             seen.add((id(send.op), receiver))
             verdict.reasons.append(f"{send.where} sends {send.what}, {send.label}, to "
                                    f"{receiver}; {_hint(receiver, send.label, policy, digest)} in "
                                    f"{policy.source}")
-    if not outputs_fetchable:  # judged when fetched, but not apart from one another
-        held = [send for holder, send in outputs if holder == rank]
-        allowed += [(s, rule) for s in held
-                    if (rule := judge(policy, DRIVER_NAME, s.label, digest)[1]) is not None]
-        sends += held
     verdict.reasons += [r for r in analysis.refusals if r not in verdict.reasons]
     verdict.charges = charges(analysis.releases)
     verdict.rows = _selections(allowed)
@@ -153,9 +154,9 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
 
 
 def _output_flows(graph: Graph, outs: list[PartyLabels], names: list[str], verdict: Verdict
-                  ) -> list[tuple[int, Send]]:
+                  ) -> list[tuple[int, int, Send]]:
     """Every program output derived from this party's data, whoever holds it, reaches the
-    driver when it fetches it: (holder, flow) pairs."""
+    driver when it fetches it: (output index, holder, flow) triples."""
     sends = []
     producers = {id(v): op for op in graph.operations for v in op.outputs}
     for index, (v, labels) in enumerate(zip(graph.outputs, outs, strict=True)):
@@ -166,8 +167,8 @@ def _output_flows(graph: Graph, outs: list[PartyLabels], names: list[str], verdi
             if producer is None:
                 verdict.flows.append(f"program input {index} is returned as output {index}")
                 break
-            sends.append((holder, Send(producer, DRIVER, label,
-                                       f"program output {index}, held by {names[holder]}")))
+            sends.append((index, holder, Send(producer, DRIVER, label, f"program output "
+                                              f"{index}, held by {names[holder]}")))
     return sends
 
 
@@ -295,11 +296,11 @@ class LabelTable:
         self._lock = threading.Lock()
 
     def record(self, uris: Sequence[str | None], labels: Sequence[Label],
-               judged: bool = False) -> None:
+               judged: Sequence[bool]) -> None:
         with self._lock:
-            for uri, label in zip(uris, labels, strict=False):
+            for uri, label, done in zip(uris, labels, judged, strict=False):
                 if uri is not None and label is not None and label.mine:
-                    self._labels[uri] = (label, judged)
+                    self._labels[uri] = (label, done)
 
     def of(self, uri: str | None) -> Label:
         with self._lock:
@@ -348,11 +349,11 @@ class Guard:
         """The verdict on running ``graph`` (``digest``) for the driver whose certificate
         fingerprint is ``driver`` (one `drivers` does not name is refused unless the policy
         accepts every driver; none is checked when `drivers` is None). If
-        ``graph`` is the ``whole`` program, every output derived from this party's data,
-        whoever holds it, is judged as a flow to the driver; if it is one op of a program
-        the driver interprets, every copy of this party's data sent to another party is
-        (the driver may fetch it there), and the outputs this party holds are judged when
-        the driver fetches them."""
+        ``graph`` is the ``whole`` program, every output derived from this party's data
+        that another party holds is judged as a flow to the driver; if it is one op of a
+        program the driver interprets, every copy of this party's data sent to another
+        party is (the driver may fetch it there). The outputs this party holds are judged
+        when the driver fetches them or a program uses them, unless allowed now."""
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
                         driver=self.driver_name(driver), digest=digest, uses=uses,
                         outputs_fetchable=whole, sends_reach_driver=not whole,
@@ -404,29 +405,28 @@ class Guard:
     def admit(self, graph: Graph, input_uris: Sequence[str | None]) -> Verdict:
         """The verdict on running ``graph`` on stored objects ``input_uris`` (whose labels
         it takes); raises `PolicyRefusedError` if refused. A graph `vet` accepted whose
-        inputs carry no label of this party's data has that verdict already; a graph
-        not vetted (one op sent on its own) is judged as one op of a program (`vet`)."""
+        inputs carry no label of this party's data has that verdict already; another is
+        judged (and charged) again with those labels, against earlier programs' releases;
+        a graph not vetted (one op sent on its own) is judged as one op of a program."""
         inputs = [None if (lab := self.labels.of(uri)) is None else {self.rank: lab}
                   for uri in input_uris]
         digest, whole, vetted = self._vetted.get(graph, (None, False, None))
-        self._pending.pop(graph, None)  # its run starts: the charge stays
         if vetted is not None and vetted.accepted and not any(inputs):
+            self._pending.pop(graph, None)  # its run starts: the charge stays
             return vetted
+        self.refund(graph)  # charged below with its inputs' labels instead
         verdict = check(graph, len(self.names), self.rank, self.policy, names=self.names,
                         digest=digest, input_labels=inputs, outputs_fetchable=whole,
-                        sends_reach_driver=not whole,
-                        past=self.ledger.selections if vetted is None else None)
-        if vetted is None:  # not accepted before (one op of a program): charged now
-            self._charge(verdict, digest or "")
+                        sends_reach_driver=not whole, past=self.ledger.selections)
+        self._charge(verdict, digest or "")
         if not verdict.accepted:
             raise PolicyRefusedError(verdict.message(self.node))
         return verdict
 
-    def record(self, graph: Graph, uris: Sequence[str | None], verdict: Verdict) -> None:
-        """Keep the labels of ``graph``'s outputs stored at ``uris``; a whole program's
-        outputs were judged as flows to the driver when it was accepted."""
-        self.labels.record(uris, verdict.outputs,
-                           judged=self._vetted.get(graph, (None, False, None))[1])
+    def record(self, uris: Sequence[str | None], verdict: Verdict) -> None:
+        """Keep the labels of the outputs stored at ``uris``, and whether ``verdict``
+        allowed the driver's fetch of each already."""
+        self.labels.record(uris, verdict.outputs, verdict.judged)
 
     def check_rows(self, op: Operation, rows: int, what: str) -> None:
         """Refuse (`PolicyRefusedError`) ``op`` keeping ``rows`` rows of this party's

@@ -187,12 +187,14 @@ def test_uploads_and_the_types_told_to_a_driver_are_logged(
     vec = np.array([3, 1, 2], dtype=np.int32)
     name = f"v{uuid.uuid4().hex[:8]}"
     put(cluster.spec_path, "node_1", name, vec)
-    # node_1's policy keeps its data from the driver: the program is refused at accept
-    with support.connected_driver(cluster) as driver, pytest.raises(mp.MPRefusedError, match=(
-            rf"node_1 refuses the program: op simp.pcall at test_audit_http.py:\d+ sends "
-            rf"program output 0, held by node_1, row-wise \(raw\) values of {name}, to "
-            "driver")):
-        mp.evaluate(driver, lambda: simp.pcall((1,), lambda v: v * 10, simp.load(1, name)))
+    # node_1's policy keeps its data from the driver: node_1 keeps it, refused at fetch
+    with support.connected_driver(cluster) as driver:
+        kept = mp.evaluate(driver, lambda: simp.pcall((1,), lambda v: v * 10,
+                                                      simp.load(1, name)))
+        with pytest.raises(mp.MPRefusedError, match=(
+                rf"node_1 refuses to send object \S+ to the driver: it is row-wise \(raw\) "
+                rf"values of {name}; ")):
+            mp.fetch(driver, kept)
     log = read_events([audit_dir / "node_1.jsonl"])
     events = [e for e in log if e["event"] in ("upload", "describe") and e["name"] == name]
     assert [(e["event"], e["type"]) for e in events] == \
@@ -202,8 +204,8 @@ def test_uploads_and_the_types_told_to_a_driver_are_logged(
     assert events[1]["driver"]["name"] == "driver"
     after = log[log.index(events[1]):]
     assert [(e["verdict"], e["name"]) for e in after if e["event"] == "execution"] == \
-        [("refused", "<lambda>")]  # the refused program is named
-    assert [e for e in after if e["event"] in ("end", "fetch")] == []  # nothing ran or left
+        [("accepted", "<lambda>")]  # the program is named
+    assert [e for e in after if e["event"] == "fetch"] == []  # nothing left
 
 
 def _join() -> Any:

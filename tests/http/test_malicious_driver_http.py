@@ -6,6 +6,7 @@ the user's line and the rule, and quoting no salary; the honest analytics run.""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -76,12 +77,14 @@ def test_a_reveal_from_the_secure_device_is_refused(cluster: LocalCluster, drive
 
 @pytest.mark.parametrize("name", ["x @ eye", "sum of one row and zeros", "bits of every row",
                                   "order statistic"])
-def test_an_output_of_node_1_itself_is_refused(cluster: LocalCluster, driver: mp.Driver,
-                                               name: str) -> None:
+def test_an_output_of_node_1_itself_is_refused_when_fetched(
+        cluster: LocalCluster, driver: mp.Driver, name: str) -> None:
+    """node_1 runs the program and keeps its output; the driver's fetch is refused."""
     fn, what = attacks.ATTACKS[name]
     message = _refused(driver, attacks.on_p1(fn))
-    assert f"node_1 refuses the program: op simp.pcall at {attacks.P1_AT} sends program " \
-           f"output 0, held by node_1, {what}, to driver; " in message, message
+    assert re.match(r"party 1 \(node_1 at \S+\) refused a fetch: node_1 refuses to send "
+                    rf"object \S+ to the driver: it is {re.escape(what)}; ", message), message
+    assert f" in {_policy(cluster)} (or reveal it under a rule)" in message, message
 
 
 def test_overlapping_aggregates_are_refused(driver: mp.Driver) -> None:

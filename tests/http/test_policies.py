@@ -129,20 +129,41 @@ def test_an_aggregate_of_too_few_elements_is_refused(
                      r"min_rows: 4\}", str(refused)), refused
 
 
+FETCH = (r"party 1 \(node_1 at \S+\) refused a fetch: node_1 refuses to send object \S+ to "
+         r"the driver: it is row-wise \(raw\) values of x\.npy; approve this program alone ")
+
+
 @pytest.mark.parametrize("mode", ["launch", "standard"])
 def test_the_driver_never_gets_a_party_s_raw_data(
         workers: tuple[LocalCluster, Path], mode: Mode) -> None:
-    """Refused when node_1 accepts the program (its output would reach the driver) or
-    when the driver fetches the output; either way an `MPRefusedError` with node_1's
-    message."""
+    """node_1 keeps its output and refuses the driver's fetch of it: an `MPRefusedError`
+    with node_1's message."""
     cluster, _ = workers
     with support.connected_driver(cluster) as driver:
         refused = _refused(lambda: mp.fetch(driver, mp.evaluate(driver, lambda: _load("P1"),
                                                                 mode=mode)))
     assert refused.status == 403
-    assert re.match(r"party 1 \(node_1 at \S+\) refused (a fetch|op \S+|a program of \d+ ops): "
-                    r"(node_1|party 1) refuses ", str(refused)), refused
-    assert "x.npy" in str(refused) and "plaintext_to would give driver every row" in str(refused)
+    assert re.match(FETCH, str(refused)), refused
+    assert "plaintext_to would give driver every row" in str(refused)
+
+
+def test_a_value_kept_on_its_owner_feeds_a_later_aggregate(
+        workers: tuple[LocalCluster, Path]) -> None:
+    """node_1's raw x kept by one program: a second program releasing its mean runs, a
+    fetch of it is refused, and a copy held by node_0 is refused when accepted."""
+    cluster, _ = workers
+    with support.connected_driver(cluster) as driver:
+        x = mp.evaluate(driver, lambda: _load("P1"))
+        mean = mp.evaluate(driver, lambda v: mp.put("P0", mp.device("SP0")(jnp.mean)(v)), x)
+        assert float(mp.fetch(driver, mean)) == pytest.approx(np.mean(np.arange(20) + 1.0),
+                                                               abs=0.01)
+        refused = _refused(lambda: mp.fetch(driver, x))
+        moved = _refused(lambda: mp.evaluate(driver, lambda: mp.put("P0", _load("P1"))))
+    assert refused.status == 403 and re.match(FETCH, str(refused)), refused
+    assert re.search(r"^party 1 \(node_1 at \S+\) refused a program of \d+ ops: node_1 "
+                     r"refuses the program: .*op simp\.shuffle_static at test_policies\.py:\d+ "
+                     r"sends program output 0, held by node_0, row-wise \(raw\) values of "
+                     r"x\.npy, to driver; ", str(moved)), moved
 
 
 def test_a_secret_share_is_refused_at_fetch(workers: tuple[LocalCluster, Path]) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 import mplang as mp
 from mplang.cluster.local import DEV_POLICY
-from mplang.policy.check import check
+from mplang.policy.check import Guard, PolicyRefusedError, check
 from mplang.policy.labels import (
     ENFORCED,
     FOREIGN,
@@ -362,8 +362,7 @@ INIT = Policy.parse(DEV_POLICY.format(node="node_0", drivers="driver",
                                       protocols="CHEETAH, ABY3", protocol_note=""),
                     "node_0.yaml")
 """node_0's policy as `mplang init` writes it."""
-TO_DRIVER = "op simp.pcall at flows.py:3 sends program output 0, held by node_0, "
-RAW = raw_hint("driver") + " in node_0.yaml"
+RAW = raw_hint("driver")
 
 
 @pytest.mark.parametrize("body, out, flow", [
@@ -374,25 +373,35 @@ RAW = raw_hint("driver") + " in node_0.yaml"
 ])
 def test_programs_the_init_policy_accepts(body: str, out: Any, flow: str) -> None:
     verdict = check(program(body, out).graph, 2, 0, INIT)
-    assert verdict.accepted and verdict.reasons == []
+    assert verdict.accepted and verdict.reasons == [] and verdict.judged == [True]
     assert len(verdict.flows) == 1 and verdict.flows[0].startswith(flow)
     assert check(program(body, out).graph, 2, 1, INIT).accepted  # not node_1's data
 
 
-@pytest.mark.parametrize("body, out, reasons", [
-    (MAX, SCALAR, [f"{TO_DRIVER}raw of salaries.npy, to driver; {RAW}"]),
-    (THRESHOLD, BOOLS, [f"{TO_DRIVER}row-wise (raw) values of salaries.npy, to driver; {RAW}"]),
-    (ONE_ROW, SCALAR, [
-        f"{TO_DRIVER}aggregate over 1 rows of salaries.npy, to driver; add a rule {{to: "
-        "[driver], when: aggregate, min_rows: 1} to declassify, or approve: - {program: "
-        "DIGEST} in node_0.yaml"]),
+FETCH = "node_0 refuses to send object out to the driver: it is "
+IN_INIT = " in node_0.yaml (or reveal it under a rule)"
+
+
+@pytest.mark.parametrize("body, out, reasons, fetch", [
+    (MAX, SCALAR, [], f"raw of salaries.npy; {RAW}"),
+    (THRESHOLD, BOOLS, [], f"row-wise (raw) values of salaries.npy; {RAW}"),
+    (ONE_ROW, SCALAR, [], "aggregate over 1 rows of salaries.npy; add a rule {to: [driver], "
+     "when: aggregate, min_rows: 1} to declassify, or approve: - {program: DIGEST}"),
     (LOOP, SCALAR, [
         f"op tensor.run_jax at flows.py:4 sends the run time of a loop or branch that depends "
         f"on it, row-wise (raw) values of salaries.npy, to {who}; "
-        + RAW.replace("driver", who) for who in ("driver", "node_1")]
-     + [f"{TO_DRIVER}raw of salaries.npy, to driver; {RAW}"]),
+        + RAW.replace("driver", who) + " in node_0.yaml" for who in ("driver", "node_1")],
+     f"raw of salaries.npy; {RAW}"),
 ])
-def test_programs_the_init_policy_refuses(body: str, out: Any, reasons: list[str]) -> None:
+def test_programs_the_init_policy_refuses(body: str, out: Any, reasons: list[str],
+                                          fetch: str) -> None:
+    """Refused when accepted (``reasons``), else node_0 keeps its output and refuses the
+    driver's fetch of it (``fetch``)."""
     verdict = check(program(body, out).graph, 2, 0, INIT)
-    assert not verdict.accepted
-    assert verdict.reasons == reasons
+    assert verdict.accepted == (not reasons) and verdict.reasons == reasons
+    assert verdict.judged == [False]
+    guard = Guard(INIT, 0, ["node_0", "node_1"])
+    guard.record(["out"], verdict)
+    with pytest.raises(PolicyRefusedError) as refused:
+        guard.check_fetch("out")
+    assert str(refused.value) == FETCH + fetch + IN_INIT

@@ -10,6 +10,7 @@ the same data run and give numpy's answers.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -156,13 +157,14 @@ def test_a_reveal_from_the_secure_device_is_refused(sim: mp.Simulator, policies:
 
 
 @pytest.mark.parametrize("name", ATTACKS)
-def test_an_output_of_node_1_itself_is_refused(sim: mp.Simulator, policies: Path,
-                                               name: str) -> None:
+def test_an_output_of_node_1_itself_is_refused_when_fetched(sim: mp.Simulator,
+                                                            policies: Path, name: str) -> None:
+    """node_1 runs the program and keeps its output; the driver's fetch is refused."""
     fn, what = ATTACKS[name]
     message = refused(sim, on_p1(fn))
-    assert message.startswith(f"node_1 refuses the program: op simp.pcall at {P1_AT} sends "
-                              f"program output 0, held by node_1, {what}, to driver; "), message
-    assert message.endswith(f" in {policies / 'node_1.yaml'}"), message
+    assert re.match(f"node_1 refuses to send object [^ ]+ to the driver: it is "
+                    f"{re.escape(what)}; ", message), message
+    assert f" in {policies / 'node_1.yaml'} (or reveal it under a rule) (at " in message
 
 
 def test_weights_and_thresholds_the_driver_puts_on_the_device_are_refused(

@@ -78,14 +78,16 @@ def test_plaintext_to_another_party_refused_then_allowed() -> None:
     assert check(g, 2, 1, Policy.default()).accepted  # node_1's own data does not move
 
 
-def test_plaintext_to_driver_refused() -> None:
+def test_an_output_kept_by_its_owner_is_judged_when_fetched_unless_allowed_now() -> None:
     g = graph(lambda: simp.pcall((0,), lambda a: a + 1, load(0)))
     v = check(g, 2, 0, Policy.default())
-    assert not v.accepted
-    assert "sends program output 0, held by node_0, row-wise (raw) values of x.npy, to driver; " \
-        f"{raw_hint('driver')}" in v.reasons[0]
-    assert check(g, 2, 0, policy("plaintext_to: [driver]\n")).accepted
-    assert check(g, 2, 0, Policy.default(), outputs_fetchable=False).accepted
+    assert v.accepted and v.judged == [False]
+    assert v.flows[0].startswith("row-wise (raw) values of x.npy -> driver (program output 0, "
+                                 "held by node_0, op simp.pcall at test_policy_check.py:")
+    assert v.flows[0].endswith("): kept, judged when fetched or used")
+    assert check(g, 2, 0, policy("plaintext_to: [driver]\n")).judged == [True]
+    assert check(g, 2, 0, policy("plaintext_to: [driver]\n"), outputs_fetchable=False
+                 ).judged == [False]  # one op of a program: its fetch is judged then
 
 
 def test_secure_device_selecting_other_input_refused_by_its_owner() -> None:

@@ -557,13 +557,21 @@ def test_joined_rows_selected_by_a_driver_constant_are_refused(tmp_path: Path) -
         values = simp.pcall((0,), lambda t: table.to_tensor(t, ["v"], rows=20), ja)
         return simp.pcall((0,), lambda i, v: jnp.sum((i == 25) * v), ids, values)
 
+    what = r"aggregate over a data-dependent number of rows of t\.csv"
     with mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
                       policies={n: str(policy) for n in roots}) as sim, \
             pytest.raises(MPRefusedError, match=(
-                r"^node_0 refuses the program: op simp\.pcall at test_psi\.py:\d+ sends program "
-                r"output 0, held by node_0, aggregate over a data-dependent number of rows of "
-                r"t\.csv, to driver")):
-        mp.evaluate(sim, prog)
+                r"^node_1 refuses the program: op simp\.pcall at test_psi\.py:\d+ sends program "
+                rf"output 0, held by node_0, {what}, to driver")):
+        mp.evaluate(sim, prog)  # node_0 keeps it; node_1 cannot judge node_0's fetch
+    lenient = tmp_path / "lenient.yaml"
+    lenient.write_text("plaintext_to: ['*']\n")
+    with mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
+                      policies={"node_0": str(policy), "node_1": str(lenient)}) as sim:
+        kept = mp.evaluate(sim, prog)
+        with pytest.raises(MPRefusedError, match=(
+                rf"^node_0 refuses to send object \S+ to the driver: it is {what}; ")):
+            mp.fetch(sim, kept)
 
 
 def test_rows_repeated_by_the_other_s_repeated_keys_count_once(tmp_path: Path) -> None:

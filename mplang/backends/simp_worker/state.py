@@ -105,7 +105,7 @@ class SimpWorker:
         outputs = interp.run(graph, inputs, scope)
         uris = [None if v is None else self.store.put(v, owner) for v in outputs]
         if guard is not None and verdict is not None:
-            guard.record(graph, uris, verdict)
+            guard.record(uris, verdict)
         return uris
 
     def check_write(self, op: str, path: str, real: Path | None = None) -> None:
