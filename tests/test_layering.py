@@ -43,7 +43,7 @@ dialect. ``psi_sorted`` runs libspu's ABY3 among three holders for ``psi.join_n`
 MAX_SPU_MENTIONS = 3
 MAX_MODULE_LINES = 600
 """The most non-blank lines (``grep -c .``) one module may have."""
-LINE_BUDGET = 29_360
+LINE_BUDGET = 29_370
 """The most lines of code (non-blank, non-comment: `linecount.count`) the package may have:
 a little above its size when the budget was set (raised from 22,500 for the row-aware
 flow analysis of declassification and the containment of op errors, then from 24,000 for
@@ -77,7 +77,8 @@ definition (issue 43, +490): the rules checked as definitions (row weights, redu
 selections, comparisons, DP contributions) in tensor, PHE and DP flows, ``approve:`` with
 library functions members derive themselves, releases remembered across programs and
 ``max_releases``, ``psi_protocols``, policy reloads, stalled HTTP/1.1 bodies dropped and
-exact DP budgets. Raise it only for a reason."""
+exact DP budgets, then from 29,360 for the audit naming what left each party and the
+policy entry that allowed it (``releases``). Raise it only for a reason."""
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ class Verdict:
     the party's data (charged when it is accepted: `mplang.policy.ledger`)."""
     rows: dict[str, list[Selection]] = field(default_factory=dict)
     """The rows of each source its exact releases combine (recorded with the charge)."""
+    releases: list[dict[str, Any]] = field(default_factory=list)
+    """Each allowed flow: ``description``, ``receiver``, ``allowed_by``, ``kind``, ``epsilon``."""
 
     def message(self, node: str) -> str:
         return f"{node} refuses the program: " + "; ".join(self.reasons)
@@ -66,6 +68,9 @@ def judge(policy: Policy, receiver: str, label: Flow, digest: str | None
     if rule is None:
         return None, None
     return f"rule {rule}", rule if rule.when in ("aggregate", "compare") else None
+
+
+_KINDS = {"rule": "rule", "approve": "approval", "plaintext_to": "plaintext"}  # else digest
 
 
 def _hint(receiver: str, label: Flow, policy: Policy, digest: str | None) -> str:
@@ -131,6 +136,10 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
         verdict.flows.append(f"{send.label} -> {receiver} ({send.what}, {send.where}): " + (
             f"allowed: {why}" if why else "kept, judged when fetched or used"
             if id(send) in kept else "REFUSED"))
+        verdict.releases += [{"description": str(send.label), "receiver": receiver,
+                              "allowed_by": why, "kind": _KINDS.get(why.split()[0], "digest"),
+                              "epsilon": send.label.epsilon if send.label.form == "dp" else 0.0}
+                             ] if why else []
         if rule is not None:
             allowed.append((send, rule))
         if id(send) in kept:  # judged when fetched or used, but not apart from the others
@@ -363,6 +372,10 @@ class Guard:
             self._pending[graph] = charge
         self._vetted[graph] = (digest, whole, verdict)
         return verdict
+
+    def verdict(self, graph: Graph) -> Verdict | None:
+        """The verdict `vet` gave ``graph`` (None: not vetted)."""
+        return self._vetted.get(graph, (None, False, None))[2]
 
     def _charge(self, verdict: Verdict, program: str) -> Charge | None:
         """Charge an accepted ``verdict``'s releases to the ledger (None: nothing to

@@ -14,14 +14,15 @@ and ``"node"`` (the node that wrote it). The events:
     fingerprint of the TLS peer), ``name`` (the program's function name as the
     driver gives it, null if it gave none),
     ``verdict`` (``"accepted"`` or ``"refused"``), ``rule`` (the policy that
-    accepted it: its file, ``the default policy`` or ``no policy``) and ``reason``
-    (why it was refused, which names the rule; null when accepted).
+    accepted it: its file, ``the default policy`` or ``no policy``), ``reason``
+    (why it was refused, which names the rule; null when accepted) and ``releases``
+    (what of this party's data it lets leave: `mplang.policy.check.Verdict.releases`).
 ``end``
     An accepted run finished: ``exec``, ``scope``, ``status`` (``"ok"``,
     ``"failed"``, ``"aborted"`` when its driver aborted the execution, or
     ``"refused"`` when it never started because the other parties' votes were not
     for the same program) and ``reason`` (the error; null when ok). A run whose
-    votes did not all come ends ``"failed"`` (or ``"aborted"``) before any op.
+    votes did not all come, or that could not start, ends ``"failed"`` (or ``"aborted"``).
 ``abort``
     A driver aborted an execution: ``exec``, ``driver``, ``reason``.
 ``send`` / ``recv``
@@ -166,10 +167,11 @@ class AuditLog:
 
     def execution(self, exec_id: str, scope: str, program: str, driver: tuple[str, str],
                   verdict: str, reason: str | None = None, graph: Graph | None = None,
-                  name: str | None = None, rule: str | None = None) -> None:
+                  name: str | None = None, rule: str | None = None,
+                  releases: list[dict[str, Any]] | None = None) -> None:
         """A driver's request to run ``program`` (function ``name``, as the driver calls
         it) and this node's verdict on it by ``rule`` (or ``reason``); the ``graph`` of an
-        accepted run names the ops of its messages."""
+        accepted run names the ops of its messages, its ``releases`` what it lets leave."""
         if graph is not None and verdict == "accepted":
             with self._lock:
                 runs = self._graphs.get(exec_id, {})
@@ -177,7 +179,7 @@ class AuditLog:
                 _remember(self._graphs, exec_id, runs)
         self.write({"event": "execution", "exec": exec_id, "scope": scope, "program": program,
                     "name": name, "driver": _driver(driver), "verdict": verdict, "rule": rule,
-                    "reason": _short(reason)})
+                    "reason": _short(reason), "releases": releases or []})
 
     def end(self, exec_id: str, scope: str, error: str | None = None,
             refused: bool = False) -> None:
@@ -342,7 +344,7 @@ def summarize(logs: Iterable[str | os.PathLike[str]] | Iterable[Event]) -> Audit
       program's function), ``program`` (digest), ``driver`` and ``fingerprint``, per
       node its ``verdict``, ``rule`` or ``reason``, ``status`` and ``error`` (`nodes`),
       ``bytes`` (``"SRC -> DST"``: per kind, ``{"count", "bytes"}``, from the sender's log
-      if given, else the receiver's) and ``aborted``;
+      if given, else the receiver's), ``aborted`` and ``releases`` (with ``node``, ``time``);
     - ``mismatches``: for each pair of nodes whose logs are both given, each
       kind whose bytes sent by one differ from the bytes received by the other, over the
       runs not aborted (an abort drops messages in flight);
@@ -448,9 +450,9 @@ def _runs(events: list[Event], nodes: list[str]) -> list[dict[str, Any]]:
     runs: dict[str, dict[str, Any]] = {}
 
     def run(exec_id: str) -> dict[str, Any]:
-        return runs.setdefault(exec_id, {"exec": exec_id, "name": None, "program": None,
-                                         "driver": None, "fingerprint": None, "nodes": {},
-                                         "bytes": {}, "aborted": False, "abort": False})
+        return runs.setdefault(exec_id, {"exec": exec_id, **dict.fromkeys(
+            ("name", "program", "driver", "fingerprint")), "nodes": {}, "bytes": {},
+            "aborted": False, "abort": False, "releases": []})
 
     for e in events:
         exec_id, node = e.get("exec"), str(e.get("node"))
@@ -465,6 +467,8 @@ def _runs(events: list[Event], nodes: list[str]) -> list[dict[str, Any]]:
                       if v is not None})
             r["nodes"].setdefault(node, {}).update(
                 {"verdict": e.get("verdict"), "rule": e.get("rule"), "reason": e.get("reason")})
+            r["releases"] += [{"node": node, "time": e.get("time"), **release}
+                              for release in e.get("releases") or () if isinstance(release, dict)]
         elif name == "end":
             r["nodes"].setdefault(node, {}).update({"status": e.get("status"),
                                                     "error": e.get("reason")})
@@ -542,7 +546,7 @@ def _tags(run: dict[str, Any]) -> str:
 
 def format_runs(summary: dict[str, Any]) -> list[str]:
     """One block per run of `summarize`'s result: program, driver, each node's verdict
-    and end, and the bytes between nodes by kind."""
+    and end, the bytes between nodes by kind, and what each party let leave."""
     ex = summary["executions"]
     tally = ", ".join(f"{k} {v}" for k, v in sorted(ex["by_verdict"].items()))
     ends = ", ".join(f"{k} {v}" for k, v in sorted(ex["by_status"].items()))
@@ -555,6 +559,10 @@ def format_runs(summary: dict[str, Any]) -> list[str]:
                      f"sha256 {str(run['fingerprint'])[:16]}...")
         lines += [_verdict(node, seen) for node, seen in sorted(run["nodes"].items())]
         lines += [f"  {pair}: {_bytes(cells)}" for pair, cells in sorted(run["bytes"].items())]
+        lines += [f" {'*' if r['kind'] in ('approval', 'digest') else ' '}{r['node']} released at "
+                  f"{time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(r['time']))}: "
+                  f"{r['description']} -> {r['receiver']}, allowed by {r['allowed_by']} "
+                  f"({r['kind']}; epsilon {r['epsilon']:g})" for r in run["releases"]]
     return lines
 
 

@@ -236,3 +236,30 @@ def test_psi_traffic_is_logged_as_psi_not_as_secret_shares(
     assert "run 1: _join by driver\n" in text
     policy = cluster.spec_path.parent / "policies" / "node_0.yaml"
     assert f"  node_0: accepted ({policy}); ended ok\n" in text
+
+
+def test_a_party_whose_policy_accepted_a_run_another_refused_is_not_counted_as_refusing(
+        audited: tuple[LocalCluster, Path]) -> None:
+    """node_0 refuses the run; its driver aborts it at node_1 before node_1's request
+    arrives (the order a driver's concurrent requests may take). node_1 accepted the
+    program: its log says so, then that the run ended aborted, and the audit counts one
+    refusal, node_0's."""
+    cluster, audit_dir = audited
+    dev = support.DevCluster(cluster.spec_path, cluster.keys_dir)
+    exec_id = uuid.uuid4().hex
+    with dev.client("driver", 0) as client:
+        assert client.post("/run", content=support.frame(
+            {"exec": exec_id, "scope": "", "inputs": [], "parties": [0, 1]},
+            b"not a program")).status_code == 400
+    with dev.client("driver", 1) as client:
+        client.post("/abort", content=support.frame(
+            {"exec": exec_id, "reason": "party 0 refused it"})).raise_for_status()
+        assert client.post("/run", content=support.run_body(
+            support.local_graph(), exec_id=exec_id, parties=[0, 1])).status_code == 409
+    summary = summarize(_logs(cluster, audit_dir)[:2])
+    (run,) = [r for r in summary["runs"] if r["exec"] == exec_id]
+    assert run["nodes"]["node_0"]["verdict"] == "refused"
+    assert (run["nodes"]["node_1"]["verdict"], run["nodes"]["node_1"]["status"]) == \
+        ("accepted", "aborted")
+    assert f"by driver (aborted; refused by node_0)\n  program sha256 {run['program'][:16]}" \
+        in format_summary(summary)

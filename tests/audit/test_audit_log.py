@@ -91,7 +91,8 @@ def test_events_are_json_lines_with_time_node_and_their_fields(tmp_path: Path) -
         "event": "execution", "time": 0, "node": "node_0", "exec": "e1", "scope": "/0",
         "program": "d" * 64, "name": "f", "driver": {"name": "driver",
                                                      "fingerprint": "ab" * 32},
-        "verdict": "accepted", "rule": "policies/node_0.yaml", "reason": None}
+        "verdict": "accepted", "rule": "policies/node_0.yaml", "reason": None,
+        "releases": []}
     assert events[1] | {"time": 0} == {
         "event": "send", "time": 0, "node": "node_0", "exec": "e1", "peer": "node_1",
         "op": "simp.shuffle_static", "key": "/0/1/1", "kind": "plaintext", "bytes": 68,

@@ -93,6 +93,11 @@ def test_millionaire(workers: tuple[LocalCluster, Path]) -> None:
     _no_plaintext_between_parties(events)
     (fetch,) = plaintext_received(events, "driver")
     assert fetch["node"] == "node_0"  # the one-bit answer, revealed to P0, fetched there
+    releases = {e["node"]: [(r["description"], r["receiver"], r["allowed_by"], r["kind"])
+                            for r in e["releases"]] for e in events if e["event"] == "execution"}
+    compare = [("compare of wealth.npy", to, 'rule {to: ["*"], when: compare}', "rule")
+               for to in ("node_0", "driver")]  # node_1's wealth, compared, reaches node_0
+    assert releases == {"node_0": compare[1:], "node_1": compare, "node_2": []}, releases
 
 
 def test_secure_mean_and_variance(workers: tuple[LocalCluster, Path]) -> None:

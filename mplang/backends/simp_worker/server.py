@@ -48,6 +48,7 @@ from mplang.cluster.identity import LocalIdentity
 from mplang.cluster.peers import Peer, PeerDirectory, Role
 from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
+from mplang.edsl.graph import Graph
 from mplang.policy.enforce import driver_names, worker_policy
 from mplang.policy.ledger import LEDGER_FILE, Ledger, default_state_dir
 from mplang.records.audit import AuditLog
@@ -128,58 +129,56 @@ class WorkerServer:
 
     # -- programs
     def prepare(self, header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
-        """Accept a run: decode and check its program, register it for its messages."""
-        exec_id = check_exec_id(header.get("exec"))
-        scope = require_str(header, "scope", KEY_LIMIT)
-        inputs = str_or_none_list(header.get("inputs"), "inputs")
-        parties = header.get("parties", [self.rank])
-        world = self.cluster.world_size
-        if not isinstance(parties, list) or not parties or self.rank not in parties or not all(
-                type(p) is int and 0 <= p < world for p in parties):
-            raise MPSerializationError(f"field 'parties' must list party ranks including "
-                                       f"{self.rank}")
-        program, openings = split_program(header, payload)
-        graph, digest = self.programs.get(program)
-        if len(inputs) != len(graph.inputs):
-            raise MPSerializationError("the number of inputs does not match the graph")
-        options = run_options(header, exec_id)
-        graph = self.worker.accept(graph, openings, driver.certificate.fingerprint,
-                                   whole=options.whole)
+        """Accept a run: decode and check its program, register it for its messages. The
+        audit log records this party's verdict and, if the run it accepted cannot start
+        here (aborted before it came, a reused id, over the limits), its end."""
+        accepted: Graph | None = None
         try:
-            run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint,
-                                        digest, graph, frozenset(parties), options.timeout)
-        except Exception:
-            self.worker.refund(graph)
-            raise
-        return Prepared(run, graph, inputs, options, inline_limit(header))
-
-    def prepare_audited(self, header: dict[str, Any], payload: memoryview,
-                        driver: Peer) -> Prepared:
-        """`prepare`, recording the verdict in the audit log."""
-        try:
-            prepared = self.prepare(header, payload, driver)
-        except MPLangError as e:
+            exec_id = check_exec_id(header.get("exec"))
+            scope = require_str(header, "scope", KEY_LIMIT)
+            inputs = str_or_none_list(header.get("inputs"), "inputs")
+            parties = header.get("parties", [self.rank])
+            world = self.cluster.world_size
+            if not isinstance(parties, list) or not parties or self.rank not in parties or \
+                    not all(type(p) is int and 0 <= p < world for p in parties):
+                raise MPSerializationError(f"field 'parties' must list party ranks including "
+                                           f"{self.rank}")
+            program, openings = split_program(header, payload)
+            graph, digest = self.programs.get(program)
+            if len(inputs) != len(graph.inputs):
+                raise MPSerializationError("the number of inputs does not match the graph")
+            options = run_options(header, exec_id)
+            accepted = self.worker.accept(graph, openings, driver.certificate.fingerprint,
+                                          whole=options.whole)
             if self.audit is not None:
-                exec_id, scope = header.get("exec"), header.get("scope")
+                guard = self.worker.guard
+                verdict = guard.verdict(accepted) if guard else None
+                self.audit.execution(exec_id, scope, digest, driver.audit_id, "accepted",
+                                     graph=accepted, name=options.name,
+                                     rule=guard.policy.source if guard else "no policy",
+                                     releases=verdict.releases if verdict else None)
+            run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint,
+                                        digest, accepted, frozenset(parties), options.timeout)
+        except Exception as e:
+            if accepted is not None:  # this party accepted it; it never starts here
+                self.worker.refund(accepted)
+                if self.audit is not None:
+                    self.audit.end(exec_id, scope, str(e))
+            elif self.audit is not None and isinstance(e, MPLangError):
+                given, where = header.get("exec"), header.get("scope")
                 self.audit.execution(
-                    exec_id if isinstance(exec_id, str) and ID.fullmatch(exec_id) else "",
-                    scope[:KEY_LIMIT] if isinstance(scope, str) else "",
+                    given if isinstance(given, str) and ID.fullmatch(given) else "",
+                    where[:KEY_LIMIT] if isinstance(where, str) else "",
                     _refused_digest(header, payload), driver.audit_id, "refused", str(e),
                     name=program_name(header))
             raise
-        if self.audit is not None:
-            run = prepared.run
-            guard = self.worker.guard
-            self.audit.execution(run.exec_id, run.scope, run.program, driver.audit_id,
-                                 "accepted", graph=prepared.graph, name=prepared.options.name,
-                                 rule=guard.policy.source if guard else "no policy")
-        return prepared
+        return Prepared(run, accepted, inputs, options, inline_limit(header))
 
     # -- consent
     def accept(self, header: dict[str, Any], payload: memoryview, driver: Peer) -> Prepared:
-        """`prepare_audited`; a run of several parties then sends this node's vote to the
-        others (`send_vote`)."""
-        prepared = self.prepare_audited(header, payload, driver)
+        """`prepare`; a run of several parties then sends this node's vote to the others
+        (`send_vote`)."""
+        prepared = self.prepare(header, payload, driver)
         if len(prepared.run.parties) > 1:
             self.send_vote(prepared)
         return prepared
