@@ -16,9 +16,11 @@ the sigmoid's first-order Taylor expansion around 0, ``sigmoid(z) ~ 0.5 + z / 4`
    decrypts it and returns it to P1.
 
 P1 never sees ``y``, ``d`` or ``X0``; P0 never sees ``X1`` or P1's logits, row by
-row. Each gradient is a sum over the ``n`` rows of both parties' data: an
-aggregate, which the policies ``mplang init`` writes let out (``n`` >= 10), so P0
-learns P1's gradient too. (Production protocols also hide it from P0 with a random
+row. Each gradient is a sum over the ``n`` rows of one party's features weighted by
+the other's residuals: no aggregate by the policies' definitions (another owner's
+real values weight the rows), so on workers each party reviews this program and
+approves it by its digest (``approve: - {program: DIGEST}``; a refusal prints it).
+P0 learns P1's gradient too. (Production protocols also hide it from P0 with a random
 mask P1 adds and removes; MPLang's local tensor code has no source of randomness
 the driver does not know yet, and a mask the driver knows hides nothing.)
 Security: semi-honest parties; P0 holds the only key.
