@@ -54,34 +54,39 @@ def worker_policy(cluster: ClusterSpec, node: str, path: str | os.PathLike[str] 
                  driver_names(cluster)), file
 
 
-def _digest(path: Path) -> str | None:
+def _read(path: Path) -> tuple[bytes | None, str | None]:
+    """The file's bytes and their SHA-256 (None, None: it cannot be read)."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        data = path.read_bytes()
     except OSError:
-        return None
+        return None, None
+    return data, hashlib.sha256(data).hexdigest()
 
 
 class PolicyFile:
-    """A worker's policy file, loaded again when its bytes change (`reload`): an edit
-    that does not load keeps the policy in force, and `failed` says why until one does.
-    A file not ``required`` stands for the default policy while it does not exist."""
+    """A worker's policy file, loaded again when its bytes change and then stay the same
+    for one more call (`reload`: a file caught half-written is not taken): an edit that
+    does not load keeps the policy in force, and `failed` says why until one does. A
+    file not ``required`` stands for the default policy while it does not exist."""
 
     def __init__(self, path: str | os.PathLike[str], required: bool = True):
         self.path = Path(path)
-        self.digest = self._seen = _digest(self.path)
+        self.digest = self._seen = self._pending = _read(self.path)[1]
         """The SHA-256 of the file whose policy is in force (None: the default policy)."""
         self.policy = Policy.load(self.path) if required or self.digest else Policy.default()
         self.failed: str | None = None
 
     def reload(self) -> Policy | None:
-        """The file's policy if its bytes changed since the last call, else None; raises
-        `PolicyError` naming the file (and line) if it does not load."""
-        seen = _digest(self.path)
-        if seen == self._seen:
+        """The file's policy if its bytes changed, the same at this call as at the last,
+        else None; raises `PolicyError` naming the file (and line) if it does not load."""
+        data, seen = _read(self.path)
+        if seen == self._seen or seen != self._pending:
+            self._pending = seen
             return None
         self._seen = seen
         try:
-            policy = Policy.load(self.path)
+            policy = Policy.load(self.path) if data is None else \
+                Policy.parse(data.decode("utf-8"), str(self.path))
         except (PolicyError, ValueError) as e:  # ValueError: the bytes are not UTF-8
             self.failed = str(e) if isinstance(e, PolicyError) else \
                 f"cannot read policy {self.path}: {e}"

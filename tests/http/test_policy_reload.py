@@ -116,14 +116,18 @@ def test_a_malformed_edit_keeps_the_policy_and_status_shows_it(
 
 
 def test_an_edit_that_does_not_load_keeps_the_policy_and_says_why(tmp_path: Path) -> None:
-    """An optional file stands for the default policy until it appears; then each edit
-    that does not load (not UTF-8, not YAML, removed) keeps the policy in force, is
+    """An optional file stands for the default policy until it appears; an edit is taken
+    once it is the same at two calls in a row (a file caught half-written is not); each
+    edit that does not load (not UTF-8, not YAML, removed) keeps the policy in force, is
     raised once and stays in `state` until the file loads."""
     path = tmp_path / "node_0.yaml"
     file = PolicyFile(path, required=False)
     assert file.policy == Policy.default()
     assert file.state() == {"policy": f"the default policy ({path} does not exist)"}
+    path.write_text("drivers: [")  # caught half-written: not taken
+    assert file.reload() is None and file.policy == Policy.default()
     path.write_text("drivers: [driver]\n")
+    assert file.reload() is None  # changed since the last call: one more to be sure
     assert file.reload() == file.policy == Policy(drivers=("driver",), source=str(path))
     assert file.reload() is None
     good = file.state()["policy"]
@@ -134,6 +138,7 @@ def test_an_edit_that_does_not_load_keeps_the_policy_and_says_why(tmp_path: Path
         (path.unlink, f"cannot read policy {path}: No such file or directory")]
     for edit_, error in edits:
         edit_()
+        assert file.reload() is None
         with pytest.raises(PolicyError, match=f"^{re.escape(error)}"):
             file.reload()
         assert file.reload() is None  # raised once per edit
@@ -141,5 +146,6 @@ def test_an_edit_that_does_not_load_keeps_the_policy_and_says_why(tmp_path: Path
         assert file.state()["policy"] == good
         assert file.state()["policy_reload_failed"].startswith(error)
     path.write_text("drivers: [driver, driver2]\n")
+    assert file.reload() is None
     assert file.reload() is not None and file.policy.drivers == ("driver", "driver2")
     assert "policy_reload_failed" not in file.state()

@@ -324,7 +324,7 @@ class WorkerServer:
             log.warning("reloaded policy %s", file.state()["policy"])
         return policy is not None
 
-    def watch_spec(self, stop: threading.Event, interval: float = 1.0) -> None:
+    def watch_spec(self, stop: threading.Event, interval: float = 0.5) -> None:
         """Every ``interval``: reload the spec and the policy file if they changed."""
         while not stop.wait(interval):
             self.reload_if_changed()
