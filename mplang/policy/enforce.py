@@ -57,10 +57,9 @@ def worker_policy(cluster: ClusterSpec, node: str, path: str | os.PathLike[str] 
 def _read(path: Path) -> tuple[bytes | None, str | None]:
     """The file's bytes and their SHA-256 (None, None: it cannot be read)."""
     try:
-        data = path.read_bytes()
+        return (data := path.read_bytes()), hashlib.sha256(data).hexdigest()
     except OSError:
         return None, None
-    return data, hashlib.sha256(data).hexdigest()
 
 
 class PolicyFile:
