@@ -12,12 +12,12 @@ from typing import Any
 from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph, Operation
 from mplang.policy.dp_flows import charges
-from mplang.policy.flows import DRIVER, Analysis, PartyLabels, Send, analyze
+from mplang.policy.flows import DRIVER, Analysis, PartyLabels, Send, analyze, where
 from mplang.policy.labels import Flow, Label, Rows, release_cuts, smallest_part
 from mplang.policy.ledger import BudgetExhausted, Charge, Ledger, Selection
 from mplang.policy.policy import DRIVER as DRIVER_NAME
 from mplang.policy.policy import DeclassifyRule, Policy
-from mplang.policy.psi_protocols import _psi_protocols
+from mplang.policy.psi_protocols import check_psi_protocols
 
 
 class PolicyRefusedError(MPRefusedError):
@@ -152,10 +152,11 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
     verdict.reasons += [r for r in analysis.refusals if r not in verdict.reasons]
     verdict.charges = charges(analysis.releases)
     verdict.rows = _selections(allowed)
-    _overlaps(allowed, sends, policy, verdict, past)
-    _max_releases(allowed, policy, verdict, past)
+    earlier = {name: past(name) for name in verdict.rows} if past is not None else {}
+    _overlaps(allowed, sends, policy, verdict, earlier)
+    _max_releases(allowed, policy, verdict, earlier)
     _devices(analysis, policy, rank, verdict)
-    _psi_protocols(analysis, policy, verdict)
+    check_psi_protocols(analysis, policy, verdict)
     _uses(analysis, policy, uses, verdict)
     _writes(analysis, policy, verdict)
     verdict.accepted = not verdict.reasons
@@ -198,13 +199,14 @@ def _selections(allowed: list[tuple[Send, DeclassifyRule]]) -> dict[str, list[Se
 
 
 def _max_releases(allowed: list[tuple[Send, DeclassifyRule]], policy: Policy,
-                  verdict: Verdict, past: Callable[[str], list[Selection]] | None) -> None:
-    """Refuse releases past a rule's ``max_releases`` per source, earlier programs'
-    counted."""
+                  verdict: Verdict, earlier: dict[str, list[Selection]]) -> None:
+    """Refuse releases past a rule's ``max_releases`` per source, the ``earlier``
+    programs' (per source) counted."""
+    capped = {rule: str(rule) for _, rule in allowed if rule.max_releases is not None}
     for name, rows in verdict.rows.items():
-        for rule in {r for _, r in allowed if r.max_releases is not None}:
-            done = sum(1 for *_, text in (past(name) if past else []) if text == str(rule))
-            now = sum(1 for *_, text in rows if text == str(rule))
+        for rule, text in capped.items():
+            done = sum(1 for *_, t in earlier.get(name, ()) if t == text)
+            now = sum(1 for *_, t in rows if t == text)
             if now and done + now > (rule.max_releases or 0):
                 verdict.reasons.append(
                     f"its {now} release(s) of {name} under rule {rule} would make "
@@ -212,19 +214,19 @@ def _max_releases(allowed: list[tuple[Send, DeclassifyRule]], policy: Policy,
 
 
 def _overlaps(allowed: list[tuple[Send, DeclassifyRule]], sends: list[Send], policy: Policy,
-              verdict: Verdict, past: Callable[[str], list[Selection]] | None) -> None:
-    """Refuse aggregates whose row sets overlap others' (in this program or an earlier
-    one) so that subtracting them isolates fewer than ``min_rows`` rows."""
+              verdict: Verdict, earlier: dict[str, list[Selection]]) -> None:
+    """Refuse aggregates whose row sets overlap others' (in this program or, ``earlier``
+    per source, an earlier one) so that subtracting them isolates fewer than
+    ``min_rows`` rows."""
     released = {r for s in sends if s.label.mine for r in s.label.rowsets}
-    earlier = {name: {Rows(frozenset([name]), lo, hi, step) for lo, hi, step, _ in past(name)
-                      if hi > lo} for name in {n for s, _ in allowed for n in s.label.sources}
-               } if past is not None else {}
-    cuts = release_cuts(released.union(*earlier.values()))
+    past = {name: {Rows(frozenset([name]), lo, hi, step) for lo, hi, step, _ in rows
+                   if hi > lo} for name, rows in earlier.items()}
+    cuts = release_cuts(released.union(*past.values()))
     for send, rule in allowed:
         if rule.when != "aggregate":
             continue
         part = smallest_part(cuts, send.label.rowsets.union(
-            *(earlier.get(name, ()) for name in send.label.sources)))
+            *(past.get(name, ()) for name in send.label.sources)))
         if part is not None and part[1] < rule.min_rows:
             isolated = f"isolates {part[0]} of {', '.join(sorted(part[0].sources))}"
         else:
@@ -265,7 +267,7 @@ def _devices(analysis: Analysis, policy: Policy, rank: int, verdict: Verdict) ->
         members = list(attrs.get("members", ()))
         protocol, beaver = str(attrs.get("protocol")), str(attrs.get("beaver", ""))
         if not policy.accepts_protocol(protocol, beaver, bool(members) and members[0] == rank):
-            reason = (f"{_where(op)} uses device {attrs.get('device')} with protocol "
+            reason = (f"{where(op)} uses device {attrs.get('device')} with protocol "
                       f"{protocol}" + (f" (Beaver source {beaver})" if beaver else "")
                       + f", which protocols of {policy.source} does not accept")
             if reason not in verdict.reasons:
@@ -280,7 +282,7 @@ def _uses(analysis: Analysis, policy: Policy, uses: Callable[[str], int] | None,
             continue
         used = uses(name) if uses is not None else 0
         if used >= limit:
-            verdict.reasons.append(f"{_where(op)} uses {name!r}, already used by {used} "
+            verdict.reasons.append(f"{where(op)} uses {name!r}, already used by {used} "
                                    f"executions: max_uses {name}: {limit} in {policy.source}")
 
 
@@ -288,12 +290,8 @@ def _writes(analysis: Analysis, policy: Policy, verdict: Verdict) -> None:
     for op, path in analysis.writes:
         if not policy.may_write(path):
             verdict.reasons.append(
-                f"{_where(op)} writes {path!r} into this party's data root: writes: "
+                f"{where(op)} writes {path!r} into this party's data root: writes: "
                 f"[{', '.join(policy.writes)}] in {policy.source} does not allow it")
-
-
-def _where(op: Operation) -> str:
-    return f"op {op.opcode}" + (f" at {op.loc}" if op.loc else "")
 
 
 class LabelTable:
@@ -452,7 +450,7 @@ class Guard:
         rule = max(rules, key=lambda r: r.min_rows)
         if rows < rule.min_rows:
             raise PolicyRefusedError(
-                f"{self.node} refuses {_where(op)}: {what} has fewer than min_rows "
+                f"{self.node} refuses {where(op)}: {what} has fewer than min_rows "
                 f"{rule.min_rows} rows ({rule} in {self.policy.source}), so no aggregate "
                 "over them may leave it")
 

@@ -20,7 +20,7 @@ PSI_PROTOCOLS = (*DEFAULT_PSI_PROTOCOLS, "ecdh_3pc", "ecdh_npc", "kkrt_npc", "ec
 unbalanced PSI's (the client keeps the server's whole evaluated set)."""
 
 
-def _psi_protocols(analysis: Analysis, policy: Policy, verdict: Verdict) -> None:
+def check_psi_protocols(analysis: Analysis, policy: Policy, verdict: Verdict) -> None:
     """Refuse the PSI ops the party takes part in whose protocol its policy does not list."""
     for op, protocol in analysis.psi:
         if protocol not in policy.psi_protocols:
