@@ -227,6 +227,14 @@ def test_missing_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
      "worker --data-root DIR, mplang up --data-root DIR)"),
     (["x.py", "--sim", "2", "--data-root", "nowhere"],
      "--data-root nowhere: no such folder (it holds a folder per node: nowhere/node_0, ...)"),
+    (["x.py", "--sim", "2", "--policies", "nowhere"],
+     "--policies nowhere: no such folder (it holds NODE.yaml per node, as `mplang init` "
+     "writes in policies/)"),
+    (["x.py", "--sim", "2", "--policies", "p", "--open"],
+     "argument --open: not allowed with argument --policies"),
+    (["x.py", "--cluster", "c.yaml", "--open"],
+     "--policies and --open go with --sim: each worker of a cluster reads its own policy "
+     "(mplang worker --policy FILE)"),
 ])
 def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                            monkeypatch: pytest.MonkeyPatch, argv: list[str],
@@ -334,10 +342,29 @@ def loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return script(tmp_path, LOADS, name="loads.py")
 
 
+OPEN_NOTE = ("mplang: Simulator(policies='open'): no party checks any policy; workers with "
+             "the policies `mplang init` writes may refuse what runs here\n")
+
+
 def test_data_root_gives_each_simulated_node_its_folder(
         loader: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, str(loader), "--sim", "3", "--data-root", "../roots") == \
-        (0, "total wealth: 10\n", "")
+    """node_0 judges the program by the policy ``mplang init`` writes (a sum of 5 rows is
+    too few), as its worker would; ``--open`` judges nothing and says so; ``--policies``
+    gives the nodes their policies."""
+    code, out, err = run(capsys, str(loader), "--sim", "3", "--data-root", "../roots")
+    assert (code, out) == (1, "")
+    assert err.startswith("mplang run: PolicyRefusedError: node_0 refuses to send object "), err
+    assert "to the driver: it is aggregate over 5 rows of wealth.npy; add a rule {to: " \
+        "[driver], when: aggregate, min_rows: 5} to declassify, or approve: - {program: " in err
+    assert "in the policy `mplang init` writes for node_0 (or reveal it under a rule) (at " \
+        "loads.py:13)" in err, err
+    assert run(capsys, str(loader), "--sim", "3", "--data-root", "../roots", "--open") == \
+        (0, "total wealth: 10\n", OPEN_NOTE)
+    (loader.parent / "policies").mkdir()
+    (loader.parent / "policies" / "node_0.yaml").write_text("declassify: [{to: ['*'], "
+                                                            "when: aggregate, min_rows: 5}]\n")
+    assert run(capsys, str(loader), "--sim", "3", "--data-root", "../roots", "--policies",
+               "../policies") == (0, "total wealth: 10\n", "")
 
 
 def test_without_data_root_the_message_names_the_option(

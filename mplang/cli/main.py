@@ -303,8 +303,13 @@ def _status(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from mplang.policy.report import check_program
 
+    if args.cluster and (args.policies or args.data_root):
+        print("mplang check: --policies and --data-root go with --sim (with --cluster, each "
+              "node's policy is policies/NODE.yaml next to the spec)", file=sys.stderr)
+        return 2
     try:
-        return 0 if check_program(args.cluster, args.program, args.policy, args.node) else 1
+        return 0 if check_program(args.cluster, args.program, args.policy, args.node,
+                                  policies=args.policies, data_root=args.data_root) else 1
     except (mp.MPLangError, OSError) as e:
         print(f"mplang check: {e}", file=sys.stderr)
         return 2
@@ -436,9 +441,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds to wait for each node (default 5)")
     check = commands.add_parser("check", help="print a saved program's data flows and each "
                                                "node's policy verdict, without running it")
-    check.add_argument("--cluster", required=True, help="cluster spec YAML")
+    nodes = check.add_mutually_exclusive_group(required=True)
+    nodes.add_argument("--cluster", help="cluster spec YAML")
+    nodes.add_argument("--sim", action="store_true",
+                       help="the simulator's nodes for the program's parties (mplang run --sim)")
     check.add_argument("--policy", help="the policy file to apply (default: each node's own, "
-                       "policies/NODE.yaml next to the spec, else the default policy)")
+                       "policies/NODE.yaml next to the spec, else the default policy; with "
+                       "--sim: the policy `mplang init` writes for it)")
+    check.add_argument("--policies", metavar="DIR",
+                       help="with --sim: node NODE's policy is DIR/NODE.yaml if it exists")
+    check.add_argument("--data-root", metavar="DIR",
+                       help="with --sim: node NODE's files are in DIR/NODE (the files the "
+                            "program loads are looked up there)")
     check.add_argument("--node", help="check only this node (default: every node)")
     check.add_argument("program", help="a program written by Program.save (.mpl)")
     add_ops_parser(commands)

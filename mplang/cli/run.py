@@ -22,12 +22,14 @@ from mplang.backends.simp_driver.base import SimpDriver
 from mplang.edsl.context import set_default_context
 from mplang.edsl.location import is_user_file
 
-USAGE = ("mplang run SCRIPT [ARG ...] (--sim N [--data-root DIR] | --cluster F [--key K] "
-         "[--name DRIVER]) [--timeout S]")
+USAGE = ("mplang run SCRIPT [ARG ...] (--sim N [--data-root DIR] [--policies DIR | --open] "
+         "| --cluster F [--key K] [--name DRIVER]) [--timeout S]")
 DESCRIPTION = """\
 Run SCRIPT as __main__ with sys.argv = [SCRIPT, ARG ...] and SCRIPT's folder on
 sys.path, on an in-memory simulator of N parties (--sim N; node NODE reads its
-files from DIR/NODE with --data-root DIR, else from ./data/NODE) or on the
+files from DIR/NODE with --data-root DIR, else from ./data/NODE; each node
+judges every program by the policy `mplang init` writes for it, or by
+NODE.yaml in --policies DIR; --open judges nothing) or on the
 workers of the cluster spec F (--cluster F; `mplang init --nodes 3 --out dev`
 writes one; each worker reads its own data root).
 
@@ -40,8 +42,11 @@ program on the context is an error.
 Options of mplang run may come before or after SCRIPT and its arguments;
 arguments after `--` all go to the script."""
 
-_OWN_OPTIONS = ("--sim", "--cluster", "--key", "--name", "--timeout", "--data-root")
+_OWN_OPTIONS = ("--sim", "--cluster", "--key", "--name", "--timeout", "--data-root",
+                "--policies")
 """The options taken out of the tokens after SCRIPT (each takes one value)."""
+_OWN_FLAGS = ("--open",)
+"""The flags taken out of the tokens after SCRIPT."""
 _MAX_FRAMES = 8
 """The innermost frames of the user's files an error report shows."""
 
@@ -64,6 +69,12 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-root", metavar="DIR",
                         help="with --sim: node NODE reads its files from DIR/NODE (default "
                              "./data/NODE)")
+    judge = parser.add_mutually_exclusive_group()
+    judge.add_argument("--policies", metavar="DIR",
+                       help="with --sim: node NODE judges programs by DIR/NODE.yaml (default: "
+                            "the policy `mplang init` writes for it)")
+    judge.add_argument("--open", action="store_true", default=None,
+                       help="with --sim: no node judges any program")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="seconds a wait for a message between parties (--sim) or a "
                              "worker's reply (--cluster) may take")
@@ -88,6 +99,9 @@ def _split(tokens: Sequence[str]) -> tuple[list[str], list[str]]:
         if token == "--":
             script.extend(rest)
             break
+        if token in _OWN_FLAGS:
+            own.append(token)
+            continue
         if token.split("=", 1)[0] not in _OWN_OPTIONS:
             script.append(token)
             continue
@@ -120,6 +134,9 @@ def _parse(args: argparse.Namespace) -> tuple[Path, list[str]]:
         raise _BadInput("give exactly one of --sim N and --cluster F")
     if args.sim is not None and (args.key or args.name):
         raise _BadInput("--key and --name go with --cluster, not --sim")
+    if args.cluster is not None and (args.policies or args.open):
+        raise _BadInput("--policies and --open go with --sim: each worker of a cluster reads "
+                        "its own policy (mplang worker --policy FILE)")
     if args.cluster is not None and args.data_root:
         raise _BadInput("--data-root goes with --sim: each worker of a cluster reads its own "
                         "data root (mplang worker --data-root DIR, mplang up --data-root DIR)")
@@ -135,7 +152,11 @@ def _open(args: argparse.Namespace) -> SimpDriver:
     if args.sim is not None:
         if args.data_root:
             options["data_roots"] = data_roots(mp.ClusterSpec.simple(args.sim), args.data_root)
-        return mp.Simulator(args.sim, **options)
+        if args.policies and not Path(args.policies).is_dir():
+            raise _BadInput(f"--policies {args.policies}: no such folder (it holds NODE.yaml "
+                            "per node, as `mplang init` writes in policies/)")
+        policies = "open" if args.open else args.policies
+        return mp.Simulator(args.sim, policies=policies, **options)
     spec = Path(args.cluster)
     if not spec.is_file():
         raise _BadInput(f"no such cluster spec: {spec} (write a development cluster with: "

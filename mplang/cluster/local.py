@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -96,28 +96,56 @@ declassify:               # what may be revealed of values computed from {node}'
   - {{to: ["*"], when: aggregate, min_rows: 10}}
   # comparisons between values of different owners (the millionaire's answer)
   - {{to: ["*"], when: compare}}
+  # which of a PSI partner's keys {node}'s tables hold (each join shows its receivers
+  # the keys they share, docs/psi.md): list the partners, e.g. to: [node_1]
+  - {{to: [], when: intersection}}
 """
 """The development policy of every node: the bundled examples satisfy it."""
 
 
-def write_dev_policies(spec: ClusterSpec, out_dir: str | os.PathLike[str],
-                       drivers: tuple[str, ...] = (DRIVER,)) -> list[Path]:
-    """Write ``out_dir/policies/NODE.yaml`` (`DEV_POLICY`) for every node of ``spec``: it
-    accepts the protocols the spec's devices ask for."""
-    from mplang.policy.policy import DEFAULT_PROTOCOLS, Policy
+def dev_policy(spec: ClusterSpec, node: str, drivers: tuple[str, ...] = (DRIVER,)) -> str:
+    """The text of ``node``'s development policy (`DEV_POLICY`): it accepts the protocols
+    the spec's devices ask for."""
+    from mplang.policy.policy import DEFAULT_PROTOCOLS
 
     asked = {str(d.config["protocol"]) for d in spec.devices.values() if "protocol" in d.config}
     extra = sorted(asked - set(DEFAULT_PROTOCOLS))
     note = (f" ({', '.join(extra)}: the spec asks for it, and it makes one party the others' "
             "dealer)") if extra else " (none of them makes one party the others' dealer)"
+    return DEV_POLICY.format(node=node, drivers=", ".join(drivers),
+                             protocols=", ".join([*DEFAULT_PROTOCOLS, *extra]),
+                             protocol_note=note)
+
+
+def init_policies(spec: ClusterSpec, *, approve: Sequence[str] = (),
+                  intersection: Sequence[str] = ()) -> dict[str, Any]:
+    """Every node's `dev_policy` as a `mplang.policy.policy.Policy`, with the ``approve``
+    entries (YAML flow mappings, ``{library: mplang.libs.linear, to: [node_0]}``) and the
+    receivers of its ``intersection`` rule (``["*"]``: every PSI partner) that a program's
+    docs show: what the simulator of an example judges by."""
+    from mplang.policy.policy import Policy
+
+    entries = "".join(f"  - {e}\n" for e in approve)
+    partners = ", ".join(f'"{n}"' for n in intersection)
+    return {node.name: Policy.parse(
+        dev_policy(spec, node.name).replace("approve: []\n", f"approve:\n{entries}" if entries
+                                            else "approve: []\n")
+        .replace("{to: [], when: intersection}", f"{{to: [{partners}], when: intersection}}"),
+        f"the policy `mplang init` writes for {node.name}, with the program's approvals")
+        for node in spec.nodes}
+
+
+def write_dev_policies(spec: ClusterSpec, out_dir: str | os.PathLike[str],
+                       drivers: tuple[str, ...] = (DRIVER,)) -> list[Path]:
+    """Write ``out_dir/policies/NODE.yaml`` (`dev_policy`) for every node of ``spec``."""
+    from mplang.policy.policy import Policy
+
     folder = Path(out_dir) / "policies"
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for node in spec.nodes:
         path = folder / f"{node.name}.yaml"
-        path.write_text(DEV_POLICY.format(
-            node=node.name, drivers=", ".join(drivers),
-            protocols=", ".join([*DEFAULT_PROTOCOLS, *extra]), protocol_note=note))
+        path.write_text(dev_policy(spec, node.name, drivers))
         Policy.load(path)  # what was written loads back
         paths.append(path)
     return paths

@@ -39,7 +39,7 @@ from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import Mask, MPType, TensorType, ValueType, is_symbolic, scalar
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels
-from mplang.policy.labels import compared, join_all, raw, source, subset
+from mplang.policy.labels import compared, join_all, membership, raw, source, subset
 
 mark_library(__file__)
 
@@ -305,7 +305,7 @@ def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
     _takes_part(a, op, (holder_a, holder_b))
     la, lb = ins[0].get(holder_a), ins[1].get(holder_b)
     what = "which of the receiver's keys this party's table holds"
-    seen_by_a, seen_by_b = compared(la, lb), compared(lb, la)
+    seen_by_a, seen_by_b = membership(compared(la, lb)), membership(compared(lb, la))
     a.send(op, holder_a, seen_by_a, what)
     a.send(op, holder_b, seen_by_b, what)
     out_a, out_b = subset(la, seen_by_a, id(op)), subset(lb, seen_by_b, id(op))
@@ -326,7 +326,8 @@ def _join_n_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Par
     labels = [lab.get(r) for lab, r in zip(ins, ranks, strict=True)]
     out: list[PartyLabels] = []
     for i, (rank, mine) in enumerate(zip(ranks, labels, strict=True)):
-        seen = join_all(compared(mine, other) for j, other in enumerate(labels) if j != i)
+        seen = membership(join_all(compared(mine, other) for j, other in enumerate(labels)
+                                   if j != i))
         a.send(op, rank, seen, "which of the receiver's keys the other holders' tables hold")
         kept = subset(mine, seen, id(op))
         out.append({} if kept is None else {rank: kept})
@@ -355,7 +356,7 @@ def _ub_join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Pa
         a.source(op, folder)
         theirs = source(folder, None, table=True)
     a.write(op, folder, client)
-    seen = compared(ins[0].get(client), theirs)
+    seen = membership(compared(ins[0].get(client), theirs))
     a.send(op, client, seen, "which of the client's keys the server's prepared set holds")
     kept = subset(ins[0].get(client), seen, id(op))
     return [{} if kept is None else {client: kept}, {}]

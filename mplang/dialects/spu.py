@@ -685,8 +685,10 @@ def _seal_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
 @run_p.def_flow
 def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     """Labels through the StableHLO of the executable, to every member; a registered
-    library function's suppressed groups hold at least its ``min_rows`` rows; a vouched
-    release's outputs are noisy (`release_flow`); an approvable one's are ``approved``."""
+    library function's suppressed groups hold at least its ``min_rows`` rows (for the
+    party whose rows choose them, its outputs are ``approved``, as an approvable
+    function's are); a vouched release's outputs are noisy (`release_flow`). Groups
+    chosen by the same value (its first input) are the same groups."""
     _device_use(a, op)
     entry = vouched(op, stablehlo_text(op), _derive) if op.attrs.get("library") else None
     if isinstance(entry, Releasing):
@@ -694,11 +696,12 @@ def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyL
     result = labels_through(analysis_text(op), [everywhere(v) for v in ins], len(op.outputs))
     a.observe(op, result.observed)
     outputs = result.outputs
-    if isinstance(entry, Approvable):
+    if isinstance(entry, Approvable) or isinstance(entry, Suppressing) and any(
+            lab is not None and lab.form == "raw" for lab in outputs):
         outputs = [approved(entry.release, map(everywhere, ins))] * len(outputs)
     elif isinstance(entry, Suppressing) and any(lab is not None and lab.gated
                                                for lab in outputs):
-        outputs = [suppressed(lab, min_rows_of(op, entry), gate=id(op),
+        outputs = [suppressed(lab, min_rows_of(op, entry), gate=id(op.inputs[0]),
                               partition=entry.partition) for lab in outputs]
     members = op.attrs["members"]
     return [{} if lab is None else dict.fromkeys(members, lab) for lab in outputs]

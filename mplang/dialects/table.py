@@ -61,6 +61,7 @@ from mplang.edsl.typing import (
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, local_conservative
 from mplang.policy.labels import FOREIGN, Label, leading_rows, source, source_path, with_rows
+from mplang.policy.sql_flows import sql_labels
 
 _SHORT = {"bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
           "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
@@ -246,7 +247,7 @@ sql_p = Primitive(
     attrs={"query": Attr(str, required=True, doc="one SELECT statement (DuckDB's dialect)"),
            "names": Attr(tuple, required=True, doc="each input table's name in the query"),
            "type": _TYPE},
-    results=_TABLE, targets=("PPU",), cost=local_cost, local_flow=local_conservative,
+    results=_TABLE, targets=("PPU",), cost=local_cost,
     doc="Run one SQL SELECT on local tables (DuckDB).")
 to_tensor_p = Primitive(
     "table.to_tensor", kind="compute", execution_model="single_rank", traits=LOCAL_PURE,
@@ -306,6 +307,13 @@ def _write_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list
     if own:
         a.write(op, str(op.attrs["path"]), a.party)
     return []
+
+
+@sql_p.def_local_flow
+def _sql_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
+    """Row-local SQL keeps the rows, a ``WHERE`` selects some, sums aggregate them
+    (`mplang.policy.sql_flows`)."""
+    return [sql_labels(id(op), str(op.attrs["query"]), tuple(op.attrs["names"]), ins)]
 
 
 @to_tensor_p.def_local_flow

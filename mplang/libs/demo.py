@@ -93,16 +93,17 @@ def secure_mean(world_size: int) -> Any:
 
 @contextlib.contextmanager
 def simulated(cluster: mp.ClusterSpec, write: Callable[[dict[str, Path]], None],
-              prefix: str = "mplang-demo-") -> Iterator[Any]:
+              prefix: str = "mplang-demo-", policies: Any = None) -> Iterator[Any]:
     """A simulator of ``cluster`` whose parties read from temporary data roots, one per
     node, standing in for each organisation's own disk: ``write(roots)`` fills them
-    first (``roots``: node name -> folder). Closed, and the folders removed, on exit."""
+    first (``roots``: node name -> folder), and judge programs by ``policies`` (default:
+    the policies ``mplang init`` writes). Closed, and the folders removed, on exit."""
     with tempfile.TemporaryDirectory(prefix=prefix) as folder:
         roots = {node.name: Path(folder) / node.name for node in cluster.nodes}
         for root in roots.values():
             root.mkdir()
         write(roots)
-        sim = mp.Simulator(cluster, data_roots=roots)
+        sim = mp.Simulator(cluster, data_roots=roots, policies=policies)
         try:
             yield sim
         finally:

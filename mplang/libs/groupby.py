@@ -44,6 +44,7 @@ columns at once as one ``[n, m]`` matrix.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import jax.numpy as jnp
@@ -111,14 +112,6 @@ def _suppress(out: Any, counts: Any, min_rows: int) -> Any:
     return jnp.where(keep, out, jnp.zeros_like(out))
 
 
-def _plain_counts(num_groups: int, high: int, low: int, min_rows: int, keys: Any) -> Any:
-    """The key holder's own counts (plaintext, small groups zeroed), int32 ``[num_groups]``:
-    a sum over its rows of its keys' digit one-hots."""
-    high_hot, low_hot = _plain_digits(num_groups, high, low, keys)
-    counts = (high_hot.T @ low_hot).reshape(-1)[:num_groups]
-    return _suppress(counts, counts, min_rows)
-
-
 def _bit_hot(k: Any, bits: range, start: Any) -> Any:
     """``start`` [n, 1] times the one-hot of the bits ``bits`` of ``k``: [n, 2**len(bits)]."""
     table = start
@@ -162,7 +155,7 @@ def _digit_counts(num_groups: int, high_hot: Any, low_hot: Any) -> Any:
     return _columns_times(low_hot, high_hot).reshape(-1)[:num_groups]
 
 
-@suppressing(min_rows_arg=1)
+@suppressing(min_rows_arg=1, release="groupby_sum")
 def _suppressed_sums(num_groups: int, min_rows: int, high_hot: Any, low_hot: Any,
                      values: Any) -> Any:
     """Per-group sums from the keys' digit one-hots, small groups zeroed."""
@@ -170,7 +163,14 @@ def _suppressed_sums(num_groups: int, min_rows: int, high_hot: Any, low_hot: Any
     return _suppress(sums, _digit_counts(num_groups, high_hot, low_hot), min_rows)
 
 
-@suppressing(min_rows_arg=3)
+@suppressing(min_rows_arg=1, release="groupby_count")
+def _suppressed_counts(num_groups: int, min_rows: int, high_hot: Any, low_hot: Any) -> Any:
+    """Rows per group from the keys' digit one-hots, small groups zeroed."""
+    counts = _digit_counts(num_groups, high_hot, low_hot)
+    return _suppress(counts, counts, min_rows)
+
+
+@suppressing(min_rows_arg=3, release="groupby_sum")
 def _secret_sums(num_groups: int, high: int, low: int, min_rows: int, keys: Any,
                  values: Any) -> Any:
     """Per-group sums of secret keys, small groups zeroed."""
@@ -178,7 +178,7 @@ def _secret_sums(num_groups: int, high: int, low: int, min_rows: int, keys: Any,
     return _suppressed_sums(num_groups, min_rows, *digits, values)
 
 
-@suppressing(min_rows_arg=3)
+@suppressing(min_rows_arg=3, release="groupby_count")
 def _secret_counts(num_groups: int, high: int, low: int, min_rows: int, keys: Any) -> Any:
     """Rows per group of secret keys, small groups zeroed."""
     counts = _digit_counts(num_groups, *_secret_digits(num_groups, high, low, keys))
@@ -206,23 +206,45 @@ def _sums(op: str, keys: Any, values: Any, num_groups: int, device: str, to: str
     _check_values(op, _check_keys(op, keys, num_groups), values)
     min_rows = _check_min_rows(op, min_rows)
     if on_party(op, keys):
-        high, low = digit_bases(num_groups, binary=False)
-        digits = mp.device(keys.device)(bind(_plain_digits, num_groups, high, low))(keys)
+        digits = _digits_of(keys, num_groups, device)
         return mp.device(device)(bind(_suppressed_sums, num_groups, min_rows))(*digits, values)
     high, low = digit_bases(num_groups, binary=True)
     return mp.device(device)(bind(_secret_sums, num_groups, high, low, min_rows))(keys, values)
 
 
+_DIGITS: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], Any]] = \
+    weakref.WeakKeyDictionary()
+"""Per traced keys value: the digit one-hots already made of it and sealed in a device."""
+
+
+def _digits_of(keys: Any, num_groups: int, device: str) -> Any:
+    """The key holder's digit one-hots of ``keys``, sealed in ``device``: made once per
+    traced keys value, so that the group-bys over the same keys in one program group by
+    the same value, and their releases are one (`mplang.dialects.spu`'s flow rule)."""
+    def make() -> Any:
+        high, low = digit_bases(num_groups, binary=False)
+        digits = mp.device(keys.device)(bind(_plain_digits, num_groups, high, low))(keys)
+        return [mp.put(device, d) for d in digits]
+
+    value = getattr(keys, "value", None)
+    if value is None or getattr(keys, "tracer", None) is None:
+        return make()
+    made = _DIGITS.setdefault(value, {})
+    if (num_groups, device) not in made:
+        made[num_groups, device] = make()
+    return made[num_groups, device]
+
+
 def _counts(op: str, keys: Any, num_groups: int, device: str, to: str | None,
             min_rows: int) -> Any:
-    """Per-group counts (small groups zeroed): on the key holder's device, or secret on
-    ``device``."""
+    """Per-group counts (small groups zeroed), secret on ``device``: from the digits of
+    party-held keys that a sum over the same keys uses too (one grouping)."""
     secure_device(op, device, to)
     _check_keys(op, keys, num_groups)
     min_rows = _check_min_rows(op, min_rows)
     if on_party(op, keys):
-        high, low = digit_bases(num_groups, binary=False)
-        return mp.device(keys.device)(bind(_plain_counts, num_groups, high, low, min_rows))(keys)
+        digits = _digits_of(keys, num_groups, device)
+        return mp.device(device)(bind(_suppressed_counts, num_groups, min_rows))(*digits)
     high, low = digit_bases(num_groups, binary=True)
     return mp.device(device)(bind(_secret_counts, num_groups, high, low, min_rows))(keys)
 
@@ -244,13 +266,12 @@ def groupby_count(keys: Any, num_groups: int, device: str = "SP0",
     """Rows per group (int32, shape ``(num_groups,)``), revealed to ``to`` only; a group
     of fewer than ``min_rows`` rows is reported as 0.
 
-    Keys held by a party: that party counts its own keys locally (it knows them
-    already) and sends the counts to ``to`` (or secret-shares them into ``device``
-    when ``to`` is None); its policy's ``aggregate`` rule judges them (counts over
-    all its rows). Secret keys: counted obliviously on ``device``.
+    Counted obliviously on ``device``, from the same digits of the keys as a
+    `groupby_sum` or `groupby_mean` over them in the program: the counts and the sums
+    are one release of the groups. The key holder's policy judges the counts as an
+    aggregate of its keys.
     """
-    counts = _counts("groupby_count", keys, num_groups, device, to, min_rows)
-    return mp.put(device if to is None else to, counts)
+    return reveal(_counts("groupby_count", keys, num_groups, device, to, min_rows), to)
 
 
 @function

@@ -111,7 +111,7 @@ def _one_hot_bins(bins: jax.Array, n_bins: int) -> jax.Array:
     return hot.astype(jnp.int8).reshape(bins.shape[0], -1)
 
 
-@suppressing(min_rows_arg=3, partition=True)
+@suppressing(min_rows_arg=3, release="grown_on_device", partition=True)
 def _secret_trees(n_trees: int, max_depth: int, n_bins: int, min_leaf: int,
                   learning_rate: float, reg_lambda: float, min_weight: float,
                   hot0: jax.Array, hot1: jax.Array, y: jax.Array

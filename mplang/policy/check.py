@@ -44,6 +44,8 @@ class Verdict:
     """The rows of each source its exact releases combine (recorded with the charge)."""
     releases: list[dict[str, Any]] = field(default_factory=list)
     """Each allowed flow: ``description``, ``receiver``, ``allowed_by``, ``kind``, ``epsilon``."""
+    sources: list[str] = field(default_factory=list)
+    """The sources of the party's data the program loads."""
 
     def message(self, node: str) -> str:
         return f"{node} refuses the program: " + "; ".join(self.reasons)
@@ -116,7 +118,7 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
     """
     names = list(names) if names is not None else [f"node_{r}" for r in range(world_size)]
     analysis, outs = analyze(graph, world_size, rank, input_labels, whole=outputs_fetchable)
-    verdict = Verdict(True)
+    verdict = Verdict(True, sources=sorted({name for _, name in analysis.loads}))
     if driver is not None and not policy.accepts_driver(driver):
         verdict.reasons.append(f"driver {driver!r} is not in drivers "
                                f"[{', '.join(policy.drivers or ())}] of {policy.source}")

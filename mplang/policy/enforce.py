@@ -20,16 +20,38 @@ def as_policy(policy: Policy | str | os.PathLike[str]) -> Policy:
 
 
 def install_guards(workers: Sequence[Any], cluster: ClusterSpec,
-                   policies: Mapping[str, Policy | str | os.PathLike[str]]) -> None:
-    """Give each simulated worker whose node ``policies`` names a `Guard`."""
+                   policies: Mapping[str, Policy | str | os.PathLike[str]] | str | os.PathLike[str]
+                   | None) -> None:
+    """Give each simulated worker a `Guard`: of the policy ``policies`` maps its node to,
+    else of ``policies/NODE.yaml`` in the folder ``policies`` names, else of the policy
+    ``mplang init`` writes for it. ``policies="open"`` installs none and says so."""
+    import sys
+
+    from mplang.cluster.local import dev_policy
+
     names = [n.name for n in cluster.nodes]
-    unknown = sorted(set(policies) - set(names))
+    if isinstance(policies, str) and policies == "open":
+        print("mplang: Simulator(policies='open'): no party checks any policy; workers with "
+              "the policies `mplang init` writes may refuse what runs here", file=sys.stderr)
+        return
+    chosen: Mapping[str, Policy | str | os.PathLike[str]] = {}
+    if isinstance(policies, (str, os.PathLike)):
+        folder = Path(policies)
+        if not folder.is_dir():
+            raise MPLangError(f"policies={os.fspath(policies)!r} is not a folder of NODE.yaml "
+                              "files (give a folder, a mapping of nodes to policies, or 'open')")
+        chosen = {n: folder / f"{n}.yaml" for n in names if (folder / f"{n}.yaml").exists()}
+    elif policies is not None:
+        chosen = policies
+    unknown = sorted(set(chosen) - set(names))
     if unknown:
         raise MPLangError(f"policies names nodes {unknown} that the cluster does not have "
                           f"(its nodes: {', '.join(names)})")
-    for node, policy in policies.items():
-        rank = names.index(node)
-        workers[rank].guard = Guard(as_policy(policy), rank, names)
+    for rank, node in enumerate(names):
+        policy = chosen.get(node)
+        workers[rank].guard = Guard(
+            Policy.parse(dev_policy(cluster, node), f"the policy `mplang init` writes for {node}")
+            if policy is None else as_policy(policy), rank, names)
 
 
 def node_policy(node: str, path: str | os.PathLike[str] | None,

@@ -110,6 +110,9 @@ class Flow:
     approved: frozenset[str] = frozenset()
     """approved: the library functions (by public name) whose outputs the value derives
     from; p must approve each."""
+    membership: bool = False
+    """compare: which of another holder's keys p's table holds, as a PSI join shows
+    (judged by ``intersection`` rules)."""
 
     @property
     def mine(self) -> bool:
@@ -127,7 +130,8 @@ class Flow:
     @property
     def declassified_as(self) -> str:
         """The form a policy judges: row-wise values revealed as they are are raw."""
-        return "raw" if self.form == "rowwise" else self.form
+        return "raw" if self.form == "rowwise" else \
+            "intersection" if self.membership else self.form
 
     def __str__(self) -> str:
         of = ", ".join(sorted(self.sources)) or "its data"
@@ -145,6 +149,8 @@ class Flow:
             return f"a noisy release (epsilon {self.epsilon:g}) of {of}"
         if self.form == "approved":
             return f"the output of {', '.join(sorted(self.approved))} on {of}"
+        if self.membership:
+            return f"which keys the join matched of {of}"
         return f"{self.form} of {of}"
 
 
@@ -437,6 +443,13 @@ def narrowed(label: Flow, lo: int, hi: int, shaped: bool = True) -> Label:
 
 def _part(label: Flow) -> Flow:
     return replace(label, enforced=None) if label.gated else label
+
+
+def membership(label: Label) -> Label:
+    """``label`` of which keys a PSI join matched: a comparison between two owners' keys
+    is judged as an intersection."""
+    return replace(label, membership=True) if label is not None and label.mine and \
+        label.form == "compare" else label
 
 
 def subset(own: Label, seen: Label, gate: int) -> Label:

@@ -50,9 +50,9 @@ def _rowwise(label: Label) -> TypeGuard[Flow]:
 
 def _selects(lab: Flow, other: Label) -> bool:
     """Whether ``other`` (not p's rows) weights p's rows ``lab`` by a 0/1 selection, which
-    gates them: it is another owner's mask, or ``lab`` is p's mask choosing among another
-    owner's values."""
-    return other is not None and not other.mine and (other.mask or lab.mask)
+    gates them: it is another owner's mask (p's mask weighting another owner's values
+    shows the mask)."""
+    return other is not None and not other.mine and other.mask
 
 
 def _elementwise(a: Label, b: Label, scalar: bool, constants: bool) -> Label:

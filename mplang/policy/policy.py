@@ -27,6 +27,8 @@ A policy is a YAML mapping; every key is optional::
                                  # updates over >= 10 distinct rows of this node's data,
                                  # each row weighted alike
       - {to: ["*"], when: compare}   # a comparison between values of different owners
+      - {to: [node_1], when: intersection}  # a PSI join may show node_1 which of its
+                                 # keys this node's table holds
       - {to: [node_1], when: aggregate, min_rows: 50, max_releases: 3}  # at most 3 releases
                                  # per source under this rule, over every program
       - {to: ["*"], when: dp, max_epsilon: 1.0, budget: 10.0}  # noisy releases, charged
@@ -34,7 +36,8 @@ A policy is a YAML mapping; every key is optional::
 
 A rule's ``to`` lists receivers: ``"driver"`` (any accepted driver), node names, or
 ``"*"`` (anyone). ``when`` is the form of the revealed value it allows:
-``aggregate`` (``min_rows``: an integer >= 1, default 1), ``compare``, ``dp``
+``aggregate`` (``min_rows``: an integer >= 1, default 1), ``compare``,
+``intersection`` (which keys a PSI join matched), ``dp``
 (``max_epsilon``: a number > 0, required; ``budget``: a number > 0, optional) or
 ``any`` (every form). A key that does not fit the rule's form is an error.
 
@@ -65,7 +68,7 @@ if TYPE_CHECKING:
 DRIVER = "driver"
 """The receiver name standing for any driver the policy accepts."""
 ANYONE = "*"
-FORMS = ("aggregate", "compare", "dp", "any")
+FORMS = ("aggregate", "compare", "intersection", "dp", "any")
 """Values of a declassification rule's ``when``."""
 DEFAULT_PROTOCOLS = ("CHEETAH", "ABY3")
 """Protocols accepted by default: none of them makes one party the others' dealer."""
@@ -74,7 +77,7 @@ _KEYS = ("drivers", "plaintext_to", "protocols", "psi_protocols", "programs", "a
          "max_uses", "writes", "declassify")
 _LIBRARY = re.compile(r"mplang\.libs(\.[A-Za-z_][A-Za-z0-9_]*)+")
 _RULE_KEYS = {"aggregate": ("min_rows", "max_releases"), "compare": ("max_releases",),
-              "dp": ("max_epsilon", "budget"), "any": ()}
+              "intersection": (), "dp": ("max_epsilon", "budget"), "any": ()}
 """The keys a rule of each form may have besides ``to`` and ``when``."""
 _ALL_RULE_KEYS = ("to", "when", "min_rows", "max_releases", "max_epsilon", "budget")
 _REPLACED = {"min_elements": "min_rows (the number of distinct rows of this party's data "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from mplang.cluster.commitments import program_digest
 from mplang.device.cluster import ClusterSpec
@@ -18,15 +19,25 @@ from mplang.policy.policy import Policy
 from mplang.runtime.backend import vet_program
 
 
-def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.PathLike[str],
+def check_program(cluster_path: str | os.PathLike[str] | None,
+                  program_path: str | os.PathLike[str],
                   policy_path: str | os.PathLike[str] | None = None, node: str | None = None,
-                  out: Callable[[str], None] = print) -> bool:
+                  out: Callable[[str], None] = print, *,
+                  policies: str | os.PathLike[str] | None = None,
+                  data_root: str | os.PathLike[str] | None = None) -> bool:
     """Print the program digest, then for ``node`` (default: every node) its data flows
     and its verdict under ``policy_path`` (default: each node's own policy, as its worker
     would load it: ``policies/<node>.yaml`` next to the spec, else `Policy.default`).
-    Whether every checked node accepts the program."""
-    cluster = ClusterSpec.from_yaml(cluster_path)
+    Without a spec (``cluster_path`` None) the nodes are the simulator's for the
+    program's parties, each with ``policies/NODE.yaml`` if the folder ``policies`` has
+    it, else the policy ``mplang init`` writes; ``data_root`` (a folder per node) is
+    checked to hold the files each node's data the program loads. Whether every checked
+    node accepts the program."""
+    from mplang.cluster.local import dev_policy
+
     program = load(program_path)
+    cluster = ClusterSpec.from_yaml(cluster_path) if cluster_path is not None \
+        else ClusterSpec.simple(program.world_size)
     vet_program(program)  # before the rules parse its payloads, as a worker would
     names = [n.name for n in cluster.nodes]
     given = Policy.load(policy_path) if policy_path is not None else None
@@ -34,7 +45,11 @@ def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.P
     out(f"program {program.name}: digest {digest}")
     accepted = True
     for rank in [cluster.rank_of(node)] if node is not None else range(cluster.world_size):
-        policy = given or node_policy(names[rank], None, cluster_path)
+        file = Path(policies or "") / f"{names[rank]}.yaml"
+        policy = given or (node_policy(names[rank], None, cluster_path) if cluster_path
+                           else Policy.load(file) if policies and file.exists()
+                           else Policy.parse(dev_policy(cluster, names[rank]),
+                                             f"the policy `mplang init` writes for {names[rank]}"))
         verdict = check(program.graph, cluster.world_size, rank, policy, names=names,
                         digest=digest, input_labels=earlier_inputs(program.graph, rank))
         out(f"{names[rank]} ({policy.source}): "
@@ -43,6 +58,10 @@ def check_program(cluster_path: str | os.PathLike[str], program_path: str | os.P
             out(f"  note: the program's {len(program.graph.inputs)} input(s) come from "
                 "earlier runs and count as this node's raw data here; its worker judges "
                 "them by what they hold")
+        for name in verdict.sources if data_root is not None else ():
+            if not (Path(data_root) / names[rank] / name).exists():
+                out(f"  note: the program loads {name}, which "
+                    f"{Path(data_root) / names[rank]} does not hold")
         for flow in verdict.flows or ["no data of this node leaves it"]:
             out(f"  flow: {flow}")
         for reason in verdict.reasons:

@@ -143,8 +143,8 @@ def _alike(ins: list[Val], label: Flow) -> bool:
     """Whether every operand that is not ``label``'s row-wise value is the same for each
     of its rows: uniform along the row axis, or other owners' mask (which gates the rows:
     `combine` marks that). Where p's rows enter only as a mask, other owners' values may
-    vary along them: p's data then selects their rows (a group-by over p's keys), and
-    `_elementwise` gates the result."""
+    vary along them: p's data then selects their rows (a group-by over p's keys), which
+    `_elementwise` judges."""
     by_mask = all(v.label.mask for v in ins if is_rowwise(v.label))
     for v in ins:
         lab = v.label
@@ -213,7 +213,7 @@ def _elementwise(ins: list[Val], preserving: bool, const: float | None = None) -
             label = raw([label])
         elif label.mask and any(v.label is not None and not v.label.mine and not v.label.mask
                                 for v in ins):
-            label = masked(label)
+            label = raw([label])  # p's mask weighting another owner's values shows the mask
     return Val(label, uniform, const)
 
 
@@ -476,8 +476,10 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
         return Val(raw([lab, other.label]))
     olab = other.label
     row_axis = lab.axis
-    if olab is not None and (olab.mask or (lab.mask and not olab.mine)):
-        lab = masked(lab)  # rows selected by a mask: another owner's, or p's of their values
+    if olab is not None and not olab.mine and lab.mask and not olab.mask:
+        return Val(raw([lab, olab]))  # p's mask weighting another owner's values shows it
+    if olab is not None and olab.mask:
+        lab = masked(lab)  # p's rows selected by another owner's mask
     for group in (contract, batch):
         if row_axis in group[i]:
             pos = group[1 - i][group[i].index(row_axis)]

@@ -52,6 +52,10 @@ class Suppressing:
     min_rows_arg: int
     partition: bool = False
     """Its groups cover every row and none is suppressed (no group is that small)."""
+    release: str = ""
+    """The public function it serves: a party whose own rows choose the groups of
+    another's values (it holds the keys, the bins) releases those values' sums over its
+    groups, no aggregate of its rows; they are ``approved`` outputs of this function."""
 
 
 @dataclass(frozen=True)
@@ -81,11 +85,14 @@ _REGISTRY: dict[str, Entry] = {}
 _NAMES: dict[Callable[..., Any], str] = {}
 
 
-def suppressing(min_rows_arg: int, partition: bool = False) -> Callable[[F], F]:
+def suppressing(min_rows_arg: int, release: str, partition: bool = False
+                ) -> Callable[[F], F]:
     """Register a function of ``mplang.libs`` that suppresses, inside the secure device,
     every group of fewer than its static argument ``min_rows_arg`` rows (``partition``:
-    that forms no such group, and its groups cover every row)."""
-    return lambda fn: _register(fn, Suppressing(fn, min_rows_arg, partition))
+    that forms no such group, and its groups cover every row), serving the public
+    function ``release`` of the same module."""
+    return lambda fn: _register(fn, Suppressing(fn, min_rows_arg, partition,
+                                                f"{fn.__module__}.{release}"))
 
 
 def releasing(epsilon_arg: int, members_arg: int, mechanism: str) -> Callable[[F], F]:

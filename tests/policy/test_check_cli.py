@@ -124,3 +124,37 @@ def test_inputs_from_an_earlier_run_count_as_the_holder_s_raw_data(
     assert any(line.startswith("  refused: ") and "raw of input 0, to " in line
                for line in out), out
     assert main(["check", "--cluster", str(spec), "--node", "node_0", str(path)]) == 0
+
+
+def test_check_on_the_simulator_s_nodes_without_a_cluster(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--sim``: the nodes of ``mplang run --sim`` for the program's parties, each judging
+    by the policy ``mplang init`` writes for it (or DIR/NODE.yaml with ``--policies``);
+    ``--data-root`` names the files a node would lack."""
+    _, program = _sum_program(tmp_path, "raw")
+    assert main(["check", "--sim", "--node", "node_1", str(program)]) == 1
+    out = undigested(capsys.readouterr().out).splitlines()
+    assert out[1] == "node_1 (the policy `mplang init` writes for node_1): REFUSES"
+    assert out[-1].endswith(f"{raw_hint('driver')} in the policy `mplang init` writes for "
+                            "node_1"), out
+    assert main(["check", "--sim", "--data-root", str(tmp_path / "data"), str(program)]) == 1
+    assert "does not hold" not in capsys.readouterr().out
+    (tmp_path / "data" / "node_1" / "x.npy").unlink()
+    assert main(["check", "--sim", "--data-root", str(tmp_path / "data"), str(program)]) == 1
+    assert f"  note: the program loads x.npy, which {tmp_path / 'data' / 'node_1'} does not " \
+        "hold" in capsys.readouterr().out.splitlines()
+    open_policies = tmp_path / "open"
+    open_policies.mkdir()
+    (open_policies / "node_1.yaml").write_text("plaintext_to: ['*']\n")
+    assert main(["check", "--sim", "--policies", str(open_policies), str(program)]) == 0
+    assert f"node_1 ({open_policies / 'node_1.yaml'}): accepts" in capsys.readouterr().out
+
+
+def test_check_refuses_simulator_options_with_a_cluster(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec, program = _sum_program(tmp_path, "sum")
+    assert main(["check", "--cluster", str(spec), "--policies", str(tmp_path),
+                 str(program)]) == 2
+    assert capsys.readouterr().err == (
+        "mplang check: --policies and --data-root go with --sim (with --cluster, each node's "
+        "policy is policies/NODE.yaml next to the spec)\n")

@@ -436,20 +436,63 @@ def keys_of_node_0(threshold: float = HIGH) -> Any:
     return mp.device("P0")(lambda x: (x > threshold).astype(jnp.int32))(salaries(0))
 
 
+@pytest.fixture(scope="module")
+def keys_approved(tmp_path_factory: pytest.TempPathFactory, policies: Path
+                  ) -> Iterator[mp.Simulator]:
+    """node_0 approves group-bys over its keys (`approve: - {library: mplang.libs.groupby,
+    to: ["*"]}`, as docs/analytics.md shows); node_1 has the init policy."""
+    approving = tmp_path_factory.mktemp("approving") / "node_0.yaml"
+    approving.write_text((policies / "node_0.yaml").read_text().replace(
+        "approve: []\n", 'approve:\n  - {library: mplang.libs.groupby, to: ["*"]}\n'))
+    yield from _simulator(tmp_path_factory, {"node_0": str(approving),
+                                             "node_1": str(policies / "node_1.yaml")})
+
+
 def test_a_group_by_over_another_party_s_keys_suppresses_small_groups(
-        sim: mp.Simulator) -> None:
+        keys_approved: mp.Simulator) -> None:
     """node_1 cannot count the rows of node_0's groups; the secure device zeroes the group
-    of 8 rows, and node_1 accepts groups of at least 10 (its policy's min_rows)."""
+    of 8 rows, and node_1 accepts groups of at least 10 (its policy's min_rows). Sum,
+    count and mean over the same keys in one program are one release of node_1's rows."""
     keys = (SALARIES[0] > HIGH).astype(np.int32)
     assert np.bincount(keys).tolist() == [8, 12]
-    sums, means, counts = (mp.fetch(sim, mp.evaluate(sim, program)) for program in (
-        lambda: groupby_sum(keys_of_node_0(), salaries(1), 2),
-        lambda: groupby_mean(keys_of_node_0(), salaries(1), 2),
-        lambda: groupby_count(keys_of_node_0(), 2)))
+
+    def program() -> Any:
+        k, v = keys_of_node_0(), salaries(1)
+        return groupby_sum(k, v, 2), groupby_count(k, 2), groupby_mean(k, v, 2)
+
+    sums, counts, means = mp.fetch(keys_approved, mp.evaluate(keys_approved, program))
     kept = SALARIES[1][keys == 1].astype(np.float64)
     np.testing.assert_allclose(sums, [0.0, kept.sum()], rtol=1e-5)
     np.testing.assert_allclose(means, [0.0, kept.mean()], rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(counts, [0, 12])
+
+
+def test_the_key_holder_refuses_a_group_by_it_did_not_approve(sim: mp.Simulator) -> None:
+    """Sums of node_1's values over node_0's groups weight node_0's rows (its keys) by
+    node_1's real values: no aggregate of node_0's rows. node_0 approves them by name."""
+    with pytest.raises(mp.MPRefusedError) as caught:
+        mp.fetch(sim, mp.evaluate(sim, lambda: groupby_sum(keys_of_node_0(), salaries(1), 2)))
+    assert str(caught.value).startswith("node_0 refuses to send object "), caught.value
+    assert "it is the output of mplang.libs.groupby.groupby_sum on salaries.npy; add approve: " \
+        "- {library: mplang.libs.groupby.groupby_sum, to: [driver]}" in str(caught.value)
+
+
+def test_powers_of_two_from_a_colluding_peer_do_not_read_the_key_holder_s_keys(
+        tmp_path_factory: pytest.TempPathFactory, policies: Path) -> None:
+    """node_1 lets its data go anywhere and loads 2**i as row i's value: the sum over a
+    group of node_0's keys would spell out which rows hold that key. node_0, whose keys
+    they are, refuses it (and a reveal to node_1 alike) under the init policy."""
+    lenient = tmp_path_factory.mktemp("colluding") / "node_1.yaml"
+    lenient.write_text("plaintext_to: ['*']\n")
+    for sim in _simulator(tmp_path_factory, {"node_0": str(policies / "node_0.yaml"),
+                                              "node_1": str(lenient)}):
+        spikes = lambda: mp.device("P1")(  # noqa: E731
+            lambda s: 2.0 ** jnp.arange(20, dtype=jnp.float32) + s * 0)(salaries(1))
+        for to in ("P0", "P1"):
+            with pytest.raises(mp.MPRefusedError, match="^node_0 refuses ") as caught:
+                mp.fetch(sim, mp.evaluate(sim, lambda: groupby_sum(  # noqa: B023
+                    keys_of_node_0(), spikes(), 2, to=to)))
+            assert "mplang.libs.groupby.groupby_sum on salaries.npy" in str(caught.value)
 
 
 def test_groups_smaller_than_the_policy_s_min_rows_are_refused(keys_open: mp.Simulator,

@@ -150,9 +150,10 @@ class Simulator(SimpMemDriver):
     bandwidth_mbps)}`` delay every message between parties as a real link would.
     ``data_roots={"node_0": DIR, ...}`` gives nodes their data roots (``tensor.load``;
     default ``./data/<node name>``); `upload` stores a node's objects (``simp.load``).
-    ``policies={"node_0": "p0.yaml" or Policy, ...}`` makes those nodes check every
-    program and fetch against their policies (`mplang.policy`); nodes without an entry
-    check nothing: the simulator runs every party in this process. `budget` shows a
+    Every node checks each program and fetch against its policy (`mplang.policy`), as a
+    worker does: by default the one ``mplang init`` writes; ``policies={"node_0":
+    "p0.yaml" or Policy, ...}`` or a folder of ``NODE.yaml`` files chooses others, and
+    ``policies="open"`` checks nothing (and says so on stderr). `budget` shows a
     node's privacy budget ledger (kept in memory here). The native libraries' logs go to
     one file, not the terminal (`mplang.runtime.native_logs`).
     """
@@ -162,7 +163,7 @@ class Simulator(SimpMemDriver):
                  bandwidth_mbps: float | None = None,
                  links: Mapping[tuple[int, int], tuple[float, float | None]] | None = None,
                  data_roots: Mapping[str, str | os.PathLike[str]] | None = None,
-                 policies: Mapping[str, Any] | None = None):
+                 policies: Mapping[str, Any] | str | os.PathLike[str] | None = None):
         native_logs.level()  # refuse a wrong MPLANG_LOG now, not in a party's kernel
         if not isinstance(cluster, ClusterSpec):
             cluster = ClusterSpec.simple(cluster)
@@ -171,7 +172,7 @@ class Simulator(SimpMemDriver):
             network = NetworkModel(latency_ms, bandwidth_mbps, links)
         super().__init__(cluster, timeout=timeout, default_mode=default_mode, network=network,
                          data_roots=data_roots)
-        install_guards(self.mesh.workers, cluster, policies or {})
+        install_guards(self.mesh.workers, cluster, policies)
 
     def budget(self, node: str) -> dict[str, Any]:
         """``node``'s privacy budget ledger, as ``mplang budget`` shows a worker's:
