@@ -22,8 +22,10 @@ the run. Three programs run:
    accuracy on the joined customers, computed on the SPU.
 
 The first two reveal only what the policies ``mplang init`` writes let out
-(``docs/privacy.md``): a comparison (the count), and aggregates over at least 10 of
-the rows the join kept (each holder checks that count at run time). The regression
+(``docs/privacy.md``), once each lists the other in its ``intersection`` rule (the
+join shows each which of its IDs the other holds): a comparison (the count), and
+aggregates over at least 10 of the rows the join kept (each holder checks that
+count at run time). The regression
 weights each party's rows by the other's real values, which no rule lets out: each
 party approves the library in its policy (``approve: - {library: mplang.libs.linear,
 to: [node_0, node_1, driver]}``: the weights, the predictions kept on the SPU and the
@@ -52,8 +54,14 @@ import pandas as pd
 
 import mplang as mp
 from mplang import table
+from mplang.cluster.local import init_policies
 from mplang.libs import groupby, linear, psi
 from mplang.libs.demo import simulated
+
+APPROVE = ["{library: mplang.libs.linear, to: [node_0, node_1, driver]}"]
+"""The approvals each party's policy adds to those ``mplang init`` writes (the model)."""
+PARTNERS = ["node_0", "node_1"]
+"""Who each party's ``intersection`` rule lets learn which of its IDs the join matched."""
 
 
 def make_data(n: int = 400, shared: int = 300, seed: int = 3) -> tuple[pd.DataFrame,
@@ -132,7 +140,9 @@ def save_tables(roots: dict[str, Path], bank: pd.DataFrame, shop: pd.DataFrame) 
 
 def main(n: int = 400, shared: int = 300) -> dict[str, Any]:
     bank, shop = make_data(n, shared)
-    with simulated(mp.ClusterSpec.simple(3), lambda roots: save_tables(roots, bank, shop)
+    cluster = mp.ClusterSpec.simple(3)
+    with simulated(cluster, lambda roots: save_tables(roots, bank, shop),
+                   policies=init_policies(cluster, approve=APPROVE, intersection=PARTNERS)
                    ) as sim:
         rows = int(mp.fetch(sim, mp.evaluate(sim, count_shared))[0])
         means = mp.fetch(sim, mp.evaluate(sim, spend_by_default))

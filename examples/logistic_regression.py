@@ -26,9 +26,13 @@ The flow:
    its columns, ``P1`` the weights of its columns and the bias;
 4. the demo scores the test rows with the revealed model. The program itself
    reveals nothing per row: per-row predictions are row-wise values of both
-   parties' data, which their default policies do not let go (a test accuracy
-   computed on the SPU compares party 0's scores with party 1's labels, a mask
-   over party 0's rows that the analysis cannot bound).
+   parties' data, which their default policies do not let go.
+
+Policies: the weights combine each party's rows weighted by the other's real
+values, no aggregate by the definitions of ``docs/privacy.md``, so each party
+approves this program by its digest (``approve: - {program: DIGEST}``; a refusal
+prints the entry), or trains with the approvable ``mplang.libs.linear``. The
+demo's simulator judges nothing (``policies="open"``).
 
 The very same ``train`` function is also run in plaintext with ``jax.jit``
 (same initialisation, iterations and learning rate): the SPU's fixed-point
@@ -176,7 +180,7 @@ def main(seed: int = SEED, parties: int = 3) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="logistic-regression-") as folder:
         roots = {node.name: Path(folder) / node.name for node in cluster.nodes}
         save_party_data(roots, data)  # on each party's own machine
-        sim = mp.Simulator(cluster, data_roots=roots)
+        sim = mp.Simulator(cluster, data_roots=roots, policies="open")  # see "Policies" above
         try:
             out = mp.evaluate(sim, vertical_logistic_regression)
             spu = {"w0": mp.fetch(sim, out["w0"]), "w1": mp.fetch(sim, out["w1"]),

@@ -11,8 +11,10 @@ study their common customers without showing each other anyone else:
   of the shop's result and row ``i`` of the bank's are the same customer. Neither
   sees the other's columns, and the rows never leave their holders.
 
-On those aligned rows the program computes only what the policies ``mplang init``
-writes let out (``docs/privacy.md``): the shared customers' average age (the
+Each party lists the other in its policy's ``intersection`` rule (the policies
+``mplang init`` writes list nobody there): the join shows each which of its IDs the
+other holds. On those aligned rows the program computes only what the policies
+``mplang init`` writes let out (``docs/privacy.md``): the shared customers' average age (the
 shop's column) and balance (the bank's) per age band, under 50 and over, revealed
 to the shop. It is a group-by on the SPU: aggregates over the rows the join kept
 (at least ``min_rows`` of them, which each holder checks at run time), whose groups
@@ -52,6 +54,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 
 import mplang as mp
+from mplang.cluster.local import init_policies
 from mplang.dialects import table
 from mplang.libs import groupby, psi
 from mplang.libs.demo import simulated
@@ -130,8 +133,9 @@ def main(seed: int = 0, sizes: tuple[int, int] = SIZES, common: int = COMMON,
     SPU needs the helper node_2); returns the inputs and what P0 and P1 learn
     (``by_band``: ``[band, (average age, average balance)]``, at P0)."""
     tables = make_tables(seed, sizes, common)
-    with simulated(cluster or mp.ClusterSpec.simple(3),
-                   lambda roots: save_tables(roots, *tables)) as sim:
+    cluster = cluster or mp.ClusterSpec.simple(3)
+    with simulated(cluster, lambda roots: save_tables(roots, *tables),  # P0, P1: partners
+                   policies=init_policies(cluster, intersection=["node_0", "node_1"])) as sim:
         size = mp.evaluate(sim, count_shared)
         seen = mp.fetch(sim, size)
         means = mp.evaluate(sim, study(protocol))

@@ -267,7 +267,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mp.Simulator]:
     root = tmp_path_factory.mktemp("data")
     np.save(root / "x.npy", np.arange(3, dtype=np.int32))
     (root / "t.csv").write_text("k,w\n1,10\n2,20\n3,50\n")
-    simulator = mp.Simulator(CLUSTER, data_roots={n.name: root for n in CLUSTER.nodes})
+    simulator = mp.Simulator(CLUSTER, data_roots={n.name: root for n in CLUSTER.nodes},
+                             policies="open")  # results fetched and compared
     simulator.upload("node_2", "v", np.array([7, 8, 9], dtype=np.int32))
     try:
         yield simulator

@@ -31,7 +31,7 @@ def roots(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def sim(roots: dict[str, Path]) -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(3, data_roots=roots)
+    simulator = mp.Simulator(3, data_roots=roots, policies="open")  # values fetched to compare
     yield simulator
     simulator.close()
 
@@ -173,7 +173,7 @@ def test_default_data_root_is_data_slash_node(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data" / "node_1").mkdir(parents=True)
     np.save(tmp_path / "data" / "node_1" / "a.npy", np.array([4, 5], dtype=np.int32))
-    simulator = mp.Simulator(2)
+    simulator = mp.Simulator(2, policies="open")
     try:
         out = mp.fetch(simulator, mp.evaluate(
             simulator, lambda: simp.pcall((1,), lambda: tensor.load("a.npy"))))

@@ -39,7 +39,16 @@ from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import Mask, MPType, TensorType, ValueType, is_symbolic, scalar
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels
-from mplang.policy.labels import compared, join_all, membership, raw, source, subset
+from mplang.policy.labels import (
+    FOREIGN,
+    Label,
+    compared,
+    join_all,
+    membership,
+    raw,
+    source,
+    subset,
+)
 
 mark_library(__file__)
 
@@ -295,6 +304,14 @@ def _ub_join_rule(sig: Signature) -> list[ValueType]:
             MPType(scalar("int64"), Mask.of([server]))]
 
 
+def _unowned(a: Analysis, op: Operation, tables: dict[int, Label]) -> None:
+    """Note ``op`` if the table p joins (``tables``: by holder) is not p's data: its
+    kernel then checks no row count against p's ``min_rows``."""
+    label = tables.get(a.party, FOREIGN)
+    if a.party in tables and (label is None or not label.mine):
+        a.unowned.append(op)
+
+
 @join_p.def_flow
 def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     """Each holder keeps those of its rows whose keys the other holds: it learns which of
@@ -309,6 +326,7 @@ def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Party
     a.send(op, holder_a, seen_by_a, what)
     a.send(op, holder_b, seen_by_b, what)
     out_a, out_b = subset(la, seen_by_a, id(op)), subset(lb, seen_by_b, id(op))
+    _unowned(a, op, {holder_a: la, holder_b: lb})
     return [{} if out_a is None else {holder_a: out_a},
             {} if out_b is None else {holder_b: out_b}]
 
@@ -331,6 +349,7 @@ def _join_n_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Par
         a.send(op, rank, seen, "which of the receiver's keys the other holders' tables hold")
         kept = subset(mine, seen, id(op))
         out.append({} if kept is None else {rank: kept})
+    _unowned(a, op, dict(zip(ranks, labels, strict=True)))
     return out
 
 
@@ -359,6 +378,7 @@ def _ub_join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[Pa
     seen = membership(compared(ins[0].get(client), theirs))
     a.send(op, client, seen, "which of the client's keys the server's prepared set holds")
     kept = subset(ins[0].get(client), seen, id(op))
+    _unowned(a, op, {client: ins[0].get(client)})
     return [{} if kept is None else {client: kept}, {}]
 
 

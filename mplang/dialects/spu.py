@@ -696,8 +696,8 @@ def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyL
     result = labels_through(analysis_text(op), [everywhere(v) for v in ins], len(op.outputs))
     a.observe(op, result.observed)
     outputs = result.outputs
-    if isinstance(entry, Approvable) or isinstance(entry, Suppressing) and any(
-            lab is not None and lab.form == "raw" for lab in outputs):
+    if isinstance(entry, Approvable) or (isinstance(entry, Suppressing) and any(
+            lab is not None and lab.form == "raw" for lab in outputs)):
         outputs = [approved(entry.release, map(everywhere, ins))] * len(outputs)
     elif isinstance(entry, Suppressing) and any(lab is not None and lab.gated
                                                for lab in outputs):

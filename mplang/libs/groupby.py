@@ -220,7 +220,8 @@ _DIGITS: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], Any]] = \
 def _digits_of(keys: Any, num_groups: int, device: str) -> Any:
     """The key holder's digit one-hots of ``keys``, sealed in ``device``: made once per
     traced keys value, so that the group-bys over the same keys in one program group by
-    the same value, and their releases are one (`mplang.dialects.spu`'s flow rule)."""
+    the same value, and their releases are one (the device's flow rule tells groups
+    apart by their first input)."""
     def make() -> Any:
         high, low = digit_bases(num_groups, binary=False)
         digits = mp.device(keys.device)(bind(_plain_digits, num_groups, high, low))(keys)

@@ -46,9 +46,11 @@ class Verdict:
     """Each allowed flow: ``description``, ``receiver``, ``allowed_by``, ``kind``, ``epsilon``."""
     sources: list[str] = field(default_factory=list)
     """The sources of the party's data the program loads."""
+    unowned: list[Operation] = field(default_factory=list)
+    """PSI ops whose rows kept at this party are not its data (`Guard.check_rows`)."""
 
     def message(self, node: str) -> str:
-        return f"{node} refuses the program: " + "; ".join(self.reasons)
+        return f"{node} refuses the program: " + "; ".join(dict.fromkeys(self.reasons))
 
 
 def judge(policy: Policy, receiver: str, label: Flow, digest: str | None
@@ -118,7 +120,8 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
     """
     names = list(names) if names is not None else [f"node_{r}" for r in range(world_size)]
     analysis, outs = analyze(graph, world_size, rank, input_labels, whole=outputs_fetchable)
-    verdict = Verdict(True, sources=sorted({name for _, name in analysis.loads}))
+    verdict = Verdict(True, sources=sorted({name for _, name in analysis.loads}),
+                      unowned=analysis.unowned)
     if driver is not None and not policy.accepts_driver(driver):
         verdict.reasons.append(f"driver {driver!r} is not in drivers "
                                f"[{', '.join(policy.drivers or ())}] of {policy.source}")
@@ -348,6 +351,8 @@ class Guard:
         self._vetted: weakref.WeakKeyDictionary[Graph, tuple[str | None, bool, Verdict]] = \
             weakref.WeakKeyDictionary()
         """graph -> (its digest, whether it is a whole program, the verdict `vet` gave)."""
+        self._unowned: weakref.WeakSet[Operation] = weakref.WeakSet()
+        """PSI ops of vetted graphs whose rows kept here are not this party's data."""
 
     @property
     def node(self) -> str:
@@ -371,6 +376,7 @@ class Guard:
         if charge is not None:
             self._pending[graph] = charge
         self._vetted[graph] = (digest, whole, verdict)
+        self._unowned.update(verdict.unowned)
         return verdict
 
     def verdict(self, graph: Graph) -> Verdict | None:
@@ -447,7 +453,7 @@ class Guard:
         than the largest ``min_rows`` of its aggregate rules: every aggregate over them
         then meets every rule (the analysis counts on this check)."""
         rules = [r for r in self.policy.declassify if r.when == "aggregate"]
-        if not rules:
+        if not rules or op in self._unowned:
             return
         rule = max(rules, key=lambda r: r.min_rows)
         if rows < rule.min_rows:

@@ -167,7 +167,9 @@ def enclave_release_flow(a: Analysis, op: Operation, ins: list[Label], entry: Re
                          ) -> list[Label]:
     """The labels of the outputs of vouched release ``entry`` run by one party: p itself
     (with a draw of its own), or an enclave p attested, with the noise drawn there (else
-    not vouched for)."""
+    not vouched for); another owner's release is none of p's concern."""
+    if not any(lab is not None and lab.mine for lab in ins):
+        return [raw(ins)] * len(op.outputs)
     if a.runner == a.party:
         out = _judge(a, op, entry, [a.party], ins)
     elif not a.attested or a.runner is None:

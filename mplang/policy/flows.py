@@ -79,6 +79,8 @@ class Analysis:
     """Why the program is refused besides its flows (a release p cannot vouch for)."""
     used_draws: set[str] = field(default_factory=set)
     """p's random draws that releases took (each may feed one only)."""
+    unowned: list[Operation] = field(default_factory=list)
+    """PSI ops keeping rows of p's that are not p's data (no run-time row count check)."""
     looping: int = 0
     """How many loops the op being followed is in."""
     _seen: set[tuple[int, int]] = field(default_factory=set)

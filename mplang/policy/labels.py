@@ -228,11 +228,15 @@ def aggregated(label: Flow, whole: bool = False) -> Flow:
 def row_count(label: Flow) -> Label:
     """What the number of rows of a value labelled ``label`` tells: of rows a PSI join
     kept, a count of comparisons between the holders' keys (what the join tells each
-    holder already); of other row-wise values, an aggregate over their rows; a value
-    already aggregated or compared tells no more than itself; raw values stay raw."""
+    holder already); of rows p's own data selected (a SQL ``WHERE``), a count of a mask,
+    over a data-dependent number of rows; of other row-wise values, an aggregate over
+    their rows; a value already aggregated or compared tells no more than itself; raw
+    values stay raw."""
     if label.form == "rowwise" and label.window is not None:
-        if label.window.gate:
+        if label.window.gate and label.enforced == ENFORCED:
             return Flow("compare", label.sources, rowsets=label.rowsets)
+        if label.window.gate:
+            return aggregated(masked(label), whole=True)
         return aggregated(label, whole=True)
     return label if label.form in ("aggregate", "compare", "dp", "approved") else raw([label])
 

@@ -58,10 +58,10 @@ def check_program(cluster_path: str | os.PathLike[str] | None,
             out(f"  note: the program's {len(program.graph.inputs)} input(s) come from "
                 "earlier runs and count as this node's raw data here; its worker judges "
                 "them by what they hold")
+        root = Path(data_root or ".") / names[rank]
         for name in verdict.sources if data_root is not None else ():
-            if not (Path(data_root) / names[rank] / name).exists():
-                out(f"  note: the program loads {name}, which "
-                    f"{Path(data_root) / names[rank]} does not hold")
+            if not (root / name).exists():
+                out(f"  note: the program loads {name}, which {root} does not hold")
         for flow in verdict.flows or ["no data of this node leaves it"]:
             out(f"  flow: {flow}")
         for reason in verdict.reasons:

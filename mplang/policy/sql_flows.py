@@ -43,7 +43,7 @@ def query_shape(query: str) -> tuple[str, str]:
     try:
         with duckdb.connect() as db:
             row = db.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
-        tree = json.loads(row[0]) if row else {"error": True}
+        tree: dict[str, Any] = json.loads(row[0]) if row else {"error": True}
     except (duckdb.Error, ValueError):
         return "", "raw"
     if tree.get("error") or len(tree.get("statements", ())) != 1:

@@ -25,7 +25,7 @@ SHARED = np.arange(10, 40)
 
 @pytest.fixture(scope="module")
 def sim() -> Any:
-    simulator = mp.Simulator(CLUSTER)
+    simulator = mp.Simulator(CLUSTER, policies="open")  # sizes' mechanics: no policy judges
     yield simulator
     simulator.close()
 
@@ -224,10 +224,10 @@ def test_rows_still_asserts_a_count(sim: mp.Simulator) -> None:
 
 def _verdicts(tmp_path: Path, prog: Any) -> list[Any]:
     """Each node's verdict on ``prog`` (reading ``a.csv`` on node_0, ``b.csv`` on node_1)
-    under the policies ``mplang init`` writes."""
-    from mplang.cluster.local import init_cluster
+    under the policies ``mplang init`` writes, their ``intersection`` rules listing every
+    PSI partner."""
+    from mplang.cluster.local import init_cluster, init_policies
     from mplang.policy.check import check
-    from mplang.policy.enforce import node_policy
 
     spec = init_cluster(3, tmp_path / "dev")
     cluster = mp.ClusterSpec.from_yaml(spec)
@@ -242,14 +242,16 @@ def _verdicts(tmp_path: Path, prog: Any) -> list[Any]:
         program = mp.compile(prog, cluster=cluster)
         del sim
     names = [n.name for n in cluster.nodes]
-    return [check(program.graph, 3, rank, node_policy(names[rank], None, spec), names=names)
+    policies = init_policies(cluster, intersection=["*"])
+    return [check(program.graph, 3, rank, policies[names[rank]], names=names)
             for rank in range(3)]
 
 
 def test_the_row_count_reaching_a_secure_device_is_judged(tmp_path: Path) -> None:
     """The members of a secure device learn a symbolic row count: a joined count is a
     comparison (what the join told the holders), which the init policies allow; the
-    count of a filter over a party's rows is raw, refused."""
+    count of a filter over a party's rows counts a mask over a data-dependent number of
+    rows, refused."""
     def joined() -> Any:
         a = mp.device("P0")(lambda: table.read_csv("a.csv"))()
         b = mp.device("P1")(lambda: table.read_csv("b.csv"))()
@@ -273,7 +275,8 @@ def test_the_row_count_reaching_a_secure_device_is_judged(tmp_path: Path) -> Non
     verdict = _verdicts(tmp_path / "filtered", filtered)[0]
     assert not verdict.accepted
     assert any(r.startswith("op spu.seal at test_symbolic_sizes.py:") and
-               "sends the row count of the shares it receives, raw" in r and "to node_1" in r
+               "sends the row count of the shares it receives, aggregate over a data-dependent "
+               "number of rows of a.csv" in r and "to node_1" in r
                for r in verdict.reasons), verdict.reasons
 
 

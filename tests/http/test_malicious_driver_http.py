@@ -121,19 +121,24 @@ def test_psi_against_a_table_the_driver_planted_is_refused(driver: mp.Driver) ->
            "values of ids.npy, to node_0; " in message, message
 
 
-def test_honest_analytics_run(driver: mp.Driver) -> None:
+def test_honest_analytics_run(cluster: LocalCluster, driver: mp.Driver) -> None:
     """The same policies let through the sum of each party's salary total, and, in
     another program, node_1's salaries summed per node_0's groups (the group of 8 rows
     zeroed in the device; in one program the two would be refused together, as their
-    difference is that group)."""
+    difference is that group), once node_0 approves group-bys over its keys."""
     def totals() -> Any:
         return secure_sum([mp.device(f"P{i}")(jnp.sum)(attacks.salaries(i)) for i in range(2)])
 
     total = mp.fetch(driver, mp.evaluate(driver, totals))
     salaries = np.concatenate(attacks.SALARIES).astype(np.float64)
     assert float(total) == pytest.approx(salaries.sum(), rel=1e-5)
-    sums = mp.fetch(driver, mp.evaluate(driver, lambda: groupby_sum(
-        attacks.keys_of_node_0(), attacks.salaries(1), 2)))
+    approve = 'approve:\n  - {library: mplang.libs.groupby, to: ["*"]}\n'
+    support.edit_policies(cluster, ["node_0"], lambda t: t.replace("approve: []\n", approve))
+    try:
+        sums = mp.fetch(driver, mp.evaluate(driver, lambda: groupby_sum(
+            attacks.keys_of_node_0(), attacks.salaries(1), 2)))
+    finally:
+        support.edit_policies(cluster, ["node_0"], lambda t: t.replace(approve, "approve: []\n"))
     keys = (attacks.SALARIES[0] > attacks.HIGH).astype(np.int32)
     assert np.bincount(keys).tolist() == [8, 12]
     kept = attacks.SALARIES[1][keys == 1].astype(np.float64)

@@ -13,9 +13,10 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.cluster.local import LocalCluster
+from mplang.cluster.local import LocalCluster, dev_policy
 from mplang.dialects import table
 from mplang.libs import psi
+from mplang.policy.policy import Policy
 from tests.http import support
 from tests.op_failures import assert_generic, logged_failure, logged_failure_line, traced_at
 
@@ -115,6 +116,10 @@ def _n_tables() -> list[pa.Table]:
                       f"v{i}": pa.array(np.arange(len(p)) * (i + 1))}) for i, p in enumerate(parts)]
 
 
+NPC = ("psi_protocols: [", "psi_protocols: [ecdh_3pc, kkrt_npc, ")
+"""The edit of a development policy that also lists libpsi's n-party protocols."""
+
+
 @pytest.fixture(scope="module")
 def npc_driver() -> Iterator[mp.Driver]:
     """A driver of workers whose policies also list libpsi's n-party protocols, which the
@@ -122,8 +127,7 @@ def npc_driver() -> Iterator[mp.Driver]:
     local = LocalCluster(support.make_spec(support.free_ports(3)))
     for node in ("node_0", "node_1", "node_2"):
         policy = local.spec_path.parent / "policies" / f"{node}.yaml"
-        policy.write_text(policy.read_text().replace(
-            "psi_protocols: [", "psi_protocols: [ecdh_3pc, kkrt_npc, "))
+        policy.write_text(policy.read_text().replace(*NPC))
     try:
         local.start(timeout=120)
         with support.connected_driver(local) as driver:
@@ -132,12 +136,21 @@ def npc_driver() -> Iterator[mp.Driver]:
         local.close()
 
 
+@pytest.fixture(scope="module")
+def npc_sim(cluster_spec: mp.ClusterSpec) -> Iterator[mp.Simulator]:
+    """A simulator of ``ctx``'s spec judging by the policies of ``npc_driver``'s workers."""
+    with mp.Simulator(cluster_spec, policies={
+            n.name: Policy.parse(dev_policy(cluster_spec, n.name).replace(*NPC))
+            for n in cluster_spec.nodes}) as sim:
+        yield sim
+
+
 @pytest.mark.parametrize("protocol", ["aby3", "ecdh_3pc", "kkrt_npc"])
 def test_join_n_across_workers(ctx: Any, protocol: str, request: pytest.FixtureRequest
                                ) -> None:
     """Each worker gets its own rows for the 120 ids all three hold, not the 180 that
     parties 0 and 1 share. The development policies refuse libpsi's protocols; workers
-    whose policies list them run them."""
+    (or simulated parties) whose policies list them run them."""
     ts = _n_tables()
 
     @mp.function
@@ -145,11 +158,11 @@ def test_join_n_across_workers(ctx: Any, protocol: str, request: pytest.FixtureR
         held = [simp.pcall((i,), lambda t=t: table.constant(t)) for i, t in enumerate(ts)]
         return psi.join_n(held, "id", protocol=protocol)
 
-    if isinstance(ctx, mp.Driver) and protocol != "aby3":
+    if protocol != "aby3":
         with pytest.raises(mp.MPRefusedError, match=rf"op psi\.join_n at test_psi_http\.py:"
                            rf"\d+ uses PSI protocol {protocol}, which psi_protocols"):
             mp.evaluate(ctx, prog)
-        ctx = request.getfixturevalue("npc_driver")
+        ctx = request.getfixturevalue("npc_driver" if isinstance(ctx, mp.Driver) else "npc_sim")
     out = mp.evaluate(ctx, prog)
     shared = sorted(set(ts[0]["id"].to_pylist()) & set(ts[2]["id"].to_pylist()))
     for i, (o, t) in enumerate(zip(out, ts, strict=True)):

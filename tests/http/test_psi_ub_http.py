@@ -1,8 +1,10 @@
 """Unbalanced PSI across real worker processes under the development policies (plus
-``writes: [ub-psi/*, out/*]`` and the protocol ``ecdh_oprf_ub``): the server prepares its
-set once into its data root, two clients join their own files with it several times over
-the workers' communicator links and write the results into their data roots (the joined
-rows depend on the server's set: they do not go to the driver), checked against numpy."""
+``writes: [ub-psi/*, out/*]``, the protocol ``ecdh_oprf_ub`` and every partner in the
+``intersection`` rule: the server's set shows each client which of its keys match): the
+server prepares its set once into its data root, two clients join their own files with it
+several times over the workers' communicator links and write the results into their data
+roots (the joined rows depend on the server's set: they do not go to the driver), checked
+against numpy."""
 
 from __future__ import annotations
 
@@ -35,7 +37,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
         (base / node).mkdir()
         policy = local.spec_path.parent / "policies" / f"{node}.yaml"
         policy.write_text(policy.read_text().replace("writes: []", 'writes: ["ub-psi/*", "out/*"]')
-                          .replace("psi_protocols: [", "psi_protocols: [ecdh_oprf_ub, "))
+                          .replace("psi_protocols: [", "psi_protocols: [ecdh_oprf_ub, ")
+                          .replace("{to: [], when: intersection}",
+                                   '{to: ["*"], when: intersection}'))
     try:
         local.start(timeout=120)
         yield local, base

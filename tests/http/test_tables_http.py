@@ -108,7 +108,8 @@ def test_a_table_program_over_http_matches_pandas(driver: mp.Driver,
 
 
 def test_the_simulator_gives_the_same_results(roots: list[Path]) -> None:
-    sim = mp.Simulator(3, data_roots={f"node_{r}": roots[r] for r in range(3)})
+    sim = mp.Simulator(3, data_roots={f"node_{r}": roots[r] for r in range(3)},
+                       policies="open")  # it fetches and moves what was read, as above
     try:
         sums, (report, x) = mp.fetch(sim, mp.evaluate(sim, totals))
     finally:

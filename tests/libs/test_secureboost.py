@@ -150,7 +150,7 @@ def test_inputs_from_data_roots_on_three_parties(tmp_path: Path) -> None:
         root.mkdir()
     np.savez(roots["node_2"] / "active.npz", x=x[:, :10], y=y.astype(np.float32))
     np.save(roots["node_0"] / "passive.npy", x[:, 10:])
-    sim = mp.Simulator(mp.ClusterSpec.simple(3), data_roots=roots)
+    sim = mp.Simulator(mp.ClusterSpec.simple(3), data_roots=roots, policies="open")
     try:
         model = SecureBoost(1, 2, learning_rate=RATE, key_bits=KEY_BITS, active="P2",
                             passive="P0").fit(sim, ("active.npz", "x"), "passive.npy",
@@ -174,7 +174,7 @@ def test_a_passive_party_policy_must_allow_the_reveals(tmp_path: Path) -> None:
     """Under the default policy the passive party refuses: the histograms and routing bits
     derived from its columns go to the active party, and the model parts derived from
     them stay where the driver may fetch them. Allowing node_0 and the driver lets it
-    run."""
+    run. (The active party lets its routing bits go: its own policy is not the subject.)"""
     x, y = make_classification(n_samples=200, n_features=20, random_state=0)
     x = x.astype(np.float32)
     roots = {f"node_{i}": tmp_path / f"node_{i}" for i in range(2)}
@@ -182,7 +182,7 @@ def test_a_passive_party_policy_must_allow_the_reveals(tmp_path: Path) -> None:
     args = (("active.npz", "x"), "passive.npy", ("active.npz", "y"))
     for policy in (Policy.default(), Policy(plaintext_to=("node_0", "driver"))):
         sim = mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
-                           policies={"node_1": policy})
+                           policies={"node_0": Policy(plaintext_to=("*",)), "node_1": policy})
         try:
             model = SecureBoost(1, 2, learning_rate=RATE, key_bits=KEY_BITS)
             if policy == Policy.default():

@@ -1,7 +1,8 @@
 """SecureBoost on a secret-sharing device (``device="SP0"``): the trees match the same
 computation in plaintext JAX, scikit-learn's accuracy, and pass the policies `mplang
-init` writes, on the simulator and on worker processes; a driver cannot make the
-device release smaller groups."""
+init` writes, with the passive party's approval of `mplang.libs.secret_trees` (its bins
+choose the rows of the active party's gradients), on the simulator and on worker
+processes; a driver cannot make the device release smaller groups."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from mplang.libs.secret_trees import grid_bins
 from mplang.libs.secureboost import SecureBoost
 
 TREES, DEPTH, BINS, RATE, LEAF = 2, 3, 16, 0.3, 20
+APPROVE = ("approve: []\n", 'approve:\n  - {library: mplang.libs.secret_trees, to: ["*"]}\n')
+"""The passive party's approval (docs/analytics.md), as an edit of its init policy."""
 ARGS = (("active.npz", "x"), "passive.npy", ("active.npz", "y"))
 """Where the parties' inputs are: node_0's features and labels, node_1's features."""
 
@@ -78,7 +81,8 @@ def _same_trees(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None
 def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two parties' data roots and the policies `mplang init` writes for them."""
     base = tmp_path_factory.mktemp("secureboost-spu")
-    write_dev_policies(mp.ClusterSpec.simple(2), base)
+    (_, passive) = write_dev_policies(mp.ClusterSpec.simple(2), base)
+    passive.write_text(passive.read_text().replace(*APPROVE))
     _write_split(*_data(), {f"node_{i}": base / f"node_{i}" for i in range(2)})
     return base
 
@@ -160,9 +164,10 @@ def test_a_function_posing_as_the_trees_is_not_vouched_for(sim: mp.Simulator) ->
 @pytest.mark.skipif(not hasattr(mp, "Driver"), reason="no HTTP runtime")
 def test_on_worker_processes_with_the_init_policies(tmp_path: Path) -> None:
     """Two HTTP workers over mutual TLS with the policies `mplang init` writes, each
-    reading its columns from its data root: accepted, the simulator's trees."""
+    reading its columns from its data root: refused by the passive party until it
+    approves `mplang.libs.secret_trees`, then accepted, the simulator's trees."""
     from mplang.cluster.local import LocalCluster
-    from tests.http.support import free_ports
+    from tests.http.support import edit_policies, free_ports
 
     x, y = _data()
     _write_split(x, y, {f"node_{i}": tmp_path / f"node_{i}" for i in range(2)})
@@ -173,6 +178,10 @@ def test_on_worker_processes_with_the_init_policies(tmp_path: Path) -> None:
     local.start()
     driver = local.driver(timeout=60.0, run_timeout=300.0)
     try:
+        with pytest.raises(mp.MPRefusedError, match=r"node_1 refuses the program: .* add "
+                           r"approve: - \{library: mplang\.libs\.secret_trees\.grown_on_device"):
+            _model(driver)
+        edit_policies(local, ["node_1"], lambda t: t.replace(*APPROVE))
         got = _fetched(driver, _model(driver))
         with pytest.raises(mp.MPRefusedError, match=r"node_[01] refuses the program: op "
                            r"spu\.reveal at test_secureboost_spu\.py:\d+ sends the value "

@@ -36,8 +36,9 @@ def test_psi(mode: str, tmp_path: Path) -> None:
     # subject is the passes, and CHEETAH's setup costs seconds per run here
     spec = mp.ClusterSpec.simple(2).to_dict()
     spec["devices"]["SP0"]["config"] = {"protocol": "SEMI2K"}
-    sim = mp.Simulator(mp.ClusterSpec.from_dict(spec),
-                       data_roots={n: tmp_path / n for n in ("node_0", "node_1")})
+    sim = mp.Simulator(mp.ClusterSpec.from_dict(spec),  # the passes: no policy judges
+                       data_roots={n: tmp_path / n for n in ("node_0", "node_1")},
+                       policies="open")
     try:
         with sim:
             program = mp.compile(psi.psi, cluster=sim.cluster)

@@ -484,14 +484,15 @@ def test_powers_of_two_from_a_colluding_peer_do_not_read_the_key_holder_s_keys(
     they are, refuses it (and a reveal to node_1 alike) under the init policy."""
     lenient = tmp_path_factory.mktemp("colluding") / "node_1.yaml"
     lenient.write_text("plaintext_to: ['*']\n")
+    def program(to: str) -> Callable[[], Any]:
+        spikes = mp.device("P1")(lambda s: 2.0 ** jnp.arange(20, dtype=jnp.float32) + s * 0)
+        return lambda: groupby_sum(keys_of_node_0(), spikes(salaries(1)), 2, to=to)
+
     for sim in _simulator(tmp_path_factory, {"node_0": str(policies / "node_0.yaml"),
                                               "node_1": str(lenient)}):
-        spikes = lambda: mp.device("P1")(  # noqa: E731
-            lambda s: 2.0 ** jnp.arange(20, dtype=jnp.float32) + s * 0)(salaries(1))
         for to in ("P0", "P1"):
-            with pytest.raises(mp.MPRefusedError, match="^node_0 refuses ") as caught:
-                mp.fetch(sim, mp.evaluate(sim, lambda: groupby_sum(  # noqa: B023
-                    keys_of_node_0(), spikes(), 2, to=to)))
+            with pytest.raises(mp.MPRefusedError, match=r"^node_0 refuses ") as caught:
+                mp.fetch(sim, mp.evaluate(sim, program(to)))
             assert "mplang.libs.groupby.groupby_sum on salaries.npy" in str(caught.value)
 
 

@@ -25,7 +25,8 @@ def test_the_policy_example_parses() -> None:
     assert policy.plaintext_to == ()
     assert dict(policy.max_uses) == {"salaries": 3}
     assert [(r.to, r.when, r.min_rows) for r in policy.declassify] == [
-        (("node_0", "driver"), "aggregate", 10), (("*",), "compare", 1)]
+        (("node_0", "driver"), "aggregate", 10), (("*",), "compare", 1),
+        (("node_0",), "intersection", 1)]
 
 
 def test_the_simulator_example_prints_what_the_page_says(

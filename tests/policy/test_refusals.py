@@ -183,7 +183,14 @@ def test_a_write_through_a_link_is_judged_where_it_leads(
     assert (roots["node_1"] / "in" / "x.csv").read_text() == INPUT_CSV
 
 
-def test_without_a_policy_writes_stay_allowed(roots: dict[str, Path]) -> None:
-    with mp.Simulator(2, data_roots=roots) as free:
+def test_with_open_policies_writes_stay_allowed(roots: dict[str, Path]) -> None:
+    """A Simulator's nodes judge by the policy `mplang init` writes (``writes: []``)
+    unless ``policies="open"``: then no node judges, and the write runs."""
+    with mp.Simulator(2, data_roots=roots) as default:
+        error = refused(lambda: mp.evaluate(default, write("in/x.csv")))
+    assert "writes: [] in the policy `mplang init` writes for node_1 does not allow" \
+        in str(error)
+    assert (roots["node_1"] / "in" / "x.csv").read_text() == INPUT_CSV
+    with mp.Simulator(2, data_roots=roots, policies="open") as free:
         mp.evaluate(free, write("in/x.csv"))
     assert (roots["node_1"] / "in" / "x.csv").read_text() == '"a"\n7\n8\n'

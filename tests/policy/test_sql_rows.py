@@ -116,9 +116,9 @@ def test_without_an_intersection_rule_the_join_is_refused(
     spend, balance = _tables()
     spend.to_csv(roots["node_0"] / "spend.csv", index=False)
     balance.to_csv(roots["node_1"] / "balance.csv", index=False)
-    with mp.Simulator(cluster, data_roots=roots) as sim:
-        with pytest.raises(mp.MPRefusedError) as caught:
-            mp.evaluate(sim, _joined)
+    with mp.Simulator(cluster, data_roots=roots) as sim, \
+            pytest.raises(mp.MPRefusedError) as caught:
+        mp.evaluate(sim, _joined)
     message = str(caught.value)
     assert message.startswith("node_0 refuses the program: op psi.join at "), message
     assert "sends which of the receiver's keys this party's table holds, which keys the " \
@@ -137,6 +137,6 @@ def test_a_filter_selects_rows_whose_sum_is_refused(bank_sim: mp.Simulator,
         column = mp.device("P0")(lambda t: table.to_tensor(t))(top)
         return mp.put("P1", mp.device("P0")(lambda x: x.sum())(column))
 
-    with pytest.raises(mp.MPRefusedError, match="aggregate over a data-dependent number of "
-                       "rows of spend.csv, to node_1"):
+    with pytest.raises(mp.MPRefusedError, match=r"aggregate over a data-dependent number of "
+                       r"rows of spend\.csv, to node_1"):
         mp.evaluate(bank_sim, program)

@@ -46,7 +46,7 @@ B = pa.table({
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(3)
+    simulator = mp.Simulator(3, policies="open")  # PSI's mechanics: no policy judges
     try:
         yield simulator
     finally:
@@ -211,7 +211,7 @@ def test_standard_mode_runs_the_op_on_the_parties(sim: mp.Simulator) -> None:
 
 
 def test_join_on_devices_keeps_the_devices() -> None:
-    sim = mp.Simulator(mp.ClusterSpec.simple(2))
+    sim = mp.Simulator(mp.ClusterSpec.simple(2), policies="open")
     try:
         def prog() -> Any:
             ta = mp.device("P0")(lambda: table.constant(A))()
@@ -230,7 +230,7 @@ def test_join_on_devices_keeps_the_devices() -> None:
 def test_join_over_the_communicator_links() -> None:
     """With a network model the parties are not in_process: libpsi's link then runs over
     the workers' own communicator (the path HTTP workers take)."""
-    sim = mp.Simulator(3, latency_ms=0.05)
+    sim = mp.Simulator(3, latency_ms=0.05, policies="open")
     try:
         ja, jb = run_join(sim, A, B, how="full", protocol="rr22")
         check_join(ja, jb, A, B, "id", "full")
@@ -447,7 +447,8 @@ def test_null_keys_fail_both_parties_at_once(sim: mp.Simulator, op: str,
 
 def test_policy_sees_the_join_as_a_comparison(tmp_path: Path) -> None:
     """Each holder learns which of its keys the other holds: a comparison of the other's
-    data, allowed by a ``compare`` rule and refused without one."""
+    data judged as an intersection, allowed by an ``intersection`` rule and refused
+    without one (a ``compare`` rule does not allow it)."""
     roots = {}
     for node, t in (("node_0", A), ("node_1", B)):
         (tmp_path / node).mkdir()
@@ -459,34 +460,39 @@ def test_policy_sees_the_join_as_a_comparison(tmp_path: Path) -> None:
         tb = simp.pcall((1,), lambda: table.read_csv("ids.csv", {"id": "int64"}))
         return psi.join(ta, tb, "id")
 
-    for rules, ok in (("declassify:\n  - to: ['*']\n    when: compare\n", True), ("", False)):
+    for rules, ok in (("declassify:\n  - to: ['*']\n    when: intersection\n", True),
+                      ("declassify:\n  - to: ['*']\n    when: compare\n", False), ("", False)):
         (tmp_path / "p.yaml").write_text(rules or "{}\n")
         sim = mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
                            policies={n: str(tmp_path / "p.yaml") for n in roots})
         try:
-            if ok:  # the join is a compare; the joined tables stay with their holders
+            if ok:  # the join is an intersection; the joined tables stay with their holders
                 graph = mp.compile(prog, cluster=mp.ClusterSpec.simple(2)).graph
                 for rank in (0, 1):
                     verdict = check(graph, 2, rank, Policy.load(tmp_path / "p.yaml"),
                                     outputs_fetchable=False)
                     assert verdict.accepted, verdict.reasons
                     assert [f for f in verdict.flows if re.fullmatch(
-                        rf"compare of ids\.csv -> node_{1 - rank} \(which of the receiver's "
-                        r"keys this party's table holds, op psi\.join at test_psi\.py:\d+\): "
-                        r"allowed: rule .*compare.*", f)] != [], verdict.flows
+                        rf"which keys the join matched of ids\.csv -> node_{1 - rank} \(which "
+                        r"of the receiver's keys this party's table holds, op psi\.join at "
+                        r"test_psi\.py:\d+\): allowed: rule .*intersection.*", f)] != [], \
+                        verdict.flows
             else:
-                with pytest.raises(MPRefusedError, match=r"refuses the program: op psi\.join "
-                                   r"at test_psi\.py:\d+ .*compare of ids\.csv"):
+                with pytest.raises(MPRefusedError, match=(
+                        r"refuses the program: op psi\.join at test_psi\.py:\d+ .*which keys "
+                        r"the join matched of ids\.csv, to node_[01]; add a rule \{to: "
+                        r"\[node_[01]\], when: intersection\} to declassify")):
                     mp.evaluate(sim, prog)
         finally:
             sim.close()
 
 
 def _aggregate_policy(tmp_path: Path) -> Path:
-    """A policy file of aggregates over at least 10 rows and comparisons, to anyone."""
+    """A policy file of aggregates over at least 10 rows, comparisons and which keys a PSI
+    join matched, to anyone."""
     policy = tmp_path / "p.yaml"
     policy.write_text("declassify:\n  - {to: ['*'], when: aggregate, min_rows: 10}\n"
-                      "  - {to: ['*'], when: compare}\n")
+                      "  - {to: ['*'], when: compare}\n  - {to: ['*'], when: intersection}\n")
     return policy
 
 
@@ -586,8 +592,10 @@ def test_rows_repeated_by_the_other_s_repeated_keys_count_once(tmp_path: Path) -
         column = simp.pcall((0,), lambda t: table.to_tensor(t, ["v"], rows=12), ja)
         return simp.pcall((0,), jnp.sum, column)
 
+    lenient = tmp_path / "lenient.yaml"  # node_1 sides with the driver
+    lenient.write_text("plaintext_to: ['*']\n")
     with mp.Simulator(mp.ClusterSpec.simple(2), data_roots=roots,
-                      policies={"node_0": str(policy)}) as sim, \
+                      policies={"node_0": str(policy), "node_1": str(lenient)}) as sim, \
             pytest.raises(MPRefusedError, match=(
                 r"node_0 refuses op psi\.join at test_psi\.py:\d+: the join of its table "
                 r"\(inner\) has fewer than min_rows 10 rows")):

@@ -29,7 +29,7 @@ from tests.op_failures import assert_generic, logged_failure, traced_at
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(4)
+    simulator = mp.Simulator(4, policies="open")  # PSI's mechanics: no policy judges
     try:
         yield simulator
     finally:
@@ -246,7 +246,8 @@ def test_op_is_declared_with_its_flow_rule() -> None:
 
 def test_policy_sees_a_comparison_with_every_other_holder(tmp_path: Path) -> None:
     """Each holder may learn which of its keys another holder has (libpsi's NPC tree):
-    a ``compare`` of p's keys reaches every other holder."""
+    which of p's keys the join matched reaches every other holder, judged by an
+    ``intersection`` rule."""
     roots = {}
     for i, t in enumerate(tables(3)):
         (tmp_path / f"node_{i}").mkdir()
@@ -260,21 +261,23 @@ def test_policy_sees_a_comparison_with_every_other_holder(tmp_path: Path) -> Non
 
     spec = mp.ClusterSpec.simple(3)
     (tmp_path / "p.yaml").write_text("psi_protocols: [ecdh_npc]\n"
-                                     "declassify:\n  - to: ['*']\n    when: compare\n")
+                                     "declassify:\n  - to: ['*']\n    when: intersection\n")
     graph = mp.compile(prog, cluster=spec).graph
     verdict = check(graph, 3, 0, Policy.load(tmp_path / "p.yaml"), outputs_fetchable=False)
     assert verdict.accepted, verdict.reasons
     receivers = sorted(int(m.group(1)) for f in verdict.flows
-                       if (m := re.match(r"compare of ids\.csv -> node_(\d) \(which of the "
-                                         r"receiver's keys the other holders' tables hold, op "
-                                         r"psi\.join_n", f)))
+                       if (m := re.match(r"which keys the join matched of ids\.csv -> "
+                                         r"node_(\d) \(which of the receiver's keys the other "
+                                         r"holders' tables hold, op psi\.join_n", f)))
     assert receivers == [1, 2], verdict.flows
     (tmp_path / "p.yaml").write_text("psi_protocols: [ecdh_npc]\n")
     sim = mp.Simulator(spec, data_roots=roots, policies={n: str(tmp_path / "p.yaml")
                                                          for n in roots})
     try:
-        with pytest.raises(MPRefusedError, match=r"refuses the program: op psi\.join_n at "
-                                                 r"test_psi_n\.py:\d+ .*compare of ids\.csv"):
+        with pytest.raises(MPRefusedError, match=(
+                r"refuses the program: op psi\.join_n at test_psi_n\.py:\d+ .*which keys the "
+                r"join matched of ids\.csv, to node_\d; add a rule \{to: \[node_\d\], when: "
+                r"intersection\} to declassify")):
             mp.evaluate(sim, prog)
     finally:
         sim.close()

@@ -26,7 +26,7 @@ from mplang.policy.psi_protocols import DEFAULT_PSI_PROTOCOLS, PSI_PROTOCOLS
 from tests.examples.test_examples import load
 
 IDS = pa.table({"id": pa.array(range(20), pa.int64())})
-COMPARE = "declassify:\n  - {to: ['*'], when: compare}\n"
+DECLASSIFY = "declassify:\n  - {to: ['*'], when: compare}\n  - {to: ['*'], when: intersection}\n"
 WRITES = "writes: ['ub-psi/*']\n"
 
 
@@ -89,7 +89,7 @@ def test_a_party_refuses_exactly_the_protocols_its_policy_does_not_list(
     graph = mp.compile(prog, world_size=4).graph
     others = [p for p in PSI_PROTOCOLS if p != protocol]
     for listed in ([protocol], others, [], list(DEFAULT_PSI_PROTOCOLS)):
-        text = f"psi_protocols: [{', '.join(listed)}]\n" + COMPARE + WRITES
+        text = f"psi_protocols: [{', '.join(listed)}]\n" + DECLASSIFY + WRITES
         for rank in range(4):
             verdict = check(graph, 4, rank, Policy.parse(text, "p.yaml"),
                             outputs_fetchable=False)

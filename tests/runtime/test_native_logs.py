@@ -37,14 +37,21 @@ def main(ctx):
     logging.warning("a warning after the join")
 """
 """A program that joins with libpsi: `main(ctx)` runs it (``mplang run`` calls it)."""
+POLICY = "plaintext_to: ['*']\nwrites: ['*']\n"
+"""Each node's ``policies/NODE.yaml``: it allows what the program does (its join keeps
+fewer rows than the ``min_rows`` of the policy `mplang init` writes), and, unlike
+``policies="open"``, prints no note of its own."""
 SCRIPT = [sys.executable, "-c", "import logging, mplang as mp, prog; logging.basicConfig(); "
-          "prog.main(mp.Simulator(2))"]
+          "prog.main(mp.Simulator(2, policies='policies'))"]
 OUTPUT = "before the join\nshared ids: [3, 4]\n"
 CLI = Path(sys.executable).with_name("mplang")
 
 
 def run(tmp_path: Path, command: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "prog.py").write_text(PROGRAM)
+    (tmp_path / "policies").mkdir()
+    for node in ("node_0", "node_1"):
+        (tmp_path / "policies" / f"{node}.yaml").write_text(POLICY)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MPLANG_LOG")}
     return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**environ, **env})
@@ -52,7 +59,8 @@ def run(tmp_path: Path, command: list[str], **env: str) -> subprocess.CompletedP
 
 @pytest.mark.parametrize(("command", "warning"), [
     (SCRIPT, "WARNING:root:a warning after the join\n"),  # a handler made before the join
-    ([str(CLI), "run", "--sim", "2", "prog.py"], "WARNING:root:a warning after the join\n")],
+    ([str(CLI), "run", "--sim", "2", "--policies", "policies", "prog.py"],
+     "WARNING:root:a warning after the join\n")],
     ids=["script", "mplang run"])
 def test_a_psi_run_prints_only_the_programs_output(tmp_path: Path, command: list[str],
                                                    warning: str) -> None:

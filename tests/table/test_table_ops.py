@@ -54,7 +54,7 @@ def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def sim(roots: dict[str, Path]) -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(2, data_roots=roots)
+    simulator = mp.Simulator(2, data_roots=roots, policies="open")  # mechanics, not policies
     try:
         yield simulator
     finally:
@@ -387,10 +387,10 @@ def test_every_op_is_declared_with_its_rules() -> None:
     for prim in prims:
         assert prim.targets == ("PPU",), prim.name
         assert prim.rule("cost") is local_cost and prim.rule("type") is not None, prim.name
-        # SQL is not modelled (raw), constants hold no party's data; reads are sources,
-        # writes are checked against the policy's writes, conversions keep the rows
+        # constants hold no party's data; reads are sources, writes are checked against
+        # the policy's writes, SQL and conversions keep the rows (`mplang.policy.sql_flows`)
         assert (prim.rule("local_flow") is local_conservative) is \
-            (prim in (table.constant_p, table.sql_p)), prim.name
+            (prim is table.constant_p), prim.name
     where = table.read_p.registered_at("local_flow")
     assert where is not None and where.startswith("mplang/dialects/table.py:")
     assert table.read_p.attrs["format"].choices == ("csv", "parquet")
