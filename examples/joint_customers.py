@@ -25,7 +25,9 @@ The first two reveal only what the policies ``mplang init`` writes let out
 (``docs/privacy.md``), once each lists the other in its ``intersection`` rule (the
 join shows each which of its IDs the other holds): a comparison (the count), and
 aggregates over at least 10 of the rows the join kept (each holder checks that
-count at run time). The regression
+count at run time); the bank, whose labels group the retailer's spend, approves
+group-bys (``approve: - {library: mplang.libs.groupby, to: [node_0, driver]}``). The
+regression
 weights each party's rows by the other's real values, which no rule lets out: each
 party approves the library in its policy (``approve: - {library: mplang.libs.linear,
 to: [node_0, node_1, driver]}``: the weights, the predictions kept on the SPU and the
@@ -58,8 +60,10 @@ from mplang.cluster.local import init_policies
 from mplang.libs import groupby, linear, psi
 from mplang.libs.demo import simulated
 
-APPROVE = ["{library: mplang.libs.linear, to: [node_0, node_1, driver]}"]
-"""The approvals each party's policy adds to those ``mplang init`` writes (the model)."""
+APPROVE = ["{library: mplang.libs.linear, to: [node_0, node_1, driver]}",
+           "{library: mplang.libs.groupby, to: [node_0, driver]}"]
+"""The approvals each party's policy adds to those ``mplang init`` writes: the model, and
+the bank's group-by over its labels of the retailer's spend."""
 PARTNERS = ["node_0", "node_1"]
 """Who each party's ``intersection`` rule lets learn which of its IDs the join matched."""
 

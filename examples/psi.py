@@ -16,9 +16,13 @@ Each party lists the other in its policy's ``intersection`` rule (the policies
 other holds. On those aligned rows the program computes only what the policies
 ``mplang init`` writes let out (``docs/privacy.md``): the shared customers' average age (the
 shop's column) and balance (the bank's) per age band, under 50 and over, revealed
-to the shop. It is a group-by on the SPU: aggregates over the rows the join kept
-(at least ``min_rows`` of them, which each holder checks at run time), whose groups
-of fewer than ``min_rows`` rows are suppressed inside the SPU (reported as 0). Each
+to the shop. It is a group-by on the SPU: for the bank, aggregates over the rows the
+join kept (at least ``min_rows`` of them, which each holder checks at run time),
+whose groups of fewer than ``min_rows`` rows are suppressed inside the SPU (reported
+as 0). For the shop, whose age bands group the bank's balances, the sums weight its
+rows by another owner's values, which would show its bands: the shop approves
+group-bys by name (``approve: - {library: mplang.libs.groupby, to: [node_0,
+driver]}``). Each
 program releases one aggregate of those rows: two (say, the average age of every
 shared customer beside the per-band one) could be subtracted from each other, so
 the policies refuse them together.
@@ -112,12 +116,16 @@ def study(protocol: str = "rr22") -> Any:
         ages = mp.device("P0")(lambda t: table.to_tensor(t, ["age"])[:, 0])(shop)
         balances = mp.device("P1")(lambda t: table.to_tensor(t, ["balance"])[:, 0])(bank)
         bands = mp.device("P0")(lambda a: (a >= 50).astype(jnp.int32))(ages)
-        both = mp.device("SP0")(lambda a, b: jnp.stack([a.astype(jnp.float32),
-                                                        b.astype(jnp.float32)], axis=1))(
-            ages, balances)  # one row per shared customer, secret on the SPU
-        return groupby.groupby_mean(bands, both, len(BANDS), device="SP0", to="P0")
+        means = [groupby.groupby_mean(bands, v, len(BANDS), device="SP0", to="P0")
+                 for v in (ages, balances)]  # one grouping: the same bands, one release
+        return mp.device("P0")(lambda a, b: jnp.stack([a, b], axis=1))(*means)
 
     return program
+
+
+APPROVE = "{library: mplang.libs.groupby, to: [node_0, driver]}"
+"""The shop's approval of group-bys over its age bands, which weight its rows by the
+bank's balances."""
 
 
 def save_tables(roots: dict[str, Path], shop: pa.Table, bank: pa.Table) -> None:
@@ -135,7 +143,8 @@ def main(seed: int = 0, sizes: tuple[int, int] = SIZES, common: int = COMMON,
     tables = make_tables(seed, sizes, common)
     cluster = cluster or mp.ClusterSpec.simple(3)
     with simulated(cluster, lambda roots: save_tables(roots, *tables),  # P0, P1: partners
-                   policies=init_policies(cluster, intersection=["node_0", "node_1"])) as sim:
+                   policies=init_policies(cluster, intersection=["node_0", "node_1"],
+                                          approve=[APPROVE])) as sim:
         size = mp.evaluate(sim, count_shared)
         seen = mp.fetch(sim, size)
         means = mp.evaluate(sim, study(protocol))

@@ -113,6 +113,9 @@ class Flow:
     membership: bool = False
     """compare: which of another holder's keys p's table holds, as a PSI join shows
     (judged by ``intersection`` rules)."""
+    borrowed: bool = False
+    """rowwise: another holder's values on the rows of p's that a PSI join kept: p's
+    data for which rows they are, another owner's values for how they weight p's rows."""
 
     @property
     def mine(self) -> bool:
@@ -268,13 +271,22 @@ def combine(a: Label, b: Label) -> Label:
         return _merged(other, compare)
     if a.form == "rowwise" and b.form == "rowwise":
         window = aligned_windows(a.window, b.window)
-        if window is None or (a.axis, a.at, a.outer) != (b.axis, b.at, b.outer):
+        if window is None or (a.axis, a.at, a.outer) != (b.axis, b.at, b.outer) or \
+                weighs(a, b):
             return raw([a, b])
-        out = replace(_merged(a, b), window=window, mask=a.mask and b.mask)
+        out = replace(_merged(a, b), window=window, mask=a.mask and b.mask,
+                      borrowed=a.borrowed and b.borrowed)
         return masked(out) if a.mask != b.mask else out
     if a.form == "aggregate" and b.form == "aggregate":
         return _merged(a, b)
     return _merged(a, b) if a.form == "rowwise" else _merged(b, a)
+
+
+def weighs(a: Flow, b: Flow) -> bool:
+    """Whether one of p's row-wise ``a`` and ``b`` is another holder's real values on p's
+    joined rows (`Flow.borrowed`) and the other p's own rows: another owner's values
+    would weight p's rows (a mask of theirs only selects them)."""
+    return a.borrowed != b.borrowed and not (b if b.borrowed else a).mask
 
 
 def aligned_windows(a: Rows | None, b: Rows | None) -> Rows | None:
@@ -464,7 +476,8 @@ def subset(own: Label, seen: Label, gate: int) -> Label:
             # the other holder's rows, one per row p kept (aligned with them): for p, which
             # of its rows the join kept, so row-wise over those rows
             rows = Rows(seen.sources, 0, UNKNOWN, gate=gate)
-            return Flow("rowwise", seen.sources, rows, 0, 0, gated=True, enforced=ENFORCED)
+            return Flow("rowwise", seen.sources, rows, 0, 0, gated=True, enforced=ENFORCED,
+                        borrowed=True)
         return seen if seen is not None and seen.mine else own
     if own.window is None:
         return raw([own, seen])

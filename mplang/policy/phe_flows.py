@@ -29,6 +29,7 @@ from mplang.policy.labels import (
     join,
     masked,
     raw,
+    weighs,
 )
 
 
@@ -130,6 +131,8 @@ def _contracted(c: Label, x: Label, c_last: int, x_ndim: int) -> Label:
         if lab.axis is None or lab.outer is not None or lab.at != 0:
             return raw([c, x])
         if lab.axis == row_axis:  # a sum over p's rows, weighted by the other side
+            if _rowwise(other) and weighs(lab, other):
+                return raw([c, x])
             if _rowwise(other) and _contracted_alike(lab, other, 0 if lab is c else c_last):
                 return combine(aggregated(masked(lab) if other.mask != lab.mask else lab),
                                aggregated(other))
@@ -152,14 +155,16 @@ def _contracted_alike(lab: Flow, other: Flow, other_axis: int) -> bool:
 
 def bucket_sum_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """Sums of c's rows per (group, feature, bin): the bins and groups select rows, so a
-    histogram over p's rows is gated (a bin's size depends on data), whether p's values
-    are summed or p's bins or groups select another owner's values."""
+    histogram over p's rows is gated (a bin's size depends on data); p's bins or groups
+    selecting another owner's values (c) are weighted by them, which shows the bins: raw."""
     out: Label = None
-    for label in (_opened(lab) for lab in ins):
+    values = _opened(ins[0])
+    for i, label in enumerate(_opened(lab) for lab in ins):
         if label is None or not label.mine:
             out = join(out, label)
             continue
-        if not _rowwise(label) or label.axis != 0 or label.outer is not None or label.at:
+        if not _rowwise(label) or label.axis != 0 or label.outer is not None or label.at or \
+                (i and (values is None or not values.mine)):
             return [_sealed(raw(_opened(lab) for lab in ins))]
         out = join(out, aggregated(masked(label)))
     return [_sealed(out)]

@@ -34,6 +34,7 @@ from mplang.policy.labels import (
     masked,
     narrowed,
     raw,
+    weighs,
 )
 
 ELEMENTWISE = frozenset([
@@ -462,6 +463,8 @@ def _dot(op: Op, ins: list[Val]) -> Val | None:
                     group[0].index(a.axis) == group[1].index(b.axis) and \
                     aligned_windows(a.window, b.window) is not None and a.at == b.at and \
                     a.outer is None is b.outer:
+                if weighs(a, b):
+                    return Val(raw([a, b]))
                 if group is contract:
                     weighted = masked(a) if a.mask != b.mask else a
                     return Val(combine(aggregated(weighted), aggregated(b)))

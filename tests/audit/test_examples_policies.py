@@ -1,8 +1,10 @@
 """The examples that load each party's data on its own side pass the policies `mplang init`
 writes on real worker processes: every node accepts every program (its audit log says
 so; PHE vertical LR, which weights each party's rows by the other's values, once both
-approve its digest) and the results match numpy, pandas or plaintext references. A
-program that aggregates two PSI joins of one table is refused there too.
+approve its digest; a group-by, once its key holder approves `mplang.libs.groupby`; each
+PSI partner listed in the other's `intersection` rule) and the results match numpy,
+pandas or plaintext references. A program that aggregates two PSI joins of one table
+is refused there too.
 
 One four-node cluster (`examples/secure_mean_devices.py`'s: node_0..2 hold data, an
 ABY3 SPU over them, a Paillier device HE0 of node_0 and node_3, a mock-attested TEE on
@@ -62,6 +64,8 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClu
     load("joint_customers").save_tables(roots, *load("joint_customers").make_data(*CUSTOMERS))
     _two_joins_data(roots)
     with support.audited_cluster(mp.ClusterSpec.from_dict(layout), base) as workers:
+        support.edit_policies(workers[0], [n["name"] for n in layout["nodes"]], lambda t: t.replace(
+            "{to: [], when: intersection}", '{to: ["*"], when: intersection}'))  # PSI partners
         yield workers
 
 
@@ -162,7 +166,8 @@ def test_psi(workers: tuple[LocalCluster, Path]) -> None:
     merged = customers.to_pandas().merge(accounts.to_pandas(), on="id")
     sizes = _accepted(workers, example.count_shared, fetched=2)  # from P0 and P1
     assert [int(s) for s in sizes[:2]] == [len(merged)] * 2 and sizes[2:] == [None, None]
-    by_band = _accepted(workers, example.study(), fetched=1)
+    with approving(workers, example.APPROVE, nodes=("node_0",)):  # the shop's age bands
+        by_band = _accepted(workers, example.study(), fetched=1)
     np.testing.assert_allclose(by_band, psi_by_band(merged), rtol=1e-3, atol=1e-2)
 
 
@@ -174,7 +179,8 @@ def test_joint_customers(workers: tuple[LocalCluster, Path]) -> None:
     merged = bank.merge(shop, on="id")
     rows = int(_accepted(workers, example.count_shared, fetched=2)[0])
     assert rows == len(merged) == CUSTOMERS[1]
-    means = _accepted(workers, example.spend_by_default, fetched=1)
+    with approving(workers, example.APPROVE[1], nodes=("node_0",)):  # the bank's labels
+        means = _accepted(workers, example.spend_by_default, fetched=1)
     want = merged.groupby("defaulted")["spend"].mean()
     np.testing.assert_allclose(means, [want[0], want[1]], atol=2e-3)
     with pytest.raises(mp.MPRefusedError, match=r"add approve: - \{library: mplang\.libs\."

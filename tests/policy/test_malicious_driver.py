@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 
 import mplang as mp
@@ -242,6 +243,37 @@ def test_psi_against_a_table_the_driver_planted_is_refused_by_node_1(
             f"node_1 refuses the program: op psi.join at test_malicious_driver.py:"
             f"{_line(marker)} sends which of the receiver's keys this party's table holds, "
             "row-wise (raw) values of ids.npy, to node_0; "), message
+
+
+def test_a_join_partner_s_values_do_not_weight_the_target_s_joined_rows(
+        tmp_path_factory: pytest.TempPathFactory, policies: Path) -> None:
+    """node_1 lists node_0 in its intersection rule; node_0 colludes with the driver. On
+    the joined rows, node_0's ``2 ** (id - 100)`` would weight node_1's salaries so that
+    one sum spells out every salary's row: node_1 refuses it (another owner's values on
+    its joined rows weight its rows)."""
+    colluding = tmp_path_factory.mktemp("partner") / "node_0.yaml"
+    colluding.write_text("plaintext_to: ['*']\n")
+    partner = tmp_path_factory.mktemp("target") / "node_1.yaml"
+    partner.write_text((policies / "node_1.yaml").read_text().replace(
+        "{to: [], when: intersection}", "{to: [node_0], when: intersection}"))
+
+    roots = {n: tmp_path_factory.mktemp(n) for n in ("node_0", "node_1")}
+    pd.DataFrame({"id": IDS}).to_csv(roots["node_0"] / "ids.csv", index=False)
+    pd.DataFrame({"id": IDS + 1, "salary": SALARIES[1]}).to_csv(roots["node_1"] / "people.csv",
+                                                                 index=False)
+
+    def weighted() -> Any:
+        j0, j1 = psi.join(mp.device("P0")(lambda: table.read_csv("ids.csv"))(),
+                          mp.device("P1")(lambda: table.read_csv("people.csv"))(), "id")
+        ids = mp.device("P0")(lambda t: table.to_tensor(t)[:, 0])(j0)
+        x = mp.device("P1")(lambda t: table.to_tensor(t, ["salary"])[:, 0])(j1)
+        spikes = mp.device("P0")(lambda i: 2.0 ** (i - 100.0))(ids)
+        return mp.put("P0", mp.device("SP0")(lambda a, w: jnp.sum(a * w))(x, spikes))
+
+    with mp.Simulator(2, data_roots=roots, policies={"node_0": str(colluding),
+                                                     "node_1": str(partner)}) as sim:
+        message = refused(sim, weighted)
+    assert "raw of people.csv, to node_0" in message, message
 
 
 @pytest.mark.parametrize("name", ["x @ eye", "max"])

@@ -167,8 +167,8 @@ GATED = "aggregate over a data-dependent number of rows of spend.npy"
     (lambda c, w: phe.dot(c, w), FEATURE_0, None, RAW),
     (lambda c, w: phe.dot(c, w), on(2, "features.npy", lambda x: (x[:, 0] > 4).astype(
         jnp.int32)), None, GATED),  # another owner's selection of node_1's rows
-    (lambda c, w: phe.sum(c * w), FEATURE_0, mask, GATED),  # node_1's rows select node_2's
-    (lambda c, w: phe.dot(c, w), features, mask, GATED),  # values: a selection of its rows
+    (lambda c, w: phe.sum(c * w), FEATURE_0, mask, RAW),  # node_1's mask weighted by node_2's
+    (lambda c, w: phe.dot(c, w), features, mask, RAW),  # values: they would show the mask
 ])
 def test_weights_other_than_a_selection_make_no_aggregate(
         sim: mp.Simulator, evaluate: Callable[..., Any], weight: Callable[[], Any],
@@ -185,15 +185,15 @@ REAL, SELECTION = Flow("foreign"), Flow("foreign", mask=True)
 
 
 @pytest.mark.parametrize("rows, weight, want", [
-    (X, X, "aggregate"), (X, SELECTION, "gated"), (X_MASK, REAL, "gated"),
+    (X, X, "aggregate"), (X, SELECTION, "gated"), (X_MASK, REAL, "raw"),
     (X, REAL, "raw"), (X, None, "raw"), (X, X_SUM, "raw"), (X_MASK, None, "raw"),
     (X_MASK, X_SUM, "raw")])
 def test_a_weighted_sum_of_the_rows_is_an_aggregate_by_definition(
         rows: Flow, weight: Label, want: str) -> None:
     """Σ_i w_i·x_i over p's rows x_i, by ``phe.dot`` either way round or by ``phe.sum`` of
-    a product: an aggregate where w_i is p's own row-local value, gated where w or x is
-    another owner's or p's 0/1 selection, raw for any other weight that differs by row
-    (another owner's real values, the driver's, p's aggregates)."""
+    a product: an aggregate where w_i is p's own row-local value, gated where w is another
+    owner's 0/1 selection, raw for any other weight that differs by row (another owner's
+    real values, even on p's 0/1 selection, the driver's, p's aggregates)."""
     def kind(label: Label) -> str:
         assert label is not None
         return "gated" if label.gated else label.form
@@ -204,11 +204,13 @@ def test_a_weighted_sum_of_the_rows_is_an_aggregate_by_definition(
                               _contracted(weight, rows, 0, 1)]] == [want] * 4
 
 
-def test_a_party_s_bins_selecting_another_owner_s_values_are_gated() -> None:
+def test_a_party_s_bins_selecting_another_owner_s_values_are_raw() -> None:
     """SecureBoost's histograms of the passive party's bins over the active party's
-    gradients: a selection of the passive party's rows, whose groups' sizes depend on
-    data."""
+    gradients weight the passive party's bins by the gradients (which would show the
+    bins): raw; the active party's gradients selected by the other's bins are gated."""
     out, = bucket_sum_flow(None, None, [REAL, X], True)  # type: ignore[arg-type]
+    assert out is not None and out.form == "raw"
+    out, = bucket_sum_flow(None, None, [X, REAL], True)  # type: ignore[arg-type]
     assert out is not None and (out.form, out.gated, out.rows) == ("aggregate", True, None)
 
 

@@ -116,7 +116,8 @@ def test_init_writes_a_policy_per_node_that_workers_load(tmp_path: Path) -> None
         assert policy.protocols == ("CHEETAH", "ABY3")
         assert policy.writes == () and not policy.may_write("out/r.csv")
         assert [str(r) for r in policy.declassify] == [
-            '{to: ["*"], when: aggregate, min_rows: 10}', '{to: ["*"], when: compare}']
+            '{to: ["*"], when: aggregate, min_rows: 10}', '{to: ["*"], when: compare}',
+            '{to: [], when: intersection}']
 
 
 def test_labels_go_with_their_objects(sim: mp.Simulator) -> None:

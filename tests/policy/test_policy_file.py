@@ -69,7 +69,7 @@ def test_the_default_policy_allows_nothing_to_leave_and_nothing_to_be_written() 
 @pytest.mark.parametrize("text, line, words", [
     ("drivers: [driver]\nplaintext_to: node_1\n", 2, "expected a list"),
     ("declassify:\n  - to: [driver]\n    when: sometimes\n", 3,
-     "when must be one of aggregate, compare, dp, any"),
+     "when must be one of aggregate, compare, intersection, dp, any"),
     ("declassify:\n  - to: [driver]\n    when: aggregate\n    min_rows: 0\n", 4,
      "declassify.min_rows must be at least 1, got 0"),
     ("declassify:\n  - to: [driver]\n    when: aggregate\n    min_rows: 2.5\n", 4,
