@@ -18,7 +18,7 @@ from mplang.backends.symbolic_sizes import bind_sizes
 from mplang.dialects import tensor as _tensor
 from mplang.dialects.symbolic import lowered, refined
 from mplang.dialects.tensor import exported_module, module_info
-from mplang.edsl.errors import MPSerializationError
+from mplang.edsl.errors import MPPublicError, MPSerializationError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType, numpy_dtype
 from mplang.frontend.pyfuncs import lookup_pyfunc
@@ -183,18 +183,18 @@ def _run_jax(interp: Interpreter, op: Operation, args: list[Any], key: str) -> l
 def _pyfunc(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     name: str = op.attrs["fn"]
     fn = lookup_pyfunc(name)
-    if fn is None:
-        raise RuntimeError(f"host function {name!r} is not registered on this party; start "
-                           f"the worker with --register {name}")
+    if fn is None:  # texts of the program's own (names, declared types) reach the driver
+        raise MPPublicError(f"host function {name!r} is not registered on this party; start "
+                            f"the worker with --register {name}")
     result = fn(*[np.asarray(a) for a in args])
     out_types: tuple[TensorType, ...] = op.attrs["out_types"]
     values = list(result) if isinstance(result, tuple | list) else [result]
     if len(values) != len(out_types):
-        raise RuntimeError(f"{name} returned {len(values)} values, declared {len(out_types)}")
+        raise MPPublicError(f"{name} returned {len(values)} values, declared {len(out_types)}")
     outs = []
     for i, (value, t) in enumerate(zip(values, out_types, strict=True)):
         arr = np.asarray(value)
-        if arr.shape != t.shape:
-            raise RuntimeError(f"{name} result {i} has shape {arr.shape}, declared {t}")
+        if arr.shape != t.shape:  # the shape it has may tell data: not said
+            raise MPPublicError(f"{name} result {i} does not have the declared type {t}")
         outs.append(arr.astype(numpy_dtype(t.dtype), copy=False))
     return outs

@@ -204,6 +204,29 @@ def test_errors_about_the_program_keep_their_text(sim: mp.Simulator) -> None:
             "../node_0/x.csv", schema={"a": "int64"})))
 
 
+def test_a_host_function_s_program_errors_keep_their_text(sim: mp.Simulator) -> None:
+    """A host function name nobody registered, or a result of another type than the
+    program declares: text of the program's own (the actual shape, which data may set,
+    is not told)."""
+    def three(v: np.ndarray) -> np.ndarray:
+        return np.zeros(int(v[0]) % 7 + 1, np.float32)  # shape (1,): SIZE % 7 == 0
+
+    def calling(fn: Any) -> Any:
+        x = simp.pcall((0,), lambda: tensor.load("x.npy"))
+        return simp.pcall((0,), lambda v: tensor.pyfunc(fn, v, out=F32_3), x)
+
+    with pytest.raises(mp.MPRuntimeError, match=r"^host function 'nowhere' is not registered "
+                       r"on this party; start the worker with --register nowhere \(in op "
+                       r"tensor\.pyfunc at /\S+, traced at test_error_leaks\.py:\d+\)$"):
+        mp.evaluate(sim, lambda: calling("nowhere"))
+    with pytest.raises(mp.MPRuntimeError) as info:
+        mp.evaluate(sim, lambda: calling(three))
+    assert re.fullmatch(r"\S+\.three#\w+ result 0 does not have the declared type f32\[3\] "
+                        r"\(in op tensor\.pyfunc at /\S+, traced at test_error_leaks\.py:\d+\)",
+                        str(info.value)), str(info.value)
+    assert "(1,)" not in str(info.value)
+
+
 def test_a_failure_s_full_text_reaches_the_worker_s_own_records(tmp_path: Path) -> None:
     """`SimpWorker.run` hands the full text to its caller's hook (the HTTP worker writes it
     in its audit log) and raises the generic error."""
