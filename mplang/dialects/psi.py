@@ -39,16 +39,7 @@ from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import Mask, MPType, TensorType, ValueType, is_symbolic, scalar
 from mplang.frontend.feop import feop
 from mplang.policy.flows import Analysis, PartyLabels
-from mplang.policy.labels import (
-    FOREIGN,
-    Label,
-    compared,
-    join_all,
-    membership,
-    raw,
-    source,
-    subset,
-)
+from mplang.policy.labels import Label, compared, join_all, membership, raw, source, subset
 
 mark_library(__file__)
 
@@ -307,7 +298,7 @@ def _ub_join_rule(sig: Signature) -> list[ValueType]:
 def _unowned(a: Analysis, op: Operation, tables: dict[int, Label]) -> None:
     """Note ``op`` if the table p joins (``tables``: by holder) is not p's data: its
     kernel then checks no row count against p's ``min_rows``."""
-    label = tables.get(a.party, FOREIGN)
+    label = tables.get(a.party)
     if a.party in tables and (label is None or not label.mine):
         a.unowned.append(op)
 
@@ -315,9 +306,10 @@ def _unowned(a: Analysis, op: Operation, tables: dict[int, Label]) -> None:
 @join_p.def_flow
 def _join_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyLabels]:
     """Each holder keeps those of its rows whose keys the other holds: it learns which of
-    its keys the other's table has (a comparison between their keys, raw membership if
-    its own side is not its own data), and its rows become a subset chosen by the other's
-    data, whose size each holder's kernel checks against its own ``min_rows`` at run time."""
+    its keys the other's table has (an intersection of their keys, raw membership if its
+    own side is not its own data), and its rows become a subset chosen by the other's
+    data, whose size each holder's kernel checks against its own ``min_rows`` at run time
+    (where the table is its own data)."""
     holder_a, holder_b = holders(op)
     _takes_part(a, op, (holder_a, holder_b))
     la, lb = ins[0].get(holder_a), ins[1].get(holder_b)

@@ -146,12 +146,22 @@ def _region_and_spend() -> tuple[Any, Any]:
 
 def test_group_by_over_another_party_s_keys(workers: tuple[LocalCluster, Path]) -> None:
     """node_1's spend averaged per node_0's region: node_1 cannot count node_0's groups,
-    the device zeroes the group of 3 customers, and every policy accepts the rest."""
+    the device zeroes the group of 3 customers, node_1's policy accepts the rest, and
+    node_0's once it approves group-bys over its regions (node_1's spend weights them)."""
     from mplang.libs.groupby import groupby_mean
 
     counts = np.bincount(REGIONS, minlength=4)
     assert counts[3] == 3 and (counts[:3] >= 10).all()
-    means, events = run_logged(workers, lambda: groupby_mean(*_region_and_spend(), 4), fetched=1)
+    policy = workers[0].spec_path.parent / "policies" / "node_0.yaml"
+    before = policy.read_text()
+    support.edit_policies(workers[0], ["node_0"], lambda t: t.replace(
+        "approve: []\n", "approve:\n").replace(
+        "approve:\n", 'approve:\n  - {library: mplang.libs.groupby, to: ["*"]}\n', 1))
+    try:
+        means, events = run_logged(workers, lambda: groupby_mean(*_region_and_spend(), 4),
+                                   fetched=1)
+    finally:
+        support.edit_policies(workers[0], ["node_0"], lambda _: before)
     want = [SPEND[np.equal(REGIONS, g)].mean() if counts[g] >= 10 else 0.0 for g in range(4)]
     np.testing.assert_allclose(means, want, rtol=1e-3)
     _no_plaintext_between_parties(events)

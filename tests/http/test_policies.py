@@ -243,5 +243,5 @@ def test_a_worker_does_not_start_with_a_malformed_policy(tmp_path: Path) -> None
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode != 0
     assert done.stderr == (f"mplang worker: {bad}:4: declassify: when must be one of "
-                           "aggregate, compare, dp, any\n")
+                           "aggregate, compare, intersection, dp, any\n")
     assert "Traceback" not in done.stderr

@@ -96,7 +96,8 @@ def test_an_edit_refuses_what_was_accepted_and_accepts_what_was_refused(
 def test_a_malformed_edit_keeps_the_policy_and_status_shows_it(
         cluster: LocalCluster, policy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = policy.read_text().count("\n")
-    bad = f"{policy}:{lines + 2}: declassify: when must be one of aggregate, compare, dp, any"
+    bad = (f"{policy}:{lines + 2}: declassify: when must be one of aggregate, compare, "
+           "intersection, dp, any")
     edit(cluster, policy, lambda t: t + "  - to: [driver]\n    when: sometimes\n", KEPT)
     assert bad in cluster.log_tail("node_0", 1 << 20)
     with support.connected_driver(cluster) as driver:
