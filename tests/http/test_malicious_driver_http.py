@@ -145,6 +145,18 @@ def test_honest_analytics_run(cluster: LocalCluster, driver: mp.Driver) -> None:
     np.testing.assert_allclose(sums, [0.0, kept.sum()], rtol=1e-5)
 
 
+def test_a_group_by_that_would_spell_out_the_key_holder_s_keys_is_refused(
+        driver: mp.Driver) -> None:
+    """``2 ** i`` summed over node_0's groups would say which of node_0's rows hold each
+    key: refused (node_1 refuses the row-varying values it would send; node_0, whose
+    keys they are, the sums: it did not approve group-bys over its keys)."""
+    spikes = mp.device("P1")(lambda s: 2.0 ** jnp.arange(20, dtype=jnp.float32) + s * 0)
+    with pytest.raises(mp.MPRefusedError, match=r"node_[01] refuses .* the output of "
+                       r"mplang\.libs\.groupby\.groupby_sum on salaries\.npy"):
+        mp.fetch(driver, mp.evaluate(driver, lambda: groupby_sum(
+            attacks.keys_of_node_0(), spikes(attacks.salaries(1)), 2)))
+
+
 def test_this_month_s_red_team_is_refused_on_workers(driver: mp.Driver) -> None:
     """Weights laundered through node_0's aggregate, a reduction that keeps one row, a
     branch that selects the top row, a noisy release of one row repeated."""
