@@ -693,7 +693,8 @@ def _run_flow(a: Analysis, op: Operation, ins: list[PartyLabels]) -> list[PartyL
     entry = vouched(op, stablehlo_text(op), _derive) if op.attrs.get("library") else None
     if isinstance(entry, Releasing):
         return release_flow(a, op, ins, entry)
-    result = labels_through(analysis_text(op), [everywhere(v) for v in ins], len(op.outputs))
+    result = labels_through(analysis_text(op), [everywhere(v) for v in ins], len(op.outputs),
+                            op.loc or "")
     a.observe(op, result.observed)
     outputs = result.outputs
     if isinstance(entry, Approvable) or (isinstance(entry, Suppressing) and any(

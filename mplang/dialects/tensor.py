@@ -522,7 +522,7 @@ def _run_jax_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> li
     except (MPLangError, ValueError):
         kept = tuple(range(len(ins)))
     result = through(_stablehlo, op.attrs["module"], [ins[i] for i in kept if i < len(ins)],
-                     len(op.outputs))
+                     len(op.outputs), op.loc or "")
     a.observe(op, result.observed)
     if isinstance(entry, Approvable):
         return [approved(entry.release, ins)] * len(op.outputs)

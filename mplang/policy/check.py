@@ -151,9 +151,10 @@ def check(graph: Graph, world_size: int, rank: int, policy: Policy, *,
             verdict.judged[kept[id(send)]] = outputs_fetchable and why is not None
         elif why is None and (id(send.op), receiver) not in seen:
             seen.add((id(send.op), receiver))
+            cause = f" (it became raw at {send.label.cause})" if send.label.cause else ""
             verdict.reasons.append(f"{send.where} sends {send.what}, {send.label}, to "
                                    f"{receiver}; {_hint(receiver, send.label, policy, digest)} in "
-                                   f"{policy.source}")
+                                   f"{policy.source}{cause}")
     verdict.reasons += [r for r in analysis.refusals if r not in verdict.reasons]
     verdict.charges = charges(analysis.releases)
     verdict.rows = _selections(allowed)

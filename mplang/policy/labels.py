@@ -29,7 +29,7 @@ import bisect
 import itertools
 import posixpath
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 FORMS = ("raw", "rowwise", "aggregate", "compare", "dp", "approved")
 """p's forms, most revealing first."""
@@ -116,6 +116,8 @@ class Flow:
     borrowed: bool = False
     """rowwise: another holder's values on the rows of p's that a PSI join kept: p's
     data for which rows they are, another owner's values for how they weight p's rows."""
+    cause: str = field(default="", compare=False)
+    """raw: the op that made p's data raw, and where (refusals name it)."""
 
     @property
     def mine(self) -> bool:
@@ -187,17 +189,27 @@ def raw(labels: Iterable[Label]) -> Label:
     (not pure) if only other owners' data goes in."""
     sources: frozenset[str] = frozenset()
     mine = foreign = False
+    cause = ""
     for label in labels:
         if label is None:
             continue
         if label.mine:
             mine = True
             sources |= label.sources
+            cause = cause or label.cause
         else:
             foreign = True
     if mine:
-        return Flow("raw", sources)
+        return Flow("raw", sources, cause=cause)
     return Flow("foreign") if foreign else None
+
+
+def caused(label: Label, cause: str) -> Label:
+    """``label`` naming ``cause`` as what made it raw, unless it is no raw value of p's or
+    names a cause already."""
+    if label is None or label.form != "raw" or not label.mine or label.cause:
+        return label
+    return replace(label, cause=cause)
 
 
 def approved(name: str, inputs: Iterable[Label]) -> Label:

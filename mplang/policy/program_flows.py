@@ -4,6 +4,7 @@ text: raw from every input, and observing them, when it cannot be followed."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from mplang.edsl.errors import MPLangError
@@ -27,22 +28,26 @@ def module_text(read: Callable[[bytes], str], payload: bytes) -> str | None:
     return text
 
 
-def labels_through(text: str | None, ins: list[Label], n: int) -> Result:
-    """Labels through the ``n``-result StableHLO module ``text``; raw from every input if
-    it cannot be followed (or ``text`` is None), its run time then observing them too."""
+def labels_through(text: str | None, ins: list[Label], n: int, where: str = "") -> Result:
+    """Labels through the ``n``-result StableHLO module ``text`` (of the function traced
+    at ``where``, which raw outputs name); raw from every input if it cannot be followed
+    (or ``text`` is None), its run time then observing them too."""
     if all(lab is None for lab in ins):
         return Result([None] * n)
     got = transfer(text, ins) if text is not None else None
     if got is not None and len(got.outputs) == n:
-        return got
+        at = f" in the function traced at {where}" if where else ""
+        return Result([lab if lab is None or not lab.cause else replace(
+            lab, cause=lab.cause + at) for lab in got.outputs], got.observed)
     everything = raw(ins)
     return Result([everything] * n, everything if everything is not None and everything.mine
                   else None)
 
 
-def through(read: Callable[[bytes], str], payload: Any, ins: list[Label], n: int) -> Result:
-    """Labels through a tensor program whose StableHLO text ``read`` gives; raw from every
-    input if it cannot be followed."""
+def through(read: Callable[[bytes], str], payload: Any, ins: list[Label], n: int,
+            where: str = "") -> Result:
+    """Labels through a tensor program whose StableHLO text ``read`` gives (traced at
+    ``where``); raw from every input if it cannot be followed."""
     if all(lab is None for lab in ins):
         return Result([None] * n)
-    return labels_through(module_text(read, bytes(payload)), ins, n)
+    return labels_through(module_text(read, bytes(payload)), ins, n, where)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from mplang.analysis.stablehlo import Block, Module, Op, parse
-from mplang.policy.labels import Label, join, join_all, raw
+from mplang.policy.labels import Label, caused, join, join_all, raw
 from mplang.policy.tensor_ops import (
     ALL,
     NO_LABEL,
@@ -62,6 +62,9 @@ class _Flows:
             if op.kind == "return":
                 return [env.get(v, UNKNOWN) for v in op.operands]
             outs = self.op(op, env, depth)
+            if not any(_raw(env.get(v, UNKNOWN).label) for v in op.operands):
+                outs = [replace(v, label=caused(v.label, op.name)) if _raw(v.label) else v
+                        for v in outs]
             env.update(zip(op.results, outs, strict=True))
         return []
 
@@ -144,6 +147,10 @@ class _Flows:
         self.observed = join(self.observed, pred)
         joined = join(label, pred)
         return joined if joined is not None and joined.form != "rowwise" else raw([label, pred])
+
+
+def _raw(label: Label) -> bool:
+    return label is not None and label.form == "raw" and label.mine
 
 
 def _region_reads(regions: Sequence[Block], env: dict[int, Val]) -> list[Label]:

@@ -74,6 +74,28 @@ def test_a_program_revealing_raw_data_is_refused_at_accept(sim: mp.Simulator) ->
     assert error.status == 403
 
 
+def solved(x: Any) -> Any:
+    """Two rows of ``x`` stacked into a matrix (the rows' values, as they are) and solved."""
+    return jnp.linalg.solve(jnp.stack([x[:2], x[2:4]]) + 100 * jnp.eye(2), jnp.ones(2))
+
+
+@pytest.mark.parametrize("device", ["SP0", "P1"])
+def test_a_refusal_names_the_op_that_made_the_value_raw(sim: mp.Simulator,
+                                                        device: str) -> None:
+    """A device function whose value became raw where rows were stacked (not in the solve
+    after it): the refusal names that StableHLO op and the line that traced the
+    function, on a secure device and on the party's own."""
+    error = refused(lambda: mp.evaluate(sim, lambda: mp.put(  # @solve
+        "P0", mp.device(device)(solved)(loaded(1)))))
+    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                if text.endswith("# @solve"))
+    assert str(error).startswith("node_1 refuses the program: op "), error
+    assert "x.npy, to node_0; approve this program alone with approve: - {program: " \
+        in str(error)
+    assert str(error).endswith(f" (it became raw at stablehlo.concatenate in the function "
+                               f"traced at test_refusals.py:{line + 1})"), error
+
+
 def test_stored_raw_data_sent_on_is_refused_when_it_would_run(sim: mp.Simulator) -> None:
     """node_1 lets the driver have its data, not node_0: standard mode runs the shuffle
     as a program of its own, which node_1 refuses once it sees the stored input's label."""
