@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from typing import Any
@@ -173,10 +172,9 @@ def test_pyfunc_results_and_declared_types(caplog: pytest.LogCaptureFixture) -> 
             return simp.pcall((0,), lambda v: tensor.pyfunc(
                 lambda t: np.ones(2, np.float32), v, out=F32), x)
 
-        with pytest.raises(mp.MPRuntimeError, match=r"^op tensor\.pyfunc at .* failed on "
-                                                    r"node_0 \(party 0; "):
-            mp.evaluate(sim, wrong_shape)
-        assert re.search(r"party 0.*tensor.pyfunc.*shape \(2,\)", caplog.text)
+        with pytest.raises(mp.MPRuntimeError, match=r"^\S+ result 0 does not have the declared "
+                                                    r"type f32\[\] \(in op tensor\.pyfunc at "):
+            mp.evaluate(sim, wrong_shape)  # the program's own text; not the shape it has
     finally:
         sim.close()
 
