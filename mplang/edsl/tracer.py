@@ -132,6 +132,9 @@ class Tracer(Context):
         self.operations: list[Operation] = []
         self.captured: list[MPObject] = []
         self._capture_values: dict[int, Value] = {}
+        self.memo: dict[Any, Any] = {}
+        """What a library made once in this region, by what made it (it dies with the
+        trace): e.g. a group-by's digits of a keys value."""
 
     def child(self, *, local: bool, parties: Mask | None = None) -> Tracer:
         """A tracer for a region; ``parties`` run it (a pcall body's parties)."""

@@ -44,7 +44,6 @@ columns at once as one ``[n, m]`` matrix.
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Any
 
 import jax.numpy as jnp
@@ -212,11 +211,6 @@ def _sums(op: str, keys: Any, values: Any, num_groups: int, device: str, to: str
     return mp.device(device)(bind(_secret_sums, num_groups, high, low, min_rows))(keys, values)
 
 
-_DIGITS: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], Any]] = \
-    weakref.WeakKeyDictionary()
-"""Per traced keys value: the digit one-hots already made of it and sealed in a device."""
-
-
 def _digits_of(keys: Any, num_groups: int, device: str) -> Any:
     """The key holder's digit one-hots of ``keys``, sealed in ``device``: made once per
     traced keys value, so that the group-bys over the same keys in one program group by
@@ -227,13 +221,13 @@ def _digits_of(keys: Any, num_groups: int, device: str) -> Any:
         digits = mp.device(keys.device)(bind(_plain_digits, num_groups, high, low))(keys)
         return [mp.put(device, d) for d in digits]
 
-    value = getattr(keys, "value", None)
-    if value is None or getattr(keys, "tracer", None) is None:
+    tracer = getattr(keys, "tracer", None)
+    if tracer is None:
         return make()
-    made = _DIGITS.setdefault(value, {})
-    if (num_groups, device) not in made:
-        made[num_groups, device] = make()
-    return made[num_groups, device]
+    key = ("groupby digits", id(keys.value), num_groups, device)
+    if key not in tracer.memo:
+        tracer.memo[key] = make()
+    return tracer.memo[key]
 
 
 def _counts(op: str, keys: Any, num_groups: int, device: str, to: str | None,
