@@ -35,10 +35,13 @@ rule these functions rely on: a group's size depends on the keys, which a values
 owner cannot see, and each of its parties accepts a release only if its policy's
 ``aggregate`` rule allows ``min_rows``-row groups (its members derive the
 suppressing function themselves: `mplang.policy.vouched`). Pass
-``min_rows=1`` to suppress nothing, where no policy asks for more. Two group-bys of
-one party's values in one program are refused, as is one beside another aggregate
-of the same values: their groups could differ by a single row. Group several value
-columns at once as one ``[n, m]`` matrix.
+``min_rows=1`` to suppress nothing, where no policy asks for more. The key holder's
+rows are weighted by the values (a peer's ``2 ** i`` would spell out its keys): its
+policy approves the group-by by name (``approve: - {library: mplang.libs.groupby,
+to: [...]}``). Sums, counts and means over the same keys in one program are one
+release; two group-bys over different keys of one party's values are refused, as is
+one beside another aggregate of the same values: their groups could differ by a
+single row. Group several value columns at once as one ``[n, m]`` matrix.
 """
 
 from __future__ import annotations

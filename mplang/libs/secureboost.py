@@ -60,7 +60,8 @@ program's digest in ``programs`` after review).
 
 On a secret-sharing device (``SecureBoost(..., device="SP0")``:
 `mplang.libs.secret_trees`) the same trees grow with nothing but the trees leaving the
-device, and pass the policies ``mplang init`` writes.
+device, and pass the policies ``mplang init`` writes once the passive party approves
+``mplang.libs.secret_trees`` (its bins choose the rows of the gradients).
 
 Why PHE and not secret sharing: each level needs, for every (node, feature, bin), the sum
 of the gradients and hessians of the rows in that node whose *passive-party* bin
