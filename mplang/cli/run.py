@@ -73,7 +73,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     judge.add_argument("--policies", metavar="DIR",
                        help="with --sim: node NODE judges programs by DIR/NODE.yaml (default: "
                             "the policy `mplang init` writes for it)")
-    judge.add_argument("--open", action="store_true", default=None,
+    judge.add_argument("--open", action="store_true",
                        help="with --sim: no node judges any program")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="seconds a wait for a message between parties (--sim) or a "

@@ -122,17 +122,17 @@ def init_policies(spec: ClusterSpec, *, approve: Sequence[str] = (),
     """Every node's `dev_policy` as a `mplang.policy.policy.Policy`, with the ``approve``
     entries (YAML flow mappings, ``{library: mplang.libs.linear, to: [node_0]}``) and the
     receivers of its ``intersection`` rule (``["*"]``: every PSI partner) that a program's
-    docs show: what the simulator of an example judges by."""
+    docs show (none: the policies as written): what the simulator judges by."""
     from mplang.policy.policy import Policy
 
     entries = "".join(f"  - {e}\n" for e in approve)
     partners = ", ".join(f'"{n}"' for n in intersection)
+    extra = ", with the program's approvals" if approve or intersection else ""
     return {node.name: Policy.parse(
         dev_policy(spec, node.name).replace("approve: []\n", f"approve:\n{entries}" if entries
                                             else "approve: []\n")
         .replace("{to: [], when: intersection}", f"{{to: [{partners}], when: intersection}}"),
-        f"the policy `mplang init` writes for {node.name}, with the program's approvals")
-        for node in spec.nodes}
+        f"the policy `mplang init` writes for {node.name}{extra}") for node in spec.nodes}
 
 
 def write_dev_policies(spec: ClusterSpec, out_dir: str | os.PathLike[str],

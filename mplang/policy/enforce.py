@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,21 +20,17 @@ def as_policy(policy: Policy | str | os.PathLike[str]) -> Policy:
     return policy if isinstance(policy, Policy) else Policy.load(policy)
 
 
-def install_guards(workers: Sequence[Any], cluster: ClusterSpec,
-                   policies: Mapping[str, Policy | str | os.PathLike[str]] | str | os.PathLike[str]
-                   | None) -> None:
-    """Give each simulated worker a `Guard`: of the policy ``policies`` maps its node to,
-    else of ``policies/NODE.yaml`` in the folder ``policies`` names, else of the policy
-    ``mplang init`` writes for it. ``policies="open"`` installs none and says so."""
-    import sys
-
-    from mplang.cluster.local import dev_policy
+def simulated_policies(cluster: ClusterSpec, policies: Mapping[str, Policy | str |
+                       os.PathLike[str]] | str | os.PathLike[str] | None
+                       ) -> dict[str, Policy] | None:
+    """Each simulated node's policy: the one ``policies`` maps it to, else
+    ``policies/NODE.yaml`` in the folder ``policies`` names, else the one ``mplang init``
+    writes for it; None for ``policies="open"``."""
+    from mplang.cluster.local import init_policies
 
     names = [n.name for n in cluster.nodes]
     if isinstance(policies, str) and policies == "open":
-        print("mplang: Simulator(policies='open'): no party checks any policy; workers with "
-              "the policies `mplang init` writes may refuse what runs here", file=sys.stderr)
-        return
+        return None
     chosen: Mapping[str, Policy | str | os.PathLike[str]] = {}
     if isinstance(policies, (str, os.PathLike)):
         folder = Path(policies)
@@ -47,11 +44,23 @@ def install_guards(workers: Sequence[Any], cluster: ClusterSpec,
     if unknown:
         raise MPLangError(f"policies names nodes {unknown} that the cluster does not have "
                           f"(its nodes: {', '.join(names)})")
+    defaults = init_policies(cluster)
+    return {n: as_policy(chosen[n]) if n in chosen else defaults[n] for n in names}
+
+
+def install_guards(workers: Sequence[Any], cluster: ClusterSpec,
+                   policies: Mapping[str, Policy | str | os.PathLike[str]] | str | os.PathLike[str]
+                   | None) -> None:
+    """Give each simulated worker a `Guard` of its node's `simulated_policies`;
+    ``policies="open"`` installs none and says so."""
+    chosen = simulated_policies(cluster, policies)
+    if chosen is None:
+        print("mplang: Simulator(policies='open'): no party checks any policy; workers with "
+              "the policies `mplang init` writes may refuse what runs here", file=sys.stderr)
+        return
+    names = [n.name for n in cluster.nodes]
     for rank, node in enumerate(names):
-        policy = chosen.get(node)
-        workers[rank].guard = Guard(
-            Policy.parse(dev_policy(cluster, node), f"the policy `mplang init` writes for {node}")
-            if policy is None else as_policy(policy), rank, names)
+        workers[rank].guard = Guard(chosen[node], rank, names)
 
 
 def node_policy(node: str, path: str | os.PathLike[str] | None,

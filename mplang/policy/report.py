@@ -12,7 +12,7 @@ from mplang.edsl.graph import Graph
 from mplang.edsl.program import load
 from mplang.edsl.typing import MPType
 from mplang.policy.check import check
-from mplang.policy.enforce import node_policy
+from mplang.policy.enforce import node_policy, simulated_policies
 from mplang.policy.flows import PartyLabels
 from mplang.policy.labels import Flow
 from mplang.policy.policy import Policy
@@ -33,8 +33,6 @@ def check_program(cluster_path: str | os.PathLike[str] | None,
     it, else the policy ``mplang init`` writes; ``data_root`` (a folder per node) is
     checked to hold the files each node's data the program loads. Whether every checked
     node accepts the program."""
-    from mplang.cluster.local import dev_policy
-
     program = load(program_path)
     cluster = ClusterSpec.from_yaml(cluster_path) if cluster_path is not None \
         else ClusterSpec.simple(program.world_size)
@@ -43,13 +41,12 @@ def check_program(cluster_path: str | os.PathLike[str] | None,
     given = Policy.load(policy_path) if policy_path is not None else None
     digest = program_digest(program.graph, cluster.world_size)
     out(f"program {program.name}: digest {digest}")
+    simulated = simulated_policies(cluster, policies if policies and Path(policies).is_dir()
+                                   else None) if cluster_path is None else None
     accepted = True
     for rank in [cluster.rank_of(node)] if node is not None else range(cluster.world_size):
-        file = Path(policies or "") / f"{names[rank]}.yaml"
-        policy = given or (node_policy(names[rank], None, cluster_path) if cluster_path
-                           else Policy.load(file) if policies and file.exists()
-                           else Policy.parse(dev_policy(cluster, names[rank]),
-                                             f"the policy `mplang init` writes for {names[rank]}"))
+        policy = given or (simulated[names[rank]] if simulated is not None
+                           else node_policy(names[rank], None, cluster_path))
         verdict = check(program.graph, cluster.world_size, rank, policy, names=names,
                         digest=digest, input_labels=earlier_inputs(program.graph, rank))
         out(f"{names[rank]} ({policy.source}): "

@@ -62,9 +62,9 @@ class _Flows:
             if op.kind == "return":
                 return [env.get(v, UNKNOWN) for v in op.operands]
             outs = self.op(op, env, depth)
-            if not any(_raw(env.get(v, UNKNOWN).label) for v in op.operands):
-                outs = [replace(v, label=caused(v.label, op.name)) if _raw(v.label) else v
-                        for v in outs]
+            if any(_raw(v.label) for v in outs) and not any(
+                    _raw(env.get(v, UNKNOWN).label) for v in op.operands):
+                outs = [replace(v, label=caused(v.label, op.name)) for v in outs]
             env.update(zip(op.results, outs, strict=True))
         return []
 
