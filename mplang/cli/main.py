@@ -205,25 +205,17 @@ def _up(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from mplang.frontend.plugins import load_plugin
 
-    try:
-        for name in args.plugin:  # first: a plugin may define the device kinds the spec uses
-            load_plugin(name)
-        if args.command == "worker":
-            return _worker(args, mp.ClusterSpec.from_yaml(args.cluster))
-        return _up(args)
-    except (mp.MPLangError, OSError) as e:
-        print(f"mplang {args.command}: {e}", file=sys.stderr)
-        return 2
+    for name in args.plugin:  # first: a plugin may define the device kinds the spec uses
+        load_plugin(name)
+    if args.command == "worker":
+        return _worker(args, mp.ClusterSpec.from_yaml(args.cluster))
+    return _up(args)
 
 
 def _keygen(args: argparse.Namespace) -> int:
     from mplang.cluster.identity import format_fingerprint, keygen
 
-    try:
-        cert = keygen(args.name, args.out, days=args.days)
-    except (mp.MPLangError, OSError) as e:
-        print(f"mplang keygen: {e}", file=sys.stderr)
-        return 2
+    cert = keygen(args.name, args.out, days=args.days)
     out = Path(args.out)
     print(f"wrote {out / (args.name + '.key')} (private: keep it here) and "
           f"{out / (args.name + '.crt')} (share it)")
@@ -234,11 +226,7 @@ def _keygen(args: argparse.Namespace) -> int:
 def _init(args: argparse.Namespace) -> int:
     from mplang.cluster.local import init_cluster
 
-    try:
-        path = init_cluster(args.nodes, args.out)
-    except (mp.MPLangError, OSError) as e:
-        print(f"mplang init: {e}", file=sys.stderr)
-        return 2
+    path = init_cluster(args.nodes, args.out)
     print(f"wrote {path} and {path.parent / 'keys'}/ (every party's key: for development on "
           "this machine only)")
     print(f"start the workers: mplang up --cluster {path}")
@@ -248,11 +236,7 @@ def _init(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from mplang.records.audit import format_summary, summarize
 
-    try:
-        summary = summarize(args.logs)
-    except OSError as e:
-        print(f"mplang audit: {e}", file=sys.stderr)
-        return 2
+    summary = summarize(args.logs)
     print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
     return 0
 
@@ -261,11 +245,7 @@ def _budget(args: argparse.Namespace) -> int:
     from mplang.backends.upload_client import budget
     from mplang.policy.ledger import format_report
 
-    try:
-        report = budget(args.cluster, args.node, key=args.key)
-    except (mp.MPLangError, OSError) as e:
-        print(f"mplang budget: {e}", file=sys.stderr)
-        return 2
+    report = budget(args.cluster, args.node, key=args.key)
     print(json.dumps(report, indent=2) if args.json else format_report(args.node, report))
     return 0
 
@@ -273,11 +253,7 @@ def _budget(args: argparse.Namespace) -> int:
 def _put(args: argparse.Namespace) -> int:
     from mplang.backends.upload_client import put, read_npy
 
-    try:
-        answer = put(args.cluster, args.node, args.name, read_npy(args.file), key=args.key)
-    except (mp.MPLangError, OSError) as e:
-        print(f"mplang put: {e}", file=sys.stderr)
-        return 2
+    answer = put(args.cluster, args.node, args.name, read_npy(args.file), key=args.key)
     shape = "x".join(map(str, answer["shape"])) or "scalar"
     print(f"uploaded {answer['name']!r} ({answer['dtype']}, shape {shape}) to "
           f"{answer['node']}")
@@ -290,12 +266,8 @@ def _status(args: argparse.Namespace) -> int:
 
     spec_path = Path(args.cluster)
     key = args.key or spec_path.resolve().parent / "keys" / f"{args.name}.key"
-    try:
-        spec = mp.ClusterSpec.from_yaml(spec_path)
-        statuses = cluster_status(spec, load_identity(key), timeout=args.timeout)
-    except (mp.MPLangError, OSError) as e:
-        print(f"mplang status: {e}", file=sys.stderr)
-        return 2
+    spec = mp.ClusterSpec.from_yaml(spec_path)
+    statuses = cluster_status(spec, load_identity(key), timeout=args.timeout)
     print(format_status(statuses, spec.digest()))
     return 0 if all(s.problem is None for s in statuses) else 1
 
@@ -307,12 +279,12 @@ def _check(args: argparse.Namespace) -> int:
         print("mplang check: --policies and --data-root go with --sim (with --cluster, each "
               "node's policy is policies/NODE.yaml next to the spec)", file=sys.stderr)
         return 2
-    try:
-        return 0 if check_program(args.cluster, args.program, args.policy, args.node,
-                                  policies=args.policies, data_root=args.data_root) else 1
-    except (mp.MPLangError, OSError) as e:
-        print(f"mplang check: {e}", file=sys.stderr)
-        return 2
+    return 0 if check_program(args.cluster, args.program, args.policy, args.node,
+                              policies=args.policies, data_root=args.data_root) else 1
+
+
+_LOCAL = {"worker": _serve, "up": _serve, "keygen": _keygen, "init": _init, "audit": _audit,
+          "budget": _budget, "put": _put, "check": _check, "status": _status}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -466,24 +438,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         run_demo(args.world_size)
         return 0
-    if args.command in ("worker", "up"):
-        return _serve(args)
-    if args.command == "keygen":
-        return _keygen(args)
-    if args.command == "init":
-        return _init(args)
+    if args.command in _LOCAL:  # these print an error as "mplang COMMAND: ..." and exit 2
+        try:
+            return _LOCAL[args.command](args)
+        except (mp.MPLangError, OSError) as e:
+            print(f"mplang {args.command}: {e}", file=sys.stderr)
+            return 2
     if args.command == "ops":
         return run_ops(args)
-    if args.command == "audit":
-        return _audit(args)
-    if args.command == "budget":
-        return _budget(args)
-    if args.command == "put":
-        return _put(args)
-    if args.command == "check":
-        return _check(args)
-    if args.command == "status":
-        return _status(args)
     if args.command == "run":
         return run_script(args)
     if args.command == "trace":

@@ -191,14 +191,15 @@ class SecureBoostClassifier(_Estimator):
         self.classes_ = (0, 1)
         return self
 
-    def _proba(self, X: Sequence[Any], method: str) -> Any:
+    def _proba(self, X: Sequence[Any], method: str, keep: bool = False) -> Any:
         model = self._fitted("model_", method)
         x0, x1 = _parties(f"SecureBoostClassifier.{method}", X, 2)
-        active, passive = self.active, self.passive
+        active, passive, device = self.active, self.passive, self.device
 
         @function
         def secureboost_predict(m: dict[str, Any], a: Any, p: Any) -> Any:
-            return secureboost.predict_proba(m, a, p, active=active, passive=passive)
+            return secureboost.predict_proba(m, a, p, active=active, passive=passive,
+                                             device=device, keep=keep)
 
         return secureboost_predict(model, x0, x1)
 
@@ -212,8 +213,13 @@ class SecureBoostClassifier(_Estimator):
 
     def score(self, X: Sequence[Any], y: Any) -> Any:
         """The accuracy on ``X`` and the active party's labels ``y``, on the active
-        party (which holds both the predictions and the labels)."""
-        return _accuracy(self.active, None, self.predict(X), y)
+        party. With a secure ``device`` the predictions stay there and only the accuracy
+        is revealed; without, the active party holds both the predictions and the
+        labels."""
+        if self.device is None:
+            return _accuracy(self.active, None, self.predict(X), y)
+        classes = mp.device(self.device)(_classes)(self._proba(X, "score", keep=True))
+        return _accuracy(self.device, self.active, classes, y)
 
 
 def _classes(p: Any) -> Any:

@@ -32,7 +32,7 @@ import mplang as mp
 from mplang.device.kinds import place
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
-from mplang.libs.aggregation import bind, secure_device
+from mplang.libs.aggregation import bind, reveal, secure_device
 from mplang.libs.secureboost import (
     _EPS,
     Params,
@@ -43,7 +43,7 @@ from mplang.libs.secureboost import (
     _run,
     _thresholds,
 )
-from mplang.policy.vouched import suppressing
+from mplang.policy.vouched import approvable, suppressing
 
 mark_library(__file__)
 
@@ -193,4 +193,30 @@ def grown_on_device(params: Params, devices: tuple[str, str], ranks: tuple[int, 
             "threshold1": threshold1, "leaf": mp.put(active, leaf)}
 
 
-__all__ = ["grid_bins", "grown_on_device"]
+@approvable("predicted_on_device")
+def _device_probabilities(depth: int, right_a: jax.Array, right_b: jax.Array,
+                          leaf: jax.Array, base: jax.Array) -> jax.Array:
+    """`secureboost._probabilities` without secret indices: each row's leaf as a product
+    of its sides level by level (a node is split by one party, so the bits add)."""
+    go = right_a.astype(jnp.float32) + right_b.astype(jnp.float32)  # (rows, trees, nodes)
+    member = jnp.ones((*go.shape[:2], 1), jnp.float32)
+    for level in range(depth):
+        side = go[:, :, (1 << level) - 1:(2 << level) - 1]
+        member = jnp.stack([member * (1 - side), member * side], axis=3
+                           ).reshape(*go.shape[:2], -1)
+    return jax.nn.sigmoid(base + jnp.sum(member * leaf[None], axis=(1, 2)))
+
+
+def predicted_on_device(device: str, depth: int, right: tuple[MPObject, MPObject],
+                        leaf: MPObject, base: MPObject, to: str | None) -> MPObject:
+    """The probabilities of class 1 computed on the secure ``device`` from each party's
+    bits (``right``: which rows go right at the nodes split on its columns, placed on its
+    device) and the active party's ``leaf`` and ``base``; revealed to ``to`` only (None:
+    kept secret on ``device``). One value per row of the passive party's columns: the
+    passive party approves it (``mplang.libs.secret_trees`` covers training and this)."""
+    secure_device("secureboost.predict_proba", device, to)
+    return reveal(mp.device(device)(bind(_device_probabilities, depth))(
+        *right, leaf, base), to)
+
+
+__all__ = ["grid_bins", "grown_on_device", "predicted_on_device"]

@@ -574,10 +574,14 @@ def _trained_with_phe(params: Params, ranks: tuple[int, int], n: int,
 
 
 def predict_proba(model: dict[str, Any], x_active: Data, x_passive: Data, *,
-                  active: str = "P0", passive: str = "P1") -> MPObject:
+                  active: str = "P0", passive: str = "P1", device: str | None = None,
+                  keep: bool = False) -> MPObject:
     """Traced prediction (inside ``@mp.function``): the probabilities of class 1, held by
     the active party (on its device). The passive party sends the active party its
-    comparison bit for every row at every node split on its columns."""
+    comparison bit for every row at every node split on its columns; with ``device`` (a
+    secure device) both parties' bits meet there instead and only the probabilities leave
+    it (`mplang.libs.secret_trees.predicted_on_device`; ``keep``: they stay secret on
+    ``device``)."""
     what = "secureboost.predict_proba"
     a, p = _ranks(active, passive, what)
     missing = sorted(set(ACTIVE_PARTS + PASSIVE_PARTS) - set(model))
@@ -600,8 +604,15 @@ def predict_proba(model: dict[str, Any], x_active: Data, x_passive: Data, *,
     _, leaves = _shape(part["leaf"], 2, f"{what}: model['leaf']")
     right0 = _run(a, _decisions, x0, part["feature0"], part["threshold0"])
     right1 = _run(p, _decisions, x1, part["feature1"], part["threshold1"])
+    depth = leaves.bit_length() - 1
+    if device is not None:
+        from mplang.libs.secret_trees import predicted_on_device  # it builds on this module
+
+        return predicted_on_device(device, depth, (place(right0, active), place(right1, passive)),
+                                   place(part["leaf"], active), place(part["base"], active),
+                                   None if keep else active)
     proba = _run(a, _probabilities, right0, _at(right1, a, p), part["leaf"], part["base"],
-                 depth=leaves.bit_length() - 1)
+                 depth=depth)
     return place(proba, active)
 
 
@@ -659,7 +670,8 @@ class SecureBoost:
 
         @mp.function
         def secureboost_predict(m: Any, x0: Any, x1: Any) -> MPObject:
-            return predict_proba(m, x0, x1, active=active, passive=passive)
+            return predict_proba(m, x0, x1, active=active, passive=passive,
+                                 device=self.params.device)
 
         out = mp.evaluate(ctx, secureboost_predict, model, x_active, x_passive,
                           timeout=self.timeout)

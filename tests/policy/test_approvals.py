@@ -19,14 +19,15 @@ import mplang as mp
 from mplang import tensor
 from mplang.cluster.local import write_dev_policies
 from mplang.libs import linear
-from mplang.libs.estimators import VerticalLogisticRegression
+from mplang.libs.estimators import SecureBoostClassifier, VerticalLogisticRegression
 from mplang.policy.policy import Policy, PolicyError
 from tests.libs.test_estimators import BATCH, EPOCHS, LR, X_TEST, X_TRAIN, Y_TEST, Y_TRAIN
 from tests.libs.test_linear import numpy_reference
 
 APPROVALS = ("approve:\n"
-             "  - {library: mplang.libs.linear, to: ['*']}      # train, predict\n"
-             "  - {library: mplang.libs.estimators, to: ['*']}  # one accuracy\n")
+             "  - {library: mplang.libs.linear, to: ['*']}        # train, predict\n"
+             "  - {library: mplang.libs.secret_trees, to: ['*']}  # SecureBoost on SP0\n"
+             "  - {library: mplang.libs.estimators, to: ['*']}    # one accuracy\n")
 """What the estimators' docs tell each party to add to its policy."""
 
 
@@ -93,6 +94,39 @@ def test_fit_predict_and_score_run_with_the_approvals_and_match_numpy(
                                atol=0.02)
     np.testing.assert_array_equal(classes, (X_TEST @ w[:-1] + w[-1] > 0).astype(np.int32))
     assert float(accuracy) == pytest.approx(np.mean(classes == Y_TEST), abs=1e-4)
+
+
+def secureboost() -> SecureBoostClassifier:
+    """P1 holds the labels: it is the active party."""
+    return SecureBoostClassifier(n_trees=2, max_depth=2, learning_rate=0.3, device="SP0",
+                                 active="P1", passive="P0")
+
+
+def test_secureboost_on_a_device_is_refused_naming_the_approval(init: mp.Simulator) -> None:
+    model = secureboost()
+    with pytest.raises(mp.MPRefusedError) as caught:
+        mp.evaluate(init, lambda: model.fit(features("train")[::-1], load(1, "y_train")).model_)
+    message = str(caught.value)
+    assert message.startswith("node_0 refuses the program: "), message
+    assert "add approve: - {library: mplang.libs.secret_trees.grown_on_device, to: [node_1]}" \
+        in message
+    assert message.count("on train.npy, to node_1;") == 1, "one clause for the splits and leaves"
+
+
+def test_secureboost_scores_once_its_training_is_approved(approved: mp.Simulator) -> None:
+    """Predictions and the accuracy are computed on the device from both parties' bits:
+    the approval of `mplang.libs.secret_trees` covers them, with no row-wise bit sent."""
+    model = secureboost()
+
+    @mp.function
+    def prog() -> Any:
+        model.fit(features("train")[::-1], load(1, "y_train"))
+        test = features("test")[::-1]
+        return model.predict(test), model.score(test, load(1, "y_test"))
+
+    classes, accuracy = mp.fetch(approved, mp.evaluate(approved, prog, timeout=300))
+    assert float(accuracy) == pytest.approx(np.mean(classes == Y_TEST), abs=1e-6)
+    assert float(accuracy) > 0.75
 
 
 def test_a_function_posing_as_the_approved_one_is_not_vouched_for(

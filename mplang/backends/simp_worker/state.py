@@ -76,7 +76,7 @@ class SimpWorker:
         if self.guard is None:
             return None
         verdict = self.guard.vet(graph, digest, driver, whole, uses=self.named.uses)
-        return None if verdict.accepted else "; ".join(verdict.reasons)
+        return None if verdict.accepted else "; ".join(dict.fromkeys(verdict.reasons))
 
     def refund(self, graph: Graph) -> None:
         """Give back the privacy budget accepted ``graph`` was charged: its run never
