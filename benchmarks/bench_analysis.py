@@ -7,7 +7,9 @@
   example (3 parties, 30 iterations on an ABY3 SPU), per party, under the
   policies `mplang init` writes. ``cold`` is the first check in the process (module
   texts parsed), ``warm`` the median of later ones (a worker checking the program
-  again for a new evaluation: module texts cached, the graph decoded anew).
+  again for a new evaluation: module texts cached, the graph decoded anew). Before the
+  checks the process does what the tree's worker does before it serves (a worker that
+  freezes its start-up heap, `freeze_startup_heap`, or not).
 
 "Old" is a git worktree of the main before these rules (made with ``git worktree add
 /tmp/mplang-before-declassify 67a614f``), "new" this tree; each measurement is a
@@ -90,6 +92,9 @@ def child(runs: int) -> None:
     bench_check = _module(tree / "benchmarks" / "bench_check.py")
     graph = mp.compile(bench_check.program, cluster=mp.ClusterSpec.simple(2)).graph
     rule = Policy.parse("declassify:\n  - to: ['*']\n    when: aggregate\n")
+    from mplang.backends.simp_worker import http
+
+    getattr(http, "freeze_startup_heap", lambda: None)()  # as this tree's worker does
     result["check_10k"] = _timed(graph, 2, [rule, rule], ["node_0", "node_1"], max(3, runs // 10))
 
     millionaire = _module(tree / "examples" / "millionaire.py")

@@ -134,9 +134,18 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="mplang-parent-watch").start()
 
 
-LIMIT_OPTIONS = ("max_body_bytes", "max_value_bytes", "mailbox_bytes", "max_inflight_bytes",
-                 "max_streams", "stall_seconds", "handshake_seconds", "vote_seconds",
-                 "max_connections_per_peer", "max_connections_per_address", "max_connections")
+LIMIT_OPTIONS = {
+    "max_body_bytes": "largest request body",
+    "max_value_bytes": "largest value a program may declare",
+    "mailbox_bytes": "bytes of peer messages held at once",
+    "max_inflight_bytes": "bytes of bodies being received at once (default 4 GiB)",
+    "max_streams": "streams open at once on one mplang/1 connection (default 1024)",
+    "stall_seconds": "a body receiving nothing this long closes its connection (default 30)",
+    "handshake_seconds": "longest TLS handshake (default 10)",
+    "vote_seconds": "longest wait for the other parties' votes on a run (default 30)",
+    "max_connections_per_peer": "connections one certificate may hold (default 64)",
+    "max_connections_per_address": "connections from one source address (default 256)",
+    "max_connections": "connections at once (default: the descriptor limit less 256)"}
 """The `WorkerLimits` that ``mplang worker`` takes as options (``--max-body-bytes`` ...)."""
 
 
@@ -326,28 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="listen here, not at the spec's endpoint (a proxy there forwards)")
     worker.add_argument("--timeout", type=float, default=60.0,
                         help="seconds any wait for a peer may take (default 60)")
-    worker.add_argument("--max-body-bytes", type=int, help="largest request body")
-    worker.add_argument("--max-value-bytes", type=int,
-                        help="largest value a program may declare")
-    worker.add_argument("--mailbox-bytes", type=int,
-                        help="bytes of peer messages held at once")
-    worker.add_argument("--max-inflight-bytes", type=int,
-                        help="bytes of bodies being received at once (default 4 GiB)")
-    worker.add_argument("--max-streams", type=int,
-                        help="streams open at once on one mplang/1 connection (default 1024)")
-    worker.add_argument("--stall-seconds", type=float,
-                        help="a body receiving nothing this long closes its connection "
-                             "(default 30)")
-    worker.add_argument("--handshake-seconds", type=float,
-                        help="longest TLS handshake (default 10)")
-    worker.add_argument("--vote-seconds", type=float,
-                        help="longest wait for the other parties' votes on a run (default 30)")
-    worker.add_argument("--max-connections-per-peer", type=int,
-                        help="connections one certificate may hold (default 64)")
-    worker.add_argument("--max-connections-per-address", type=int,
-                        help="connections from one source address (default 256)")
-    worker.add_argument("--max-connections", type=int,
-                        help="connections at once (default: the descriptor limit less 256)")
+    for name, text in LIMIT_OPTIONS.items():
+        worker.add_argument("--" + name.replace("_", "-"), help=text,
+                            type=float if name.endswith("_seconds") else int)
     worker.add_argument("--audit-log", metavar="PATH",
                         help="append this node's audit events (JSON lines) to PATH "
                              "(default ./audit/NODE.jsonl)")

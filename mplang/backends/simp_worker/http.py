@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
 import threading
@@ -177,6 +178,14 @@ def uvicorn_server(server: WorkerServer, listen: str | None = None) -> uvicorn.S
                       timeout_graceful_shutdown=1)
 
 
+def freeze_startup_heap() -> None:
+    """Hide every object alive after start-up (the modules, JAX's tables) from the garbage
+    collector: its full collections, which a first evaluation's checks trigger, then walk
+    only what evaluations allocate (about 175,000 fewer objects, ~70 ms a pass)."""
+    gc.collect()
+    gc.freeze()
+
+
 def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: float = 60.0,
           limits: WorkerLimits | None = None, spec_path: str | Path | None = None,
           on_ready: Callable[[WorkerServer], None] | None = None,
@@ -194,6 +203,7 @@ def serve(cluster: ClusterSpec, node: str, identity: LocalIdentity, *, timeout: 
                           spec_path=spec_path, audit_log=audit_log, data_root=data_root,
                           policy=policy, state_dir=state_dir)
     userver = uvicorn_server(server, listen)
+    freeze_startup_heap()
     stop = threading.Event()
     threading.Thread(target=server.watch_spec, args=(stop,), daemon=True,
                      name="mplang-spec-watch").start()
