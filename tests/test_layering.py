@@ -43,7 +43,7 @@ dialect. ``psi_sorted`` runs libspu's ABY3 among three holders for ``psi.join_n`
 MAX_SPU_MENTIONS = 3
 MAX_MODULE_LINES = 600
 """The most non-blank lines (``grep -c .``) one module may have."""
-LINE_BUDGET = 29_690
+LINE_BUDGET = 29_770
 """The most lines of code (non-blank, non-comment: `linecount.count`) the package may have:
 a little above its size when the budget was set (raised from 22,500 for the row-aware
 flow analysis of declassification and the containment of op errors, then from 24,000 for
@@ -83,8 +83,10 @@ policy entry that allowed it (``releases``), then from 29,370 for issue 43's sec
 simulator judging by the init policies (``policies=`` folders and ``"open"``, ``mplang
 run --policies/--open``, ``mplang check --sim``), ``intersection`` rules, group-bys as
 one release per grouping with the key holder's approval, run-time row checks only
-for a party's own tables, and refusals naming the StableHLO op that made a value raw.
-Raise it only for a reason."""
+for a party's own tables, and refusals naming the StableHLO op that made a value raw;
+then to 29,770 for the line inside a device function that refusals name (a lowering
+with source locations on the driver, the op's number on the party). Raise it only for
+a reason."""
 
 
 @dataclass(frozen=True)

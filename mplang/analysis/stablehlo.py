@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -193,3 +195,29 @@ def parse(text: str) -> Module:
                 functions[ir.StringAttr(op.attributes["sym_name"]).value] = \
                     reader.block(op.regions[0])
     return Module(functions)
+
+
+_FILE_LINE = re.compile(r'"([^"]+)":(\d+):')
+
+
+def traced_line(text: str, name: str, number: int) -> str | None:
+    """``file.py:LINE``, from its debug location, of the ``number``-th op named ``name`` (in
+    `Module.walk` order) of the StableHLO module ``text``: the innermost source line that
+    traced it. None if there is no such op or it has no source location."""
+    def ops(region: Any) -> Iterator[Any]:
+        for block in region.blocks:
+            for op in block.operations:
+                yield op.operation
+                for inner in op.operation.regions:
+                    yield from ops(inner)
+
+    with make_ir_context():
+        module = ir.Module.parse(text)
+        found = [op for func in module.body.operations if func.operation.name == "func.func"
+                 and func.operation.regions for op in ops(func.operation.regions[0])
+                 if op.name == name]
+        if not 0 < number <= len(found):
+            return None
+        at = _FILE_LINE.search(str(found[number - 1].location))
+    return f"{os.path.basename(at[1])}:{at[2]}" if at else None
+

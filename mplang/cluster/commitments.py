@@ -245,11 +245,6 @@ def decode_openings(data: bytes | memoryview) -> Openings:
     return out
 
 
-def execution_digest(program_bytes: bytes | memoryview) -> str:
-    """sha256 (hex) of the committed program's bytes: one value for every party."""
-    return hashlib.sha256(program_bytes).hexdigest()
-
-
 def vote_message(exec_id: str, scope: str, digest: str, spec_digest: str,
                  parties: Iterable[int]) -> bytes:
     """What a party signs to accept execution ``exec_id`` (``scope``) of the program with

@@ -88,6 +88,3 @@ class PeerDirectory:
     def certificates(self) -> list[Certificate]:
         return [p.certificate for p in self._peers.values()]
 
-    def driver_named(self, fingerprint: str) -> Peer | None:
-        peer = self.lookup(fingerprint)
-        return peer if peer is not None and peer.role == "driver" else None

@@ -32,7 +32,7 @@ from jax.extend.mlir import ir as _ir
 from jax.interpreters.mlir import make_ir_context
 
 from mplang.analysis.stablehlo import hlo
-from mplang.dialects.common import trace_failure
+from mplang.dialects.common import remember_located, trace_failure
 from mplang.dialects.simp import converge_p
 from mplang.dialects.symbolic import avals, exported, probe_text
 from mplang.edsl.attrs import Attr, NoneType
@@ -433,16 +433,19 @@ def output_name(i: int) -> str:
     return f"out{i}"
 
 
-def lower(fn: Callable[..., Any], avals: list[Any]) -> tuple[str, Any]:
+def lower(fn: Callable[..., Any], avals: list[Any], located: bool = False
+          ) -> tuple[str, Any]:
     """``fn`` on ``avals`` as StableHLO text (lowered as libspu's JAX frontend lowers it,
     with its patch of JAX's float sort, then through XLA's HLO, which legalizes the ops
-    libspu cannot parse) and its output avals."""
+    libspu cannot parse) and its output avals; ``located``: the text with each op's
+    source location (a program carries it without)."""
     import spu.utils.frontend as spu_frontend
 
     hlo, out_avals = _patched_for_libspu(
         lambda: spu_frontend._jax_compilation(fn, (), None, avals, {}))
     with make_ir_context():
-        return str(ir.Module.parse(hlo_to_stablehlo(hlo))), out_avals
+        module = ir.Module.parse(hlo_to_stablehlo(hlo))
+        return str(module.operation.get_asm(enable_debug_info=located)), out_avals
 
 
 def _patched_for_libspu(lowering: Callable[[], Any]) -> Any:
@@ -544,14 +547,19 @@ def _compile(fn: Callable[..., Any], name: str, label: str, tree: Any, spec: tup
         args, kwargs = tree_unflatten(tree, leaves)
         return fn(*args, **kwargs)
 
+    def located() -> str:  # the same lowering, with source locations
+        with _COMPILING:
+            return lower(flat, shapes, located=True)[0]
+
     symbolic = not all(t.is_static for t in in_types)
     try:
         with _COMPILING:  # lowering patches JAX for libspu: one thread at a time
             if symbolic:  # exported once; each member compiles it for each run's sizes
                 stablehlo, out_avals = lower_symbolic(flat, in_types)
             else:
-                avals = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in in_types]
-                stablehlo, out_avals = lower(flat, avals)
+                shapes = [jax.ShapeDtypeStruct(t.shape, numpy_dtype(t.dtype)) for t in in_types]
+                stablehlo, out_avals = lower(flat, shapes)
+                remember_located(stablehlo.encode(), located)
             leaves, out_tree = jax.tree_util.tree_flatten(out_avals)
             executable = b"" if symbolic else executable_of(stablehlo, len(in_types),
                                                               len(leaves), name)

@@ -29,7 +29,12 @@ from jax._src.lib import xla_client
 
 from mplang.analysis.cost_model import local_cost
 from mplang.analysis.stablehlo import hlo, ir, make_ir_context
-from mplang.dialects.common import as_array, canonical_type, trace_failure
+from mplang.dialects.common import (
+    as_array,
+    canonical_type,
+    remember_located,
+    trace_failure,
+)
 from mplang.dialects.symbolic import avals, exported, probe_text
 from mplang.edsl.attrs import Attr, NoneType
 from mplang.edsl.errors import MPLangError, MPSerializationError, MPTypeError
@@ -90,6 +95,8 @@ load_p = Primitive(
     results=_OUT, targets=("PPU",), cost=local_cost,
     doc="Read a private input: an array from the party's own data root.")
 
+_FRAMES = 16
+"""Source frames a module lowered again with locations keeps (`remember_located`)."""
 _EXPORTS: CompileCache[_Exported] = CompileCache(
     "tensor.run_jax", 4096, same=lambda a, b: a.module == b.module)
 """(fn, arg tree, static leaves, input types) -> `_Exported`."""
@@ -326,7 +333,7 @@ def _restore_static(leaf: Any) -> Any:
 
 
 def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, ...],
-            in_types: tuple[TensorType, ...]) -> _Exported:
+            in_types: tuple[TensorType, ...], frames: int = 0) -> _Exported:
     def flat(*arrays: Any) -> Any:
         it = iter(arrays)
         leaves = [next(it) if s is _DYNAMIC else _restore_static(s) for s in spec]
@@ -334,9 +341,9 @@ def _export(fn: Callable[..., Any], name: str, tree: TreeDef, spec: tuple[Any, .
         return fn(*args, **kwargs)
 
     try:
-        # no source locations in the module: program bytes must not depend on (or reveal)
-        # where the code lives
-        with traceback_in_locations_limit(0):
+        # no source locations in the module (``frames`` 0): program bytes must not depend
+        # on (or reveal) where the code lives
+        with traceback_in_locations_limit(frames):
             exp = jax_export.export(jax.jit(flat))(*avals(in_types))
     except Exception as e:
         types = ", ".join(map(str, in_types))
@@ -375,6 +382,8 @@ def run_jax(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     key = (fn, tree, tuple(spec), tuple(spec_types), in_types)
     entry = _EXPORTS.get_or_compile(key, lambda: _export(fn, name, tree, tuple(spec), in_types),
                                     f"tensor.run_jax[{name}]")
+    remember_located(entry.module, lambda: _mlir_text(module_info(_export(
+        fn, name, tree, tuple(spec), in_types, frames=_FRAMES).module).bytecode))
     outs = run_jax_p.bind(inputs, {"fn": name, "module": entry.module, **library_attrs(fn)})
     return entry.out_tree.unflatten(outs)
 

@@ -45,6 +45,7 @@ class _Flows:
         self.observed: Label = None
         self._calls: dict[tuple[str, tuple[Val, ...]], list[Val]] = {}
         self._idents = 0
+        self._numbers: dict[int, int] = {}
 
     # -- functions, blocks, control flow
     def call(self, name: str, inputs: Sequence[Val], depth: int = 0) -> list[Val] | None:
@@ -64,9 +65,18 @@ class _Flows:
             outs = self.op(op, env, depth)
             if any(_raw(v.label) for v in outs) and not any(
                     _raw(env.get(v, UNKNOWN).label) for v in op.operands):
-                outs = [replace(v, label=caused(v.label, op.name)) for v in outs]
+                outs = [replace(v, label=caused(v.label, self.numbered(op))) for v in outs]
             env.update(zip(op.results, outs, strict=True))
         return []
+
+    def numbered(self, op: Op) -> str:
+        """``stablehlo.sort #2``: the op's name and which of the module's ops of that name
+        it is, in `Module.walk` order (what a driver maps to the line that traced it)."""
+        if not self._numbers:
+            seen: dict[str, int] = {}
+            for each in self.module.walk():
+                seen[each.name] = self._numbers[id(each)] = seen.get(each.name, 0) + 1
+        return f"{op.name} #{self._numbers.get(id(op), 0)}"
 
     def op(self, op: Op, env: dict[int, Val], depth: int) -> list[Val]:
         n = len(op.results)

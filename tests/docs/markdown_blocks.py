@@ -252,7 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                  "check their printed output")
     parser.add_argument("file", type=Path)
     parser.add_argument("--cwd", type=Path, required=True, help="the blocks' working directory")
+    parser.add_argument("--workers", action="store_true",
+                        help="mp.Simulator starts worker processes (tests/docs/on_workers.py)")
     args = parser.parse_args(argv)
+    if args.workers:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from tests.docs.on_workers import STARTED, install
+
+        install()
     try:
         outcomes = run_markdown(args.file, args.cwd)
     except MarkdownRunError as e:
@@ -260,6 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for o in outcomes:
         print(f"{o.seconds:7.2f} s  {_where(args.file, o.block)}", file=sys.stderr)
+    if args.workers:
+        print("on workers: " + "; ".join(STARTED or ["none started"]), file=sys.stderr)
     return 0
 
 

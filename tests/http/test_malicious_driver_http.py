@@ -77,7 +77,8 @@ def test_a_reveal_from_the_secure_device_is_refused(cluster: LocalCluster, drive
     assert body.startswith(f"node_1 refuses the program: op spu.reveal at {attacks.SP0_AT} "
                            f"sends the value revealed from SP0, {what}, to node_0; "), body
     assert re.search(rf" in {re.escape(_policy(cluster))}( \(it became raw at stablehlo\.\w+ "
-                     rf"in the function traced at {attacks.SP0_AT}\))?$", body), body
+                     rf"at [\w.]+:\d+ in the function traced at {attacks.SP0_AT}\))?$",
+                     body), body
 
 
 @pytest.mark.parametrize("name", ["x @ eye", "sum of one row and zeros", "bits of every row",

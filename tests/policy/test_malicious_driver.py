@@ -124,7 +124,8 @@ def refuses_sp0(message: str, op: str, what: str, policies: Path) -> None:
     """``message`` is node_1's refusal of SP0's reveal of ``what`` to node_0 at ``op``."""
     assert message.startswith(f"node_1 refuses the program: op {op} at {SP0_AT} sends "
                               f"{what}, to node_0; "), message
-    cause = rf" \(it became raw at stablehlo\.\w+ in the function traced at {SP0_AT}\)"
+    cause = rf" \(it became raw at stablehlo\.\w+ at [\w.]+:\d+ in the function traced at " \
+        rf"{SP0_AT}\)"
     assert re.search(rf" in {re.escape(str(policies / 'node_1.yaml'))}"
                      rf"({cause})?$", message), message
 

@@ -83,17 +83,20 @@ def solved(x: Any) -> Any:
 def test_a_refusal_names_the_op_that_made_the_value_raw(sim: mp.Simulator,
                                                         device: str) -> None:
     """A device function whose value became raw where rows were stacked (not in the solve
-    after it): the refusal names that StableHLO op and the line that traced the
-    function, on a secure device and on the party's own."""
+    after it): the refusal names that StableHLO op, the line inside the function that
+    traced it and the line that traced the function, on a secure device and on the
+    party's own."""
     error = refused(lambda: mp.evaluate(sim, lambda: mp.put(  # @solve
         "P0", mp.device(device)(solved)(loaded(1)))))
-    line = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
-                if text.endswith("# @solve"))
+    lines = Path(__file__).read_text().splitlines()
+    call = next(i for i, text in enumerate(lines, 1) if text.endswith("# @solve"))
+    stack = next(i for i, text in enumerate(lines, 1) if "jnp.linalg.solve(jnp.stack" in text)
     assert str(error).startswith("node_1 refuses the program: op "), error
     assert "x.npy, to node_0; approve this program alone with approve: - {program: " \
         in str(error)
-    assert str(error).endswith(f" (it became raw at stablehlo.concatenate in the function "
-                               f"traced at test_refusals.py:{line + 1})"), error
+    assert str(error).endswith(f" (it became raw at stablehlo.concatenate at "
+                               f"test_refusals.py:{stack} in the function traced at "
+                               f"test_refusals.py:{call + 1})"), error
 
 
 def test_stored_raw_data_sent_on_is_refused_when_it_would_run(sim: mp.Simulator) -> None:

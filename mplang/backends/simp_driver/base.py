@@ -29,11 +29,13 @@ import numpy as np
 from mplang.backends.simp_driver.ops import dispatch
 from mplang.backends.simp_driver.values import DriverObject, HostVar
 from mplang.device.cluster import ClusterSpec
+from mplang.dialects.common import with_traced_lines
 from mplang.dialects.func import call_p
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.errors import (
     MPCommunicationError,
     MPLangError,
+    MPRefusedError,
     MPRuntimeError,
     MPTimeoutError,
 )
@@ -336,6 +338,9 @@ class SimpDriver(ExecutionContext, ABC):
                 results: list[HostVar] = interp.run(launcher, args)
             outputs: list[MPObject] = [self._handle(var, v.type, device) for var, v, device
                        in zip(results, program.graph.outputs, program.out_devices, strict=True)]
+        except MPRefusedError as e:  # name the lines in device functions it names ops of
+            e.args = (with_traced_lines(str(e), program.graph), *e.args[1:])
+            raise
         finally:
             with self._lock:
                 created = self._created.pop(exec_id)

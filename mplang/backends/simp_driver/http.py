@@ -36,6 +36,7 @@ from mplang.device.cluster import ClusterSpec, ClusterSpecError
 from mplang.edsl.errors import (
     MPCommunicationError,
     MPLangError,
+    MPPublicError,
     MPRefusedError,
     MPRuntimeError,
     MPTimeoutError,
@@ -354,7 +355,8 @@ RUN_ANSWER_GRACE_S = 1.5
 run: a party whose own wait ran out reports it in that time. With the abort, which does
 not wait for the silent party, a run ends within ``timeout`` + 2 s of a party's fault."""
 _RUN_FAILURES: dict[str, type[MPRuntimeError]] = {
-    "MPCommunicationError": MPCommunicationError, "MPTimeoutError": MPTimeoutError}
+    "MPCommunicationError": MPCommunicationError, "MPTimeoutError": MPTimeoutError,
+    "MPPublicError": MPPublicError}
 """The failures of a party's run that keep their class at the driver; others are
 `MPRuntimeError`s (refusals: `MPRefusedError`)."""
 
