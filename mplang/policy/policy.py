@@ -175,6 +175,8 @@ class Policy:
     writes: tuple[str, ...] = ()
     """Patterns of the files (relative to the data root) programs may write."""
     source: str = "the default policy"
+    text: str = field(default="", compare=False, repr=False)
+    """The YAML it was parsed from (empty for the default policy)."""
 
     @staticmethod
     def default() -> Policy:
@@ -205,7 +207,7 @@ class Policy:
             where = f"{source}:{mark.line + 1}" if mark is not None else source
             raise PolicyError(f"{where}: not valid YAML: {getattr(e, 'problem', e)}") from None
         if root is None:
-            return Policy(source=source)
+            return Policy(source=source, text=text)
         p = _Parser(source)
         entries = p.mapping(root, "the policy")
         unknown = [k for k in entries if k not in _KEYS]
@@ -237,7 +239,8 @@ class Policy:
         return Policy(drivers=names("drivers"), plaintext_to=names("plaintext_to") or (),
                       protocols=names("protocols"), psi_protocols=psi,
                       programs=frozenset(programs), approve=approve,
-                      max_uses=max_uses, declassify=rules, writes=writes, source=source)
+                      max_uses=max_uses, declassify=rules, writes=writes, source=source,
+                      text=text)
 
     # -- decisions
     def accepts_driver(self, driver: str) -> bool:

@@ -6,7 +6,8 @@ them, which stops the workers when closed.
 - ``data_roots``: each node's worker reads that folder (others: ``./data/NODE``, as the
   simulator's parties do);
 - ``policies``: each node's worker runs the policy file the simulator would judge by
-  (a folder of ``NODE.yaml`` or a mapping of nodes to files; default: the policy
+  (a folder of ``NODE.yaml`` or a mapping of nodes to files or to ``Policy`` objects,
+  whose text it writes; default: the policy
   `mplang init` writes); ``"open"``, which a worker cannot be, becomes `OPEN`, a policy
   under which the parties let everything go;
 - ``budget(node)`` asks ``node``'s worker for its privacy budget ledger (``mplang budget``).
@@ -25,6 +26,7 @@ from typing import Any
 import mplang as mp
 from mplang.backends.upload_client import budget
 from mplang.cluster.local import LocalCluster
+from mplang.policy.policy import Policy
 from tests.http.support import free_ports
 
 OPEN = """\
@@ -66,12 +68,11 @@ def _on_workers(cluster: mp.ClusterSpec | int = 3, *,
     elif policies is not None:
         chosen = {n: Path(policies) / f"{n}.yaml" for n in names} \
             if isinstance(policies, (str, os.PathLike)) else dict(policies)
-        for name, path in chosen.items():
-            if not isinstance(path, (str, os.PathLike)):
-                raise TypeError(f"policies[{name!r}]: a worker needs a policy file, got "
-                                f"{type(path).__name__}")
-            if Path(path).exists():
-                shutil.copyfile(path, folder / f"{name}.yaml")
+        for name, chosen_policy in chosen.items():  # a file, or a Policy (its text)
+            if isinstance(chosen_policy, Policy):
+                (folder / f"{name}.yaml").write_text(chosen_policy.text)
+            elif Path(chosen_policy).exists():
+                shutil.copyfile(chosen_policy, folder / f"{name}.yaml")
     described = "open" if policies == "open" else "init" if policies is None else "files"
     STARTED.append(f"{len(names)} workers, policies {described}")
     local.start()
