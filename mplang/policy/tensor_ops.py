@@ -161,18 +161,18 @@ def _alike(ins: list[Val], label: Flow) -> bool:
 
 
 def selecting(kind: str, ins: list[Val], out: Val) -> Val:
-    """``out`` of an op on other owners' data: a 0/1 selection of rows (a mask, alike
-    along every axis since it weights each row it keeps alike) if it is a comparison, or
-    moves, converts or combines with ``and``, ``or``, ``not``, ``multiply`` or ``select``
-    nothing but masks; any other value of theirs is not a selection."""
+    """``out`` of an op on other owners' data: a selection of rows (a mask, alike along
+    every axis) if it compares, or moves, converts or combines with ``and``, ``or``,
+    ``not``, ``multiply`` or ``select`` nothing but masks and uniform constants (``3 *
+    mask``); else no selection, varying along every axis but its uniform ones."""
     label = out.label
     if label is None or label.mine or not label.mask:
         return out
     operands = ins[1:] if kind == "select" else ins
     if kind == "compare" or (kind in _MASK_KEEPING and all(
-            v.label is not None and v.label.mask for v in operands)):
+            v.label.mask if v.label is not None else v.uniform == ALL for v in operands)):
         return replace(out, alike=ALL)
-    return replace(out, label=replace(label, mask=False))
+    return replace(out, label=replace(label, mask=False), alike=None)
 
 
 def shifted(kind: str, ins: list[Val]) -> int:

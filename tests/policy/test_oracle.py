@@ -108,6 +108,9 @@ KNOWN = [  # holes found before (the brief's, and the oracle's): each runs on ev
     "jnp.sum(x * jnp.concatenate([jnp.ones(3), jnp.broadcast_to(z, (17,))]))",
     "jnp.where(x[11] <= jnp.sum(y), 0., 2.) * jnp.sum(x)",
     "x < y",
+    "x @ (jnp.full((20, 4), 3.) * (jnp.arange(80.).reshape((20, 4)) == jnp.sum(y)))",
+    "jnp.sum(x * (3. * (y > 0)))",
+    "jnp.sum(x * ((y > 0) + (y > 1)))",
 ]
 
 
