@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import mplang as mp
+from tests.simulators import simulated
 
 WORLD_SIZES = (2, 3, 10, 32)
 """World sizes the multi-party semantics are checked on (32 is the slow one)."""
@@ -21,24 +22,12 @@ MODES = ("launch", "standard")
 """The two execution modes of `mp.evaluate`."""
 
 
-@pytest.fixture
-def sim() -> Iterator[mp.Simulator]:
-    """A 3-party simulator, closed after the test."""
-    simulator = mp.Simulator(3)
-    try:
-        yield simulator
-    finally:
-        simulator.close()
+sim = simulated(3, scope="function")
+"""A 3-party simulator, closed after the test."""
 
 
-@pytest.fixture
-def sim2() -> Iterator[mp.Simulator]:
-    """A 2-party simulator, closed after the test."""
-    simulator = mp.Simulator(2)
-    try:
-        yield simulator
-    finally:
-        simulator.close()
+sim2 = simulated(2, scope="function")
+"""A 2-party simulator, closed after the test."""
 
 
 @pytest.fixture(params=WORLD_SIZES, ids=lambda n: f"world{n}")

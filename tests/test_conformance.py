@@ -16,17 +16,14 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import mplang as mp
-from mplang import builtin, crypto, func, phe, simp, tensor
+from mplang import builtin
 from mplang.backends import wire
 from mplang.cluster.commitments import program_digest
-from mplang.dialects import table, tee
-from mplang.dialects.spu import SecretShareType, SpuConfig, reconstruct
+from mplang.dialects.spu import SecretShareType
 from mplang.edsl import registry as primitive_registry
 from mplang.edsl.graph import Graph
 from mplang.edsl.primitive import Primitive, primitives
@@ -35,10 +32,8 @@ from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.traits import OpTraits
 from mplang.edsl.typing import BaseType, MPType, TensorType, registered_types
 from mplang.frontend import list_ops
-from mplang.libs import psi as psi_lib
 from mplang.runtime.backend import missing_kernels
-
-CLUSTER = mp.ClusterSpec.simple(3)
+from tests.dialects.corpus import CLUSTER, corpora
 
 BUILTIN_DIALECTS = frozenset(m.rsplit(".", 1)[1] for m in builtin.MODULES
                              if m.startswith("mplang.dialects."))
@@ -51,215 +46,10 @@ def _builtin(module: str) -> bool:
 
 # ---------------------------------------------------------------- the corpus
 
-
-def host_double(a: np.ndarray) -> np.ndarray:
-    """A host function for ``tensor.pyfunc`` (module level: a stable name)."""
-    return a * 2
-
-
-@func.func
-def triple(v: Any) -> Any:
-    """A ``func.call`` whose body uses ``tensor.run_jax`` and ``tensor.constant``."""
-    return simp.pcall(None, lambda t: tensor.run_jax(
-        jnp.multiply, t, tensor.constant(np.full(3, 3, np.float32))), v)
-
-
-def simp_corpus() -> Any:
-    """Every simp primitive."""
-    a = simp.constant((0,), np.int32(5))
-    b = simp.constant((1,), np.int32(7))
-    both = simp.converge(a, b)                       # 5 on party 0, 7 on party 1
-    moved = simp.shuffle_static(both, {2: 0})        # 5 on party 2
-    all3 = simp.converge(both, moved)                # [5, 7, 5]
-    idx = (simp.prank() + 1) % 3                     # [1, 2, 0]
-    got = simp.shuffle(all3, idx)                    # [7, 5, 5]
-    flag = simp.constant((0, 1, 2), True)
-    doubled = simp.uniform_cond(flag, lambda v: v * 2, lambda v: v - 1, got)
-    _, acc = simp.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1] + got),
-                             (simp.constant((0, 1, 2), np.int32(0)), doubled))
-    return all3, got, acc
-
-
-SIMP_EXPECTED = ([5, 7, 5], [7, 5, 5], [14 + 21, 10 + 15, 10 + 15])
-
-
-def tensor_corpus() -> Any:
-    """tensor.constant, tensor.run_jax, tensor.pyfunc and func.call."""
-    x = simp.constant((0, 1), np.arange(3, dtype=np.float32))
-    y = simp.pcall((0,), lambda v: tensor.pyfunc(
-        host_double, v, out=jax.ShapeDtypeStruct((3,), jnp.float32)), x)
-    return y, triple(x)
-
-
-TENSOR_EXPECTED = ([[0.0, 2.0, 4.0], None, None], [[0.0, 3.0, 6.0], [0.0, 3.0, 6.0], None])
-
-
-def spu_corpus() -> Any:
-    """spu.seal, spu.shares (a driver constant), spu.run and spu.reveal, through the
-    device API."""
-    x = mp.device("P0")(lambda: jnp.arange(4, dtype=jnp.int32))()
-    y = mp.device("P1")(lambda: jnp.full((4,), 10, dtype=jnp.int32))()
-    one = mp.put("SP0", np.ones(4, dtype=np.int32))
-    z = mp.device("SP0")(lambda a, b, c: a * b + a * c)(x, y, one)
-    return mp.put("P2", z)
-
-
-SPU_EXPECTED = [0, 11, 22, 33]
-
-def data_corpus() -> Any:
-    """tensor.load and simp.load: private inputs (types declared, since the corpus is
-    compiled without a simulator to look them up)."""
-    x = simp.pcall((0, 1), lambda: tensor.load("x.npy", dtype="int32", shape=(3,)))
-    return x, simp.load(2, "v", dtype="int32", shape=(3,))
-
-
-DATA_EXPECTED = ([[0, 1, 2], [0, 1, 2], None], [None, None, [7, 8, 9]])
-
-
-def crypto_corpus() -> Any:
-    """Every crypto primitive: key agreement, AES-GCM both ways, signatures, hashing."""
-    x = np.arange(4, dtype=np.int32)
-    pk0, sk0 = simp.pcall((0,), crypto.x25519_keygen)
-    pk1, sk1 = simp.pcall((1,), crypto.x25519_keygen)
-    raw1 = simp.shuffle_static(simp.pcall((1,), crypto.public_bytes, pk1), {0: 1})
-    k0 = simp.pcall((0,), lambda sk, b: crypto.hkdf(crypto.x25519_shared(
-        sk, crypto.public_key(b, algorithm="x25519")), info=b"corpus"), sk0, raw1)
-    k1 = simp.pcall((1,), lambda sk, pk: crypto.hkdf(crypto.x25519_shared(sk, pk),
-                                                     info=b"corpus"),
-                    sk1, simp.shuffle_static(pk0, {1: 0}))
-    c = simp.pcall((0,), lambda k: crypto.aes_encrypt(tensor.constant(x), k, aad=b"a"), k0)
-    y = simp.pcall((1,), lambda c, k: crypto.aes_decrypt(c, k, like=x, aad=b"a"),
-                   simp.shuffle_static(c, {1: 0}), k1)
-
-    def signed() -> Any:
-        spk, ssk = crypto.ed25519_keygen()
-        crypto.random_bits(count=4)
-        digest = crypto.sha256(tensor.constant(x))
-        return crypto.verify(digest, crypto.sign(digest, ssk), spk), \
-            crypto.aes_encrypt(digest, crypto.aes_keygen())
-
-    ok, sealed = simp.pcall((2,), signed)
-    return y, ok, sealed, pk0
-
-
-def phe_corpus() -> Any:
-    """Every phe primitive: keys at party 0, encryption and arithmetic at party 1."""
-    x = np.arange(6, dtype=np.int32).reshape(2, 3)
-    pk, sk = simp.pcall((0,), lambda: phe.keygen(key_bits=1024))
-    pk1 = simp.shuffle_static(pk, {1: 0})
-
-    def work(k: Any) -> Any:
-        c = phe.encrypt(tensor.constant(x), k)
-        d = phe.sub(phe.add(c, c), phe.mul_plain(c, np.int32(2)))  # 0
-        return (phe.add(d, c), phe.sum(c, axis=1), phe.dot(c, np.ones(3, np.int32)),
-                phe.bucket_sum(c, np.array([[1], [0]], np.int8), n_bins=2))
-
-    outs = simp.pcall((1,), work, pk1)
-    return [simp.pcall((0,), phe.decrypt, simp.shuffle_static(o, {0: 1}), sk) for o in outs]
-
-
-def tee_corpus() -> Any:
-    """tee.mock_quote at the TEE's party and tee.verify_quote at a data owner."""
-    computation = "ab" * 32
-    quote = simp.pcall((2,), lambda: tee.mock_quote(crypto.public_bytes(
-        crypto.x25519_keygen()[0]), computation=computation))
-    key = simp.pcall((0,), lambda q: tee.verify_quote(q, computation=computation),
-                     simp.shuffle_static(quote, {0: 2}))
-    return simp.pcall((0,), crypto.public_bytes, key)
-
-
-def table_corpus() -> Any:
-    """Every table primitive: a constant, a file read (schema declared), SQL, both tensor
-    bridges and a write, on party 0."""
-    def body() -> Any:
-        c = table.constant({"k": np.array([1, 2, 3], np.int64), "v": [0.5, 1.5, 2.5]})
-        t = table.read_csv("t.csv", schema={"k": "int64", "w": "float64"})
-        r = table.sql("SELECT c.k, c.v * t.w AS p FROM c JOIN t USING (k) ORDER BY c.k",
-                      c=c, t=t)
-        table.write_csv(r, "out/r.csv")
-        x = table.to_tensor(r, rows=3)
-        return x, table.from_tensor(x, ["a", "b"])
-    return simp.pcall((0,), body)
-
-
-TABLE_EXPECTED = [[1.0, 5.0], [2.0, 30.0], [3.0, 125.0]]
-
-
-def _check_table(result: Any) -> None:
-    x, t = result
-    assert np.asarray(x[0]).tolist() == TABLE_EXPECTED and x[1] is None
-    assert t[0].to_pandas().to_numpy().tolist() == TABLE_EXPECTED
-
-
-
-def psi_corpus() -> Any:
-    """psi.join (full) and psi.intersection_size between parties 0 and 1, psi.join_n of
-    three tables, psi.ub_prepare at party 1 then psi.ub_join of party 2's table."""
-    a = simp.pcall((0,), lambda: table.constant({"id": np.array([1, 2, 3], np.int64)}))
-    b = simp.pcall((1,), lambda: table.constant({"id": np.array([3, 2, 9], np.int64)}))
-    c = simp.pcall((2,), lambda: table.constant({"id": np.array([5, 3, 2], np.int64)}))
-    ja, jb = psi_lib.join(a, b, "id", how="full")
-    prepared = psi_lib.ub_prepare(b, "id", name="corpus")
-    return (ja, jb, psi_lib.intersection_size(a, b, "id", reveal_to=(0, 1, 2)),
-            psi_lib.join_n([a, b, c], "id"), prepared,
-            psi_lib.ub_join(c, "id", server=1, name="corpus"))
-
-def _check_simp(result: Any) -> None:
-    assert [[int(v) for v in part] for part in result] == [list(e) for e in SIMP_EXPECTED]
-
-
-def _check_tensor(result: Any) -> None:
-    for got, expected in zip(result, TENSOR_EXPECTED, strict=True):
-        assert [None if v is None else np.asarray(v).tolist() for v in got] == expected
-
-
-def _check_spu(result: Any) -> None:
-    assert np.asarray(result).tolist() == SPU_EXPECTED
-
-
-def _check_data(result: Any) -> None:
-    for got, expected in zip(result, DATA_EXPECTED, strict=True):
-        assert [None if v is None else np.asarray(v).tolist() for v in got] == expected
-
-
-def _check_crypto(result: Any) -> None:
-    y, ok, sealed, pk0 = result
-    assert [None if v is None else np.asarray(v).tolist() for v in y] == \
-        [None, [0, 1, 2, 3], None]
-    assert bool(ok[2]) is True and sealed[2].shape == (60,) and pk0[0].algorithm == "x25519"
-
-
-def _check_phe(result: Any) -> None:
-    x = np.arange(6).reshape(2, 3)
-    wants = [x, x.sum(1), x @ np.ones(3), x[::-1].reshape(1, 1, 2, 3)]
-    for got, want in zip([r[0] for r in result], wants, strict=True):
-        np.testing.assert_array_equal(got, want)
-
-
-def _check_tee(result: Any) -> None:
-    assert result[0].shape == (32,) and result[1] is None and result[2] is None
-
-
-def _check_psi(result: Any) -> None:
-    ja, jb, count, joined, prepared, client = result
-    assert ja[0].column("id").to_pylist() == [2, 3, 1, None]
-    assert jb[1].column("id").to_pylist() == [2, 3, None, 9]
-    assert [int(c) for c in count] == [2, 2, 2]
-    assert [j[p].column("id").to_pylist() for p, j in enumerate(joined)] == [[2, 3]] * 3
-    assert int(prepared[1]) == 3 and client[2].column("id").to_pylist() == [2, 3]
-
-
+CORPORA = corpora()
 CORPUS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
-    "psi": (psi_corpus, _check_psi),
-    "crypto": (crypto_corpus, _check_crypto),
-    "phe": (phe_corpus, _check_phe),
-    "tee": (tee_corpus, _check_tee),
-    "simp": (simp_corpus, _check_simp),
-    "tensor": (tensor_corpus, _check_tensor),
-    "spu": (spu_corpus, _check_spu),
-    "data": (data_corpus, _check_data),
-    "table": (table_corpus, _check_table),
-}
+    name: (getattr(module, f"{name}_corpus"), module.check) for name, module in CORPORA.items()}
+"""Each dialect's corpus program and the check of its results (`tests.dialects.corpus`)."""
 
 
 @pytest.fixture(scope="module")
@@ -498,86 +288,10 @@ def test_unknown_and_nested_type_errors_name_their_path() -> None:
 # ---------------------------------------------------------------- value codecs
 
 
-def spu_value(sim: mp.Simulator) -> tuple[list[Any], Callable[[list[Any]], None]]:
-    """Real SPU shares: each member's share of a value computed on SP0."""
-    def prog() -> Any:
-        x = mp.device("P0")(lambda: jnp.arange(6, dtype=jnp.int32).reshape(2, 3))()
-        return mp.device("SP0")(lambda a: a * 3 - 1)(x)
-
-    z = mp.evaluate(sim, prog)
-    shares = sim.held(z)
-    config = SpuConfig.of(CLUSTER, CLUSTER.device("SP0"))
-    plaintext = z.base_type.plaintext_type
-    expected = np.arange(6, dtype=np.int32).reshape(2, 3) * 3 - 1
-
-    def check(decoded: list[Any]) -> None:
-        value = reconstruct(config, [s.to_libspu() for s in decoded], plaintext)
-        np.testing.assert_array_equal(value, expected)
-
-    return shares, check
-
-
-def crypto_public_key_value(sim: mp.Simulator) -> tuple[list[Any], Callable[[list[Any]], None]]:
-    """X25519 public keys made by two parties."""
-    pk = mp.evaluate(sim, lambda: simp.pcall((0, 1), crypto.x25519_keygen)[0])
-    values = [v for v in sim.held(pk) if v is not None]
-    expected = [(v.algorithm, v.raw) for v in values]
-
-    def check(decoded: list[Any]) -> None:
-        assert [(v.algorithm, v.raw) for v in decoded] == expected
-
-    return values, check
-
-
-def _phe_run(sim: mp.Simulator) -> tuple[Any, Any, Any]:
-    return mp.evaluate(sim, lambda: _phe_keys_and_ciphertext())
-
-
-def _phe_keys_and_ciphertext() -> Any:
-    pk, sk = simp.pcall((0,), lambda: phe.keygen(key_bits=1024))
-    c = simp.pcall((0,), lambda k: phe.encrypt(np.arange(6, dtype=np.int32).reshape(2, 3), k),
-                   pk)
-    return pk, sk, c
-
-
-def phe_values(sim: mp.Simulator, which: int) -> tuple[list[Any], Callable[[list[Any]], None]]:
-    """Party 0's PHE public key (``which`` 0) or a ciphertext under it (2)."""
-    from mplang.backends.phe_impl import decrypt_in_range
-
-    pk, sk, c = _phe_run(sim)
-    value, private = sim.held([pk, sk, c][which])[0], sim.held(sk)[0]
-
-    def check(decoded: list[Any]) -> None:
-        for d in decoded:
-            if which == 0:
-                assert d.raw == value.raw and d.fingerprint == value.fingerprint
-            else:
-                got = decrypt_in_range(private, d, phe.Ciphertext("int32", (2, 3), "k0", 1))
-                np.testing.assert_array_equal(got, np.arange(6).reshape(2, 3))
-
-    return [value], check
-
-
-def table_value(sim: mp.Simulator) -> tuple[list[Any], Callable[[list[Any]], None]]:
-    """A table made by SQL on party 0."""
-    out = mp.evaluate(sim, lambda: simp.pcall((0,), lambda: table.sql(
-        "SELECT k, upper(s) AS s FROM c", c=table.constant({"k": [1, 2], "s": ["a", None]}))))
-    values = [sim.held(out)[0]]
-
-    def check(decoded: list[Any]) -> None:
-        assert [d.to_pylist() for d in decoded] == [[{"k": 1, "s": "A"}, {"k": 2, "s": None}]]
-
-    return values, check
-
-
 VALUE_PRODUCERS: dict[str, Callable[[mp.Simulator],
                                     tuple[list[Any], Callable[[list[Any]], None]]]] = {
-    "share": spu_value,
-    "crypto.public_key": crypto_public_key_value,
-    "phe.public_key": lambda sim: phe_values(sim, 0),
-    "phe.ciphertext": lambda sim: phe_values(sim, 2),
-    "table.table": table_value,
-}
+    kind: make for module in CORPORA.values()
+    for kind, make in getattr(module, "VALUES", {}).items()}
 """Codec kind -> a program run giving values of that kind, and a check of decoded values."""
 
 

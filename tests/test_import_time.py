@@ -4,17 +4,38 @@ kernels, codecs and functions), each check run in a fresh process."""
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import sys
+import tomllib
+from importlib import metadata
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-LAZY = ("pyarrow", "duckdb", "graphviz", "heu", "yaml", "importlib.metadata",
+
+
+def extras_modules() -> tuple[str, ...]:
+    """The top-level modules of the libraries ``pyproject.toml``'s feature extras install
+    (every extra but ``test`` and ``bench``): a dialect's extra brings its library here."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    wanted = {re.split(r"[\s\[<>=!~;]", req, maxsplit=1)[0].lower().replace("_", "-")
+              for name, reqs in extras.items() if name not in ("test", "bench")
+              for req in reqs if not req.startswith("mplang")}
+    return tuple(sorted(module for module, dists in metadata.packages_distributions().items()
+                        if any(d.lower().replace("_", "-") in wanted for d in dists)))
+
+
+LAZY = ("pyarrow", "duckdb", "graphviz", "yaml", "importlib.metadata",
         "cryptography.hazmat.primitives.ciphers.aead", "cryptography.hazmat.primitives.kdf.hkdf",
         "cryptography.x509", "cryptography.hazmat.primitives.serialization", "spu",
-        "spu.libspu", "asyncio", "uvloop", "multiprocessing")
+        "spu.libspu", "asyncio", "uvloop", "multiprocessing", *extras_modules())
 """Modules that ``import mplang`` must not load. (Not ``ssl``: jax's profiler loads it.)"""
+
+
+def test_the_extras_libraries_are_lazy() -> None:
+    assert "heu" in LAZY, extras_modules()  # the phe extra's sf-heu
 
 
 def lazy_loaded_after(code: str) -> list[str]:

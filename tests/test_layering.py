@@ -381,3 +381,20 @@ def test_spu_is_mentioned_by_few_modules_outside_its_own() -> None:
     assert len(mentions) <= MAX_SPU_MENTIONS, (
         f"{len(mentions)} modules outside SPU's own mention it (at most "
         f"{MAX_SPU_MENTIONS}): {mentions}")
+
+
+def test_device_kinds_are_asked_for_capabilities_not_named() -> None:
+    """No module compares a device's kind with a kind's name, or keeps a list of kind
+    names: it asks the kind what it is (`DeviceKind.joint`, ``runs_jax``, ``enclave``).
+    An op's declaration names the kinds that run it (``targets``)."""
+    import re
+
+    import mplang.device  # noqa: F401  (registers the kinds)
+    from mplang.device.kinds import kind_names
+
+    names = "|".join(kind_names())
+    named = re.compile(rf'\.kind\s*(==|!=)\s*"({names})"|=\s*\(\s*"({names})",\s*\)')
+    offenders = [f"{path.relative_to(ROOT)}:{i}" for path in sorted((ROOT / "mplang").rglob(
+        "*.py")) for i, line in enumerate(path.read_text().splitlines(), 1)
+        if named.search(line) and "targets" not in line.lower()]
+    assert not offenders, offenders

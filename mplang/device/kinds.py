@@ -38,11 +38,16 @@ class DeviceKind(ABC):
 
     ``joint`` kinds compute on values of several parties (secure devices); a
     function whose arguments live on several single-party devices runs on the
-    one joint device that spans them all.
+    one joint device that spans them all. Libraries ask a kind what it is (``joint``,
+    ``runs_jax``, ``enclave``), never its name.
     """
 
     name: str
     joint: bool = False
+    runs_jax: bool = True
+    """Its devices run JAX functions; False: only the kind's own ops (PHE's arithmetic)."""
+    enclave: bool = False
+    """One node's enclave: it computes in the clear inside, and draws its own randomness."""
     security_model: str = ""
     """Who must be honest for the device to keep its inputs private (shown to users)."""
 

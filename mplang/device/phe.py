@@ -139,6 +139,7 @@ class PHE(DeviceKind):
 
     name = "PHE"
     joint = True
+    runs_jax = False
     security_model = SECURITY_MODEL
 
     def trust(self, device: Device) -> str | None:

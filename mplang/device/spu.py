@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
-from mplang.device.kinds import DeviceKind, describe, place, register_kind, register_move
+from mplang.device.kinds import DeviceKind, describe, get_kind, place, register_kind, register_move
 from mplang.device.ppu import rank_of
 from mplang.dialects.common import as_array
 from mplang.dialects.spu import (
@@ -228,7 +228,7 @@ class SPU(DeviceKind):
 
 
 def _first_ppu(cluster: ClusterSpec) -> str:
-    return next((d.name for d in cluster.devices.values() if d.kind == "PPU"), "P0")
+    return next((d.name for d in cluster.devices.values() if not get_kind(d.kind).joint), "P0")
 
 
 register_kind(SPU())

@@ -158,6 +158,7 @@ class TEE(DeviceKind):
 
     name = "TEE"
     joint = True
+    enclave = True
     security_model = SECURITY_MODEL
 
     def trust(self, device: Device) -> str | None:

@@ -34,10 +34,6 @@ from mplang.edsl.typing import TensorType
 __all__ = ["bind", "device_value", "on_party", "reveal", "secure_device", "secure_mean",
            "secure_mean_variance", "secure_sum"]
 
-NOT_SECURE_KINDS = ("PHE",)
-"""Joint device kinds that evaluate only their own ops, not a JAX function."""
-
-
 def _cluster(op: str) -> ClusterSpec:
     cluster = current_tracer(op).cluster
     if not isinstance(cluster, ClusterSpec):
@@ -61,10 +57,11 @@ def secure_device(op: str, device: str, to: str | None) -> Device:
     None: the result stays on ``device``). Raises `MPTypeError` naming ``op``."""
     cluster = _cluster(op)
     dev = _named_device(op, cluster, device, "device")
-    if not get_kind(dev.kind).joint:
+    kind = get_kind(dev.kind)
+    if not kind.joint:
         raise MPTypeError(f"{op}: device {device!r} is a {dev.kind} of one party, which would "
                           "see every input in plaintext; name a secure device such as 'SP0'")
-    if dev.kind in NOT_SECURE_KINDS:
+    if not kind.runs_jax:
         raise MPTypeError(f"{op}: device {device!r} is a {dev.kind} device, which evaluates "
                           "only its own ops; name a secret-sharing device such as 'SP0'")
     if to is not None:

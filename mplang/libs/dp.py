@@ -85,8 +85,6 @@ MAX_BITS = 30
 INT_LIMIT = 1 << 30
 """Sums and their noise stay below this (32-bit integers with room)."""
 MECHANISM = "discrete Laplace"
-ENCLAVE_KINDS = ("TEE",)
-"""Secure device kinds of one node: an enclave draws the noise itself."""
 
 
 def noise_bits(scale: float) -> int:
@@ -263,7 +261,7 @@ def _release(op: str, fn: Any, static: tuple[Any, ...], parts: list[MPObject],
              epsilon: float, sensitivity: int, samples: int, device: str, to: str) -> Any:
     dev = _cluster(op).device(device)
     words = words_needed(epsilon, sensitivity, samples)
-    if dev.kind in ENCLAVE_KINDS:
+    if get_kind(dev.kind).enclave:  # it draws the noise itself
         noisy = mp.device(device)(_in_enclave(bind(fn, epsilon, 1, *static), words))(*parts)
     else:
         entropy = _entropy(op, device, words)

@@ -94,7 +94,7 @@ import numpy as np
 import mplang as mp
 from mplang import phe, simp, tensor
 from mplang.device.cluster import ClusterSpec
-from mplang.device.kinds import describe, place
+from mplang.device.kinds import describe, get_kind, place
 from mplang.edsl.context import ExecutionContext
 from mplang.edsl.errors import MPLangError, MPTypeError
 from mplang.edsl.location import mark_library
@@ -407,8 +407,8 @@ def _ranks(active: str, passive: str, what: str) -> tuple[int, int]:
     ranks = []
     for name in (active, passive):
         device = cluster.devices.get(name)
-        if device is None or device.kind != "PPU":
-            ppus = sorted(n for n, d in cluster.devices.items() if d.kind == "PPU")
+        if device is None or get_kind(device.kind).joint:
+            ppus = sorted(n for n, d in cluster.devices.items() if not get_kind(d.kind).joint)
             raise MPTypeError(f"{what}: {name!r} is not a PPU of the cluster; use one of "
                               f"{', '.join(ppus)}")
         ranks.append(cluster.rank_of(device.members[0]))

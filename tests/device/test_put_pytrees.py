@@ -11,6 +11,7 @@ import pytest
 
 import mplang as mp
 from mplang.edsl.pytree import leaf_paths, tree_flatten
+from tests.simulators import simulated
 
 
 @dataclass
@@ -19,11 +20,7 @@ class Model:
     b: Any
 
 
-@pytest.fixture(scope="module")
-def sim() -> Any:
-    simulator = mp.Simulator(3)
-    yield simulator
-    simulator.close()
+sim = simulated(3)
 
 
 def test_put_of_a_tuple_of_spu_results_reveals_each_leaf(sim: mp.Simulator) -> None:

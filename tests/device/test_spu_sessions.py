@@ -16,6 +16,7 @@ import mplang as mp
 from mplang.backends.spu_sessions import SLOTS, Session, SessionPool, SessionPools
 from mplang.dialects.spu import SpuConfig
 from mplang.edsl.errors import MPTimeoutError
+from tests.simulators import simulated
 
 
 def _pools(sim: mp.Simulator) -> list[SessionPools]:
@@ -43,9 +44,7 @@ def _compare(sim: mp.Simulator) -> Any:
                       _on(sim, "P1", np.zeros(3, np.float32)), cluster=sim.cluster)
 
 
-@pytest.fixture
-def sim() -> mp.Simulator:
-    return mp.Simulator(mp.ClusterSpec.simple(2))  # CHEETAH, whose setup is costly
+sim = simulated(mp.ClusterSpec.simple(2), scope="function")  # CHEETAH: costly setup
 
 
 def test_every_evaluation_reuses_one_session(sim: mp.Simulator) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
-from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -40,18 +39,13 @@ from mplang.passes import optimize
 from mplang.policy.crypto_flows import key_flow, open_flow, seal_flow
 from mplang.policy.dp_flows import entropy_flow
 from mplang.policy.flows import local_conservative
+from tests.simulators import simulated
 
 X = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
 """A float32 plaintext: 48 bytes, so its ciphertext is u8[76]."""
 
 
-@pytest.fixture
-def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(2)
-    try:
-        yield simulator
-    finally:
-        simulator.close()
+sim = simulated(2, scope="function")
 
 
 def compile_error(fn: Any) -> str:

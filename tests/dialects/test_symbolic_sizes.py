@@ -17,17 +17,14 @@ from mplang import simp, table, tensor
 from mplang.dialects.table import to_tensor_p
 from mplang.edsl.typing import TensorType
 from mplang.libs import psi
+from tests.simulators import simulated
 
 CLUSTER = mp.ClusterSpec.simple(2)
 IDS_A, IDS_B = np.arange(0, 40), np.arange(10, 60)
 SHARED = np.arange(10, 40)
 
 
-@pytest.fixture(scope="module")
-def sim() -> Any:
-    simulator = mp.Simulator(CLUSTER, policies="open")  # sizes' mechanics: no policy judges
-    yield simulator
-    simulator.close()
+sim = simulated(CLUSTER, policies="open")  # sizes' mechanics: no policy judges
 
 
 def _tables(ids_b: np.ndarray = IDS_B) -> tuple[Any, Any]:

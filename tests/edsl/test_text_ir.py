@@ -34,9 +34,10 @@ from mplang.edsl.typing import (
     TypeEncoder,
     register_type,
 )
+from tests.dialects.corpus import corpora
 from tests.filecheck import filecheck
 
-CORPUS_NAMES = ["crypto", "data", "phe", "psi", "simp", "spu", "table", "tee", "tensor"]
+CORPUS_NAMES = sorted(corpora())
 I32 = TensorType("int32", ())
 
 

@@ -18,9 +18,17 @@ import numpy as np
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-EXAMPLE_FILES = ("millionaire", "secure_mean_variance", "logistic_regression", "psi",
-                 "phe_secure_aggregation", "phe_vertical_lr", "tee_two_party",
-                 "secure_mean_devices", "joint_customers")
+EXAMPLE_FILES = tuple(sorted(p.stem for p in EXAMPLES.glob("*.py")
+                            if 'if __name__ == "__main__":' in p.read_text()))
+"""Every example that runs as a script; the others run with ``mplang run`` (`RUN_SCRIPTS`)."""
+RUN_SCRIPTS = ("run_me",)
+"""Examples that define ``main(ctx)`` for ``mplang run`` (tests/test_cli_run.py runs them)."""
+
+
+def test_every_example_runs_as_a_script_or_with_mplang_run() -> None:
+    assert len(EXAMPLE_FILES) >= 9, EXAMPLE_FILES
+    others = sorted(p.stem for p in EXAMPLES.glob("*.py") if p.stem not in EXAMPLE_FILES)
+    assert others == sorted(RUN_SCRIPTS), others
 
 
 def load(name: str) -> ModuleType:

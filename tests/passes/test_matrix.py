@@ -8,7 +8,7 @@ transformed program survives a save/load round trip, and running it on a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from mplang import passes
 from mplang.edsl.graph import Graph
 from mplang.edsl.printer import format_graph
 from tests.passes import programs
+from tests.simulators import simulated
 
 TRANSFORMS: dict[str, Callable[[mp.Program], mp.Program]] = {
     **{fn.__name__: (lambda p, fn=fn: mp.Program(fn(p.graph), p.out_tree, p.world_size, p.name,
@@ -29,13 +30,7 @@ TRANSFORMS: dict[str, Callable[[mp.Program], mp.Program]] = {
 MODES = ("launch", "standard")
 
 
-@pytest.fixture(scope="module")
-def sim3() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(programs.WORLD)
-    try:
-        yield simulator
-    finally:
-        simulator.close()
+sim3 = simulated(programs.WORLD)
 
 
 _BUILT: dict[str, tuple[mp.Program, list[Any]]] = {}

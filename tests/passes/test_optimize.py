@@ -3,7 +3,6 @@ result comparison used by the pass tests catches a pass that changes results."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -13,17 +12,12 @@ import mplang as mp
 from mplang import passes, simp
 from mplang.edsl.graph import Graph, Operation, Value
 from tests.passes import programs
+from tests.simulators import simulated
 
 W = programs.WORLD
 
 
-@pytest.fixture(scope="module")
-def sim3() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(W)
-    try:
-        yield simulator
-    finally:
-        simulator.close()
+sim3 = simulated(W)
 
 
 def test_public_api() -> None:

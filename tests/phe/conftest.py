@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-import mplang as mp
+from tests.simulators import simulated
 
 pytest.importorskip("heu", reason="the phe extra (sf-heu) is not installed")
 
 KEY_BITS = 1024
 
 
-@pytest.fixture(scope="module")
-def sim2() -> Iterator[mp.Simulator]:
-    sim = mp.Simulator(2)
-    try:
-        yield sim
-    finally:
-        sim.close()
+sim2 = simulated(2)

@@ -11,6 +11,7 @@ import pytest
 import mplang as mp
 from mplang import phe
 from tests.phe.conftest import KEY_BITS
+from tests.simulators import simulated
 
 
 def spec(members: list[str], **config: Any) -> mp.ClusterSpec:
@@ -21,11 +22,7 @@ def spec(members: list[str], **config: Any) -> mp.ClusterSpec:
                             "config": {"key_bits": KEY_BITS, **config}}}})
 
 
-@pytest.fixture(scope="module")
-def sim() -> Any:
-    simulator = mp.Simulator(spec(["node_0", "node_1"]))
-    yield simulator
-    simulator.close()
+sim = simulated(spec(["node_0", "node_1"]))
 
 
 VALS = [np.arange(5, dtype=np.float32) * (i + 1) - 2 for i in range(3)]

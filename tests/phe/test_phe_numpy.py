@@ -6,7 +6,7 @@ indexing, two ciphertexts multiplied) fails naming the ops to use."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
@@ -16,6 +16,7 @@ import pytest
 import mplang as mp
 from mplang import phe
 from tests.phe.test_phe_device import spec
+from tests.simulators import simulated
 
 X = np.array([1.5, -2.0, 0.25, 4.0, 3.0], dtype=np.float32)
 M = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
@@ -25,11 +26,7 @@ HABITS = ("a PHE ciphertext takes c + d, c - d, c * x, c / x, -c, c @ x and x @ 
           "plaintext; c @ x is phe.dot), c.sum() and c.sum(axis=k) (phe.sum)")
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(spec(["node_0", "node_1"]))
-    yield simulator
-    simulator.close()
+sim = simulated(spec(["node_0", "node_1"]))
 
 
 def on_ciphertext(fn: Callable[..., Any], value: np.ndarray, *plain: Any) -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from mplang.libs import psi
 from mplang.policy.check import check
 from mplang.policy.policy import Policy
 from tests.op_failures import assert_generic, logged_failure, traced_at
+from tests.simulators import simulated
 
 A = pa.table({
     "id": pa.array([10, 9, 100, 2, -5, 3, 3, 42, 2**62 + 1, 8], pa.int64()),
@@ -44,13 +44,7 @@ B = pa.table({
 """Party 1's table: key 3 three times (a 2 x 3 product with A), key 7 only here."""
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(3, policies="open")  # PSI's mechanics: no policy judges
-    try:
-        yield simulator
-    finally:
-        simulator.close()
+sim = simulated(3, policies="open")  # PSI's mechanics: no policy judges
 
 
 def held(parties: tuple[int, ...], value: Any) -> list[Any]:

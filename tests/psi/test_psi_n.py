@@ -7,7 +7,6 @@ holder at once, naming the party; type errors when tracing; the flow rule."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,9 @@ from mplang.libs import psi
 from mplang.policy.check import check
 from mplang.policy.policy import Policy
 from tests.op_failures import assert_generic, logged_failure, traced_at
+from tests.simulators import simulated
 
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(4, policies="open")  # PSI's mechanics: no policy judges
-    try:
-        yield simulator
-    finally:
-        simulator.close()
+sim = simulated(4, policies="open")  # PSI's mechanics: no policy judges
 
 
 def tables(n: int, seed: int = 3) -> list[pa.Table]:

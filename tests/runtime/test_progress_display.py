@@ -19,6 +19,7 @@ import mplang.api
 from mplang import simp
 from mplang.cli.progress import ProgressDisplay, startup_progress
 from mplang.runtime.timeline import RunMonitor
+from tests.simulators import simulated
 
 
 def ring() -> Any:
@@ -27,11 +28,7 @@ def ring() -> Any:
     return simp.shuffle_static(doubled, {0: 2, 1: 0, 2: 1})
 
 
-@pytest.fixture
-def sim() -> Any:
-    s = mp.Simulator(3)
-    yield s
-    s.close()
+sim = simulated(3, scope="function")
 
 
 def test_display_shows_ops_parties_and_bytes() -> None:

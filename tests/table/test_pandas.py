@@ -5,7 +5,6 @@ hold is refused by name."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import mplang as mp
 from mplang.dialects import table
 from mplang.dialects.table import TableType
 from tests.docs.markdown_blocks import parse_blocks, run_blocks
+from tests.simulators import simulated
 
 PEOPLE = pd.DataFrame({"id": np.arange(5, dtype=np.int64),
                        "name": ["ann", "bob", "cy", "dee", "ed"],
@@ -29,11 +29,7 @@ TYPE = TableType((("id", "int64"), ("name", "string"), ("income", "float64"),
 DTYPES = "bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64, string"
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[mp.Simulator]:
-    simulator = mp.Simulator(mp.ClusterSpec.simple(2))
-    yield simulator
-    simulator.close()
+sim = simulated(mp.ClusterSpec.simple(2))
 
 
 def test_a_put_dataframe_is_a_table_with_its_columns_and_fetches_as_a_dataframe(
