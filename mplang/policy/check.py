@@ -345,8 +345,8 @@ class Guard:
         self.labels = LabelTable()
         self.ledger = Ledger()
         """The privacy budget spent (a worker replaces it with one kept in its state folder)."""
-        self.audit: Callable[[dict[str, Any]], None] | None = None
-        """Where budget events go (a worker's audit log), if anywhere."""
+        self.audit: Callable[[dict[str, Any]], None] = lambda event: None
+        """Where budget events go (a worker's audit log; by default nowhere)."""
         self._pending: weakref.WeakKeyDictionary[Graph, Charge] = weakref.WeakKeyDictionary()
         """Charges of accepted graphs whose run has not started (refunded if it never does)."""
         self._vetted: weakref.WeakKeyDictionary[Graph, tuple[str | None, bool, Verdict]] = \
@@ -411,9 +411,8 @@ class Guard:
                 self._event("refund", self._vetted.get(graph, ("",))[0] or "", charge)
 
     def _event(self, action: str, program: str, charge: Charge) -> None:
-        if self.audit is not None:
-            self.audit({"event": "budget", "action": action, "program": program,
-                        "epsilon": charge.epsilons})
+        self.audit({"event": "budget", "action": action, "program": program,
+                    "epsilon": charge.epsilons})
 
     def driver_name(self, fingerprint: str) -> str | None:
         """The name of the driver with certificate ``fingerprint``, as its policy is

@@ -138,16 +138,19 @@ class AuditLog:
     file is readable by its owner only).
 
     Thread-safe: each event is one JSON line written with a single unbuffered
-    write under a lock. ``nodes`` are the cluster's node names, by rank.
+    write under a lock. ``nodes`` are the cluster's node names, by rank. With ``path``
+    None it records nothing (a worker started without an audit log).
     """
 
-    def __init__(self, path: str | os.PathLike[str], node: str, nodes: Sequence[str]):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: str | os.PathLike[str] | None, node: str, nodes: Sequence[str]):
+        self.path = None if path is None else Path(path)
         self.node = node
         self.nodes = list(nodes)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._file = open(fd, "ab", buffering=0)  # noqa: SIM115 (closed by close())
+        self._file: Any = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._file = open(fd, "ab", buffering=0)  # noqa: SIM115 (closed by close())
         self._lock = threading.Lock()
         self._graphs: OrderedDict[str, dict[str, Graph]] = OrderedDict()
         """exec id -> scope -> program of the runs accepted here."""
@@ -162,7 +165,7 @@ class AuditLog:
         line = json.dumps({"event": event["event"], "time": round(time.time(), 6),
                            "node": self.node, **event}, separators=(",", ":"))
         with self._lock:
-            if not self._file.closed:  # events of runs still ending as the worker stops
+            if self._file is not None and not self._file.closed:  # runs ending at a stop
                 self._file.write(line.encode() + b"\n")
 
     def execution(self, exec_id: str, scope: str, program: str, driver: tuple[str, str],
@@ -212,6 +215,8 @@ class AuditLog:
         node of rank ``peer``. A delivered ``link`` message (a secure-device protocol's
         traffic) is summed with the others of its op, peer and direction into one event
         written when the run ends."""
+        if self._file is None:
+            return
         if link and delivered:
             op_key = key.split("/link#", 1)[0]
             with self._lock:
@@ -266,7 +271,8 @@ class AuditLog:
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            if self._file is not None:
+                self._file.close()
 
     def _opcode(self, exec_id: str, key: str) -> str | None:
         with self._lock:

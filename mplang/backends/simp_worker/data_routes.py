@@ -109,8 +109,7 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
             raise MPSerializationError(str(e)) from None
         loop = asyncio.get_running_loop()
         vtype = await loop.run_in_executor(server.pool, _store, server, name, payload)
-        if server.audit is not None:
-            server.audit.upload(name, len(payload), _type_json(vtype))
+        server.audit.upload(name, len(payload), _type_json(vtype))
         return JSONResponse({"name": name, "node": server.node, **_type_json(vtype)})
 
     @app.post("/budget")
@@ -134,8 +133,7 @@ def add_data_routes(app: FastAPI, server: WorkerServer) -> None:
             return JSONResponse({"error": str(e)}, status_code=404)
         except MPRuntimeError as e:
             return JSONResponse({"error": str(e)}, status_code=400)
-        if server.audit is not None:
-            server.audit.describe(driver.audit_id,
-                                  str(header.get("path") or header.get("name")),
-                                  _type_json(vtype))
+        server.audit.describe(driver.audit_id,
+                              str(header.get("path") or header.get("name")),
+                              _type_json(vtype))
         return JSONResponse(_type_json(vtype))

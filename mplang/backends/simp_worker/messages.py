@@ -37,7 +37,7 @@ class PeerCommunicator:
     that execution here. Receives wait on this party's mailbox."""
 
     def __init__(self, rank: int, clients: Callable[[], MuxClients], mailbox: Mailbox,
-                 timeout: float, executions: Executions, audit: AuditLog | None = None):
+                 timeout: float, executions: Executions, audit: AuditLog):
         self.rank = rank
         self._clients = clients
         self.mailbox = mailbox
@@ -54,9 +54,8 @@ class PeerCommunicator:
                    H_LINK: "1" if link else "0"}
         self._clients().send(dst, "/msg", parts, headers)
         count_message(self.rank, tag, "sent", value)
-        if self.audit is not None:
-            self.audit.message("send", exec_id, dst, key, privacy_kind(value),
-                               encoded_size(parts), True, link)
+        self.audit.message("send", exec_id, dst, key, privacy_kind(value),
+                           encoded_size(parts), True, link)
 
     def refused(self, rank: int, answer: dict[str, Any], body: memoryview) -> None:
         """Party ``rank`` refused a message (or it could not be sent): abandon its
@@ -87,7 +86,7 @@ class Inbox:
     """Received peer messages: admitted by their run (`Executions.admit`), then put in the
     mailbox."""
 
-    def __init__(self, executions: Executions, mailbox: Mailbox, audit: AuditLog | None):
+    def __init__(self, executions: Executions, mailbox: Mailbox, audit: AuditLog):
         self.executions = executions
         self.mailbox = mailbox
         self.audit = audit
@@ -116,6 +115,5 @@ class Inbox:
         assert sender.rank is not None
         value = decode_value(payload)
         self.mailbox.put(sender.rank, (exec_id, key), value, len(payload))
-        if self.audit is not None:
-            self.audit.message("recv", exec_id, sender.rank, key, privacy_kind(value),
-                               len(payload), link=link)
+        self.audit.message("recv", exec_id, sender.rank, key, privacy_kind(value),
+                           len(payload), link=link)

@@ -17,7 +17,7 @@ from mplang.records.audit import AuditLog
 class Outputs:
     """Encodes stored values for the drivers this party lets have them."""
 
-    def __init__(self, worker: SimpWorker, audit: AuditLog | None):
+    def __init__(self, worker: SimpWorker, audit: AuditLog):
         self.worker = worker
         self.audit = audit
 
@@ -28,8 +28,7 @@ class Outputs:
         if limit is not None and payload_bytes(value) > limit:
             return None
         parts = encode_value(value)
-        if self.audit is not None:
-            self.audit.fetch(driver.audit_id, uri, privacy_kind(value), encoded_size(parts))
+        self.audit.fetch(driver.audit_id, uri, privacy_kind(value), encoded_size(parts))
         return parts
 
     def inline(self, uris: list[str | None], driver: Peer, limit: int) -> dict[str, str]:

@@ -95,9 +95,8 @@ class WorkerServer:
         self.inflight = InflightBudget(self.limits.max_inflight_bytes)
         """Bytes of bodies being received over all connections (`authorize_head`)."""
         self.executions = Executions(self.rank, self.limits)
-        self.audit = AuditLog(audit_log, node, [n.name for n in cluster.nodes]) \
-            if audit_log is not None else None
-        """This node's audit log (none when ``audit_log`` is not given)."""
+        self.audit = AuditLog(audit_log, node, [n.name for n in cluster.nodes])
+        """This node's audit log (recording nothing when ``audit_log`` is not given)."""
         self.inbox = Inbox(self.executions, self.mailbox, self.audit)
         self.communicator = PeerCommunicator(self.rank, lambda: self._clients, self.mailbox,
                                              timeout, self.executions, self.audit)
@@ -111,8 +110,7 @@ class WorkerServer:
         """The policy file the guard's policy comes from, watched (`reload_policy`)."""
         self.worker.guard.ledger = Ledger(Path(state_dir or default_state_dir(node))
                                           / LEDGER_FILE)
-        if self.audit is not None:
-            self.worker.guard.audit = self.audit.write
+        self.worker.guard.audit = self.audit.write
         self.programs = Programs(cluster.world_size, self.worker.kernels,
                                  self.limits.max_body_bytes)
         self.outputs = Outputs(self.worker, self.audit)
@@ -150,21 +148,19 @@ class WorkerServer:
             options = run_options(header, exec_id)
             accepted = self.worker.accept(graph, openings, driver.certificate.fingerprint,
                                           whole=options.whole)
-            if self.audit is not None:
-                guard = self.worker.guard
-                verdict = guard.verdict(accepted) if guard else None
-                self.audit.execution(exec_id, scope, digest, driver.audit_id, "accepted",
-                                     graph=accepted, name=options.name,
-                                     rule=guard.policy.source if guard else "no policy",
-                                     releases=verdict.releases if verdict else None)
+            guard = self.worker.guard
+            verdict = guard.verdict(accepted) if guard else None
+            self.audit.execution(exec_id, scope, digest, driver.audit_id, "accepted",
+                                 graph=accepted, name=options.name,
+                                 rule=guard.policy.source if guard else "no policy",
+                                 releases=verdict.releases if verdict else None)
             run = self.executions.begin(exec_id, scope, driver.certificate.fingerprint,
                                         digest, accepted, frozenset(parties), options.timeout)
         except Exception as e:
             if accepted is not None:  # this party accepted it; it never starts here
                 self.worker.refund(accepted)
-                if self.audit is not None:
-                    self.audit.end(exec_id, scope, str(e))
-            elif self.audit is not None and isinstance(e, MPLangError):
+                self.audit.end(exec_id, scope, str(e))
+            elif isinstance(e, MPLangError):
                 given, where = header.get("exec"), header.get("scope")
                 self.audit.execution(
                     given if isinstance(given, str) and ID.fullmatch(given) else "",
@@ -211,9 +207,8 @@ class WorkerServer:
             self.worker.refund(prepared.graph)
             self.executions.end(run)
             self.mailbox.drop(run.exec_id, run.scope)
-            if self.audit is not None:
-                self.audit.end(run.exec_id, run.scope, str(e),
-                               refused=isinstance(e, MPRefusedError))
+            self.audit.end(run.exec_id, run.scope, str(e),
+                           refused=isinstance(e, MPRefusedError))
             raise
 
     def refused(self, rank: int, answer: dict[str, Any], body: memoryview) -> None:
@@ -250,31 +245,27 @@ class WorkerServer:
                 if options.monitor is not None:
                     prepared.events = options.monitor.drain()
         except Exception as e:
-            if self.audit is not None:
-                self.audit.end(run.exec_id, run.scope,
-                               details[0] if details else f"{type(e).__name__}: {e}")
+            self.audit.end(run.exec_id, run.scope,
+                           details[0] if details else f"{type(e).__name__}: {e}")
             raise
         finally:
             self.executions.end(run)
             self.mailbox.drop(run.exec_id, run.scope)
-        if self.audit is not None:
-            self.audit.end(run.exec_id, run.scope)
+        self.audit.end(run.exec_id, run.scope)
         return outputs
 
     def abort(self, exec_id: str, driver: Peer, reason: str) -> None:
         """End execution ``exec_id`` of ``driver`` here: its runs, prepared or going on,
         stop and wait no longer for messages."""
         self.executions.abort(exec_id, driver.certificate.fingerprint)
-        if self.audit is not None:
-            self.audit.abort(exec_id, driver.audit_id, reason)
+        self.audit.abort(exec_id, driver.audit_id, reason)
         self.votes.abort(exec_id, reason)
         self.mailbox.abort(exec_id, reason)
 
     def delete(self, uris: list[str], driver: Peer) -> int:
         """Delete ``driver``'s stored objects ``uris``; how many existed."""
         deleted = sum(self.worker.delete(uri, driver.certificate.fingerprint) for uri in uris)
-        if self.audit is not None:
-            self.audit.delete(driver.audit_id, uris, deleted)
+        self.audit.delete(driver.audit_id, uris, deleted)
         return deleted
 
     # -- spec reload
@@ -334,5 +325,4 @@ class WorkerServer:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.worker.scheduler.shutdown()
         self._clients.close()
-        if self.audit is not None:
-            self.audit.close()
+        self.audit.close()
