@@ -151,7 +151,7 @@ def _alike(ins: list[Val], label: Flow) -> bool:
         lab = v.label
         if lab is not None and lab.mine and lab.form == "rowwise":
             continue
-        if by_mask and lab is not None:
+        if by_mask and lab is not None and not lab.mine:
             continue
         if label.axis is not None and label.axis not in v.alike_axes():
             return False

@@ -111,6 +111,7 @@ KNOWN = [  # holes found before (the brief's, and the oracle's): each runs on ev
     "x @ (jnp.full((20, 4), 3.) * (jnp.arange(80.).reshape((20, 4)) == jnp.sum(y)))",
     "jnp.sum(x * (3. * (y > 0)))",
     "jnp.sum(x * ((y > 0) + (y > 1)))",
+    "jnp.sum((jnp.arange(20.) + jnp.mean(x)) * (x > 5.))",
 ]
 
 
