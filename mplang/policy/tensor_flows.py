@@ -107,7 +107,8 @@ class _Flows:
                     common = ALL
                     for v, t in zip(ins, op.operand_types, strict=False):
                         if t is None or t.shape:  # a scalar (an index) varies along no axis
-                            common &= v.alike_axes()
+                            # a mask weighs rows alike only while the result is one
+                            common &= v.uniform if _foreign_mask(v.label) else v.alike_axes()
                     out = replace(out, alike=common if ins else None)
                 out = selecting(op.kind, ins, out)
                 if is_rowwise(out.label):
@@ -198,3 +199,8 @@ def transfer(text: str, inputs: Sequence[Label]) -> Result | None:
     result = Result([v.label for v in vals], flows.observed)
     _CACHE.store(key, (tuple(result.outputs), result.observed))
     return result
+
+
+def _foreign_mask(label: Label) -> bool:
+    return label is not None and not label.mine and label.mask
+

@@ -112,6 +112,8 @@ KNOWN = [  # holes found before (the brief's, and the oracle's): each runs on ev
     "jnp.sum(x * (3. * (y > 0)))",
     "jnp.sum(x * ((y > 0) + (y > 1)))",
     "jnp.sum((jnp.arange(20.) + jnp.mean(x)) * (x > 5.))",
+    "jnp.sum((jnp.sum(x) * (y > 0)) * x)",
+    "jnp.sum(jnp.where(y > 0, jnp.sum(x), 5.) * x)",
 ]
 
 
