@@ -21,6 +21,7 @@ from mplang.policy.tensor_ops import (
     Val,
     arg,
     carried,
+    claimed,
     constant,
     is_rowwise,
     rule,
@@ -107,8 +108,7 @@ class _Flows:
                     common = ALL
                     for v, t in zip(ins, op.operand_types, strict=False):
                         if t is None or t.shape:  # a scalar (an index) varies along no axis
-                            # a mask weighs rows alike only while the result is one
-                            common &= v.uniform if _foreign_mask(v.label) else v.alike_axes()
+                            common &= claimed(v)
                     out = replace(out, alike=common if ins else None)
                 out = selecting(op.kind, ins, out)
                 if is_rowwise(out.label):
@@ -199,8 +199,3 @@ def transfer(text: str, inputs: Sequence[Label]) -> Result | None:
     result = Result([v.label for v in vals], flows.observed)
     _CACHE.store(key, (tuple(result.outputs), result.observed))
     return result
-
-
-def _foreign_mask(label: Label) -> bool:
-    return label is not None and not label.mine and label.mask
-

@@ -500,14 +500,21 @@ def _dot_alike(ins: list[Val], batch: tuple[list[int], list[int]], free: list[li
     """The result axes of a ``dot_general`` along which it varies at most with other
     owners' row-aligned data: a batch axis alike in both operands, a free axis alike in
     its operand (the other does not vary along it)."""
-    if all(v.alike_axes() == ALL for v in ins):
+    alike = [claimed(v) for v in ins]
+    if all(a == ALL for a in alike):
         return ALL
-    alike = [v.alike_axes() for v in ins]
     axes = [d for d, (a, b) in enumerate(zip(*batch, strict=True))
             if a in alike[0] and b in alike[1]]
     axes += [len(batch[0]) + k for k, d in enumerate(free[0]) if d in alike[0]]
     axes += [len(batch[0]) + len(free[0]) + k for k, d in enumerate(free[1]) if d in alike[1]]
     return frozenset(axes) if axes else None
+
+
+def claimed(v: Val) -> frozenset[int]:
+    """The axes along which ``v``, as an operand, leaves a result alike: another owner's
+    mask weighs rows alike only while the result is a mask (`selecting` says so)."""
+    masked_rows = v.label is not None and not v.label.mine and v.label.mask
+    return v.uniform if masked_rows else v.alike_axes()
 
 
 def _kept(lab: Flow, other: Label, **changes: Any) -> Flow:
