@@ -226,8 +226,12 @@ def _compare(ins: list[Val]) -> Val:
            and v.label.window.size != 1 for v in ins):  # type: ignore[union-attr]
         ins = [replace(v, label=impure(v.label)) for v in ins]
     label = compared(ins[0].label, ins[1].label)
-    if label is not None and label.form == "rowwise" and not _alike(ins, label):
-        label = raw([label])
+    if label is not None and label.form == "rowwise":
+        if not _alike(ins, label):
+            label = raw([label])
+        elif any(v.label is not None and not v.label.mine and label.axis not in v.uniform
+                 for v in ins):  # p's rows against another owner's mask, row by row
+            label = masked(label)
     return Val(label, ins[0].uniform & ins[1].uniform)
 
 

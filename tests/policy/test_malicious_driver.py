@@ -437,16 +437,19 @@ def test_salaries_compared_row_by_row_are_refused(keys_open: mp.Simulator) -> No
     assert "raw of salaries.npy, to node_0; " in message, message
 
 
-def test_how_often_two_parties_thresholds_agree(sim: mp.Simulator) -> None:
-    """Each row's agreement of node_0's and node_1's thresholds (an accuracy), averaged
-    over the 20 rows: no rows are selected, so it is an aggregate for both."""
+def test_how_often_two_parties_thresholds_agree_is_refused(sim: mp.Simulator) -> None:
+    """Each row's agreement of node_0's and node_1's thresholds, averaged: for node_1 it
+    is a sum of its rows above the threshold where node_0's mask is set and of those
+    below where it is not, two selections node_0 chose. A mask setting one row would
+    show that row's bit, so it is an aggregate over a data-dependent number of rows,
+    which no min_rows rule accepts (the oracle campaign found this pattern)."""
     def program() -> Any:
         agree = mp.device("SP0")(lambda a, b: jnp.mean((a > HIGH) == (b > 74000)))
         return mp.put("P0", agree(salaries(0), salaries(1)))
 
-    got = float(mp.fetch(sim, mp.evaluate(sim, program)))
-    want = np.mean((SALARIES[0] > HIGH) == (SALARIES[1] > 74000))
-    assert 0 < want < 1 and got == pytest.approx(want, abs=1e-4)
+    with pytest.raises(mp.MPRefusedError, match=r"aggregate over a data-dependent number of "
+                                                r"rows of salaries\.npy, to node_0"):
+        mp.evaluate(sim, program)
 
 
 @pytest.mark.parametrize("combine, expected", [

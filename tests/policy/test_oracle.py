@@ -115,6 +115,8 @@ KNOWN = [  # holes found before (the brief's, and the oracle's): each runs on ev
     "jnp.sum((jnp.sum(x) * (y > 0)) * x)",
     "jnp.sum(jnp.where(y > 0, jnp.sum(x), 5.) * x)",
     "((jnp.arange(400.).reshape(20, 20) < z) @ jnp.full((20,), jnp.sum(x))) @ x",
+    "jnp.sum(x > (y > 0))",
+    "jnp.sum((jnp.arange(20.) <= z) == (x <= jnp.sum(y)))",
 ]
 
 
