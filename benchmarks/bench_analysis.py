@@ -92,7 +92,7 @@ def child(runs: int) -> None:
     bench_check = _module(tree / "benchmarks" / "bench_check.py")
     graph = mp.compile(bench_check.program, cluster=mp.ClusterSpec.simple(2)).graph
     rule = Policy.parse("declassify:\n  - to: ['*']\n    when: aggregate\n")
-    from mplang.backends.simp_worker import http
+    from mplang.worker import http
 
     getattr(http, "freeze_startup_heap", lambda: None)()  # as this tree's worker does
     result["check_10k"] = _timed(graph, 2, [rule, rule], ["node_0", "node_1"], max(3, runs // 10))

@@ -34,7 +34,7 @@ import mplang as mp
 from mplang.cluster.local import LocalCluster
 from mplang.records.audit import AuditLog, read_events
 
-_NO_AUDIT = ("import sys, runpy; import mplang.backends.simp_worker.server as h; "
+_NO_AUDIT = ("import sys, runpy; import mplang.worker.server as h; "
              "h.AuditLog = lambda *a, **k: None; sys.argv = ['mplang'] + sys.argv[3:]; "
              "runpy.run_module('mplang.cli', run_name='__main__')")
 

@@ -8,7 +8,7 @@ reused from copy to copy, with the CPU seconds (user + system) each side spends 
 
 - ``tcp``: a plain TCP copy (one ``sendall`` of 64 MiB, ``recv_into`` the reused buffer):
   the wire's limit;
-- ``mplang/1``: the framing the workers speak (`mplang.backends.mux.MuxProtocol`) on
+- ``mplang/1``: the framing the workers speak (`mplang.transport.mux.MuxProtocol`) on
   uvloop's TLS transport: one event-loop thread per process does TLS and framing;
 - ``blocking TLS``: one blocking `ssl.SSLSocket` per side (OpenSSL reads and writes the
   socket itself), 256 KiB ``sendall`` / ``recv_into`` calls;
@@ -126,7 +126,7 @@ def _receive(kind: str, folder: Path, copies: int) -> None:
 def _receive_mux(context: ssl.SSLContext, sink: memoryview, copies: int) -> None:
     import uvloop
 
-    from mplang.backends.mux import MuxProtocol
+    from mplang.transport.mux import MuxProtocol
 
     class Sink:
         protocol: MuxProtocol
@@ -211,7 +211,7 @@ def _send_mux(context: ssl.SSLContext, port: int, data: memoryview, copies: int
               ) -> tuple[list[float], list[float], list[float]]:
     import uvloop
 
-    from mplang.backends.mux import MuxProtocol
+    from mplang.transport.mux import MuxProtocol
 
     class Answers:
         future: asyncio.Future[float]

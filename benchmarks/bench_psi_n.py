@@ -38,8 +38,8 @@ import spu.psi as libpsi
 
 import mplang as mp
 from mplang import simp
-from mplang.backends import psi_sorted
 from mplang.dialects import table
+from mplang.kernels.psi import aby3 as psi_sorted
 from mplang.libs import psi
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -124,12 +124,12 @@ class MPLangNpc:
 
 
 class RawAby3:
-    """``aby3``'s two secure steps (`mplang.backends.psi_sorted`, compiled once) on raw
+    """``aby3``'s two secure steps (`mplang.kernels.psi.aby3`, compiled once) on raw
     libspu: one thread per party over libspu's in-memory links, each making its shares
     and running both steps on a runtime of each sort method; the result opened."""
 
     def __init__(self, tables: list[Path]):
-        from mplang.backends.psi_session import encode_keys
+        from mplang.kernels.psi.session import encode_keys
 
         ids = [pcsv.read_csv(t).column("id") for t in tables]
         self.hashes = [psi_sorted.tagged_hashes(encode_keys(c), i, len(tables))

@@ -8,7 +8,7 @@ its own with `load_identity` and pins the other's certificate (`server_context`,
 Candidates:
 
 - ``http1``: HTTP/1.1 keep-alive, httpx client, uvicorn (httptools, uvloop) server with
-  ``mplang.backends.simp_worker.tls.tls_server``, as the worker runs today (a bare ASGI
+  ``mplang.transport.tls.tls_server``, as the worker runs today (a bare ASGI
   app instead of FastAPI, so the transport is what is measured);
 - ``http2``: HTTP/2, httpx[http2] ``AsyncClient`` on an event-loop thread (one connection,
   streams multiplexed), hypercorn server (uvloop) with the same ASGI app;
@@ -269,9 +269,9 @@ def asgi_app() -> Callable[..., Any]:
 
 
 def serve_http1(port: int, keys: Path) -> None:
-    from mplang.backends.simp_worker.connections import ConnectionGate
-    from mplang.backends.simp_worker.executions import WorkerLimits
-    from mplang.backends.simp_worker.tls import tls_server
+    from mplang.transport.connections import ConnectionGate
+    from mplang.transport.limits import WorkerLimits
+    from mplang.transport.tls import tls_server
 
     me, client = identities(keys, "server", "client")
     tls_server(asgi_app(), "127.0.0.1", port, me.server_context([client]),

@@ -199,8 +199,8 @@ def spu_shares() -> list[list[Any]]:
     import numpy as np
     import spu.libspu as libspu
 
-    from mplang.backends.spu_impl import SpuShare
     from mplang.dialects.spu import SpuConfig, io_for
+    from mplang.kernels.spu.run import SpuShare
 
     configs = [SpuConfig("SP0", (0, 1), "SEMI2K", "FM64"),
                SpuConfig("SP0", (0, 1, 2), "ABY3", "FM64"),
@@ -219,7 +219,7 @@ def seed_values() -> dict[str, bytes]:
     """Encoded values: arrays of every dtype and many shapes, scalars, bytes, lists, shares."""
     import numpy as np
 
-    from mplang.backends.wire import encode_value_bytes
+    from mplang.transport.wire import encode_value_bytes
 
     values: dict[str, Any] = {"none": None, "true": True, "int": -(2**63), "float": 1.5,
                               "nan": float("nan"), "bytes": b"\x00abc", "empty-bytes": b"",
@@ -505,7 +505,7 @@ def mutate_parts(ch: Chooser, data: bytes, donors: Sequence[bytes]) -> bytes:
 
 
 def _wrap(meta: dict[str, Any], body: bytes) -> bytes:
-    from mplang.backends.wire import pack_message
+    from mplang.transport.wire import pack_message
 
     return b"".join(pack_message(meta, [body]))
 
@@ -552,7 +552,7 @@ def generate_value_mutant(ch: Chooser, data: bytes, donors: Sequence[bytes],
 
 def generate_value(ch: Chooser, seeds: Sequence[bytes]) -> tuple[str, bytes]:
     """A value-decoder input: ``("value", frame)`` or ``("msg", a /msg body)``."""
-    from mplang.backends.wire import encode_value_bytes
+    from mplang.transport.wire import encode_value_bytes
 
     source = weighted(ch, ((60, "seed"), (30, "fresh"), (5, "random"), (5, "list")))
     if source == "random":
@@ -677,7 +677,7 @@ def prepare_body(program: bytes, openings: bytes, rank: int,
                  header: dict[str, Any] | None = None) -> bytes:
     """A ``/run`` body for party ``rank`` (the harness's ``rank`` field says which party
     the openings were made for; a worker ignores it)."""
-    from mplang.backends.simp_worker.consent import PROGRAM_BYTES
+    from mplang.worker.consent import PROGRAM_BYTES
 
     meta = header if header is not None else {"exec": EXEC, "scope": SCOPE,
                                               "parties": list(range(WORLD)),
@@ -687,7 +687,7 @@ def prepare_body(program: bytes, openings: bytes, rank: int,
 
 def run_body(votes: Any) -> bytes:
     """The votes a party gathered, by rank, as a frame's header (the ``runR`` input)."""
-    from mplang.backends.wire import pack_message
+    from mplang.transport.wire import pack_message
 
     return b"".join(pack_message({"exec": EXEC, "scope": SCOPE, "votes": votes}, []))
 
@@ -731,9 +731,9 @@ class Prepare:
 
     @staticmethod
     def parse(body: bytes) -> Prepare | None:
-        from mplang.backends.simp_worker.consent import split_program
-        from mplang.backends.wire import split_frame
         from mplang.edsl.errors import MPLangError
+        from mplang.transport.wire import split_frame
+        from mplang.worker.consent import split_program
 
         try:
             header, payload = split_frame(body)
@@ -934,7 +934,7 @@ def generate_consent(ch: Chooser, seeds: Sequence[bytes]) -> tuple[str, bytes]:
         program, openings = prep.program(), prep.encoded_openings()
     header = None
     if ch.int(0, 9) == 0:  # the split point, wrong or of the wrong type
-        from mplang.backends.simp_worker.consent import PROGRAM_BYTES
+        from mplang.worker.consent import PROGRAM_BYTES
 
         header = {"exec": EXEC, "scope": SCOPE, PROGRAM_BYTES: pick(
             ch, (len(program) + ch.int(-3, 3), 0, -1, len(program) + len(openings) + 1,
@@ -1024,10 +1024,10 @@ def decode_program_input(mode: str, data: bytes, load: bool = True,
     """What a worker does with a received program: decode, verify, type check (3 parties).
     An accepted program must also re-encode and, if ``load``, load as `mp.load` does
     (`Program.from_bytes`: the same checks under the world size of its metadata)."""
-    from mplang.backends.wire import split_frame
     from mplang.edsl.primitive import check_types
     from mplang.edsl.program import Program
     from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
+    from mplang.transport.wire import split_frame
 
     stage("split_frame")
     payload: bytes | memoryview = split_frame(data)[1] if mode == "run" else data
@@ -1048,7 +1048,7 @@ def decode_program_input(mode: str, data: bytes, load: bool = True,
 def decode_value_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
     """What a worker does with a received value (``msg``: a /msg body around it); an
     accepted value must also re-encode."""
-    from mplang.backends.wire import decode_value, encode_value_bytes, split_frame
+    from mplang.transport.wire import decode_value, encode_value_bytes, split_frame
 
     stage("split_frame")
     payload: bytes | memoryview = split_frame(data)[1] if mode == "msg" else data
@@ -1065,11 +1065,11 @@ def decode_consent_input(mode: str, data: bytes, stage: Stage = _ignore) -> Any:
     the commitments and open (`open_program`), take the program digest; an accepted
     program must re-encode opened. With gathered votes: check the others' votes (a
     worker gathers them by rank, so anything but an object stands for none)."""
-    from mplang.backends.simp_worker.consent import check_votes, split_program
-    from mplang.backends.wire import split_frame
     from mplang.cluster.commitments import open_program, program_digest
     from mplang.edsl.primitive import check_types
     from mplang.edsl.serde import decode_graph_bundle, encode_graph_bundle
+    from mplang.transport.wire import split_frame
+    from mplang.worker.consent import check_votes, split_program
 
     kind, rank = mode[:-1], int(mode[-1])
     stage("split_frame")
@@ -1165,7 +1165,7 @@ def child_main(decoder: str, path: str, start: int, rss_mib: int, mem_gib: int) 
     """Decode inputs ``start..`` of ``path``, one JSON line each on stdout."""
     limit = mem_gib << 30
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    import mplang.backends.spu_impl  # noqa: F401 - with mplang: every dialect and codec
+    import mplang.kernels.spu.run  # noqa: F401 - with mplang: every dialect and codec
 
     inputs = read_inputs(path)
     out = sys.stdout

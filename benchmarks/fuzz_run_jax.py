@@ -198,8 +198,8 @@ def _worker() -> Any:
     import jax
 
     import mplang  # noqa: F401 - registers the dialects' kernels
-    from mplang.backends.simp_worker.state import SimpWorker
     from mplang.runtime.object_store import ObjectStore
+    from mplang.worker.state import SimpWorker
 
     # run each computation before returning, so a crash is charged to its own mutant
     jax.config.update("jax_cpu_enable_async_dispatch", False)

@@ -6,12 +6,12 @@ The public API is listed in ``__all__``.
 from mplang import builtin, simp
 from mplang.analysis import analyze
 from mplang.api import compile, evaluate, fetch
-from mplang.backends.simp_driver.http import Driver
-from mplang.backends.simp_driver.mem import Simulator
 from mplang.device.api import device, get_dev_attr, put
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device, Node
 from mplang.device.kinds import InsecureDeviceWarning
 from mplang.dialects import crypto, func, phe, spu, table, tensor
+from mplang.driver.http import Driver
+from mplang.driver.mem import Simulator
 from mplang.edsl.context import active_execution_context as current_context
 from mplang.edsl.errors import (
     MPCommunicationError,

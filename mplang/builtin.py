@@ -1,4 +1,4 @@
-"""The built-in extensions: importing a module registers its dialect, backend or device kind.
+"""The built-in extensions: importing a module registers its dialect, kernels or device kind.
 
 Third-party extensions register the same way from their own modules, loaded with
 `mplang.frontend.plugins.load_plugin` (``mplang worker --plugin NAME``).
@@ -7,24 +7,24 @@ Third-party extensions register the same way from their own modules, loaded with
 import importlib
 import pkgutil
 
-import mplang.backends
 import mplang.device
 import mplang.dialects
+import mplang.kernels
 
-SIMP_BACKEND = ("mplang.backends.simp_worker.ops", "mplang.backends.simp_driver.ops")
-"""The simp dialect's backend: its worker and driver kernels."""
+SIMP_KERNELS = ("mplang.worker.ops", "mplang.driver.ops")
+"""The simp dialect's kernels: on the workers and on the driver."""
 
 
 def _modules() -> list[str]:
-    """Every dialect module, every ``*_impl`` backend module, the simp backend and every
-    device module (the kinds among them register themselves)."""
-    def members(package: object, suffix: str = "") -> list[str]:
+    """Every dialect module, every module and package of `mplang.kernels` (a package
+    imports its registering modules), the simp kernels and every device module (the
+    kinds among them register themselves)."""
+    def members(package: object) -> list[str]:
         path = package.__path__  # type: ignore[attr-defined]
         prefix = package.__name__ + "."  # type: ignore[attr-defined]
-        return sorted(prefix + m.name for m in pkgutil.iter_modules(path)
-                      if not m.ispkg and m.name.endswith(suffix))
+        return sorted(prefix + m.name for m in pkgutil.iter_modules(path))
 
-    return [*members(mplang.dialects), *members(mplang.backends, "_impl"), *SIMP_BACKEND,
+    return [*members(mplang.dialects), *members(mplang.kernels), *SIMP_KERNELS,
             *members(mplang.device)]
 
 

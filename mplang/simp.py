@@ -1,7 +1,5 @@
 """The ``simp`` API as users see it: the dialect's primitives plus the context factories."""
 
-from mplang.backends.simp_driver.http import make_driver
-from mplang.backends.simp_driver.mem import make_simulator
 from mplang.dialects.simp import (
     constant,
     converge,
@@ -13,6 +11,8 @@ from mplang.dialects.simp import (
     uniform_cond,
     while_loop,
 )
+from mplang.driver.http import make_driver
+from mplang.driver.mem import make_simulator
 
 __all__ = [
     "constant",

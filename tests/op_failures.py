@@ -1,5 +1,5 @@
 """How the failure of an op on a party looks outside the party and in its log
-(`mplang.backends.simp_worker.failures.Containment`), for tests to compare with: outside,
+(`mplang.worker.failures.Containment`), for tests to compare with: outside,
 a generic `mp.MPRuntimeError` naming the op, its source line, the node and the party;
 in the log (the ``mplang.worker`` logger), the failure's full text."""
 

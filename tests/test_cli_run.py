@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import mplang as mp
-from mplang.backends.simp_driver.base import SimpDriver
 from mplang.cli import run as cli_run
 from mplang.cli.main import main
+from mplang.driver.base import SimpDriver
 from mplang.edsl.context import set_default_context
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "run_me.py"

@@ -21,7 +21,6 @@ import pytest
 
 import mplang as mp
 from mplang import builtin
-from mplang.backends import wire
 from mplang.cluster.commitments import program_digest
 from mplang.dialects.spu import SecretShareType
 from mplang.edsl import registry as primitive_registry
@@ -33,6 +32,7 @@ from mplang.edsl.traits import OpTraits
 from mplang.edsl.typing import BaseType, MPType, TensorType, registered_types
 from mplang.frontend import list_ops
 from mplang.runtime.backend import missing_kernels
+from mplang.transport import wire
 from tests.dialects.corpus import CLUSTER, corpora
 
 BUILTIN_DIALECTS = frozenset(m.rsplit(".", 1)[1] for m in builtin.MODULES

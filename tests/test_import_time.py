@@ -80,19 +80,19 @@ USES = [
     ("from mplang.dialects.table_sql import sql_connection\nsql_connection().close()",
      "duckdb"),
     (PROGRAM, "graphviz"),
-    ("from mplang.backends.phe_impl import heu\nheu()", "heu"),
+    ("from mplang.kernels.phe import heu\nheu()", "heu"),
     ("mplang.policy.Policy.parse('drivers: [alice]')", "yaml"),
     ("mplang.frontend.plugins.discover()", "importlib.metadata"),
-    ("from mplang.backends.crypto_impl import aes_gcm_seal\naes_gcm_seal(bytes(32), b'x', b'')",
+    ("from mplang.kernels.crypto import aes_gcm_seal\naes_gcm_seal(bytes(32), b'x', b'')",
      "cryptography.hazmat.primitives.ciphers.aead"),
-    ("from mplang.backends.crypto_impl import hkdf_sha256\nhkdf_sha256(b'k', b'', 16)",
+    ("from mplang.kernels.crypto import hkdf_sha256\nhkdf_sha256(b'k', b'', 16)",
      "cryptography.hazmat.primitives.kdf.hkdf"),
     (KEYGEN, "cryptography.x509"),
     (KEYGEN, "cryptography.hazmat.primitives.serialization"),
     (SPU_CONFIG, "spu"),
     (SPU_CONFIG, "spu.libspu"),
-    ("from mplang.backends.mux_client import MuxClients", "asyncio"),
-    ("from mplang.backends.mux_client import MuxClients", "uvloop"),
+    ("from mplang.transport.mux_client import MuxClients", "asyncio"),
+    ("from mplang.transport.mux_client import MuxClients", "uvloop"),
     (SANDBOX, "multiprocessing"),
 ]
 """Code that needs a library of `LAZY`, and the library."""
@@ -107,7 +107,7 @@ def test_the_code_that_needs_a_library_loads_it(code: str, library: str) -> None
 
 def test_a_table_crosses_the_wire_when_pyarrow_is_imported_after_mplang() -> None:
     """The table codec names its class, so it applies to tables made after it registered."""
-    code = ("import mplang\nimport pyarrow as pa\nfrom mplang.backends import wire\n"
+    code = ("import mplang\nimport pyarrow as pa\nfrom mplang.transport import wire\n"
             "t = pa.table({'a': [1, 2]})\ndata = wire.encode_value_bytes(t)\n"
             "assert wire.split_frame(data)[0]['kind'] == 'table.table'\n"
             "assert wire.decode_value(data).equals(t)\n"
@@ -118,9 +118,9 @@ def test_a_table_crosses_the_wire_when_pyarrow_is_imported_after_mplang() -> Non
 
 
 def test_a_codec_named_by_class_is_refused_twice() -> None:
-    import mplang.backends.table_wire  # noqa: F401  (it registers the table codec)
-    from mplang.backends.wire import ValueCodec, register_value_codec
+    import mplang.kernels.table_wire  # noqa: F401  (it registers the table codec)
     from mplang.dialects.table import TableType
+    from mplang.transport.wire import ValueCodec, register_value_codec
 
     with pytest.raises(ValueError, match=r"a value codec for 'table\.table' / Table exists"):
         register_value_codec(ValueCodec(TableType, "pyarrow.lib.Table", list, list))
@@ -129,7 +129,7 @@ def test_a_codec_named_by_class_is_refused_twice() -> None:
 def test_the_mock_vendor_key_is_the_public_key_of_its_seed() -> None:
     """``MOCK_VENDOR_PUBLIC_KEY`` is written out (no cryptography at import): it must stay
     the public key of ``MOCK_VENDOR_SEED``."""
-    from mplang.backends.crypto_impl import ed25519_public
-    from mplang.backends.tee_impl import MOCK_VENDOR_PUBLIC_KEY, MOCK_VENDOR_SEED
+    from mplang.kernels.crypto import ed25519_public
+    from mplang.kernels.tee import MOCK_VENDOR_PUBLIC_KEY, MOCK_VENDOR_SEED
 
     assert ed25519_public(MOCK_VENDOR_SEED).hex() == MOCK_VENDOR_PUBLIC_KEY

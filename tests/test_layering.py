@@ -6,10 +6,12 @@ big the package and its modules may grow.
 - the IR core (``mplang.edsl``) imports nothing above it: only ``mplang.edsl`` and
   ``mplang.util``; the execution core (``mplang.runtime``) and a party's storage
   import only the IR core beside themselves;
-- dialects (IR definitions) import neither backends nor the runtime;
-- the driver side of simp never imports the worker's HTTP server or its state;
+- each folder of the package imports only the folders `ARROWS` allows it;
+- no module imports another module's private names;
+- dialects (IR definitions) import neither kernels nor the runtime;
+- the driver never imports the worker's HTTP server or its state;
 - ``import mplang`` loads no web framework;
-- the device layer does not import backends;
+- the device layer imports no kernels, transport, driver or worker;
 - SPU is an extension: few modules outside SPU's own ones mention it;
 - no module has over `MAX_MODULE_LINES` non-blank lines, and the package's lines of
   code (``benchmarks/linecount.py``) stay within `LINE_BUDGET`.
@@ -33,13 +35,11 @@ from benchmarks import linecount
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mplang"
 
-SPU_OWN = frozenset(["mplang/dialects/spu.py", "mplang/device/spu.py",
-                     "mplang/analysis/spu_rounds.py",
-                     "mplang/backends/psi_impl.py", "mplang/backends/psi_npc_impl.py",
-                     "mplang/backends/psi_ub_impl.py", "mplang/backends/psi_sorted.py"])
-"""SPU's own modules (plus ``mplang/backends/spu_*.py``). The ``psi_*_impl`` modules run
-libpsi, which ships in the spu wheel (``spu.psi``): they name the package, not the SPU
-dialect. ``psi_sorted`` runs libspu's ABY3 among three holders for ``psi.join_n``."""
+SPU_OWN = ("mplang/dialects/spu.py", "mplang/device/spu.py", "mplang/analysis/spu_rounds.py",
+           "mplang/kernels/spu/", "mplang/kernels/psi/")
+"""SPU's own modules and folders. The ``psi`` kernels run libpsi, which ships in the spu
+wheel (``spu.psi``): they name the package, not the SPU dialect; ``psi/aby3.py`` runs
+libspu's ABY3 among three holders for ``psi.join_n``."""
 MAX_SPU_MENTIONS = 3
 MAX_MODULE_LINES = 600
 """The most non-blank lines (``grep -c .``) one module may have."""
@@ -59,14 +59,14 @@ and refusals naming the ops to use), then from 26,200 for `secure_mean_variance`
 error stays within 1e-6 on every ring, and the fraction bits a device computes with,
 then from 26,300 for the estimators in scikit-learn's style (``mplang.libs.estimators``),
 then from 26,450 for secure sessions kept across evaluations
-(``mplang.backends.spu_sessions``), then from 26,800 by the 838 lines of
+(``mplang.kernels.spu.sessions``), then from 26,800 by the 838 lines of
 differentially private releases: ``mplang.libs.dp``, their flow rules, the privacy
 budget ledger and ``mplang budget``, then from 27,638 for issue 30's tools for users (native
 logs kept out of a program's output, ``mplang status``, the audit report by run,
 ``--data-root`` for ``mplang run`` and ``mplang ir``, ``trace summarize --by line``, whole
 console lines, notebook tables and progress, and errors that say what to do), then from
 28,400 for ``psi.join_n``'s ``aby3`` protocol, which reveals the n-way intersection and
-nothing else (``mplang.backends.psi_sorted``), then from 28,700 for bodies received in huge
+nothing else (``mplang.kernels.psi.aby3``), then from 28,700 for bodies received in huge
 pages (``mux.body_buffer``) and a run's messages going only to the parties that voted for
 it, then from 28,720 for ``/fetch`` and ``/delete`` served without the web app (a crash
 answered, not fatal to the connection) and the workers' ``--vote-seconds``, then from
@@ -79,7 +79,7 @@ library functions members derive themselves, releases remembered across programs
 ``max_releases``, ``psi_protocols``, policy reloads, stalled HTTP/1.1 bodies dropped and
 exact DP budgets, then from 29,360 for the audit naming what left each party and the
 policy entry that allowed it (``releases``), then from 29,370 for issue 43's second part
-(+320): labels through SQL read with DuckDB's parser (``mplang.policy.sql_flows``), the
+(+320): labels through SQL read with DuckDB's parser (``mplang.flows.sql_flows``), the
 simulator judging by the init policies (``policies=`` folders and ``"open"``, ``mplang
 run --policies/--open``, ``mplang check --sim``), ``intersection`` rules, group-bys as
 one release per grouping with the key holder's approval, run-time row checks only
@@ -166,8 +166,8 @@ def test_the_import_parser_sees_imports() -> None:
     """The parser finds known imports of each kind (so the rules below can fail)."""
     api = {m for m, _ in mplang_imports("mplang.api", top_only=True)}
     assert {"mplang.edsl.program", "mplang.device.cluster", "mplang.edsl.errors"} <= api
-    ops = {m: i for m, i in mplang_imports("mplang.backends.simp_driver.ops", top_only=False)}
-    assert not ops["mplang.backends.simp_driver.base"].top_level  # under TYPE_CHECKING
+    ops = {m: i for m, i in mplang_imports("mplang.driver.ops", top_only=False)}
+    assert not ops["mplang.driver.base"].top_level  # under TYPE_CHECKING
     deferred = {m: i for m, i in mplang_imports("mplang.dialects.spu", top_only=False)}
     assert not deferred["mplang.analysis.cost_model"].top_level  # inside a cost rule
     assert len(MODULES) > 50
@@ -240,11 +240,82 @@ def _violations(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
     return sorted(set(out))
 
 
+ARROWS: dict[str, frozenset[str]] = {folder: frozenset(imported.split()) for folder, imported in {
+    "edsl": "",
+    "runtime": "edsl util",
+    "storage": "edsl",
+    "flows": "edsl util",
+    "passes": "edsl",
+    "analysis": "edsl flows runtime util",
+    "frontend": "analysis edsl flows",
+    "dialects": "analysis edsl flows frontend util",
+    "records": "analysis edsl flows runtime util",
+    "device": "cluster dialects edsl flows frontend",
+    "policy": "cluster device edsl flows runtime",
+    "transport": "cluster device edsl records runtime",
+    "kernels": "dialects edsl flows frontend records runtime storage transport util worker",
+    "worker": "cluster device dialects edsl kernels policy records runtime storage transport util",
+    "driver": "cluster device dialects edsl kernels policy records runtime storage transport util "
+              "worker",
+    "cluster": "device driver edsl policy transport",
+    "libs": "mplang device dialects edsl flows",
+    "cli": "mplang cluster driver edsl frontend libs policy records runtime transport util worker",
+}.items()}
+"""The folders each folder of the package imports (module-level or deferred): the flow
+engine imports only the IR core, the IR core nothing above it, dialects no kernels;
+``mplang`` is the package's own top (``import mplang as mp`` in libraries). The top's
+modules (``mplang/api.py``, ``mplang/builtin.py``) may import any folder."""
+
+
+def folder_of(module: str) -> str:
+    """The folder of the package ``module`` is in (``mplang`` for the top's modules)."""
+    parts = module.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and MODULES[module].name == "__init__.py"):
+        return parts[1]
+    return "mplang"
+
+
+def folder_arrows() -> dict[str, set[str]]:
+    """Each folder's imports of other folders, as the source has them."""
+    arrows: dict[str, set[str]] = {}
+    for name in MODULES:
+        here = folder_of(name)
+        for imported, _ in mplang_imports(name, top_only=False):
+            there = folder_of(imported)
+            if there != here:
+                arrows.setdefault(here, set()).add(there)
+    return arrows
+
+
+def test_each_folder_imports_only_the_folders_it_may() -> None:
+    arrows = folder_arrows()
+    extra = {f: sorted(t - ARROWS.get(f, frozenset())) for f, t in arrows.items() if f != "mplang"}
+    assert {f: t for f, t in extra.items() if t} == {}
+    assert {f: sorted(t) for f, t in ARROWS.items()} == {
+        f: sorted(arrows.get(f, set())) for f in ARROWS}, "ARROWS allows an unused arrow"
+
+
+def private_imports() -> list[str]:
+    """``module -> other._name`` for each import of another module's private name."""
+    out = []
+    for name in MODULES:
+        for imp in imports_of(name):
+            module, _, attr = imp.module.rpartition(".")
+            if attr.startswith("_") and not attr.startswith("__") and module in MODULES \
+                    and module != name:
+                out.append(f"{name} -> {imp.module}")
+    return out
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert private_imports() == []
+
+
 @pytest.mark.parametrize("prefix, forbidden", [
-    ("mplang.dialects", ("mplang.backends", "mplang.runtime")),
-    ("mplang.backends.simp_driver", ("mplang.backends.simp_worker.http",
-                                     "mplang.backends.simp_worker.server")),
-    ("mplang.device", ("mplang.backends",)),
+    ("mplang.dialects", ("mplang.kernels", "mplang.runtime")),
+    ("mplang.driver", ("mplang.worker.http",
+                                     "mplang.worker.server")),
+    ("mplang.device", ("mplang.kernels", "mplang.transport", "mplang.driver", "mplang.worker")),
 ])
 def test_layer_does_not_import(prefix: str, forbidden: tuple[str, ...]) -> None:
     assert any(n.startswith(prefix + ".") for n in MODULES), prefix
@@ -253,8 +324,8 @@ def test_layer_does_not_import(prefix: str, forbidden: tuple[str, ...]) -> None:
 
 def test_layer_rule_detects_a_violation() -> None:
     """The same rule reports a real import (so an empty list above means something)."""
-    hits = _violations("mplang.backends.simp_driver", ("mplang.runtime.backend",))
-    assert any(h.startswith("mplang/backends/simp_driver/base.py:") for h in hits)
+    hits = _violations("mplang.driver", ("mplang.runtime.backend",))
+    assert any(h.startswith("mplang/driver/base.py:") for h in hits)
 
 
 def _under(module: str, prefix: str) -> bool:
@@ -283,6 +354,7 @@ CORE = ("mplang.edsl", "mplang.util")
     ("mplang.edsl", CORE),
     ("mplang.runtime", ("mplang.runtime", *CORE)),
     ("mplang.storage", ("mplang.storage", *CORE)),
+    ("mplang.flows", ("mplang.flows", *CORE)),
 ])
 def test_layer_imports_only_below_it(prefix: str, allowed: tuple[str, ...]) -> None:
     assert any(n.startswith(prefix + ".") for n in MODULES), prefix
@@ -295,7 +367,7 @@ def test_the_core_rule_detects_imports_above_the_core() -> None:
     assert any(h.startswith("mplang/cli/trace.py:") and h.endswith(
         "imports mplang.records.trace_file") for h in hits), hits
     assert any(h.startswith("mplang/cli/main.py:") and h.endswith(
-        "imports mplang.backends.simp_worker.http (deferred)") for h in hits), hits
+        "imports mplang.worker.http (deferred)") for h in hits), hits
 
 
 def modules_over(limit: int) -> list[str]:
@@ -360,15 +432,14 @@ def test_importing_mplang_loads_no_web_framework() -> None:
 
 def test_the_worker_server_does_load_one() -> None:
     """The check above can fail: the worker's HTTP server brings the frameworks in."""
-    assert "fastapi" in web_frameworks_loaded_by("mplang.backends.simp_worker.http")
+    assert "fastapi" in web_frameworks_loaded_by("mplang.worker.http")
 
 
 def spu_mentions() -> list[str]:
     out = []
     for path in MODULES.values():
         rel = path.relative_to(ROOT).as_posix()
-        if rel in SPU_OWN or (rel.startswith("mplang/backends/spu_") and "/" not in
-                              rel[len("mplang/backends/"):]):
+        if rel.startswith(SPU_OWN):
             continue
         if "spu" in path.read_text().lower():
             out.append(rel)

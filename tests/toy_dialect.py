@@ -21,9 +21,9 @@ from mplang.device.ppu import PPU
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType
+from mplang.flows.engine import Analysis
+from mplang.flows.labels import Label, impure
 from mplang.frontend.module import FeModule
-from mplang.policy.flows import Analysis
-from mplang.policy.labels import Label, impure
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 

@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 
 from mplang.analysis.cost_model import CostModel, OpCost, value_bytes
-from mplang.backends.wire import ValueCodec, register_value_codec
 from mplang.device.cluster import ClusterSpec, ClusterSpecError, Device
 from mplang.device.kinds import (
     DeviceKind,
@@ -74,11 +73,12 @@ from mplang.edsl.typing import (
     ValueType,
     register_type,
 )
+from mplang.flows.engine import conservative
 from mplang.frontend.feop import feop
 from mplang.frontend.module import FeModule
-from mplang.policy.flows import conservative
 from mplang.runtime.backend import WorkerEnv, register_backend
 from mplang.runtime.interpreter import Interpreter
+from mplang.transport.wire import ValueCodec, register_value_codec
 
 mark_library(__file__)  # ops traced in this module are located at the user's line
 

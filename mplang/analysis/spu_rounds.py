@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import math
 
-from mplang.analysis.stablehlo import Block, Module, Op, parse
+from mplang.flows.stablehlo import Block, Module, Op, parse
 
 ROUNDS: dict[str, tuple[int, int]] = {
     # comparisons: a carry chain over the ring's bits

@@ -54,7 +54,7 @@ _OTHER_MODULES: tuple[tuple[str, str], ...] = (
     ("mplang.edsl.primitive", _EXTEND),
     ("mplang.frontend.module", _EXTEND),
     ("mplang.runtime.backend", _EXTEND),
-    ("mplang.backends.wire", _EXTEND),
+    ("mplang.transport.wire", _EXTEND),
     ("mplang.device.kinds", _EXTEND),
 )
 """Modules documented besides the package's own exports and its libraries: the

@@ -150,12 +150,12 @@ LIMIT_OPTIONS = {
 
 
 def _worker(args: argparse.Namespace, cluster: mp.ClusterSpec) -> int:
-    from mplang.backends.simp_worker.executions import WorkerLimits
-    from mplang.backends.simp_worker.http import serve
-    from mplang.backends.simp_worker.server import WorkerServer
     from mplang.cluster.identity import format_fingerprint, load_identity
     from mplang.records.audit import default_path as default_audit_path
     from mplang.runtime import native_logs
+    from mplang.transport.limits import WorkerLimits
+    from mplang.worker.http import serve
+    from mplang.worker.server import WorkerServer
 
     native_logs.level()  # refuse a wrong MPLANG_LOG before serving
     native_logs.keep_descriptors()  # this worker's output is the party's log
@@ -251,7 +251,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _budget(args: argparse.Namespace) -> int:
-    from mplang.backends.upload_client import budget
+    from mplang.driver.upload_client import budget
     from mplang.policy.ledger import format_report
 
     report = budget(args.cluster, args.node, key=args.key)
@@ -260,7 +260,7 @@ def _budget(args: argparse.Namespace) -> int:
 
 
 def _put(args: argparse.Namespace) -> int:
-    from mplang.backends.upload_client import put, read_npy
+    from mplang.driver.upload_client import put, read_npy
 
     answer = put(args.cluster, args.node, args.name, read_npy(args.file), key=args.key)
     shape = "x".join(map(str, answer["shape"])) or "scalar"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import mplang as mp
-from mplang.backends.simp_driver.base import SimpDriver
+from mplang.driver.base import SimpDriver
 from mplang.edsl.context import set_default_context
 from mplang.edsl.location import is_user_file
 

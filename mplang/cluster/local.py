@@ -229,7 +229,7 @@ class LocalCluster:
 
     def driver(self, **options: Any) -> Any:
         """A `mp.Driver` for these workers with `driver_key`."""
-        from mplang.backends.simp_driver.http import Driver
+        from mplang.driver.http import Driver
 
         return Driver(self.spec_path, key=self.driver_key, **options)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mplang.backends.mux_client import MuxClients
     from mplang.cluster.identity import LocalIdentity
     from mplang.device.cluster import ClusterSpec
+    from mplang.transport.mux_client import MuxClients
 
 
 def package_version() -> str:
@@ -45,15 +45,15 @@ class NodeStatus:
 
 def _ask(clients: MuxClients, rank: int, status: NodeStatus, spec_digest: str, own: str,
          timeout: float) -> None:
-    from mplang.backends.mux_client import host_port
-    from mplang.backends.transport_errors import (
+    from mplang.cluster.identity import presented_fingerprint
+    from mplang.transport.errors import (
         CertificateMismatch,
         StatusError,
         TransportError,
         UnreachableError,
         start_worker_hint,
     )
-    from mplang.cluster.identity import presented_fingerprint
+    from mplang.transport.mux_client import host_port
 
     node = status.node
     try:
@@ -95,7 +95,7 @@ def _ask(clients: MuxClients, rank: int, status: NodeStatus, spec_digest: str, o
 def cluster_status(spec: ClusterSpec, identity: LocalIdentity,
                    timeout: float = 5.0) -> list[NodeStatus]:
     """Each node's status, asked at once."""
-    from mplang.backends.mux_client import MuxClients
+    from mplang.transport.mux_client import MuxClients
 
     clients = MuxClients(spec, identity, timeout)
     statuses = []

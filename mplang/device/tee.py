@@ -46,8 +46,8 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_unflatten
 from mplang.edsl.tracer import TracedFunction, Tracer, current_tracer, trace_function
 from mplang.edsl.typing import Mask, MPType, TensorType
+from mplang.flows.engine import region_digest
 from mplang.frontend.feop import is_feop
-from mplang.policy.flows import region_digest
 
 SECURITY_MODEL = (
     "the TEE's hardware and attestation vendor are trusted, and no party (the TEE's own "

@@ -9,11 +9,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from mplang.analysis.stablehlo import traced_line
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.graph import Graph
 from mplang.edsl.location import raised_at
 from mplang.edsl.typing import TensorType
+from mplang.flows.stablehlo import traced_line
 from mplang.util.lru import LRUCache
 
 

@@ -17,7 +17,7 @@ symmetric keys and shared secrets are *confined* types (`BaseType.confined`): th
 type rules refuse to move them, to run a pcall on them at another party or to fetch
 them, so key material stays at the party that made it. Public keys move freely.
 Keygens and ``aes_encrypt`` draw randomness, so they are not pure (never merged or
-removed by passes). The kernels are in `mplang.backends.crypto_impl`.
+removed by passes). The kernels are in `mplang.kernels.crypto`.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from mplang.edsl.typing import (
     numpy_dtype,
     register_type,
 )
+from mplang.flows.crypto_flows import key_flow, open_flow, seal_flow
+from mplang.flows.dp_flows import entropy_flow
 from mplang.frontend.module import FeModule
-from mplang.policy.crypto_flows import key_flow, open_flow, seal_flow
-from mplang.policy.dp_flows import entropy_flow
 
 __all__ = [
     "ALGORITHMS",
@@ -327,7 +327,7 @@ def random_bits(*, count: int, bits: int = 30) -> TensorType:
     """``count`` int32 words, each uniform in ``[0, 2**bits)``, from the OS CSPRNG. The
     words are the running party's secret: the flow analysis labels them so, and a
     differentially private release checks that each member's contribution is such a
-    fresh draw (`mplang.policy.dp_flows`)."""
+    fresh draw (`mplang.flows.dp_flows`)."""
     return TensorType("int32", (count,))
 
 

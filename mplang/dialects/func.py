@@ -20,9 +20,9 @@ from mplang.edsl.pytree import tree_unflatten
 from mplang.edsl.tracer import current_tracer, mp_leaves, trace_function
 from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import ValueType
+from mplang.flows.engine import Analysis, PartyLabels
+from mplang.flows.labels import Label
 from mplang.frontend.feop import feop
-from mplang.policy.flows import Analysis, PartyLabels
-from mplang.policy.labels import Label
 
 
 def _body_cost(op: Operation, model: CostModel) -> OpCost:

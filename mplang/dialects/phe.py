@@ -54,8 +54,7 @@ from mplang.edsl.typing import (
     is_symbolic,
     register_type,
 )
-from mplang.frontend.feop import feop
-from mplang.policy.phe_flows import (
+from mplang.flows.phe_flows import (
     additive_flow,
     bucket_sum_flow,
     decrypt_flow,
@@ -65,6 +64,7 @@ from mplang.policy.phe_flows import (
     mul_plain_flow,
     sum_flow,
 )
+from mplang.frontend.feop import feop
 
 mark_library(__file__)
 

@@ -7,15 +7,15 @@ same name and dtype on every side:
   party B): each party gets its own rows for the shared keys (``inner``), or also its
   unmatched rows (``left``, ``full``), both results aligned row by row;
 - ``psi.intersection_size``: only the number of distinct shared keys, for the
-  parties named by ``reveal_to`` (ECDH over X25519, see `mplang.backends.psi_count`);
+  parties named by ``reveal_to`` (ECDH over X25519, see `mplang.kernels.psi.count`);
 - ``psi.join_n`` (ABY3 on secret shares, or libpsi: ECDH_3PC, ECDH_NPC, KKRT_NPC) of n
   tables: each holder gets its own rows for the keys all n hold, aligned;
 - ``psi.ub_prepare`` and ``psi.ub_join``: unbalanced PSI (libpsi's ECDH-OPRF), a
   server's set prepared once into its data root, then joined with clients' small sets.
 
-Declarations, type and flow rules; the kernels are in `mplang.backends.psi_impl`
-(the join), `mplang.backends.psi_count` (the count), `mplang.backends.psi_npc_impl`
-(n parties) and `mplang.backends.psi_ub_impl` (unbalanced), the user-facing functions
+Declarations, type and flow rules; the kernels are in `mplang.kernels.psi.join`
+(the join), `mplang.kernels.psi.count` (the count), `mplang.kernels.psi.join_n`
+(n parties) and `mplang.kernels.psi.unbalanced` (unbalanced), the user-facing functions
 in `mplang.libs.psi`.
 """
 
@@ -37,9 +37,9 @@ from mplang.edsl.primitive import Operand, Primitive, Result, Signature, held
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import Mask, MPType, TensorType, ValueType, is_symbolic, scalar
+from mplang.flows.engine import Analysis, PartyLabels
+from mplang.flows.labels import Label, compared, join_all, membership, raw, source, subset
 from mplang.frontend.feop import feop
-from mplang.policy.flows import Analysis, PartyLabels
-from mplang.policy.labels import Label, compared, join_all, membership, raw, source, subset
 
 mark_library(__file__)
 

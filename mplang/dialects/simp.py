@@ -1,7 +1,7 @@
 """The `simp` dialect: SPMD primitives across parties.
 
 Each op is declared once here, with its type, flow and cost rules; kernels live in
-`backends/simp_driver` and `backends/simp_worker`.
+`mplang.driver.ops` and `mplang.worker.ops`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from mplang.edsl.tracer import (
 )
 from mplang.edsl.traits import WORKER_AND_DRIVER, OpTraits
 from mplang.edsl.typing import BaseType, Mask, MPType, TensorType, ValueType, scalar
+from mplang.flows.engine import Analysis, PartyLabels, everywhere, merge
+from mplang.flows.labels import FOREIGN, Label, join, leading_rows, source
 from mplang.frontend.feop import feop
-from mplang.policy.flows import Analysis, PartyLabels, everywhere, merge
-from mplang.policy.labels import FOREIGN, Label, join, leading_rows, source
 
 
 def _shuffle_static_cost(op: Operation, model: CostModel) -> OpCost:

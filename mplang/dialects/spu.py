@@ -9,7 +9,7 @@ Beaver source) as attributes, so a program is self-contained. ``run`` also
 carries the StableHLO its executable was compiled from: the flow rule and the
 round estimate read it, and workers check that it compiles to the executable.
 The share type, the ops' declarations, type, flow and cost rules live here;
-kernels, the share codec and the payload check in ``backends/spu_impl.py``, the
+kernels, the share codec and the payload check in ``kernels/spu/``, the
 device kind in ``device/spu.py``.
 """
 
@@ -31,7 +31,6 @@ from jax.extend.mlir import hlo_to_stablehlo
 from jax.extend.mlir import ir as _ir
 from jax.interpreters.mlir import make_ir_context
 
-from mplang.analysis.stablehlo import hlo
 from mplang.dialects.common import remember_located, trace_failure
 from mplang.dialects.simp import converge_p
 from mplang.dialects.symbolic import avals, exported, probe_text
@@ -58,13 +57,12 @@ from mplang.edsl.typing import (
     numpy_dtype,
     register_type,
 )
-from mplang.frontend.cache import CompileCache
-from mplang.frontend.feop import feop
-from mplang.policy.dp_flows import release_flow
-from mplang.policy.flows import Analysis, PartyLabels, conservative, everywhere
-from mplang.policy.labels import approved, row_count, suppressed
-from mplang.policy.program_flows import labels_through
-from mplang.policy.vouched import (
+from mplang.flows.dp_flows import release_flow
+from mplang.flows.engine import Analysis, PartyLabels, conservative, everywhere
+from mplang.flows.labels import approved, row_count, suppressed
+from mplang.flows.program_flows import labels_through
+from mplang.flows.stablehlo import hlo
+from mplang.flows.vouched import (
     Approvable,
     Releasing,
     Suppressing,
@@ -72,6 +70,8 @@ from mplang.policy.vouched import (
     min_rows_of,
     vouched,
 )
+from mplang.frontend.cache import CompileCache
+from mplang.frontend.feop import feop
 
 ir: Any = _ir  # the MLIR bindings ship no type stubs
 SHARE_SCHEME = "spu"
@@ -441,14 +441,14 @@ def lower(fn: Callable[..., Any], avals: list[Any], located: bool = False
     source location (a program carries it without)."""
     import spu.utils.frontend as spu_frontend
 
-    hlo, out_avals = _patched_for_libspu(
+    hlo, out_avals = patched_for_libspu(
         lambda: spu_frontend._jax_compilation(fn, (), None, avals, {}))
     with make_ir_context():
         module = ir.Module.parse(hlo_to_stablehlo(hlo))
         return str(module.operation.get_asm(enable_debug_info=located)), out_avals
 
 
-def _patched_for_libspu(lowering: Callable[[], Any]) -> Any:
+def patched_for_libspu(lowering: Callable[[], Any]) -> Any:
     """``lowering()`` under libspu's JAX frontend patches (its float sort), with JAX's
     ``interpreter`` platform registered as libspu's frontend does."""
     import spu.utils.frontend as spu_frontend
@@ -469,8 +469,8 @@ def lower_symbolic(fn: Callable[..., Any], in_types: tuple[TensorType, ...]
                    ) -> tuple[str, Any]:
     """``fn`` on inputs of sizes known only at run time, exported once (``jax.export``,
     shape-polymorphic StableHLO text) for each member to refine and compile for each run's
-    sizes (`mplang.backends.spu_sizes`); and its output avals, with symbolic sizes."""
-    exp = _patched_for_libspu(lambda: jax_export.export(
+    sizes (`mplang.kernels.spu.sizes`); and its output avals, with symbolic sizes."""
+    exp = patched_for_libspu(lambda: jax_export.export(
         jax.jit(fn, keep_unused=True), platforms=["interpreter"])(*avals(in_types)))
     with make_ir_context():
         return (str(ir.Module.parse(exp.mlir_module())),
@@ -495,7 +495,7 @@ def _probe(stablehlo: bytes, in_types: tuple[TensorType, ...],
         exp = exported_run(stablehlo, in_types, out_types)
     except Exception:  # not StableHLO: the analyses treat it as unknown
         return None
-    return probe_text(exp, in_types, _patched_for_libspu)
+    return probe_text(exp, in_types, patched_for_libspu)
 
 
 def analysis_text(op: Operation) -> str | None:

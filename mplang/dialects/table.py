@@ -22,7 +22,7 @@ passed in. The type map and what the lockdown refuses: ``docs/tables.md``.
 
 This module declares the types, primitives and their rules, and the frontend ops;
 Arrow values are in `mplang.dialects.table_arrow`, the kernels and files in
-`mplang.backends.table_impl`, the wire codec in `mplang.backends.table_wire`.
+`mplang.kernels.table`, the wire codec in `mplang.kernels.table_wire`.
 """
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ from mplang.edsl.typing import (
     is_symbolic,
     register_type,
 )
+from mplang.flows.engine import Analysis, local_conservative
+from mplang.flows.labels import FOREIGN, Label, leading_rows, source, source_path, with_rows
+from mplang.flows.sql_flows import sql_labels
 from mplang.frontend.feop import feop
-from mplang.policy.flows import Analysis, local_conservative
-from mplang.policy.labels import FOREIGN, Label, leading_rows, source, source_path, with_rows
-from mplang.policy.sql_flows import sql_labels
 
 _SHORT = {"bool": "bool", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
           "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
@@ -312,7 +312,7 @@ def _write_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list
 @sql_p.def_local_flow
 def _sql_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """Row-local SQL keeps the rows, a ``WHERE`` selects some, sums aggregate them
-    (`mplang.policy.sql_flows`)."""
+    (`mplang.flows.sql_flows`)."""
     return [sql_labels(id(op), str(op.attrs["query"]), tuple(op.attrs["names"]), ins)]
 
 

@@ -2,7 +2,7 @@
 
 Real hardware quotes are out of reach here, so attestation is SIMULATED: a mock
 attestation service signs each quote with an Ed25519 key that is published in
-this code (`mplang.backends.tee_impl.MOCK_VENDOR_PUBLIC_KEY`), so anyone can make
+this code (`mplang.kernels.tee.MOCK_VENDOR_PUBLIC_KEY`), so anyone can make
 a valid mock quote. A mock quote shows the protocol's flow and catches honest
 mistakes (another measurement, another vendor key); it proves nothing about the
 hardware or the code the TEE node really runs.
@@ -31,9 +31,9 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.primitive import Constraint, Operand, Primitive, Result, Signature
 from mplang.edsl.traits import OpTraits
 from mplang.edsl.typing import TensorType, ValueType
+from mplang.flows.engine import Analysis, local_conservative
+from mplang.flows.labels import Flow, Label
 from mplang.frontend.feop import feop
-from mplang.policy.flows import Analysis, local_conservative
-from mplang.policy.labels import Flow, Label
 
 mark_library(__file__)
 
@@ -99,7 +99,7 @@ def _verify_rule(sig: Signature) -> list[ValueType]:
 @verify_quote_p.def_local_flow
 def _verify_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """The TEE's key: attested for the quote's computation when this party checked it
-    (`mplang.policy.crypto_flows`), a key like any other otherwise."""
+    (`mplang.flows.crypto_flows`), a key like any other otherwise."""
     return [Flow("foreign", enclave=str(op.attrs["computation"])) if own else None]
 
 

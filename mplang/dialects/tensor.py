@@ -28,7 +28,6 @@ from jax._src.config import traceback_in_locations_limit
 from jax._src.lib import xla_client
 
 from mplang.analysis.cost_model import local_cost
-from mplang.analysis.stablehlo import hlo, ir, make_ir_context
 from mplang.dialects.common import (
     as_array,
     canonical_type,
@@ -49,14 +48,15 @@ from mplang.edsl.text_printer import AttrCodec, PayloadError, register_attr_code
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.traits import LOCAL_EFFECT, LOCAL_PURE
 from mplang.edsl.typing import DTYPES, Mask, TensorType, ValueType, is_symbolic
+from mplang.flows.dp_flows import enclave_release_flow
+from mplang.flows.engine import Analysis, local_conservative
+from mplang.flows.labels import FOREIGN, Label, approved, leading_rows, source, source_path
+from mplang.flows.program_flows import through
+from mplang.flows.stablehlo import hlo, ir, make_ir_context
+from mplang.flows.vouched import Approvable, Releasing, library_attrs, vouched
 from mplang.frontend.cache import CompileCache
 from mplang.frontend.feop import feop
 from mplang.frontend.pyfuncs import name_of, register_pyfunc
-from mplang.policy.dp_flows import enclave_release_flow
-from mplang.policy.flows import Analysis, local_conservative
-from mplang.policy.labels import FOREIGN, Label, approved, leading_rows, source, source_path
-from mplang.policy.program_flows import through
-from mplang.policy.vouched import Approvable, Releasing, library_attrs, vouched
 from mplang.util.lru import LRUCache
 
 TENSOR = of_type(TensorType, name="a local tensor")
@@ -273,7 +273,7 @@ def exported_module(module: bytes) -> jax_export.Exported:
     """The ``jax.export.Exported`` of ``module``, built from its checked metadata (a
     function of a flat tuple of arrays returning a flat tuple). Its StableHLO is parsed
     when it is first lowered: a received module must pass the worker's payload check
-    (`mplang.backends.tensor_impl`) first."""
+    (`mplang.kernels.tensor`) first."""
     info = module_info(module)
     return exported(info.bytecode, info.in_types, info.out_types, info.platform,
                     info.calling_convention, info.kept)

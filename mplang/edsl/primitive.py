@@ -251,12 +251,12 @@ class Primitive:
         return rule
 
     def def_flow(self, rule: Callable[..., Any]) -> Callable[..., Any]:
-        """Attach the flow rule at the simp level (`mplang.policy.flows`)."""
+        """Attach the flow rule at the simp level (`mplang.flows.engine`)."""
         self._attach("flow", rule)
         return rule
 
     def def_local_flow(self, rule: Callable[..., Any]) -> Callable[..., Any]:
-        """Attach the flow rule inside party-local regions (`mplang.policy.flows`)."""
+        """Attach the flow rule inside party-local regions (`mplang.flows.engine`)."""
         self._attach("local_flow", rule)
         return rule
 

@@ -46,8 +46,8 @@ from mplang.edsl.primitive import (
 )
 from mplang.edsl.traits import LOCAL_PURE, ExecutionModel, OpKind, OpTraits
 from mplang.edsl.typing import BaseType, MPType, ValueType
+from mplang.flows.engine import conservative, local_conservative
 from mplang.frontend.feop import feop
-from mplang.policy.flows import conservative, local_conservative
 
 
 def _attr_type(hint: Any) -> type | tuple[type, ...]:

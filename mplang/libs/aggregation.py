@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -30,6 +30,7 @@ from mplang.edsl.object import MPObject
 from mplang.edsl.pytree import tree_flatten, tree_unflatten
 from mplang.edsl.tracer import current_tracer
 from mplang.edsl.typing import TensorType
+from mplang.flows.vouched import bind
 
 __all__ = ["bind", "device_value", "on_party", "reveal", "secure_device", "secure_mean",
            "secure_mean_variance", "secure_sum"]
@@ -105,18 +106,6 @@ def reveal(x: Any, to: str | None) -> Any:
 
 
 @functools.lru_cache(maxsize=512)
-def bind(fn: Callable[..., Any], *static: Any) -> Callable[..., Any]:
-    """``fn`` with its leading arguments fixed to the (hashable) ``static`` ones: one
-    function object per (fn, static), so devices' compile caches hit, and every
-    argument left is a device value (as a TEE requires)."""
-    @functools.wraps(fn)
-    def bound(*args: Any) -> Any:
-        return fn(*static, *args)
-
-    bound.static_args = static  # type: ignore[attr-defined]  # read by mplang.policy.vouched
-    return bound
-
-
 def _party_values(op: str, values: Any) -> list[MPObject]:
     if isinstance(values, MPObject) or not isinstance(values, Sequence) or not values:
         raise MPTypeError(f"{op}: values must be a non-empty list of device values, one per "

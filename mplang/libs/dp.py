@@ -41,8 +41,8 @@ A noisy mean is the noisy sum divided by the (public) row count: all of ``epsilo
 goes to the sum. On a TEE device (attestation SIMULATED here) the enclave draws the
 random words itself, inside the computation the data owners attest. The policies'
 ``dp`` rule accepts a release only if its members derived this module's function for
-the epsilon the op names (`mplang.policy.vouched`) and each member's random input is
-its own fresh draw, or the enclave's (`mplang.policy.dp_flows`); every release is
+the epsilon the op names (`mplang.flows.vouched`) and each member's random input is
+its own fresh draw, or the enclave's (`mplang.flows.dp_flows`); every release is
 charged to each data owner's budget when it accepts the program.
 """
 
@@ -65,9 +65,9 @@ from mplang.edsl.function import function
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
 from mplang.edsl.tracer import current_tracer
-from mplang.libs.aggregation import bind, device_value, secure_device
-from mplang.libs.groupby import _digit_counts, _secret_digits, digit_bases
-from mplang.policy.vouched import releasing
+from mplang.flows.vouched import bind, releasing
+from mplang.libs.aggregation import device_value, secure_device
+from mplang.libs.groupby import digit_bases, digit_counts, secret_digits
 
 mark_library(__file__)
 
@@ -177,7 +177,7 @@ def _noisy_histogram(epsilon: float, members: int, num_groups: int, high: int, l
     sensitivity 2 per group."""
     entropy, parts = shares[:members], shares[members:]
     keys = _rows(parts).astype(jnp.int32)
-    counts = _digit_counts(num_groups, *_secret_digits(num_groups, high, low, keys))
+    counts = digit_counts(num_groups, *secret_digits(num_groups, high, low, keys))
     return counts + _discrete_laplace(epsilon, 2, (num_groups,), entropy)
 
 

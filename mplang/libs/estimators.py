@@ -26,9 +26,9 @@ import mplang as mp
 from mplang.edsl.errors import MPLangError, MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.location import mark_library
+from mplang.flows.vouched import approvable, bind
 from mplang.libs import linear, secureboost
-from mplang.libs.aggregation import bind, device_value, reveal
-from mplang.policy.vouched import approvable
+from mplang.libs.aggregation import device_value, reveal
 
 mark_library(__file__)
 

@@ -34,7 +34,7 @@ that stay secret there, so no party learns which groups were small. That is the
 rule these functions rely on: a group's size depends on the keys, which a values
 owner cannot see, and each of its parties accepts a release only if its policy's
 ``aggregate`` rule allows ``min_rows``-row groups (its members derive the
-suppressing function themselves: `mplang.policy.vouched`). Pass
+suppressing function themselves: `mplang.flows.vouched`). Pass
 ``min_rows=1`` to suppress nothing, where no policy asks for more. The key holder's
 rows are weighted by the values (a peer's ``2 ** i`` would spell out its keys): its
 policy approves the group-by by name (``approve: - {library: mplang.libs.groupby,
@@ -55,8 +55,8 @@ import mplang as mp
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.typing import Dim
-from mplang.libs.aggregation import bind, device_value, on_party, reveal, secure_device
-from mplang.policy.vouched import suppressing
+from mplang.flows.vouched import bind, suppressing
+from mplang.libs.aggregation import device_value, on_party, reveal, secure_device
 
 __all__ = ["digit_bases", "groupby_count", "groupby_mean", "groupby_sum"]
 
@@ -124,7 +124,7 @@ def _bit_hot(k: Any, bits: range, start: Any) -> Any:
     return table
 
 
-def _secret_digits(num_groups: int, high: int, low: int, keys: Any) -> tuple[Any, Any]:
+def secret_digits(num_groups: int, high: int, low: int, keys: Any) -> tuple[Any, Any]:
     """The digit one-hots of secret keys, from their bits (``high``, ``low``: powers of
     two); int32 like `_plain_digits`."""
     k = keys.astype(jnp.int32)
@@ -153,7 +153,7 @@ def _columns_times(a: Any, b: Any) -> Any:
     return jnp.stack([a[:, j] @ b for j in range(a.shape[1])], axis=1)
 
 
-def _digit_counts(num_groups: int, high_hot: Any, low_hot: Any) -> Any:
+def digit_counts(num_groups: int, high_hot: Any, low_hot: Any) -> Any:
     return _columns_times(low_hot, high_hot).reshape(-1)[:num_groups]
 
 
@@ -162,13 +162,13 @@ def _suppressed_sums(num_groups: int, min_rows: int, high_hot: Any, low_hot: Any
                      values: Any) -> Any:
     """Per-group sums from the keys' digit one-hots, small groups zeroed."""
     sums = _digit_sums(num_groups, high_hot, low_hot, values)
-    return _suppress(sums, _digit_counts(num_groups, high_hot, low_hot), min_rows)
+    return _suppress(sums, digit_counts(num_groups, high_hot, low_hot), min_rows)
 
 
 @suppressing(min_rows_arg=1, release="groupby_count")
 def _suppressed_counts(num_groups: int, min_rows: int, high_hot: Any, low_hot: Any) -> Any:
     """Rows per group from the keys' digit one-hots, small groups zeroed."""
-    counts = _digit_counts(num_groups, high_hot, low_hot)
+    counts = digit_counts(num_groups, high_hot, low_hot)
     return _suppress(counts, counts, min_rows)
 
 
@@ -176,14 +176,14 @@ def _suppressed_counts(num_groups: int, min_rows: int, high_hot: Any, low_hot: A
 def _secret_sums(num_groups: int, high: int, low: int, min_rows: int, keys: Any,
                  values: Any) -> Any:
     """Per-group sums of secret keys, small groups zeroed."""
-    digits = _secret_digits(num_groups, high, low, keys)
+    digits = secret_digits(num_groups, high, low, keys)
     return _suppressed_sums(num_groups, min_rows, *digits, values)
 
 
 @suppressing(min_rows_arg=3, release="groupby_count")
 def _secret_counts(num_groups: int, high: int, low: int, min_rows: int, keys: Any) -> Any:
     """Rows per group of secret keys, small groups zeroed."""
-    counts = _digit_counts(num_groups, *_secret_digits(num_groups, high, low, keys))
+    counts = digit_counts(num_groups, *secret_digits(num_groups, high, low, keys))
     return _suppress(counts, counts, min_rows)
 
 

@@ -33,8 +33,8 @@ from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import TensorType
-from mplang.libs.aggregation import bind, device_value, on_party, reveal, secure_device
-from mplang.policy.vouched import approvable
+from mplang.flows.vouched import approvable, bind
+from mplang.libs.aggregation import device_value, on_party, reveal, secure_device
 
 __all__ = ["accuracy", "predict", "predict_proba", "train_vertical_lr"]
 

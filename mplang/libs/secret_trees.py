@@ -13,7 +13,7 @@ its own splits; both learn which nodes they did not split. Every split leaves at
 ``min_samples_leaf`` rows on each side, so each leaf is a sum over that many rows and
 the leaves partition the rows: the release relies on the ``aggregate`` rule of both
 parties' policies with ``min_rows`` at most ``min_samples_leaf`` (the members vouch for
-the function: `mplang.policy.vouched`). Successive trees partition the same rows
+the function: `mplang.flows.vouched`). Successive trees partition the same rows
 differently, as successive model updates do.
 
 Split choices compare gains computed in fixed point: ties within 0.1% go to the lowest
@@ -32,18 +32,18 @@ import mplang as mp
 from mplang.device.kinds import place
 from mplang.edsl.location import mark_library
 from mplang.edsl.object import MPObject
-from mplang.libs.aggregation import bind, reveal, secure_device
+from mplang.flows.vouched import approvable, bind, suppressing
+from mplang.libs.aggregation import reveal, secure_device
 from mplang.libs.secureboost import (
-    _EPS,
+    HESSIAN_EPS,
     Params,
-    _baseline,
-    _chosen_splits,
-    _gradients,
-    _own_splits,
-    _run,
-    _thresholds,
+    baseline_score,
+    chosen_splits,
+    log_loss_gradients,
+    own_splits,
+    run_on_party,
+    split_thresholds,
 )
-from mplang.policy.vouched import approvable, suppressing
 
 mark_library(__file__)
 
@@ -98,10 +98,10 @@ def _secret_best_splits(hist: jax.Array, reg_lambda: float, min_leaf: int,
     right = total - left
 
     def score(s: jax.Array) -> jax.Array:
-        return s[..., 0] ** 2 / jnp.maximum(s[..., 1] + reg_lambda, _EPS)
+        return s[..., 0] ** 2 / jnp.maximum(s[..., 1] + reg_lambda, HESSIAN_EPS)
 
     gain = score(left) + score(right) - score(total)
-    return _chosen_splits(gain, left, right, min_leaf, min_weight, invalid=-1.0,
+    return chosen_splits(gain, left, right, min_leaf, min_weight, invalid=-1.0,
                          tie=_SECRET_TIE, min_gain=_MIN_GAIN)
 
 
@@ -121,7 +121,7 @@ def _secret_trees(n_trees: int, max_depth: int, n_bins: int, min_leaf: int,
     rows as one product of the one-hot matrix with the rows' node memberships, each
     node's best split, and each row's side as one product of the one-hot matrix with the
     bins right of the splits. Returns the active party's splits (trees, inner nodes, 2),
-    the passive party's (the same; `_own_splits`) and the leaf values (trees,
+    the passive party's (the same; `own_splits`) and the leaf values (trees,
     2**max_depth).
 
     Every split leaves at least ``min_leaf`` rows on each side, so every leaf value is a
@@ -133,10 +133,10 @@ def _secret_trees(n_trees: int, max_depth: int, n_bins: int, min_leaf: int,
     features, active_features = width // n_bins, hot0.shape[1] // n_bins
     above = (jnp.arange(n_bins)[:, None] < jnp.arange(n_bins)[None, :]).astype(jnp.float32)
     y = y.astype(jnp.float32)
-    score = jnp.zeros((n,), jnp.float32) + _baseline(y)
+    score = jnp.zeros((n,), jnp.float32) + baseline_score(y)
     trees: list[tuple[jax.Array, jax.Array, jax.Array]] = []
     for _ in range(n_trees):
-        gh = _gradients(score, y)
+        gh = log_loss_gradients(score, y)
         weights = jnp.concatenate([gh, jnp.ones((n, 1), jnp.float32)], axis=1)
         member = jnp.ones((n, 1), jnp.float32)
         splits0, splits1 = [], []
@@ -153,11 +153,11 @@ def _secret_trees(n_trees: int, max_depth: int, n_bins: int, min_leaf: int,
             right = in_bin @ right_of.T  # (rows, nodes)
             member = jnp.stack([member * (1 - right), member * right], axis=2
                                ).reshape(n, 2 * nodes)
-            splits0.append(_own_splits(feature, bin_, 0, active_features))
-            splits1.append(_own_splits(feature, bin_, active_features,
+            splits0.append(own_splits(feature, bin_, 0, active_features))
+            splits1.append(own_splits(feature, bin_, active_features,
                                        features - active_features))
         sums = member.T @ weights
-        leaf = -learning_rate * sums[:, 0] / jnp.maximum(sums[:, 1] + reg_lambda, _EPS)
+        leaf = -learning_rate * sums[:, 0] / jnp.maximum(sums[:, 1] + reg_lambda, HESSIAN_EPS)
         leaf = jnp.where(sums[:, 2] >= min_leaf, leaf, 0.0)  # all rows, if fewer than min_leaf
         score = score + member @ leaf
         trees.append((jnp.concatenate(splits0), jnp.concatenate(splits1), leaf))
@@ -165,8 +165,8 @@ def _secret_trees(n_trees: int, max_depth: int, n_bins: int, min_leaf: int,
 
 
 def _tree_thresholds(edges: jax.Array, splits: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """`_thresholds` of every tree: splits (trees, inner nodes, 2)."""
-    feature, threshold = _thresholds(edges, splits.reshape(-1, 2))
+    """`split_thresholds` of every tree: splits (trees, inner nodes, 2)."""
+    feature, threshold = split_thresholds(edges, splits.reshape(-1, 2))
     return feature.reshape(splits.shape[:2]), threshold.reshape(splits.shape[:2])
 
 
@@ -183,12 +183,12 @@ def grown_on_device(params: Params, devices: tuple[str, str], ranks: tuple[int, 
     trees = bind(_secret_trees, params.n_trees, params.max_depth, params.n_bins,
                  params.min_samples_leaf, float(params.learning_rate),
                  float(params.reg_lambda), float(params.min_child_weight))
-    hot0 = _run(a, _one_hot_bins, bins[0], n_bins=params.n_bins)
-    hot1 = _run(p, _one_hot_bins, bins[1], n_bins=params.n_bins)
+    hot0 = run_on_party(a, _one_hot_bins, bins[0], n_bins=params.n_bins)
+    hot1 = run_on_party(p, _one_hot_bins, bins[1], n_bins=params.n_bins)
     splits0, splits1, leaf = mp.device(device)(trees)(
         place(hot0, active), place(hot1, passive), place(y, active))
-    feature0, threshold0 = _run(a, _tree_thresholds, edges[0], mp.put(active, splits0))
-    feature1, threshold1 = _run(p, _tree_thresholds, edges[1], mp.put(passive, splits1))
+    feature0, threshold0 = run_on_party(a, _tree_thresholds, edges[0], mp.put(active, splits0))
+    feature1, threshold1 = run_on_party(p, _tree_thresholds, edges[1], mp.put(passive, splits1))
     return {"feature0": feature0, "threshold0": threshold0, "feature1": feature1,
             "threshold1": threshold1, "leaf": mp.put(active, leaf)}
 

@@ -104,7 +104,7 @@ from mplang.edsl.typing import MPType, TensorType
 
 mark_library(__file__)
 
-_EPS = 1e-12
+HESSIAN_EPS = 1e-12
 """Keeps divisions by a hessian sum finite."""
 _TIE = 1e-5
 """Split gains within this fraction of the best one are ties (float32 rounding noise)."""
@@ -193,7 +193,7 @@ def quantile_bins(x: jax.Array, n_bins: int) -> tuple[jax.Array, jax.Array]:
     return e, bins.astype(jnp.int8)
 
 
-def _baseline(y: jax.Array) -> jax.Array:
+def baseline_score(y: jax.Array) -> jax.Array:
     p = jnp.clip(jnp.mean(y), 1e-7, 1 - 1e-7)
     return jnp.log(p / (1 - p))
 
@@ -202,7 +202,7 @@ def _start_scores(y: jax.Array, base: jax.Array) -> jax.Array:
     return jnp.full(y.shape, base, jnp.float32)
 
 
-def _gradients(score: jax.Array, y: jax.Array) -> jax.Array:
+def log_loss_gradients(score: jax.Array, y: jax.Array) -> jax.Array:
     p = jax.nn.sigmoid(score)
     return jnp.stack([p - y, p * (1 - p)], axis=1)
 
@@ -269,13 +269,13 @@ def _best_splits(hist0: jax.Array, hist1: jax.Array, reg_lambda: float, min_leaf
     cross = left[..., 0] * b - right[..., 0] * a
     g, hess = total[..., 0], total[..., 1]
     offset = reg_lambda * g ** 2 / jnp.maximum((hess + 2 * reg_lambda) * (hess + reg_lambda),
-                                               _EPS)
-    gain = cross ** 2 / jnp.maximum(a * b * (a + b), _EPS) - offset
-    return _chosen_splits(gain, left, right, min_leaf, min_weight, invalid=-jnp.inf, tie=_TIE,
+                                               HESSIAN_EPS)
+    gain = cross ** 2 / jnp.maximum(a * b * (a + b), HESSIAN_EPS) - offset
+    return chosen_splits(gain, left, right, min_leaf, min_weight, invalid=-jnp.inf, tie=_TIE,
                          min_gain=0.0)
 
 
-def _chosen_splits(gain: jax.Array, left: jax.Array, right: jax.Array, min_leaf: int,
+def chosen_splits(gain: jax.Array, left: jax.Array, right: jax.Array, min_leaf: int,
                   min_weight: float, *, invalid: float, tie: float, min_gain: float
                   ) -> tuple[jax.Array, jax.Array]:
     """Per node, the feature (-1: no split gains more than ``min_gain``) and bin of the
@@ -294,7 +294,7 @@ def _chosen_splits(gain: jax.Array, left: jax.Array, right: jax.Array, min_leaf:
             (best % n_bins).astype(jnp.int32))
 
 
-def _own_splits(feature: jax.Array, bin_: jax.Array, first: int, count: int
+def own_splits(feature: jax.Array, bin_: jax.Array, first: int, count: int
                 ) -> jax.Array:
     """(nodes, 2): [feature index within the party's columns, bin] for the nodes split on
     the party's columns ``[first, first + count)``, [-1, 0] for the others."""
@@ -313,7 +313,7 @@ def _advance(node: jax.Array, right_a: jax.Array, right_b: jax.Array) -> jax.Arr
     return 2 * node + (right_a | right_b).astype(jnp.int32)
 
 
-def _thresholds(edges: jax.Array, splits: jax.Array) -> tuple[jax.Array, jax.Array]:
+def split_thresholds(edges: jax.Array, splits: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The party's model of one level: (feature or -1, threshold: go right if x > it)."""
     f, b = splits[:, 0], splits[:, 1]
     return f, jnp.where(f >= 0, edges[jnp.maximum(f, 0), b], 0.0)
@@ -322,7 +322,7 @@ def _thresholds(edges: jax.Array, splits: jax.Array) -> tuple[jax.Array, jax.Arr
 def _leaves(score: jax.Array, gh: jax.Array, node: jax.Array, n_leaves: int,
             learning_rate: float, reg_lambda: float) -> tuple[jax.Array, jax.Array]:
     sums = jax.ops.segment_sum(gh, node, num_segments=n_leaves)
-    leaf = -learning_rate * sums[:, 0] / jnp.maximum(sums[:, 1] + reg_lambda, _EPS)
+    leaf = -learning_rate * sums[:, 0] / jnp.maximum(sums[:, 1] + reg_lambda, HESSIAN_EPS)
     return score + leaf[node], leaf
 
 
@@ -355,15 +355,15 @@ def _active_split(sums: jax.Array, counts: jax.Array, parent: jax.Array | None,
     small = jnp.concatenate([sums, counts[..., None]], axis=-1)
     hist1 = small if parent is None else _children(small, parent, left_smaller)
     feature, bin_ = _best_splits(hist0, hist1, reg_lambda, min_leaf, min_weight)
-    mine = _own_splits(feature, bin_, 0, features[0])
-    theirs = _own_splits(feature, bin_, features[0], features[1])
-    return (hist1, theirs, _go_right(bins, node, mine), *_thresholds(edges, mine))
+    mine = own_splits(feature, bin_, 0, features[0])
+    theirs = own_splits(feature, bin_, features[0], features[1])
+    return (hist1, theirs, _go_right(bins, node, mine), *split_thresholds(edges, mine))
 
 
 def _passive_route(bins: jax.Array, node: jax.Array, splits: jax.Array, edges: jax.Array
                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The passive party's go-right bits and its part of the level's model."""
-    return (_go_right(bins, node, splits), *_thresholds(edges, splits))
+    return (_go_right(bins, node, splits), *split_thresholds(edges, splits))
 
 
 def _as_float(x: jax.Array) -> jax.Array:
@@ -444,7 +444,7 @@ def _at(x: MPObject, dst: int, src: int) -> MPObject:
     return simp.shuffle_static(x, {dst: src})
 
 
-def _run(rank: int, fn: Any, *args: Any, **static: Any) -> Any:
+def run_on_party(rank: int, fn: Any, *args: Any, **static: Any) -> Any:
     return simp.pcall((rank,), lambda *a: tensor.run_jax(fn, *a, **static), *args)
 
 
@@ -488,33 +488,33 @@ class _Setup:
 def _grow_tree(s: _Setup, score: MPObject, y: MPObject) -> tuple[MPObject, dict[str, MPObject]]:
     """One tree, level by level: the active party's new scores and the tree's parts."""
     a, p, nb, params = s.a, s.p, s.params.n_bins, s.params
-    gh = _run(a, _gradients, score, y)
+    gh = run_on_party(a, log_loss_gradients, score, y)
     enc = _at(simp.pcall((a,), phe.encrypt, gh, s.pk[0]), p, a)
-    node0, node1 = _run(a, _zeros, n=s.n), _run(p, _zeros, n=s.n)
+    node0, node1 = run_on_party(a, _zeros, n=s.n), run_on_party(p, _zeros, n=s.n)
     levels: dict[str, list[MPObject]] = {k: [] for k in ("feature0", "threshold0",
                                                          "feature1", "threshold1")}
     parent1: MPObject | None = None  # the active party's view of the passive histograms
     for level in range(params.max_depth):
         n_groups, root = 1 << max(level - 1, 0), level == 0  # the root, then smaller children
-        hist0, left_smaller = _run(a, _active_start, s.bins[0], node0, gh,
+        hist0, left_smaller = run_on_party(a, _active_start, s.bins[0], node0, gh,
                                    n_nodes=1 << level, n_bins=nb)
         sums, counts = simp.pcall((p,), lambda c, b, v, k, ng=n_groups, r=root: (
             _passive_histograms(c, b, v, k, ng, nb, r)), enc, s.bins[1], node1, s.pk[1])
         sums = simp.pcall((a,), phe.decrypt, _at(sums, a, p), s.sk)
-        parent1, splits1, right0, feat0, thr0 = _run(
+        parent1, splits1, right0, feat0, thr0 = run_on_party(
             a, _active_split, sums, _at(counts, a, p), parent1, left_smaller, hist0,
             s.bins[0], node0, s.edges[0], features=s.features, reg_lambda=params.reg_lambda,
             min_leaf=params.min_samples_leaf, min_weight=params.min_child_weight)
-        right1, feat1, thr1 = _run(p, _passive_route, s.bins[1], node1, _at(splits1, p, a),
+        right1, feat1, thr1 = run_on_party(p, _passive_route, s.bins[1], node1, _at(splits1, p, a),
                                    s.edges[1])
-        node0 = _run(a, _advance, node0, right0, _at(right1, a, p))
-        node1 = _run(p, _advance, node1, right1, _at(right0, p, a))
+        node0 = run_on_party(a, _advance, node0, right0, _at(right1, a, p))
+        node1 = run_on_party(p, _advance, node1, right1, _at(right0, p, a))
         for k, v in (("feature0", feat0), ("threshold0", thr0), ("feature1", feat1),
                      ("threshold1", thr1)):
             levels[k].append(v)
-    score, leaf = _run(a, _leaves, score, gh, node0, n_leaves=1 << params.max_depth,
+    score, leaf = run_on_party(a, _leaves, score, gh, node0, n_leaves=1 << params.max_depth,
                        learning_rate=params.learning_rate, reg_lambda=params.reg_lambda)
-    tree = {k: _run(a if k.endswith("0") else p, _concat, *v) for k, v in levels.items()}
+    tree = {k: run_on_party(a if k.endswith("0") else p, _concat, *v) for k, v in levels.items()}
     return score, {**tree, "leaf": leaf}
 
 
@@ -539,10 +539,10 @@ def train(x_active: Data, x_passive: Data, y: Data, params: Params, *, active: s
         binning = quantile_bins
     else:
         from mplang.libs.secret_trees import grid_bins as binning
-    edges0, bins0 = _run(a, binning, _run(a, _as_float, x0), n_bins=params.n_bins)
-    edges1, bins1 = _run(p, binning, _run(p, _as_float, x1), n_bins=params.n_bins)
-    y = _run(a, _as_float, y)
-    base = _run(a, _baseline, y)
+    edges0, bins0 = run_on_party(a, binning, run_on_party(a, _as_float, x0), n_bins=params.n_bins)
+    edges1, bins1 = run_on_party(p, binning, run_on_party(p, _as_float, x1), n_bins=params.n_bins)
+    y = run_on_party(a, _as_float, y)
+    base = run_on_party(a, baseline_score, y)
     if params.device is not None:
         from mplang.libs.secret_trees import grown_on_device  # it builds on this module
 
@@ -564,12 +564,12 @@ def _trained_with_phe(params: Params, ranks: tuple[int, int], n: int,
     pk, sk = simp.pcall((a,), lambda: phe.keygen(scheme=params.scheme,
                                                  key_bits=params.key_bits))
     setup = _Setup(params, a, p, n, features, edges, bins, (pk, _at(pk, p, a)), sk)
-    score = _run(a, _start_scores, y, base)
+    score = run_on_party(a, _start_scores, y, base)
     trees: list[dict[str, MPObject]] = []
     for _ in range(params.n_trees):
         score, tree = _grow_tree(setup, score, y)
         trees.append(tree)
-    return {k: _run(a if k in ACTIVE_PARTS else p, _stack, *(t[k] for t in trees))
+    return {k: run_on_party(a if k in ACTIVE_PARTS else p, _stack, *(t[k] for t in trees))
             for k in trees[0]}
 
 
@@ -602,8 +602,8 @@ def predict_proba(model: dict[str, Any], x_active: Data, x_passive: Data, *,
                           f"model was trained on ({t0} active, {t1} passive); got {m}x{f0} "
                           f"(active) and {m1}x{f1} (passive)")
     _, leaves = _shape(part["leaf"], 2, f"{what}: model['leaf']")
-    right0 = _run(a, _decisions, x0, part["feature0"], part["threshold0"])
-    right1 = _run(p, _decisions, x1, part["feature1"], part["threshold1"])
+    right0 = run_on_party(a, _decisions, x0, part["feature0"], part["threshold0"])
+    right1 = run_on_party(p, _decisions, x1, part["feature1"], part["threshold1"])
     depth = leaves.bit_length() - 1
     if device is not None:
         from mplang.libs.secret_trees import predicted_on_device  # it builds on this module
@@ -611,7 +611,7 @@ def predict_proba(model: dict[str, Any], x_active: Data, x_passive: Data, *,
         return predicted_on_device(device, depth, (place(right0, active), place(right1, passive)),
                                    place(part["leaf"], active), place(part["base"], active),
                                    None if keep else active)
-    proba = _run(a, _probabilities, right0, _at(right1, a, p), part["leaf"], part["base"],
+    proba = run_on_party(a, _probabilities, right0, _at(right1, a, p), part["leaf"], part["base"],
                  depth=depth)
     return place(proba, active)
 

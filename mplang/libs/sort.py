@@ -30,7 +30,8 @@ from mplang.edsl.errors import MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.object import MPObject
 from mplang.edsl.typing import Dim
-from mplang.libs.aggregation import bind, device_value, reveal, secure_device
+from mplang.flows.vouched import bind
+from mplang.libs.aggregation import device_value, reveal, secure_device
 
 __all__ = ["argsort", "sort", "sort_with_indices", "top_k"]
 

@@ -11,9 +11,9 @@ from typing import Any
 
 from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph, Operation
-from mplang.policy.dp_flows import charges
-from mplang.policy.flows import DRIVER, Analysis, PartyLabels, Send, analyze, where
-from mplang.policy.labels import Flow, Label, Rows, release_cuts, smallest_part
+from mplang.flows.dp_flows import charges
+from mplang.flows.engine import DRIVER, Analysis, PartyLabels, Send, analyze, where
+from mplang.flows.labels import Flow, Label, Rows, release_cuts, smallest_part
 from mplang.policy.ledger import BudgetExhausted, Charge, Ledger, Selection
 from mplang.policy.policy import DRIVER as DRIVER_NAME
 from mplang.policy.policy import DeclassifyRule, Policy

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from mplang.edsl.errors import MPLangError
+from mplang.flows.dp_flows import exact
 
 LEDGER_FILE = "budget.json"
 """The ledger's file in a worker's state folder."""
@@ -38,12 +39,6 @@ LEDGER_FILE = "budget.json"
 def default_state_dir(node: str) -> Path:
     """A worker's state folder when ``--state-dir`` is not given: ``./state/<node>``."""
     return Path("state") / node
-
-
-def exact(epsilon: float) -> Fraction:
-    """``epsilon`` as the shortest decimal that reads as it (0.1 is 1/10, not the float
-    nearest 0.1), so that epsilons add exactly as written."""
-    return Fraction(repr(float(epsilon)))
 
 
 Selection = tuple[int, int, int, str]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mplang.policy.flows import where
+from mplang.flows.engine import where
 
 if TYPE_CHECKING:
+    from mplang.flows.engine import Analysis
     from mplang.policy.check import Verdict
-    from mplang.policy.flows import Analysis
     from mplang.policy.policy import Policy
 
 DEFAULT_PSI_PROTOCOLS = ("rr22", "kkrt", "ecdh", "ecdh_cardinality", "aby3")

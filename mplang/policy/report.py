@@ -11,10 +11,10 @@ from mplang.device.cluster import ClusterSpec
 from mplang.edsl.graph import Graph
 from mplang.edsl.program import load
 from mplang.edsl.typing import MPType
+from mplang.flows.engine import PartyLabels
+from mplang.flows.labels import Flow
 from mplang.policy.check import check
 from mplang.policy.enforce import node_policy, simulated_policies
-from mplang.policy.flows import PartyLabels
-from mplang.policy.labels import Flow
 from mplang.policy.policy import Policy
 from mplang.runtime.backend import vet_program
 

@@ -57,7 +57,7 @@ or scalar in the clear, and any value whose codec declares no other kind),
 its protocol exchanges: the traffic of a secret-sharing protocol), ``"psi"``
 (the link bytes of a PSI protocol: blinded or hashed keys) or ``"ciphertext"``;
 each value codec declares its kind
-(`mplang.backends.wire.ValueCodec.privacy`). A list of values (a batched
+(`mplang.transport.wire.ValueCodec.privacy`). A list of values (a batched
 message) is plaintext when any element is.
 
 `read_events` reads logs, `summarize` summarises them (``mplang audit LOG ...``),
@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from mplang.edsl.graph import Graph, Operation
-from mplang.policy.ledger import exact
+from mplang.flows.dp_flows import exact
 from mplang.util.tables import html_table
 
 PLAINTEXT = "plaintext"

@@ -16,7 +16,7 @@ A backend module creates its `DialectBackend` once at import time::
 
 Interpreters resolve kernels through each op's primitive (`KernelTable`); nothing
 lists dialects or op names. Value codecs for the wire are registered with
-`mplang.backends.wire.register_value_codec`.
+`mplang.transport.wire.register_value_codec`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 
 import mplang as mp
 from mplang.analysis.spu_rounds import estimate_spu_rounds
-from mplang.analysis.stablehlo import Tensor, parse
+from mplang.flows.stablehlo import Tensor, parse
 
 S, SF = "tensor<8xi32>", "tensor<8xf32>"
 B = "tensor<8xi1>"

@@ -17,13 +17,13 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.upload_client import put
-from mplang.backends.wire import encode_value_bytes
 from mplang.cluster.identity import load_certificate
 from mplang.cluster.local import LocalCluster
 from mplang.dialects import table
+from mplang.driver.upload_client import put
 from mplang.libs import psi
 from mplang.records.audit import format_summary, plaintext_received, read_events, summarize
+from mplang.transport.wire import encode_value_bytes
 from tests.http import support
 
 SECRET = "secret share"

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mplang.backends.wire import ValueCodec, privacy_kind, register_value_codec, value_codecs
 from mplang.cli.main import main
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.typing import BaseType, TypeDecoder, TypeEncoder, register_type
@@ -24,6 +23,7 @@ from mplang.records.audit import (
     read_events,
     summarize,
 )
+from mplang.transport.wire import ValueCodec, privacy_kind, register_value_codec, value_codecs
 
 NODES = ["node_0", "node_1", "node_2"]
 DRIVER = ("driver", "ab" * 32)

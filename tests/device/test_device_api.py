@@ -14,9 +14,9 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.spu_impl import SpuShare
 from mplang.dialects import spu as spu_dialect
 from mplang.dialects.spu import SecretShareType
+from mplang.kernels.spu.run import SpuShare
 from mplang.policy import PolicyRefusedError
 
 A = np.array([[1.5, -2.25, 3.0], [0.5, 4.0, -1.0]], dtype=np.float32)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mplang as mp
-from mplang.backends.spu_impl import SpuShare
+from mplang.kernels.spu.run import SpuShare
 
 X = np.array([1.5, -2.0, 3.25, 0.0], dtype=np.float32)
 Y = np.array([0.5, 4.0, -1.0, 2.0], dtype=np.float32)

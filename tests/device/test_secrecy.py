@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import mplang as mp
-from mplang.backends.spu_impl import SpuShare
+from mplang.kernels.spu.run import SpuShare
 
 Stored = Callable[[mp.Simulator, int], list[Any]]
 

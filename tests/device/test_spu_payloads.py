@@ -17,7 +17,7 @@ from mplang.dialects.spu import executable_of
 from mplang.edsl.errors import MPSerializationError
 from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.primitive import check_types
-from mplang.policy.flows import analyze
+from mplang.flows.engine import analyze
 from mplang.runtime.backend import check_payloads
 
 CLUSTER = mp.ClusterSpec.simple(2)

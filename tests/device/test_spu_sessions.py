@@ -1,4 +1,4 @@
-"""Kept secure sessions (`mplang.backends.spu_sessions`): an SPU device's link and runtime
+"""Kept secure sessions (`mplang.kernels.spu.sessions`): an SPU device's link and runtime
 serve every evaluation of one driver, stay in step after failures, and hold nothing of a
 finished run."""
 
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import mplang as mp
-from mplang.backends.spu_sessions import SLOTS, Session, SessionPool, SessionPools
 from mplang.dialects.spu import SpuConfig
 from mplang.edsl.errors import MPTimeoutError
+from mplang.kernels.spu.sessions import SLOTS, Session, SessionPool, SessionPools
 from tests.simulators import simulated
 
 
@@ -164,7 +164,7 @@ def test_pools_are_per_driver_and_dropped_when_the_spec_changes(sim: mp.Simulato
 
 def test_idle_sessions_beyond_the_cap_are_dropped_least_recently_used_first(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from mplang.backends import spu_sessions
+    from mplang.kernels.spu import sessions as spu_sessions
 
     monkeypatch.setattr(spu_sessions, "_REGISTRIES", __import__("weakref").WeakSet())
     pools = SessionPools(lambda *args: None)  # type: ignore[arg-type]
@@ -206,7 +206,7 @@ class _Peers:
 
 def _agreement(rank: int, mine: tuple[int, int], leader_state: tuple[int, int]
                ) -> tuple[Any, _Peers, SessionPool]:
-    from mplang.backends import spu_sessions
+    from mplang.kernels.spu import sessions as spu_sessions
 
     peers = _Peers(rank)
     pool = SessionPool("SP0:test")
@@ -220,7 +220,7 @@ def _agreement(rank: int, mine: tuple[int, int], leader_state: tuple[int, int]
 
 def _run(pool: SessionPool, states: Any, body: Any, made: list[int],
          bound: list[tuple[str, bool]]) -> list[Any]:
-    from mplang.backends import spu_sessions
+    from mplang.kernels.spu import sessions as spu_sessions
 
     def make(generation: int) -> Session:
         made.append(generation)

@@ -15,8 +15,16 @@ import pytest
 import mplang as mp
 from mplang import simp, tensor
 from mplang.analysis.cost_model import local_cost
-from mplang.backends import wire
-from mplang.backends.crypto_impl import (
+from mplang.dialects import crypto
+from mplang.dialects.crypto import PrivateKey, PublicKey, SharedSecret, SymmetricKey
+from mplang.edsl.primitive import primitive
+from mplang.edsl.serde import decode_type, encode_type
+from mplang.edsl.typing import TensorType
+from mplang.flows.crypto_flows import key_flow, open_flow, seal_flow
+from mplang.flows.dp_flows import entropy_flow
+from mplang.flows.engine import local_conservative
+from mplang.frontend import list_ops
+from mplang.kernels.crypto import (
     AUTH_FAILED,
     PrivateKeyValue,
     PublicKeyValue,
@@ -29,16 +37,8 @@ from mplang.backends.crypto_impl import (
     x25519,
     x25519_public,
 )
-from mplang.dialects import crypto
-from mplang.dialects.crypto import PrivateKey, PublicKey, SharedSecret, SymmetricKey
-from mplang.edsl.primitive import primitive
-from mplang.edsl.serde import decode_type, encode_type
-from mplang.edsl.typing import TensorType
-from mplang.frontend import list_ops
 from mplang.passes import optimize
-from mplang.policy.crypto_flows import key_flow, open_flow, seal_flow
-from mplang.policy.dp_flows import entropy_flow
-from mplang.policy.flows import local_conservative
+from mplang.transport import wire
 from tests.simulators import simulated
 
 X = np.arange(12, dtype=np.float32).reshape(3, 4) / 7

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import mplang as mp
-from mplang.backends.crypto_impl import (
+from mplang.kernels.crypto import (
     AUTH_FAILED,
     CryptoError,
     aes_gcm_open,

@@ -172,7 +172,7 @@ def test_a_symbol_with_two_sizes_at_run_time_names_the_op_and_symbol(
 
 def test_run_time_size_errors_are_public_and_name_the_symbol() -> None:
     """The kernels' check: the symbol and the inputs, never the sizes (row counts)."""
-    from mplang.backends.symbolic_sizes import bind_sizes
+    from mplang.kernels.symbolic_sizes import bind_sizes
 
     types = [TensorType("float32", ("n9", 1)), TensorType("float32", ("n9",))]
     assert bind_sizes("spu.run[f]", types, [(5, 1), (5,)]) == {"n9": 5}

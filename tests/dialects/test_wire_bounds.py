@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mplang.backends.simp_worker.executions import declared_bytes
-from mplang.backends.spu_impl import SpuShare
-from mplang.backends.wire import encode_value
 from mplang.dialects.spu import SecretShareType, SpuConfig, io_for
 from mplang.edsl.typing import TensorType
+from mplang.kernels.spu.run import SpuShare
+from mplang.transport.wire import encode_value
+from mplang.worker.executions import declared_bytes
 
 SHAPE = (1000,)
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "float32", "float64"]
@@ -45,8 +45,8 @@ def test_a_share_never_exceeds_its_type_s_bound(protocol: str, parties: int, fie
 def test_a_ciphertext_and_its_key_never_exceed_their_types_bounds(scheme: str,
                                                                   key_bits: int) -> None:
     pytest.importorskip("heu", reason="the phe extra (sf-heu) is not installed")
-    from mplang.backends import phe_impl
     from mplang.dialects.phe import Ciphertext, PublicKey
+    from mplang.kernels import phe as phe_impl
 
     phe, hnp = phe_impl.heu()
     kit = hnp.setup(getattr(phe.SchemaType, {"paillier": "ZPaillier", "ou": "OU"}[scheme]),

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import mplang as mp
-from mplang.backends.upload_client import budget
 from mplang.cluster.local import LocalCluster
+from mplang.driver.upload_client import budget
 from mplang.policy.policy import Policy
 from tests.http.support import free_ports
 

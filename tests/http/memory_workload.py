@@ -25,7 +25,7 @@ import numpy as np
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.simp_worker.server import WorkerServer
+from mplang.worker.server import WorkerServer
 
 KINDS = ("pcall", "shuffle", "spu", "drop")
 

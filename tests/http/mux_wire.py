@@ -9,10 +9,10 @@ import ssl
 import struct
 from typing import Any
 
-from mplang.backends.mux import ALPN
-from mplang.backends.mux_client import host_port
 from mplang.cluster.identity import load_identity
 from mplang.cluster.local import LocalCluster
+from mplang.transport.mux import ALPN
+from mplang.transport.mux_client import host_port
 
 
 def connect(cluster: LocalCluster, name: str, rank: int = 0,

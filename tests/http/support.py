@@ -29,16 +29,16 @@ import yaml
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.mux_client import SPEC_HEADER, MuxClients
-from mplang.backends.simp_worker.executions import WorkerLimits
-from mplang.backends.simp_worker.http import uvicorn_server
-from mplang.backends.simp_worker.messages import H_EXEC, H_KEY
-from mplang.backends.simp_worker.server import WorkerServer
-from mplang.backends.wire import encode_value_bytes, pack_message
 from mplang.cluster.identity import LocalIdentity, keygen, load_identity
 from mplang.cluster.local import LocalCluster, write_dev_cluster
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
+from mplang.transport.limits import WorkerLimits
+from mplang.transport.mux_client import SPEC_HEADER, MuxClients
+from mplang.transport.wire import encode_value_bytes, pack_message
+from mplang.worker.http import uvicorn_server
+from mplang.worker.messages import H_EXEC, H_KEY
+from mplang.worker.server import WorkerServer
 
 DRIVERS = ("driver", "driver2")
 """The drivers every test spec lists."""

@@ -11,13 +11,13 @@ import resource
 
 import pytest
 
-from mplang.backends.mux import body_buffer
-from mplang.backends.mux_client import SPEC_HEADER
-from mplang.backends.simp_worker.admission import InflightBudget, authorize_head
-from mplang.backends.simp_worker.connections import ConnectionGate, raise_descriptor_limit
-from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.cluster.peers import PeerDirectory
 from mplang.edsl.errors import MPRefusedError
+from mplang.transport.admission import InflightBudget, authorize_head
+from mplang.transport.connections import ConnectionGate, raise_descriptor_limit
+from mplang.transport.limits import WorkerLimits
+from mplang.transport.mux import body_buffer
+from mplang.transport.mux_client import SPEC_HEADER
 from tests.http import memory_workload, support
 
 

@@ -21,7 +21,6 @@ import pytest
 
 import mplang as mp
 from mplang import simp, tensor
-from mplang.backends.simp_worker.consent import PROGRAM_BYTES
 from mplang.cluster.commitments import (
     commit,
     decode_vote,
@@ -33,6 +32,7 @@ from mplang.cluster.identity import load_identity
 from mplang.edsl.errors import MPRefusedError
 from mplang.edsl.graph import Graph
 from mplang.edsl.serde import encode_graph_bundle
+from mplang.worker.consent import PROGRAM_BYTES
 from tests.http import support
 
 SECRET0 = np.array([3.14159, -2.71828, 1.41421], dtype=np.float32)

@@ -23,8 +23,8 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.simp_worker.executions import WorkerLimits
 from mplang.cluster.local import LocalCluster
+from mplang.transport.limits import WorkerLimits
 from tests.http import programs, support
 
 VECTOR = np.linspace(0.0, 100.0, 10_000, dtype=np.float32)

@@ -16,10 +16,10 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.mux_client import MuxClients, StatusError
-from mplang.backends.wire import encode_value_bytes, pack_message
 from mplang.cluster.identity import load_identity
 from mplang.cluster.local import LocalCluster
+from mplang.transport.mux_client import MuxClients, StatusError
+from mplang.transport.wire import encode_value_bytes, pack_message
 from tests.http import mux_wire, support
 
 

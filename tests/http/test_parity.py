@@ -17,9 +17,9 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.wire import encode_value
 from mplang.cluster.local import LocalCluster
 from mplang.edsl.pytree import tree_flatten
+from mplang.transport.wire import encode_value
 from tests.http import programs
 
 Case = Any

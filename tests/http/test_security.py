@@ -39,8 +39,6 @@ from cryptography.x509.oid import NameOID
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.simp_worker.executions import WorkerLimits
-from mplang.backends.wire import decode_value, encode_value_bytes
 from mplang.cluster.identity import keygen
 from mplang.edsl import registry as primitive_registry
 from mplang.edsl.attrs import ConfigField as Attr
@@ -49,6 +47,8 @@ from mplang.edsl.primitive import Primitive, Result, Signature
 from mplang.edsl.serde import MAGIC as PROGRAM_MAGIC
 from mplang.edsl.serde import encode_graph_bundle
 from mplang.edsl.typing import Mask, MPType, TensorType
+from mplang.transport.limits import WorkerLimits
+from mplang.transport.wire import decode_value, encode_value_bytes
 from tests.http import support
 
 # ---------------------------------------------------------------- fixtures and helpers

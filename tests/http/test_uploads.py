@@ -15,10 +15,10 @@ import pytest
 
 import mplang as mp
 from mplang import simp, tensor
-from mplang.backends.simp_worker.executions import WorkerLimits
-from mplang.backends.upload_client import put
-from mplang.backends.wire import encode_value_bytes
 from mplang.cluster.local import LocalCluster
+from mplang.driver.upload_client import put
+from mplang.transport.limits import WorkerLimits
+from mplang.transport.wire import encode_value_bytes
 from tests.http import support
 from tests.test_private_inputs import assert_missing_name_refused
 

@@ -14,11 +14,11 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.mux_client import MuxClients
-from mplang.backends.simp_worker.messages import H_EXEC, H_KEY
-from mplang.backends.simp_worker.votes import PER_PEER, VoteBox
 from mplang.cluster.identity import load_identity
 from mplang.edsl.errors import MPCommunicationError, MPTimeoutError
+from mplang.transport.mux_client import MuxClients
+from mplang.worker.messages import H_EXEC, H_KEY
+from mplang.worker.votes import PER_PEER, VoteBox
 from tests.http import support
 
 

@@ -27,8 +27,8 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.mux_client import SPEC_HEADER
 from mplang.cluster.local import LocalCluster
+from mplang.transport.mux_client import SPEC_HEADER
 from tests.http import memory_workload, mux_wire, support
 
 MiB, GiB = 1 << 20, 1 << 30

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import mplang as mp
-from mplang.backends.simp_worker.executions import WorkerLimits
+from mplang.transport.limits import WorkerLimits
 from tests.http import memory_workload, support
 
 WARMUP, EVALUATIONS = 20, 150

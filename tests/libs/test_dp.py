@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import mplang as mp
-from mplang.backends.wire import privacy_kind
+from mplang.flows.vouched import bind
 from mplang.libs import dp
-from mplang.libs.aggregation import bind
 from mplang.records.audit import PLAINTEXT
+from mplang.transport.wire import privacy_kind
 
 RNG = np.random.default_rng(11)
 

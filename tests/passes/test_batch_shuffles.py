@@ -11,12 +11,12 @@ import pytest
 
 import mplang as mp
 from mplang import simp, tensor
-from mplang.backends.simp_worker.mem import ThreadCommunicator
 from mplang.dialects.simp import shuffle_static_p
 from mplang.edsl.graph import Graph
 from mplang.edsl.typing import TensorType
 from mplang.passes import batch_shuffles
 from mplang.passes.common import rounds
+from mplang.worker.mem import ThreadCommunicator
 
 W = 3
 ROUTES = {1: 0, 2: 0}

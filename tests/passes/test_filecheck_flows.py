@@ -1,13 +1,13 @@
 """FileCheck tests of the flow analysis: a program's text in (its run_jax modules as
-StableHLO text), party 0's labels and policy verdict out (`mplang.policy.flows`,
+StableHLO text), party 0's labels and policy verdict out (`mplang.flows.engine`,
 `mplang.policy.check`)."""
 
 from __future__ import annotations
 
 import mplang as mp
+from mplang.flows.engine import analyze
+from mplang.flows.labels import Label
 from mplang.policy.check import check
-from mplang.policy.flows import analyze
-from mplang.policy.labels import Label
 from mplang.policy.policy import Policy
 from tests.filecheck import filecheck
 

@@ -12,12 +12,12 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.spu_impl import SpuShare
-from mplang.backends.wire import MAGIC, decode_value, encode_value, encode_value_bytes
 from mplang.dialects.simp import shuffle_static_p
 from mplang.edsl.graph import Graph, Operation, Value
 from mplang.edsl.pytree import tree_flatten
 from mplang.edsl.typing import Mask, MPType, TensorType
+from mplang.kernels.spu.run import SpuShare
+from mplang.transport.wire import MAGIC, decode_value, encode_value, encode_value_bytes
 
 W = 3
 I32 = TensorType("int32", ())

@@ -13,8 +13,8 @@ from mplang.analysis.cost_model import local_cost
 from mplang.dialects.phe import bucket_sum_p
 from mplang.edsl.errors import MPTypeError, MPVerifyError
 from mplang.edsl.primitive import check_types, primitives
-from mplang.policy import phe_flows
-from mplang.policy.flows import analyze
+from mplang.flows import phe_flows
+from mplang.flows.engine import analyze
 from tests.phe.conftest import KEY_BITS
 
 PHE_OPS = ["phe.add", "phe.bucket_sum", "phe.decrypt", "phe.dot", "phe.encrypt", "phe.keygen",

@@ -11,9 +11,9 @@ import pytest
 
 import mplang as mp
 from mplang import phe, simp
-from mplang.backends.phe_impl import PheCiphertext, PhePrivateKey, PhePublicKey
-from mplang.backends.wire import decode_value, encode_value, encode_value_bytes
 from mplang.edsl.errors import MPRuntimeError, MPSerializationError, MPTypeError
+from mplang.kernels.phe import PheCiphertext, PhePrivateKey, PhePublicKey
+from mplang.transport.wire import decode_value, encode_value, encode_value_bytes
 from tests.op_failures import assert_generic, logged_failure, traced_at
 from tests.phe.conftest import KEY_BITS
 
@@ -237,7 +237,7 @@ def ciphertext() -> tuple[PheCiphertext, PhePrivateKey]:
 
 
 def test_keys_and_ciphertexts_round_trip_without_pickle(ciphertext: Any) -> None:
-    from mplang.backends.phe_impl import decrypt_in_range
+    from mplang.kernels.phe import decrypt_in_range
 
     value, private = ciphertext
     back = decode_value(encode_value_bytes(value))
@@ -256,7 +256,7 @@ def test_a_private_key_has_no_wire_form(ciphertext: Any) -> None:
 
 
 def _edit(parts: list[bytes], index: int, data: bytes) -> bytes:
-    from mplang.backends.wire import _frame
+    from mplang.transport.wire import _frame
 
     parts = list(parts)
     parts[index] = data
@@ -265,7 +265,7 @@ def _edit(parts: list[bytes], index: int, data: bytes) -> bytes:
 
 
 def test_malformed_payloads_are_refused(ciphertext: Any) -> None:
-    from mplang.backends.phe_impl import _KEY_HEAD, _encode_ciphertext, _encode_public
+    from mplang.kernels.phe import _KEY_HEAD, _encode_ciphertext, _encode_public
 
     value, _ = ciphertext
     ct_parts = [bytes(p) for p in _encode_ciphertext(value)]

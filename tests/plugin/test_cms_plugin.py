@@ -22,16 +22,16 @@ import pytest
 import mplang as mp
 from mplang import simp
 from mplang.analysis.cost_model import local_cost
-from mplang.backends.wire import decode_value, encode_value, encode_value_bytes
 from mplang.cli.main import main
 from mplang.cluster.local import LocalCluster
 from mplang.dialects import tensor
 from mplang.edsl.errors import FeConfigError
 from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import MPType, TensorType
+from mplang.flows.engine import conservative, local_conservative
 from mplang.frontend.introspect import describe
-from mplang.policy.flows import conservative, local_conservative
 from mplang.runtime.backend import missing_kernels
+from mplang.transport.wire import decode_value, encode_value, encode_value_bytes
 from tests.http import support
 from tests.plugin.conftest import SKETCH, cms_spec_dict
 

@@ -1,4 +1,4 @@
-"""A differential oracle for `mplang.policy.tensor_flows`: random device programs over a
+"""A differential oracle for `mplang.flows.tensor_flows`: random device programs over a
 grammar of JAX ops, the label the analysis gives each, and numeric checks that a program
 labelled ``aggregate`` or ``compare`` meets the definition of that form.
 
@@ -43,8 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from mplang.policy.labels import FOREIGN, Flow, Label, smallest_part, source
-from mplang.policy.tensor_flows import transfer
+from mplang.flows.labels import FOREIGN, Flow, Label, smallest_part, source
+from mplang.flows.tensor_flows import transfer
 
 T = TypeVar("T")
 N = 20

@@ -17,8 +17,9 @@ import pytest
 
 import mplang as mp
 from mplang import simp, tensor
+from mplang.flows.vouched import bind
 from mplang.libs import dp
-from mplang.libs.aggregation import bind, secure_mean
+from mplang.libs.aggregation import secure_mean
 
 X = np.linspace(0.0, 10.0, 100).astype(np.float32)
 DP_ONLY = "declassify:\n  - {to: ['*'], when: dp, max_epsilon: 1.0, budget: 2.0}\n"

@@ -15,8 +15,7 @@ import pytest
 
 import mplang as mp
 from mplang.cluster.local import DEV_POLICY
-from mplang.policy.check import Guard, PolicyRefusedError, check
-from mplang.policy.labels import (
+from mplang.flows.labels import (
     ENFORCED,
     FOREIGN,
     Flow,
@@ -27,8 +26,9 @@ from mplang.policy.labels import (
     subset,
     with_rows,
 )
+from mplang.flows.tensor_flows import Result, transfer
+from mplang.policy.check import Guard, PolicyRefusedError, check
 from mplang.policy.policy import Policy
-from mplang.policy.tensor_flows import Result, transfer
 from tests.policy.hints import raw_hint
 
 X = np.zeros(20, np.float32)

@@ -25,11 +25,11 @@ import mplang as mp
 from mplang import tensor
 from mplang.cluster.local import write_dev_policies
 from mplang.dialects import table
+from mplang.flows.labels import source
+from mplang.flows.tensor_flows import transfer
 from mplang.libs import dp, groupby, psi
 from mplang.libs.aggregation import secure_mean, secure_sum
 from mplang.libs.groupby import groupby_count, groupby_mean, groupby_sum
-from mplang.policy.labels import source
-from mplang.policy.tensor_flows import transfer
 from mplang.runtime.options import Mode
 from tests.policy.hints import undigested
 

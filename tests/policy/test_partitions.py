@@ -1,4 +1,4 @@
-"""Groups that a vouched library function forms (`mplang.policy.vouched`): what its
+"""Groups that a vouched library function forms (`mplang.flows.vouched`): what its
 releases may be combined with. A partition (a tree's leaves: every row in one group, no
 group suppressed) adds up to the whole of its rows, so a sum over those whole rows
 isolates nothing more; suppressed groups (a group-by) and other windows still do."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mplang.flows.labels import Flow, Rows, combine, masked, source, suppressed
 from mplang.policy.check import _other_rows
-from mplang.policy.labels import Flow, Rows, combine, masked, source, suppressed
 
 X = frozenset(["x.npy"])
 WHOLE = Rows(X, 0, 100)

@@ -21,8 +21,8 @@ import mplang as mp
 from mplang import phe, simp, tensor
 from mplang.cluster.commitments import program_digest
 from mplang.cluster.local import write_dev_policies
-from mplang.policy.labels import Flow, Label, aggregated, raw, source
-from mplang.policy.phe_flows import _contracted, _elementwise, bucket_sum_flow
+from mplang.flows.labels import Flow, Label, aggregated, raw, source
+from mplang.flows.phe_flows import _contracted, _elementwise, bucket_sum_flow
 from tests.examples.test_examples import load
 
 pytest.importorskip("heu", reason="the phe extra (sf-heu) is not installed")
@@ -249,8 +249,8 @@ def test_a_product_with_the_party_s_own_aligned_rows_is_an_aggregate() -> None:
     """``phe.dot(c, x)`` over p's rows: with p's own row-wise ``x`` whose contracted axis
     holds the same rows (here of two files of equal length), an aggregate; rows that do
     not line up (``x``'s rows on its other axis) are raw."""
-    from mplang.policy.labels import Rows, combine, source
-    from mplang.policy.phe_flows import _contracted
+    from mplang.flows.labels import Rows, combine, source
+    from mplang.flows.phe_flows import _contracted
 
     x0, y = source("x0.npy", 64), source("y.npy", 64)
     d = combine(x0, y)

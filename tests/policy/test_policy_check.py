@@ -12,9 +12,9 @@ import pytest
 
 import mplang as mp
 from mplang.dialects import simp, table, tensor
+from mplang.flows.labels import Rows, combine, join, smallest_part, source
+from mplang.flows.tensor_flows import transfer
 from mplang.policy import Policy, PolicyError, check
-from mplang.policy.labels import Rows, combine, join, smallest_part, source
-from mplang.policy.tensor_flows import transfer
 from tests.policy.hints import raw_hint
 
 CLUSTER = mp.ClusterSpec.simple(2)

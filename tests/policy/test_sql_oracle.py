@@ -1,4 +1,4 @@
-"""The SQL rule by definition: every query `mplang.policy.sql_flows` keeps the rows of
+"""The SQL rule by definition: every query `mplang.flows.sql_flows` keeps the rows of
 (shape ``rows``) is row-local, checked on generated queries with DuckDB itself. Each
 output row depends on the same input row only: permuting the table's rows permutes the
 result the same way, and changing one row changes at most that row of the result.
@@ -12,7 +12,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mplang.policy.sql_flows import query_shape
+from mplang.flows.sql_flows import query_shape
 
 LEAVES = st.sampled_from(["a", "b", "1.5", "-2", "0"])
 UNARY = ["abs({})", "round({})", "-({})", "CAST({} AS DOUBLE)", "coalesce({}, 0)",

@@ -2,7 +2,7 @@
 ``WHERE`` selects rows (gated), sums over every row are an aggregate, anything else is
 raw; PSI, SQL and a group-by compose under the init policies plus an ``intersection``
 rule and the key holder's approval. Each shape is checked against the definition of
-`mplang.policy.sql_flows` on the label of a table of 20 rows."""
+`mplang.flows.sql_flows` on the label of a table of 20 rows."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 import mplang as mp
 from mplang import table
 from mplang.cluster.local import init_policies
+from mplang.flows.labels import UNKNOWN, source
+from mplang.flows.sql_flows import query_shape, sql_labels
 from mplang.libs import groupby, psi
-from mplang.policy.labels import UNKNOWN, source
-from mplang.policy.sql_flows import query_shape, sql_labels
 
 ROWS = source("t.csv", 20, table=True)
 

@@ -18,15 +18,17 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends import psi_count, psi_impl, psi_session
-from mplang.backends.simp_worker.mailbox import Mailbox
-from mplang.backends.simp_worker.mem import ThreadCommunicator
 from mplang.dialects import psi as psi_dialect
 from mplang.dialects import table
 from mplang.edsl.errors import MPRefusedError, MPRuntimeError
+from mplang.kernels.psi import count as psi_count
+from mplang.kernels.psi import join as psi_impl
+from mplang.kernels.psi import session as psi_session
 from mplang.libs import psi
 from mplang.policy.check import check
 from mplang.policy.policy import Policy
+from mplang.worker.mailbox import Mailbox
+from mplang.worker.mem import ThreadCommunicator
 from tests.op_failures import assert_generic, logged_failure, traced_at
 from tests.simulators import simulated
 

@@ -16,10 +16,10 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends import psi_sorted
 from mplang.dialects import psi as psi_dialect
 from mplang.dialects import table
 from mplang.edsl.errors import MPRefusedError
+from mplang.kernels.psi import aby3 as psi_sorted
 from mplang.libs import psi
 from mplang.policy.check import check
 from mplang.policy.policy import Policy

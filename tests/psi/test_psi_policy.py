@@ -17,10 +17,10 @@ from mplang import simp
 from mplang.cluster.local import write_dev_policies
 from mplang.dialects import psi as psi_dialect
 from mplang.dialects import table
+from mplang.flows.engine import analyze
 from mplang.libs import psi
 from mplang.libs.demo import simulated
 from mplang.policy.check import check
-from mplang.policy.flows import analyze
 from mplang.policy.policy import Policy, PolicyError
 from mplang.policy.psi_protocols import DEFAULT_PSI_PROTOCOLS, PSI_PROTOCOLS
 from tests.examples.test_examples import load

@@ -90,7 +90,7 @@ def test_an_unclosed_simulator_stops_its_collector_at_exit() -> None:
     daemon) used to release parties' arrays while the interpreter tore modules down,
     and the process aborted in JAX's array destructor about one run in seven; the
     exit hook now stops and joins every running collector first."""
-    from mplang.backends.simp_driver import base
+    from mplang.driver import base
 
     sim = mp.Simulator(2)
     assert sim in base._COLLECTING and sim._collector.is_alive()

@@ -18,7 +18,7 @@ from mplang.analysis.cost_model import local_cost
 from mplang.edsl.attrs import ConfigField as Attr
 from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import Operand, Primitive, Result, Signature
-from mplang.policy.flows import local_conservative
+from mplang.flows.engine import local_conservative
 from mplang.runtime.backend import register_backend
 from mplang.runtime.interpreter import Interpreter
 
@@ -327,7 +327,7 @@ def test_a_closed_simulator_refuses_to_run(mode: str) -> None:
 def test_a_timeout_naming_the_silent_party_is_reported_as_it_is() -> None:
     """Parties 0 and 2 both waited for party 1: 0's wait was abandoned, 2's ran out of
     time. The error is 2's timeout, whichever came first, not a sentence joining them."""
-    from mplang.backends.simp_driver.base import _end_of_waits
+    from mplang.driver.base import _end_of_waits
     from mplang.edsl.errors import MPCommunicationError, MPTimeoutError
 
     abandoned = MPCommunicationError("party 0: execution e was abandoned while waiting "

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mplang.backends.simp_worker.mailbox import Mailbox
 from mplang.edsl.errors import MPCommunicationError, MPRefusedError, MPTimeoutError
+from mplang.worker.mailbox import Mailbox
 
 
 def test_two_messages_under_one_tag_are_both_taken_in_order() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mplang.backends.mux import DATA, FRAME, HEAD, MAX_HEAD, MuxProtocol
+from mplang.transport.mux import DATA, FRAME, HEAD, MAX_HEAD, MuxProtocol
 
 
 class Transport:

@@ -253,8 +253,8 @@ def test_an_op_waiting_for_a_message_lends_its_slot() -> None:
     """With one slot, an op waiting in a mailbox does not keep the next op (which sends
     what it waits for) from the pool. Before, the second op found no slot, its caller
     ran it inline or, across parties, every slot waited on ops that had none."""
-    from mplang.backends.simp_worker.mailbox import Mailbox
     from mplang.runtime.scheduler import Scheduler
+    from mplang.worker.mailbox import Mailbox
 
     scheduler, mailbox = Scheduler(1, "test-lend"), Mailbox(0)
     try:
@@ -302,8 +302,8 @@ def test_ops_that_wait_on_peers_are_not_run_by_a_loop_with_no_free_slot(
     itself stopped starting the others while it waited, among them the ones its peers'
     waiting ops needed, and every party could stop so (a run timed out under load). It
     now keeps an op that may wait until a slot is free."""
-    from mplang.backends.simp_worker import state
     from mplang.runtime.scheduler import Scheduler
+    from mplang.worker import state
 
     monkeypatch.setattr(state, "Scheduler", lambda workers, name: Scheduler(1, name))
     _secure_sums_finish(12, 30)

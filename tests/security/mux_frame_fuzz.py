@@ -54,14 +54,14 @@ import numpy as np
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.mux import ALPN, FRAME, MAX_HEAD
-from mplang.backends.mux_client import SPEC_HEADER, host_port
-from mplang.backends.simp_worker.admission import ROUTES
-from mplang.backends.simp_worker.messages import H_EXEC, H_KEY, H_LINK, H_PROGRAM
-from mplang.backends.wire import encode_value_bytes
 from mplang.cluster.local import LocalCluster
 from mplang.edsl.graph import communicates
 from mplang.edsl.serde import encode_graph_bundle
+from mplang.transport.admission import ROUTES
+from mplang.transport.mux import ALPN, FRAME, MAX_HEAD
+from mplang.transport.mux_client import SPEC_HEADER, host_port
+from mplang.transport.wire import encode_value_bytes
+from mplang.worker.messages import H_EXEC, H_KEY, H_LINK, H_PROGRAM
 from tests.http import memory_workload, mux_wire, support
 from tests.security import worker_api_fuzz as api
 

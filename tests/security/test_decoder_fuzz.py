@@ -29,19 +29,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from benchmarks import fuzz_decoders as fz
-from mplang.backends.spu_impl import SpuShare
-from mplang.backends.wire import (
+from mplang.cluster.commitments import canonical_bytes
+from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
+from mplang.edsl.primitive import check_types
+from mplang.edsl.serde import decode_graph_bundle, numpy_can_hold
+from mplang.edsl.typing import DTYPES, numpy_dtype
+from mplang.kernels.spu.run import SpuShare
+from mplang.transport.wire import (
     MAX_HEADER,
     decode_value,
     encode_value_bytes,
     pack_message,
     split_frame,
 )
-from mplang.cluster.commitments import canonical_bytes
-from mplang.edsl.errors import MPLangError, MPRefusedError, MPSerializationError
-from mplang.edsl.primitive import check_types
-from mplang.edsl.serde import decode_graph_bundle, numpy_can_hold
-from mplang.edsl.typing import DTYPES, numpy_dtype
 
 FUZZ = settings(max_examples=400, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -421,10 +421,10 @@ def test_a_received_share_must_have_the_declared_shape() -> None:
     import numpy as np
     import spu.libspu as libspu
 
-    from mplang.backends import spu_impl
     from mplang.dialects.spu import SpuConfig, io_for
     from mplang.edsl.graph import Operation, Value
     from mplang.edsl.typing import Mask, MPType, TensorType
+    from mplang.kernels.spu import run as spu_impl
 
     config = SpuConfig("SP0", (0, 1, 2), "ABY3", "FM64", 18)
     (share, *_) = io_for(config).make_shares(np.arange(6, dtype=np.int32).reshape(2, 3),

@@ -77,7 +77,7 @@ def test_only_received_programs_are_vetted_and_each_once(monkeypatch: pytest.Mon
     """A program of this process's tracer runs unvetted; a received one (and what passes
     make of it) is vetted before its first run only."""
     import mplang as mp
-    from mplang.backends import tensor_impl
+    from mplang.kernels import tensor as tensor_impl
     from mplang.passes import optimize
     from tests.security.loaded_mutants import CLUSTER, EXPECTED, program
 

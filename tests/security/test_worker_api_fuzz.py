@@ -16,9 +16,9 @@ import pytest
 import schemathesis
 from fastapi.routing import APIRoute
 
-from mplang.backends.simp_worker.http import create_app
-from mplang.backends.simp_worker.openapi import WORKER_API, worker_api
-from mplang.backends.simp_worker.server import WorkerServer
+from mplang.worker.http import create_app
+from mplang.worker.openapi import WORKER_API, worker_api
+from mplang.worker.server import WorkerServer
 from tests.http import support
 from tests.security import worker_api_fuzz
 

@@ -1,7 +1,7 @@
 """Schemathesis over a real worker's HTTP API, over mutual TLS.
 
 Cases come from the worker's OpenAPI document
-(`mplang.backends.simp_worker.openapi.WORKER_API`) through schemathesis's Python
+(`mplang.worker.openapi.WORKER_API`) through schemathesis's Python
 API (``schema.as_strategy`` in positive and negative generation modes), driven by
 hypothesis. Request bodies (``application/octet-stream``) come from a strategy
 registered with ``schemathesis.openapi.media_type``: random bytes, MPV1 frames
@@ -69,13 +69,13 @@ from schemathesis.core.result import Err, Ok
 
 import mplang as mp
 from mplang import simp
-from mplang.backends.mux_client import SPEC_HEADER
-from mplang.backends.simp_worker.openapi import worker_api
-from mplang.backends.wire import encode_value_bytes, split_frame
 from mplang.cluster.local import LocalCluster
 from mplang.edsl import errors
 from mplang.edsl.graph import Graph, communicates
 from mplang.edsl.serde import encode_graph_bundle
+from mplang.transport.mux_client import SPEC_HEADER
+from mplang.transport.wire import encode_value_bytes, split_frame
+from mplang.worker.openapi import worker_api
 from tests.http import support
 
 TARGET = 0

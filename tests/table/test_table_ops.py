@@ -19,14 +19,14 @@ import pytest
 import mplang as mp
 from mplang import simp
 from mplang.analysis.cost_model import local_cost
-from mplang.backends import wire
-from mplang.backends.table_wire import decode_ipc
 from mplang.dialects import table
 from mplang.dialects.table import TableType
 from mplang.dialects.table_arrow import ipc_bytes
 from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import MPType, TensorType
-from mplang.policy.flows import local_conservative
+from mplang.flows.engine import local_conservative
+from mplang.kernels.table_wire import decode_ipc
+from mplang.transport import wire
 
 RNG = np.random.default_rng(11)
 SALES = [pd.DataFrame({"region": RNG.choice(["north", "south", "east"], n),
@@ -388,7 +388,7 @@ def test_every_op_is_declared_with_its_rules() -> None:
         assert prim.targets == ("PPU",), prim.name
         assert prim.rule("cost") is local_cost and prim.rule("type") is not None, prim.name
         # constants hold no party's data; reads are sources, writes are checked against
-        # the policy's writes, SQL and conversions keep the rows (`mplang.policy.sql_flows`)
+        # the policy's writes, SQL and conversions keep the rows (`mplang.flows.sql_flows`)
         assert (prim.rule("local_flow") is local_conservative) is \
             (prim is table.constant_p), prim.name
     where = table.read_p.registered_at("local_flow")

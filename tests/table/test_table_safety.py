@@ -16,13 +16,13 @@ import pytest
 
 import mplang as mp
 from mplang import simp
-from mplang.backends import wire
-from mplang.backends.table_wire import decode_ipc
 from mplang.dialects import table, table_sql
 from mplang.dialects.table import TableType, sql_p
 from mplang.dialects.table_arrow import conform, ipc_bytes
 from mplang.edsl.errors import MPRefusedError
+from mplang.kernels.table_wire import decode_ipc
 from mplang.policy import PolicyRefusedError
+from mplang.transport import wire
 
 SECRET = pd.DataFrame({"password": ["hunter2"]})
 """A Python variable a query must not see (DuckDB's replacement scans are off)."""

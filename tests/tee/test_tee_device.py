@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import mplang as mp
-from mplang.backends.crypto_impl import ed25519_public
-from mplang.backends.tee_impl import (
+from mplang.dialects.tee import QUOTE_MAGIC
+from mplang.kernels.crypto import ed25519_public
+from mplang.kernels.tee import (
     MOCK_VENDOR_PUBLIC_KEY,
     check_quote,
     code_digest,
     make_quote,
 )
-from mplang.dialects.tee import QUOTE_MAGIC
 
 A = np.arange(6, dtype=np.float32)
 B = np.linspace(-1, 1, 6).astype(np.float32)

@@ -14,7 +14,7 @@ from mplang.dialects import tee
 from mplang.edsl.errors import MPTypeError
 from mplang.edsl.primitive import primitives
 from mplang.edsl.typing import MPType
-from mplang.policy.flows import local_conservative
+from mplang.flows.engine import local_conservative
 
 DIGEST = "ab" * 32
 

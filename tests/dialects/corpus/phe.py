@@ -47,7 +47,7 @@ def _phe_keys_and_ciphertext() -> Any:
 
 def phe_values(sim: mp.Simulator, which: int) -> tuple[list[Any], Callable[[list[Any]], None]]:
     """Party 0's PHE public key (``which`` 0) or a ciphertext under it (2)."""
-    from mplang.backends.phe_impl import decrypt_in_range
+    from mplang.kernels.phe import decrypt_in_range
 
     pk, sk, c = _phe_run(sim)
     value, private = sim.held([pk, sk, c][which])[0], sim.held(sk)[0]
