@@ -136,6 +136,7 @@ def _lookup(name: str) -> Entry | None:
     return _REGISTRY.get(name)
 
 
+@functools.lru_cache(maxsize=512)
 def bind(fn: Callable[..., Any], *static: Any) -> Callable[..., Any]:
     """``fn`` with its leading arguments fixed to the (hashable) ``static`` ones: one
     function object per (fn, static), so devices' compile caches hit, and every

@@ -105,7 +105,6 @@ def reveal(x: Any, to: str | None) -> Any:
     return tree_unflatten(tree, [mp.put(to, leaf) for leaf in leaves])
 
 
-@functools.lru_cache(maxsize=512)
 def _party_values(op: str, values: Any) -> list[MPObject]:
     if isinstance(values, MPObject) or not isinstance(values, Sequence) or not values:
         raise MPTypeError(f"{op}: values must be a non-empty list of device values, one per "
