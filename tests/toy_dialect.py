@@ -25,7 +25,7 @@ from mplang.flows.engine import Analysis
 from mplang.flows.labels import Label, impure
 from mplang.frontend.module import FeModule
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Call
 
 dialect = FeModule("toy")
 
@@ -47,9 +47,8 @@ backend = register_backend("toy")
 
 
 @backend.kernel(dialect.prims.clip)
-def _clip(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    bound = op.attrs["bound"]
-    return [np.clip(np.asarray(args[0]), -bound, bound)]
+def _clip(call: Call, x: Any, *, bound: float) -> list[Any]:
+    return [np.clip(np.asarray(x), -bound, bound)]
 
 
 class Toy(PPU):

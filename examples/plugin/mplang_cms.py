@@ -56,7 +56,7 @@ from mplang.device.ppu import call_on_party, rank_of
 from mplang.dialects import simp
 from mplang.edsl.attrs import Attr, ConfigField, ConfigSchema
 from mplang.edsl.context import ExecutionContext
-from mplang.edsl.errors import FeConfigError, MPRuntimeError, MPSerializationError, MPTypeError
+from mplang.edsl.errors import FeConfigError, MPSerializationError, MPTypeError
 from mplang.edsl.function import function
 from mplang.edsl.graph import Operation
 from mplang.edsl.location import mark_library
@@ -77,7 +77,7 @@ from mplang.flows.engine import conservative
 from mplang.frontend.feop import feop
 from mplang.frontend.module import FeModule
 from mplang.runtime.backend import WorkerEnv, register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Call
 from mplang.transport.wire import ValueCodec, register_value_codec
 
 mark_library(__file__)  # ops traced in this module are located at the user's line
@@ -328,61 +328,51 @@ def _state(env: WorkerEnv) -> CmsState:
     return CmsState(env)
 
 
-def _fail(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
-    return MPRuntimeError(f"party {interp.party}: op {op.opcode}: {message}",
-                          party=interp.party, op=op.opcode, loc=op.loc)
-
-
-def _expect_sketch(interp: Interpreter, op: Operation, value: Any, t: SketchType,
-                   what: str) -> Sketch:
+def _expect_sketch(call: Call, value: Any, t: SketchType, what: str) -> Sketch:
     if not isinstance(value, Sketch) or (value.width, value.depth, value.seed) != \
             (t.width, t.depth, t.seed):
-        raise _fail(interp, op, f"{what} is {value!r}, not a sketch of type {t}")
+        raise call.error(f"{what} is {value!r}, not a sketch of type {t}")
     return value
 
 
 @backend.kernel(dialect.prims.build)
-def _build(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    (x,) = args
-    return [Sketch.of_items(np.asarray(x), op.attrs["width"], op.attrs["depth"],
-                            op.attrs["seed"])]
+def _build(call: Call, x: Any, *, width: int, depth: int, seed: int) -> list[Any]:
+    return [Sketch.of_items(np.asarray(x), width, depth, seed)]
 
 
 @backend.kernel(dialect.prims.merge)
-def _merge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    t = op.outputs[0].type
+def _merge(call: Call, a: Any, b: Any) -> list[Any]:
+    t = call.out_type()
     assert isinstance(t, SketchType)
-    a, b = (_expect_sketch(interp, op, v, t, f"input {i}") for i, v in enumerate(args))
+    a = _expect_sketch(call, a, t, "input 0")
+    b = _expect_sketch(call, b, t, "input 1")
     return [a.merge(b)]
 
 
 @backend.kernel(dialect.prims.query)
-def _query(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    s, keys = args
-    t = op.inputs[0].type
+def _query(call: Call, s: Any, keys: Any) -> list[Any]:
+    t = call.in_type(0)
     assert isinstance(t, SketchType)
-    return [_expect_sketch(interp, op, s, t, "input 0").query(np.asarray(keys))]
+    return [_expect_sketch(call, s, t, "input 0").query(np.asarray(keys))]
 
 
 @backend.kernel(aggregate_p)
-def _aggregate(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    env: WorkerEnv = interp.states["cms"].env
-    t = op.inputs[0].type
+def _aggregate(call: Call, mine: Any, *, to: int) -> list[Any]:
+    env: WorkerEnv = call.state("cms").env
+    t = call.in_type(0)
     assert isinstance(t, MPType) and isinstance(t.base, SketchType) and t.pmask is not None
-    to: int = op.attrs["to"]
-    (mine,) = args
     if env.rank in t.pmask:
-        mine = _expect_sketch(interp, op, mine, t.base, "this party's sketch")
+        mine = _expect_sketch(call, mine, t.base, "this party's sketch")
     if env.rank != to:
         if env.rank in t.pmask:
-            env.communicator.send(to, (interp.exec_id, key), mine)
+            env.communicator.send(to, call.tag, mine)
         return [None]
     total = mine if env.rank in t.pmask else None
-    timeout = interp.options.timeout or env.timeout
+    timeout = call.interp.options.timeout or env.timeout
     for src in t.pmask:
         if src != env.rank:
-            got = env.communicator.recv(src, (interp.exec_id, key), timeout)
-            got = _expect_sketch(interp, op, got, t.base, f"the sketch of party {src}")
+            got = env.communicator.recv(src, call.tag, timeout)
+            got = _expect_sketch(call, got, t.base, f"the sketch of party {src}")
             total = got if total is None else total.merge(got)
     return [total]
 

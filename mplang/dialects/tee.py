@@ -99,7 +99,7 @@ def _verify_rule(sig: Signature) -> list[ValueType]:
 @verify_quote_p.def_local_flow
 def _verify_flow(a: Analysis, op: Operation, ins: list[Label], own: bool) -> list[Label]:
     """The TEE's key: attested for the quote's computation when this party checked it
-    (`mplang.flows.crypto_flows`), a key like any other otherwise."""
+    (`mplang.dialects.crypto`), a key like any other otherwise."""
     return [Flow("foreign", enclave=str(op.attrs["computation"])) if own else None]
 
 

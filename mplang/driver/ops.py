@@ -11,7 +11,7 @@ Multi-party ops of any dialect without a driver kernel of their own go to
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -25,40 +25,38 @@ from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.typing import Mask, MPType
 from mplang.kernels.control_flow import run_while
 from mplang.kernels.func import BACKEND as FUNC_BACKEND
-from mplang.runtime.interpreter import Interpreter, Kernel
+from mplang.runtime.interpreter import Call, Interpreter
 from mplang.worker.ops import BACKEND
 
 if TYPE_CHECKING:
     from mplang.driver.base import SimpDriver
 
-Participants = Callable[[Operation, list[HostVar], int], list[int] | None]
+Participants = Callable[[Operation, Sequence[HostVar], int], list[int] | None]
 
 
-def _driver(interp: Interpreter) -> SimpDriver:
-    driver: SimpDriver = interp.states["simp"]
+def _driver(call: Call) -> SimpDriver:
+    driver: SimpDriver = call.state("simp")
     return driver
 
 
-def _run_on(interp: Interpreter, op: Operation, args: list[Any], key: str,
-            parties: list[int] | None) -> list[Any]:
-    driver = _driver(interp)
+def _run_on(call: Call, args: Sequence[Any], parties: list[int] | None) -> list[Any]:
+    op = call.op
     # an op may read one value twice (x * x); the one-op graph lists each input once
     unique = dict(zip(op.inputs, args, strict=True))
     graph = Graph(list(unique), [op], list(op.outputs))
-    return driver.run_on_parties(graph, list(unique.values()), interp.exec_id, key, parties,
-                                 interp.options)
+    return _driver(call).run_on_parties(graph, list(unique.values()), *call.tag, parties,
+                                        call.interp.options)
 
 
 def dispatch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
     """Run ``op`` on every party (the driver kernel of multi-party ops without their own)."""
-    return _run_on(interp, op, args, key, None)
+    return _run_on(Call(interp, op, key), args, None)
 
 
-def _dispatch_to(participants: Participants) -> Kernel:
+def _dispatch_to(participants: Participants) -> Callable[..., list[Any]]:
     """A driver kernel running the op on the parties ``participants`` names."""
-    def kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-        return _run_on(interp, op, args, key,
-                       participants(op, args, _driver(interp).world_size))
+    def kernel(call: Call, *args: Any) -> list[Any]:
+        return _run_on(call, args, participants(call.op, args, _driver(call).world_size))
 
     return kernel
 
@@ -70,7 +68,7 @@ BACKEND.kernel(_simp.shuffle_static_p, runtime="driver")(
                                                 | set(op.attrs["routes"].values()))))
 
 
-def _pcall_parties(op: Operation, args: list[HostVar], world_size: int) -> list[int]:
+def _pcall_parties(op: Operation, args: Sequence[HostVar], world_size: int) -> list[int]:
     parties: Mask | None = op.attrs["parties"]
     if parties is not None:
         return list(parties)
@@ -81,20 +79,21 @@ BACKEND.kernel(_simp.pcall_p, runtime="driver")(_dispatch_to(_pcall_parties))
 
 
 @BACKEND.kernel(_simp.converge_p, runtime="driver")
-def _converge(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _converge(call: Call, *xs: HostVar) -> list[Any]:
     merged: list[str | None] = []
-    for rank in range(_driver(interp).world_size):
-        held = [a.uris[rank] for a in args if a.uris[rank] is not None]
+    for rank in range(_driver(call).world_size):
+        held = [a.uris[rank] for a in xs if a.uris[rank] is not None]
         if len(held) > 1:
             raise MPRuntimeError(f"op simp.converge: party {rank} holds more than one input",
-                                 party=rank, op=op.opcode)
+                                 party=rank, op=call.op.opcode)
         merged.append(held[0] if held else None)
     return [HostVar(tuple(merged))]
 
 
-def _uniform_predicate(interp: Interpreter, op: Operation, pred: HostVar, verify: bool) -> bool:
+def _uniform_predicate(call: Call, pred: HostVar, verify: bool) -> bool:
+    op = call.op
     try:
-        values = _driver(interp).fetch_var(pred)
+        values = _driver(call).fetch_var(pred)
     except MPRefusedError as e:  # name the op whose predicate the driver asked for
         at = f" at {op.loc}" if op.loc else ""
         raise MPRefusedError(f"op {op.opcode}{at} (standard mode: the driver fetches its "
@@ -112,16 +111,14 @@ def _uniform_predicate(interp: Interpreter, op: Operation, pred: HostVar, verify
 
 
 @BACKEND.kernel(_simp.uniform_cond_p, runtime="driver")
-def _uniform_cond(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    pred, *operands = args
-    branch = 0 if _uniform_predicate(interp, op, pred, op.attrs["verify_uniform"]) else 1
-    return interp.run(op.regions[branch], operands, f"{key}/b{branch}")
+def _uniform_cond(call: Call, pred: HostVar, *args: Any, verify_uniform: bool) -> list[Any]:
+    branch = 0 if _uniform_predicate(call, pred, verify_uniform) else 1
+    return call.interp.run(call.op.regions[branch], args, f"{call.key}/b{branch}")
 
 
 @BACKEND.kernel(_simp.while_loop_p, runtime="driver")
-def _while_loop(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    return run_while(interp, op, args, key,
-                     lambda pred, scope: _uniform_predicate(interp, op, pred, True))
+def _while_loop(call: Call, *state: Any) -> list[Any]:
+    return run_while(call, state, lambda pred, scope: _uniform_predicate(call, pred, True))
 
 
 _PARTIES: weakref.WeakKeyDictionary[Graph, Mask | None] = weakref.WeakKeyDictionary()
@@ -154,13 +151,13 @@ def _holders(graph: Graph) -> Mask | None:
     return mask
 
 
-def _launch(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _launch(call: Call, *args: Any) -> list[Any]:
     """Launch mode's ``func.call``: the whole body goes to every party that takes part."""
-    driver = _driver(interp)
-    body = op.regions[0]
+    driver = _driver(call)
+    body = call.op.regions[0]
     parties = graph_parties(body, driver.world_size)
-    return driver.run_on_parties(body, args, interp.exec_id, key, parties,
-                                 replace(interp.options, whole=True))
+    return driver.run_on_parties(body, args, *call.tag, parties,
+                                 replace(call.interp.options, whole=True))
 
 
 FUNC_BACKEND.kernel(_func.call_p, runtime="launch")(_launch)

@@ -144,8 +144,8 @@ def _place(path: str, line: int) -> str:
 
 
 def _where(fn: Callable[..., Any]) -> str:
-    """``path:line`` of a rule's definition."""
-    code = getattr(fn, "__code__", None)
+    """``path:line`` of a rule's definition (of the function a wrapper wraps)."""
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
     return repr(fn) if code is None else _place(code.co_filename, code.co_firstlineno)
 
 

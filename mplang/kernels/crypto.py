@@ -29,15 +29,13 @@ from mplang.dialects.crypto import (
     NONCE_BYTES,
     OVERHEAD,
     PUBLIC_KEY_BYTES,
-    PublicKey,
     SymmetricKey,
 )
 from mplang.dialects.symbolic import shape_of_elements
-from mplang.edsl.errors import MPPublicError, MPRuntimeError, MPSerializationError
-from mplang.edsl.graph import Operation
+from mplang.edsl.errors import MPPublicError, MPSerializationError
 from mplang.edsl.typing import TensorType, numpy_dtype
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter, op_error
+from mplang.runtime.interpreter import Call
 from mplang.transport.wire import Buffer, ValueCodec, register_value_codec
 
 BACKEND = register_backend("crypto")
@@ -318,74 +316,65 @@ for _type, _cls in ((_crypto.PrivateKey, PrivateKeyValue),
 # ---------------------------------------------------------------- kernels
 
 
-def _fail(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
-    return op_error(interp, op, message)
-
-
-def _tensor_type(op: Operation, i: int) -> TensorType:
-    t = op.inputs[i].type
-    assert isinstance(t, TensorType), t
-    return t
-
-
-def _expect(interp: Interpreter, op: Operation, value: Any, cls: type, what: str,
-            algorithm: str | None = None) -> Any:
+def _expect(call: Call, value: Any, cls: type, what: str, algorithm: str | None = None) -> Any:
     if not isinstance(value, cls) or (algorithm is not None
                                       and getattr(value, "algorithm", None) != algorithm):
         kind = f"an {algorithm} {cls.__name__}" if algorithm else f"a {cls.__name__}"
-        raise _fail(interp, op, f"{what} is {value!r}, not {kind}")
+        raise call.error(f"{what} is {value!r}, not {kind}")
     return value
 
 
-def _aes_key(interp: Interpreter, op: Operation, value: Any) -> bytes:
-    key = _expect(interp, op, value, SymmetricKeyValue, "the key")
+def _aes_key(call: Call, value: Any) -> bytes:
+    key = _expect(call, value, SymmetricKeyValue, "the key")
     if len(key.raw) != AES_KEY_BYTES:
-        raise _fail(interp, op, f"the key has {len(key.raw)} bytes, AES-256-GCM takes "
-                                f"{AES_KEY_BYTES}")
+        raise call.error(f"the key has {len(key.raw)} bytes, AES-256-GCM takes "
+                         f"{AES_KEY_BYTES}")
     return bytes(key.raw)
 
 
-def _run(interp: Interpreter, op: Operation, fn: Any, *args: Any) -> Any:
+def _run(call: Call, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except CryptoError as e:
-        raise op_error(interp, op, str(e), MPPublicError) from None
+        raise call.error(str(e), MPPublicError) from None
+
+
+def _bytes(call: Call, value: Any, i: int) -> bytes:
+    """`tensor_bytes` of ``value``, operand ``i`` of the op (a tensor)."""
+    t = call.in_type(i)
+    assert isinstance(t, TensorType), t
+    return _run(call, tensor_bytes, value, t)
 
 
 @BACKEND.kernel(_crypto.dialect.prims.aes_keygen)
-def _aes_keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    t = op.outputs[0].type
+def _aes_keygen(call: Call) -> list[Any]:
+    t = call.out_type()
     assert isinstance(t, SymmetricKey)
     return [SymmetricKeyValue(os.urandom(t.length))]
 
 
 @BACKEND.kernel(_crypto.dialect.prims.random_bits)
-def _random_bits(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    count, bits = op.attrs["count"], op.attrs["bits"]
+def _random_bits(call: Call, *, count: int, bits: int) -> list[Any]:
     words = np.frombuffer(os.urandom(4 * count), dtype="<u4") >> (32 - bits)
     return [words.astype(np.int32)]
 
 
 @BACKEND.kernel(_crypto.dialect.prims.aes_encrypt)
-def _aes_encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    x, k = args
-    plain = _run(interp, op, tensor_bytes, x, _tensor_type(op, 0))
-    return [_u8(_run(interp, op, aes_gcm_seal, _aes_key(interp, op, k), plain,
-                     op.attrs["aad"]))]
+def _aes_encrypt(call: Call, x: Any, key: Any, *, aad: bytes) -> list[Any]:
+    plain = _bytes(call, x, 0)
+    return [_u8(_run(call, aes_gcm_seal, _aes_key(call, key), plain, aad))]
 
 
 @BACKEND.kernel(_crypto.dialect.prims.aes_decrypt)
-def _aes_decrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    c, k = args
-    like: TensorType = op.attrs["like"]
-    sealed = _run(interp, op, tensor_bytes, c, _tensor_type(op, 0))
-    plain = _run(interp, op, aes_gcm_open, _aes_key(interp, op, k), sealed, op.attrs["aad"])
-    return [_run(interp, op, bytes_tensor, plain, like)]
+def _aes_decrypt(call: Call, c: Any, key: Any, *, like: TensorType, aad: bytes) -> list[Any]:
+    sealed = _bytes(call, c, 0)
+    plain = _run(call, aes_gcm_open, _aes_key(call, key), sealed, aad)
+    return [_run(call, bytes_tensor, plain, like)]
 
 
 @BACKEND.kernel(_crypto.dialect.prims.sha256)
-def _sha256(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    return [_u8(sha256(_run(interp, op, tensor_bytes, args[0], _tensor_type(op, 0))))]
+def _sha256(call: Call, x: Any) -> list[Any]:
+    return [_u8(sha256(_bytes(call, x, 0)))]
 
 
 def _keypair(algorithm: str) -> list[Any]:
@@ -402,62 +391,55 @@ def _keypair(algorithm: str) -> list[Any]:
 
 
 @BACKEND.kernel(_crypto.dialect.prims.x25519_keygen)
-def _x25519_keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _x25519_keygen(call: Call) -> list[Any]:
     return _keypair("x25519")
 
 
 @BACKEND.kernel(_crypto.dialect.prims.ed25519_keygen)
-def _ed25519_keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _ed25519_keygen(call: Call) -> list[Any]:
     return _keypair("ed25519")
 
 
 @BACKEND.kernel(_crypto.dialect.prims.x25519_shared)
-def _x25519_shared(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    sk = _expect(interp, op, args[0], PrivateKeyValue, "the private key", "x25519")
-    pk = _expect(interp, op, args[1], PublicKeyValue, "the peer key", "x25519")
-    return [SharedSecretValue(_run(interp, op, x25519, sk.raw, pk.raw))]
+def _x25519_shared(call: Call, private: Any, peer: Any) -> list[Any]:
+    sk = _expect(call, private, PrivateKeyValue, "the private key", "x25519")
+    pk = _expect(call, peer, PublicKeyValue, "the peer key", "x25519")
+    return [SharedSecretValue(_run(call, x25519, sk.raw, pk.raw))]
 
 
 @BACKEND.kernel(_crypto.dialect.prims.hkdf)
-def _hkdf(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    (ikm,) = args
+def _hkdf(call: Call, ikm: Any, *, info: bytes, length: int, salt: bytes | None) -> list[Any]:
     if not isinstance(ikm, SharedSecretValue | SymmetricKeyValue):
-        raise _fail(interp, op, f"the input key material is {ikm!r}, not a shared secret or "
-                                "a symmetric key")
-    out = _run(interp, op, hkdf_sha256, ikm.raw, op.attrs["info"], op.attrs["length"],
-               op.attrs["salt"])
-    return [SymmetricKeyValue(out)]
+        raise call.error(f"the input key material is {ikm!r}, not a shared secret or "
+                         "a symmetric key")
+    return [SymmetricKeyValue(_run(call, hkdf_sha256, ikm.raw, info, length, salt))]
 
 
 @BACKEND.kernel(_crypto.dialect.prims.sign)
-def _sign(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    m, sk = args
-    ssk = _expect(interp, op, sk, PrivateKeyValue, "the signing key", "ed25519")
-    msg = _run(interp, op, tensor_bytes, m, _tensor_type(op, 0))
+def _sign(call: Call, m: Any, sk: Any) -> list[Any]:
+    ssk = _expect(call, sk, PrivateKeyValue, "the signing key", "ed25519")
+    msg = _bytes(call, m, 0)
     return [_u8(ed25519_sign(ssk.raw, msg))]
 
 
 @BACKEND.kernel(_crypto.dialect.prims.verify)
-def _verify(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    m, sig, pk = args
-    spk = _expect(interp, op, pk, PublicKeyValue, "the public key", "ed25519")
-    msg = _run(interp, op, tensor_bytes, m, _tensor_type(op, 0))
-    signature = _run(interp, op, tensor_bytes, sig, _tensor_type(op, 1))
+def _verify(call: Call, m: Any, sig: Any, pk: Any) -> list[Any]:
+    spk = _expect(call, pk, PublicKeyValue, "the public key", "ed25519")
+    msg = _bytes(call, m, 0)
+    signature = _bytes(call, sig, 1)
     return [np.array(ed25519_verify(spk.raw, msg, signature), dtype=np.bool_)]
 
 
 @BACKEND.kernel(_crypto.dialect.prims.public_bytes)
-def _public_bytes(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    pk = _expect(interp, op, args[0], PublicKeyValue, "the public key")
+def _public_bytes(call: Call, public: Any) -> list[Any]:
+    pk = _expect(call, public, PublicKeyValue, "the public key")
     return [_u8(pk.raw)]
 
 
 @BACKEND.kernel(_crypto.dialect.prims.public_key)
-def _public_key(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    t = op.outputs[0].type
-    assert isinstance(t, PublicKey)
-    raw = _run(interp, op, tensor_bytes, args[0], _tensor_type(op, 0))
+def _public_key(call: Call, b: Any, *, algorithm: str) -> list[Any]:
+    raw = _bytes(call, b, 0)
     if len(raw) != PUBLIC_KEY_BYTES:
-        raise _fail(interp, op, f"a {t.algorithm} public key has {PUBLIC_KEY_BYTES} bytes, "
-                                f"got {len(raw)}")
-    return [PublicKeyValue(t.algorithm, raw)]
+        raise call.error(f"a {algorithm} public key has {PUBLIC_KEY_BYTES} bytes, "
+                         f"got {len(raw)}")
+    return [PublicKeyValue(algorithm, raw)]

@@ -6,14 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from mplang.dialects import func as _func
-from mplang.edsl.graph import Operation
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Call
 
 BACKEND = register_backend("func")
 
 
 @BACKEND.kernel(_func.call_p)
 @BACKEND.kernel(_func.call_p, runtime="driver")
-def call_region(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    return interp.run(op.regions[0], args, key)
+def call_region(call: Call, *args: Any) -> list[Any]:
+    return call.interp.run(call.op.regions[0], args, call.key)

@@ -43,11 +43,10 @@ from mplang.dialects.phe import (
 )
 from mplang.dialects.symbolic import shape_of_elements
 from mplang.edsl.errors import MPPublicError, MPRuntimeError, MPSerializationError
-from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import Primitive
 from mplang.edsl.typing import TensorType
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter, op_error
+from mplang.runtime.interpreter import Call
 from mplang.transport.wire import ValueCodec, register_value_codec
 
 INSTALL_HINT = ("PHE needs the sf-heu package: pip install 'mplang[phe]' (sf-heu ships "
@@ -242,92 +241,79 @@ def _magnitude(v: int) -> str:
 backend = register_backend("phe")
 
 
-def _fail(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
-    return op_error(interp, op, message)
-
-
-def _wrong(interp: Interpreter, op: Operation, message: str) -> MPRuntimeError:
+def _wrong(call: Call, message: str) -> MPRuntimeError:
     """A wrong operand kind or key: the message names types and key fingerprints only."""
-    return op_error(interp, op, message, MPPublicError)
+    return call.error(message, MPPublicError)
 
 
-def _ciphertext(interp: Interpreter, op: Operation, value: Any, what: str) -> PheCiphertext:
+def _ciphertext(call: Call, value: Any, what: str) -> PheCiphertext:
     if not isinstance(value, PheCiphertext):
-        raise _wrong(interp, op, f"{what} is {type(value).__name__}, not a PHE ciphertext")
+        raise _wrong(call, f"{what} is {type(value).__name__}, not a PHE ciphertext")
     return value
 
 
-def _same_key(interp: Interpreter, op: Operation, a: PheCiphertext, b: PheCiphertext) -> None:
+def _same_key(call: Call, a: PheCiphertext, b: PheCiphertext) -> None:
     if a.public.fingerprint != b.public.fingerprint:
-        raise _wrong(interp, op, f"the operands are under different keys ({a!r} and {b!r})")
+        raise _wrong(call, f"the operands are under different keys ({a!r} and {b!r})")
 
 
-def _in_type(op: Operation, i: int) -> Any:
-    return op.inputs[i].type
+def _encoded(call: Call, kit: Any, x: Any, shape: tuple[int, ...], scale: int) -> Any:
+    """``encode``, its refusal an error of this op."""
+    try:
+        return encode(kit, call.op.opcode, x, shape, scale)
+    except ValueError as e:
+        raise call.error(str(e)) from None
 
 
 @backend.kernel(keygen_p)
-def _keygen(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _keygen(call: Call, *, scheme: str, key_bits: int) -> list[Any]:
     phe, hnp = heu()
-    scheme = getattr(phe.SchemaType, _HEU_SCHEMES[op.attrs["scheme"]])
-    kit = hnp.setup(scheme, op.attrs["key_bits"])
-    public = PhePublicKey(op.attrs["scheme"], op.attrs["key_bits"],
-                          kit.public_key().serialize(), kit)
+    kit = hnp.setup(getattr(phe.SchemaType, _HEU_SCHEMES[scheme]), key_bits)
+    public = PhePublicKey(scheme, key_bits, kit.public_key().serialize(), kit)
     return [public, PhePrivateKey(kit, public)]
 
 
 @backend.kernel(encrypt_p)
-def _encrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    x, public = args
-    want = _in_type(op, 1)
-    assert isinstance(want, PublicKey)
+def _encrypt(call: Call, x: Any, public: Any) -> list[Any]:
+    want, t = call.in_type(1), call.out_type()
+    assert isinstance(want, PublicKey) and isinstance(t, Ciphertext)
     if not isinstance(public, PhePublicKey) or (public.scheme, public.key_bits) != \
             (want.scheme, want.key_bits):
-        raise _wrong(interp, op, f"the key is {public!r}, not a {want}")
-    t = op.outputs[0].type
-    assert isinstance(t, Ciphertext)
-    try:
-        plain = encode(public.kit, "phe.encrypt", x, sized(t, x), t.scale)
-    except ValueError as e:
-        raise _fail(interp, op, str(e)) from None
+        raise _wrong(call, f"the key is {public!r}, not a {want}")
+    plain = _encoded(call, public.kit, x, sized(t, x), t.scale)
     return [PheCiphertext(public.kit.encryptor().encrypt(plain), public)]
 
 
 @backend.kernel(decrypt_p)
-def _decrypt(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    c = _ciphertext(interp, op, args[0], "the value")
-    private = args[1]
+def _decrypt(call: Call, value: Any, private: Any) -> list[Any]:
+    c = _ciphertext(call, value, "the value")
     if not isinstance(private, PhePrivateKey):
-        raise _wrong(interp, op, f"the key is {type(private).__name__}, not a PHE private key")
+        raise _wrong(call, f"the key is {type(private).__name__}, not a PHE private key")
     if private.public.fingerprint != c.public.fingerprint:
-        raise _wrong(interp, op, f"{c!r} is not under this private key's pair "
-                                f"({private!r}): decrypting it would give garbage")
-    t = _in_type(op, 0)
+        raise _wrong(call, f"{c!r} is not under this private key's pair "
+                           f"({private!r}): decrypting it would give garbage")
+    t = call.in_type(0)
     assert isinstance(t, Ciphertext)
     try:
         return [decrypt_in_range(private, c, t)]
     except ValueError as e:
-        raise _fail(interp, op, str(e)) from None
+        raise call.error(str(e)) from None
 
 
 def _additive(prim: Primitive) -> None:
     """Register the kernel of ``phe.add`` or ``phe.sub`` (they differ in the evaluator call)."""
     @backend.kernel(prim)
-    def run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-        a = _ciphertext(interp, op, args[0], "the first operand")
-        t = _in_type(op, 0)
+    def run(call: Call, first: Any, second: Any) -> list[Any]:
+        a = _ciphertext(call, first, "the first operand")
+        t = call.in_type(0)
         assert isinstance(t, Ciphertext)
         evaluator = a.public.kit.evaluator()
         combine = evaluator.add if prim is add_p else evaluator.sub
-        if isinstance(_in_type(op, 1), Ciphertext):
-            b = _ciphertext(interp, op, args[1], "the second operand")
-            _same_key(interp, op, a, b)
+        if isinstance(call.in_type(1), Ciphertext):
+            b = _ciphertext(call, second, "the second operand")
+            _same_key(call, a, b)
             return [PheCiphertext(combine(a.array, b.array), a.public)]
-        try:
-            plain = encode(a.public.kit, prim.name, args[1], logical_shape(t, a.shape),
-                           t.scale)
-        except ValueError as e:
-            raise _fail(interp, op, str(e)) from None
+        plain = _encoded(call, a.public.kit, second, logical_shape(t, a.shape), t.scale)
         return [PheCiphertext(combine(a.array, plain), a.public)]
 
 
@@ -336,14 +322,10 @@ _additive(sub_p)
 
 
 @backend.kernel(mul_plain_p)
-def _mul_plain(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    c = _ciphertext(interp, op, args[0], "the ciphertext")
-    t, x = _in_type(op, 0), _in_type(op, 1)
-    try:
-        plain = encode(c.public.kit, "phe.mul_plain", args[1], logical_shape(t, c.shape),
-                       plain_scale(x, op.attrs["scale"]))
-    except ValueError as e:
-        raise _fail(interp, op, str(e)) from None
+def _mul_plain(call: Call, value: Any, x: Any, *, scale: int) -> list[Any]:
+    c = _ciphertext(call, value, "the ciphertext")
+    plain = _encoded(call, c.public.kit, x, logical_shape(call.in_type(0), c.shape),
+                     plain_scale(call.in_type(1), scale))
     return [PheCiphertext(c.public.kit.evaluator().mul(c.array, plain), c.public)]
 
 
@@ -352,14 +334,13 @@ def _ones(kit: Any, shape: tuple[int, int]) -> Any:
 
 
 @backend.kernel(sum_p)
-def _sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    c = _ciphertext(interp, op, args[0], "the value")
-    t = _in_type(op, 0)
+def _sum(call: Call, value: Any, *, axis: int | None) -> list[Any]:
+    c = _ciphertext(call, value, "the value")
+    t = call.in_type(0)
     assert isinstance(t, Ciphertext)
     kit = c.public.kit
     evaluator = kit.evaluator()
     rows, cols = c.shape
-    axis = op.attrs["axis"]
     if axis is None or len(t.shape) <= 1:
         if rows * cols == 0:
             zero = encode(kit, "phe.sum", 0, (), 1)
@@ -374,42 +355,37 @@ def _sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[
 
 
 @backend.kernel(dot_p)
-def _dot(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    c = _ciphertext(interp, op, args[0], "the ciphertext")
-    ct, xt = _in_type(op, 0), _in_type(op, 1)
-    x = np.asarray(args[1])
+def _dot(call: Call, value: Any, x: Any, *, scale: int) -> list[Any]:
+    c = _ciphertext(call, value, "the ciphertext")
+    x = np.asarray(x)
     matrix = x.reshape(x.shape[0], -1) if x.ndim == 2 else x.reshape(-1, 1)
-    try:
-        plain = encode(c.public.kit, "phe.dot", matrix, matrix.shape,
-                       plain_scale(xt, op.attrs["scale"]))
-    except ValueError as e:
-        raise _fail(interp, op, str(e)) from None
+    plain = _encoded(call, c.public.kit, matrix, matrix.shape,
+                     plain_scale(call.in_type(1), scale))
     product = c.public.kit.evaluator().matmul(c.array, plain)  # (rows, cols of x)
-    if len(ct.shape) == 2 and x.ndim == 1:  # (m, 1) -> stored as a row
+    if len(call.in_type(0).shape) == 2 and x.ndim == 1:  # (m, 1) -> stored as a row
         product = product.transpose()
     return [PheCiphertext(product, c.public)]
 
 
-def _index_array(interp: Interpreter, op: Operation, value: Any, what: str, low: int,
-                 high: int) -> np.ndarray:
+def _index_array(call: Call, value: Any, what: str, low: int, high: int) -> np.ndarray:
     """``value`` as an array, after checking every entry lies in ``[low, high)``."""
     arr = np.asarray(value)
     if arr.size and (int(arr.min()) < low or int(arr.max()) >= high):
         bad = arr[(arr < low) | (arr >= high)].reshape(-1)[0]
-        raise _fail(interp, op, f"{what} must lie in [{low}, {high}), found {int(bad)}")
+        raise call.error(f"{what} must lie in [{low}, {high}), found {int(bad)}")
     return arr
 
 
 @backend.kernel(bucket_sum_p)
-def _bucket_sum(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    c = _ciphertext(interp, op, args[0], "the value")
-    t, out_t = _in_type(op, 0), op.outputs[0].type
+def _bucket_sum(call: Call, value: Any, bin_index: Any, *group_ids: Any, n_bins: int,
+                n_groups: int) -> list[Any]:
+    c = _ciphertext(call, value, "the value")
+    t, out_t = call.in_type(0), call.out_type()
     assert isinstance(t, Ciphertext) and isinstance(out_t, Ciphertext)
-    n_groups, n_bins = op.attrs["n_groups"], op.attrs["n_bins"]
-    bins = _index_array(interp, op, args[1], "every bin index", 0, n_bins)
+    bins = _index_array(call, bin_index, "every bin index", 0, n_bins)
     n, features = bins.shape
-    groups = np.zeros(n, np.int64) if len(args) < 3 else \
-        _index_array(interp, op, args[2], "every group id", -1, n_groups)
+    groups = np.zeros(n, np.int64) if not group_ids else \
+        _index_array(call, group_ids[0], "every group id", -1, n_groups)
     kit = c.public.kit
     rows, cols = storage_shape(out_t.plaintext().static_shape("phe.bucket_sum"))
     if n == 0:  # no rows: every bucket is an encryption of 0

@@ -29,7 +29,7 @@ from mplang.edsl.graph import Operation
 from mplang.edsl.typing import TensorType
 from mplang.kernels.table_wire import decode_ipc
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Call
 from mplang.storage import data_root
 from mplang.worker.state import SimpWorker
 
@@ -43,25 +43,21 @@ SQL_BATCH_ROWS = 1 << 16
 # ---------------------------------------------------------------- checks
 
 
-def _fail(interp: Interpreter, op: Operation, message: str,
-          kind: type[MPRuntimeError] = MPRuntimeError) -> MPRuntimeError:
+def _fail(call: Call, message: str, kind: type[MPRuntimeError] = MPRuntimeError
+          ) -> MPRuntimeError:
+    party, op = call.interp.party, call.op
     where = f" (traced at {op.loc})" if op.loc else ""
-    return kind(f"party {interp.party}: op {op.opcode}{where}: {message}",
-                party=interp.party, op=op.opcode, loc=op.loc)
+    return kind(f"party {party}: op {op.opcode}{where}: {message}", party=party,
+                op=op.opcode, loc=op.loc)
 
 
-def _input(interp: Interpreter, op: Operation, value: Any, index: int) -> pa.Table:
-    t = op.inputs[index].type
+def _input(call: Call, value: Any, index: int) -> pa.Table:
+    t = call.in_type(index)
     assert isinstance(t, T.TableType)
     try:
         return conform(value, t)
     except ValueError as e:
-        raise _fail(interp, op, f"input {index} does not have its type {t}: {e}") from None
-
-
-def _worker(interp: Interpreter) -> SimpWorker:
-    worker: SimpWorker = interp.states["simp"]
-    return worker
+        raise _fail(call, f"input {index} does not have its type {t}: {e}") from None
 
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
@@ -194,22 +190,21 @@ data_root.register_describer("table", describe_table)
 
 
 @BACKEND.kernel(T.read_p)
-def _read(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    worker = _worker(interp)
-    path, fmt = op.attrs["path"], op.attrs["format"]
-    t = op.outputs[0].type
+def _read(call: Call, *, path: str, format: str) -> list[Any]:
+    worker: SimpWorker = call.state("simp")
+    t = call.out_type()
     assert isinstance(t, T.TableType)
-    name = f"table.read_{fmt}"
+    name = f"table.read_{format}"
     try:
         real = data_root.resolve(worker.data_root, path, worker.node, op=name,
-                                 extensions=(T.FORMATS[fmt],))
-        table = _READERS[fmt](real, t, path, worker.node)
+                                 extensions=(T.FORMATS[format],))
+        table = _READERS[format](real, t, path, worker.node)
         return [conform(table, t)]
     except ValueError as e:
-        raise _fail(interp, op, f"{path!r} on {worker.node} does not have the type the "
-                                f"program expects, {t}: {e}") from None
+        raise _fail(call, f"{path!r} on {worker.node} does not have the type the program "
+                          f"expects, {t}: {e}") from None
     except MPRuntimeError as e:  # of its kind: a missing file is told as it is
-        raise _fail(interp, op, str(e), type(e)) from None
+        raise _fail(call, str(e), type(e)) from None
 
 
 def _write_file(table: pa.Table, target: Path, fmt: str) -> None:
@@ -229,26 +224,25 @@ def _write_file(table: pa.Table, target: Path, fmt: str) -> None:
 
 
 @BACKEND.kernel(T.write_p)
-def _write(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _write(call: Call, t: Any, *, path: str, format: str) -> list[Any]:
     import pyarrow as pa
 
-    worker = _worker(interp)
-    path, fmt = op.attrs["path"], op.attrs["format"]
-    table = _input(interp, op, args[0], 0)
-    name = f"table.write_{fmt}"
-    what = f"op {name}" + (f" at {op.loc}" if op.loc else "")
+    worker: SimpWorker = call.state("simp")
+    table = _input(call, t, 0)
+    name = f"table.write_{format}"
+    what = f"op {name}" + (f" at {call.op.loc}" if call.op.loc else "")
     try:
-        data_root.check_relpath(path, worker.node, op=name, extensions=(T.FORMATS[fmt],))
+        data_root.check_relpath(path, worker.node, op=name, extensions=(T.FORMATS[format],))
         worker.check_write(what, path)  # the party's policy, before a folder is made
         target = data_root.resolve_for_write(worker.data_root, path, worker.node, op=name,
-                                             extensions=(T.FORMATS[fmt],))
+                                             extensions=(T.FORMATS[format],))
         worker.check_write(what, path, target)  # where links inside the root lead
-        _write_file(table, target, fmt)
+        _write_file(table, target, format)
     except MPRuntimeError as e:  # of its kind: a bad path is told as it is
-        raise _fail(interp, op, str(e), type(e)) from None
+        raise _fail(call, str(e), type(e)) from None
     except (pa.ArrowException, OSError) as e:
-        raise _fail(interp, op, f"cannot write {path!r} on {worker.node}: "
-                                f"{type(e).__name__}: {e}") from None
+        raise _fail(call, f"cannot write {path!r} on {worker.node}: {type(e).__name__}: "
+                          f"{e}") from None
     return []
 
 
@@ -302,71 +296,68 @@ def _check_sql(op: Operation) -> None:
 
 
 @BACKEND.kernel(T.sql_p)
-def _sql(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    tables = {name: _input(interp, op, value, i)
-              for i, (name, value) in enumerate(zip(op.attrs["names"], args, strict=True))}
-    t = op.outputs[0].type
+def _sql(call: Call, *tables: Any, query: str, names: tuple[str, ...]) -> list[Any]:
+    inputs = {name: _input(call, value, i)
+              for i, (name, value) in enumerate(zip(names, tables, strict=True))}
+    t = call.out_type()
     assert isinstance(t, T.TableType)
     try:
-        result = run_sql(op.attrs["query"], tables)
+        result = run_sql(query, inputs)
     except ValueError as e:
-        raise _fail(interp, op, f"{e} (query {short_query(op.attrs['query'])})") from None
+        raise _fail(call, f"{e} (query {short_query(query)})") from None
     try:
         return [conform(result, t)]
     except ValueError as e:
-        raise _fail(interp, op, f"the result does not have the type computed while tracing, "
-                                f"{t}: {e}") from None
+        raise _fail(call, f"the result does not have the type computed while tracing, {t}: "
+                          f"{e}") from None
 
 
 @BACKEND.kernel(T.to_tensor_p)
-def _to_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    table = _input(interp, op, args[0], 0)
-    out = op.outputs[0].type
+def _to_tensor(call: Call, t: Any, *, columns: tuple[str, ...], rows: int | str
+               ) -> list[Any]:
+    table, out = _input(call, t, 0), call.out_type()
     assert isinstance(out, TensorType)
-    columns, declared = op.attrs["columns"], op.attrs["rows"]
-    rows = table.num_rows
-    if isinstance(declared, int) and rows != declared:
-        raise _fail(interp, op, f"the table has {rows} rows, but the program declared "
-                                f"rows={declared}")
+    count = table.num_rows
+    if isinstance(rows, int) and count != rows:
+        raise _fail(call, f"the table has {count} rows, but the program declared rows={rows}")
     arrays = []
     for name in columns:
         column = table.column(name)
         if column.null_count:
-            raise _fail(interp, op, f"column {name!r} has {column.null_count} null values; "
-                                    "fill them in SQL first (COALESCE)")
+            raise _fail(call, f"column {name!r} has {column.null_count} null values; fill "
+                              "them in SQL first (COALESCE)")
         arrays.append(column.to_numpy())
     common = np.result_type(*(a.dtype for a in arrays))
     stacked = np.stack([a.astype(common, copy=False) for a in arrays], axis=1) if arrays \
-        else np.zeros((rows, 0), common)
+        else np.zeros((count, 0), common)
     try:
-        value = as_array(op.opcode, stacked.reshape(rows, len(columns)))
+        value = as_array(call.op.opcode, stacked.reshape(count, len(columns)))
     except MPTypeError as e:
-        raise _fail(interp, op, str(e)) from None
+        raise _fail(call, str(e)) from None
     if value.dtype.name != out.dtype:
-        raise _fail(interp, op, f"made a {value.dtype} tensor, but the program expects {out}")
+        raise _fail(call, f"made a {value.dtype} tensor, but the program expects {out}")
     return [value]
 
 
 @BACKEND.kernel(T.from_tensor_p)
-def _from_tensor(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _from_tensor(call: Call, x: Any) -> list[Any]:
     import pyarrow as pa
 
-    x = np.asarray(args[0])
-    t = op.outputs[0].type
+    x, t = np.asarray(x), call.out_type()
     assert isinstance(t, T.TableType)
-    expected = op.inputs[0].type
+    expected = call.in_type(0)
     if not isinstance(expected, TensorType) or TensorType.of(x.dtype, x.shape) != expected:
-        raise _fail(interp, op, f"the input is {x.dtype}{list(x.shape)}, but the program "
-                                f"expects {expected}")
+        raise _fail(call, f"the input is {x.dtype}{list(x.shape)}, but the program expects "
+                          f"{expected}")
     columns = [x] if x.ndim == 1 else [np.ascontiguousarray(x[:, i]) for i in range(x.shape[1])]
     return [pa.Table.from_arrays([pa.array(c) for c in columns], names=list(t.names))]
 
 
 @BACKEND.kernel(T.constant_p)
-def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    t = op.outputs[0].type
+def _constant(call: Call, *, data: bytes) -> list[Any]:
+    t = call.out_type()
     assert isinstance(t, T.TableType)
     try:
-        return [conform(decode_ipc(op.attrs["data"]), t)]
+        return [conform(decode_ipc(data), t)]
     except (MPSerializationError, ValueError) as e:
-        raise _fail(interp, op, f"the constant is not a table of its type {t}: {e}") from None
+        raise _fail(call, f"the constant is not a table of its type {t}: {e}") from None

@@ -24,14 +24,13 @@ from mplang.dialects.tee import (
     verify_quote_p,
 )
 from mplang.edsl.errors import MPPublicError
-from mplang.edsl.graph import Operation
 from mplang.kernels.crypto import (
     PublicKeyValue,
     ed25519_sign,
     ed25519_verify,
 )
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter, op_error
+from mplang.runtime.interpreter import Call
 
 MOCK_VENDOR_SEED = hashlib.sha256(b"mplang MOCK attestation vendor: NOT SECURE, this seed is "
                                   b"public and anyone can sign mock quotes").digest()
@@ -93,20 +92,20 @@ backend = register_backend("tee")
 
 
 @backend.kernel(mock_quote_p)
-def _mock_quote(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    tee_key = np.asarray(args[0], dtype=np.uint8).tobytes()
-    quote = make_quote(tee_key, code_digest(), op.attrs["computation"])
+def _mock_quote(call: Call, tee_public_key: Any, *, computation: str) -> list[Any]:
+    tee_key = np.asarray(tee_public_key, dtype=np.uint8).tobytes()
+    quote = make_quote(tee_key, code_digest(), computation)
     return [np.frombuffer(quote, dtype=np.uint8).copy()]
 
 
 @backend.kernel(verify_quote_p)
-def _verify_quote(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    quote = np.asarray(args[0], dtype=np.uint8).tobytes()
-    code = op.attrs["code"] or code_digest()
-    vendor = op.attrs["vendor_key"] or MOCK_VENDOR_PUBLIC_KEY
+def _verify_quote(call: Call, quote: Any, *, computation: str, code: str | None,
+                  vendor_key: str | None) -> list[Any]:
+    raw = np.asarray(quote, dtype=np.uint8).tobytes()
     try:
-        tee_key = check_quote(quote, code, op.attrs["computation"], vendor)
+        tee_key = check_quote(raw, code or code_digest(), computation,
+                              vendor_key or MOCK_VENDOR_PUBLIC_KEY)
     except ValueError as e:
-        raise op_error(interp, op, f"attestation refused, nothing is sent to the TEE: {e}",
-                       MPPublicError) from None
+        raise call.error(f"attestation refused, nothing is sent to the TEE: {e}",
+                         MPPublicError) from None
     return [PublicKeyValue("x25519", tee_key)]

@@ -6,7 +6,7 @@ vets and compiles each distinct module before this process parses it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -23,7 +23,7 @@ from mplang.edsl.typing import TensorType, numpy_dtype
 from mplang.frontend.pyfuncs import lookup_pyfunc
 from mplang.kernels.symbolic_sizes import bind_sizes
 from mplang.runtime.backend import payload_refusal, register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Call
 from mplang.runtime.sandbox import NativePayloadChecker
 from mplang.util.lru import LRUCache
 
@@ -144,15 +144,15 @@ def _compiled(module: bytes) -> Callable[..., Any]:
 
 
 @BACKEND.kernel(_tensor.constant_p)
-def _constant(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    return [op.attrs["value"]]
+def _constant(call: Call, *, value: Any) -> list[Any]:
+    return [value]
 
 
 _REFINED = LRUCache(1024)
 """(module, input shapes) -> the module compiled for those shapes."""
 
 
-def _refined(module: bytes, args: list[Any]) -> Callable[..., Any]:
+def _refined(module: bytes, args: Sequence[Any]) -> Callable[..., Any]:
     """A symbolic module compiled for the shapes of ``args``: refined by JAX to static
     shapes, vetted as a static module would be, then compiled (cached per shapes)."""
     key = (module, tuple(np.shape(a) for a in args))
@@ -167,34 +167,30 @@ def _refined(module: bytes, args: list[Any]) -> Callable[..., Any]:
 
 
 @BACKEND.kernel(_tensor.run_jax_p)
-def _run_jax(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    module = op.attrs["module"]
+def _run_jax(call: Call, *args: Any, fn: str, module: bytes) -> list[Any]:
     info = module_info(module)
     if all(t.is_static for t in info.in_types):
         out = _compiled(module)(*args)
     else:
-        bind_sizes(f"tensor.run_jax[{op.attrs['fn']}]", info.in_types,
-                   [np.shape(a) for a in args])
+        bind_sizes(f"tensor.run_jax[{fn}]", info.in_types, [np.shape(a) for a in args])
         out = _refined(module, args)(*args)
     return list(jax.tree_util.tree_leaves(out))
 
 
 @BACKEND.kernel(_tensor.pyfunc_p)
-def _pyfunc(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    name: str = op.attrs["fn"]
-    fn = lookup_pyfunc(name)
-    if fn is None:  # texts of the program's own (names, declared types) reach the driver
-        raise MPPublicError(f"host function {name!r} is not registered on this party; start "
-                            f"the worker with --register {name}")
-    result = fn(*[np.asarray(a) for a in args])
-    out_types: tuple[TensorType, ...] = op.attrs["out_types"]
+def _pyfunc(call: Call, *args: Any, fn: str, out_types: tuple[TensorType, ...]) -> list[Any]:
+    host = lookup_pyfunc(fn)
+    if host is None:  # texts of the program's own (names, declared types) reach the driver
+        raise MPPublicError(f"host function {fn!r} is not registered on this party; start "
+                            f"the worker with --register {fn}")
+    result = host(*[np.asarray(a) for a in args])
     values = list(result) if isinstance(result, tuple | list) else [result]
     if len(values) != len(out_types):
-        raise MPPublicError(f"{name} returned {len(values)} values, declared {len(out_types)}")
+        raise MPPublicError(f"{fn} returned {len(values)} values, declared {len(out_types)}")
     outs = []
     for i, (value, t) in enumerate(zip(values, out_types, strict=True)):
         arr = np.asarray(value)
         if arr.shape != t.shape:  # the shape it has may tell data: not said
-            raise MPPublicError(f"{name} result {i} does not have the declared type {t}")
+            raise MPPublicError(f"{fn} result {i} does not have the declared type {t}")
         outs.append(arr.astype(numpy_dtype(t.dtype), copy=False))
     return outs

@@ -6,7 +6,7 @@ A backend module creates its `DialectBackend` once at import time::
     backend = register_backend("mydialect")
 
     @backend.kernel(mydialect.op_p)
-    def _run(interp, op, args, key): ...
+    def _run(call: Call, x, y, *, scale): ...  # operands by position, attributes by name
 
     @backend.state
     def _state(env: WorkerEnv) -> MyState: ...
@@ -32,7 +32,7 @@ from mplang.edsl.graph import Graph, Operation
 from mplang.edsl.primitive import Primitive, primitives
 from mplang.edsl.program import Program
 from mplang.edsl.traits import Runtime as KernelRuntime
-from mplang.runtime.interpreter import Kernel, KernelTable
+from mplang.runtime.interpreter import Kernel, KernelTable, by_name
 
 Tag = tuple[str, str]
 """A message tag: (execution id, op key). Every message of a run carries one."""
@@ -66,6 +66,8 @@ class WorkerEnv:
     in_process: bool
 
 
+KernelFn = Callable[..., list[Any]]
+"""A kernel as written: ``fn(call, *operands, **attributes) -> results`` (`by_name`)."""
 StateFactory = Callable[[WorkerEnv], Any]
 """``factory(env)``: builds a dialect's state for the worker ``env`` describes."""
 PayloadCheck = Callable[[Operation], None]
@@ -88,9 +90,16 @@ class DialectBackend:
         return prim
 
     def kernel(self, prim: Primitive, *, runtime: KernelRuntime = "worker",
-               override: bool = False) -> Callable[[Kernel], Kernel]:
-        """Register the kernel of ``prim`` (an op of this dialect) for ``runtime``."""
-        return self._own(prim, "kernel").def_kernel(runtime, override=override)
+               override: bool = False) -> Callable[[KernelFn], KernelFn]:
+        """Register the kernel of ``prim`` (an op of this dialect) for ``runtime``:
+        ``fn(call, *operands, **attributes) -> results`` (`by_name`). Returns ``fn``, so
+        one function may be registered for several ops or runtimes."""
+        register = self._own(prim, "kernel").def_kernel(runtime, override=override)
+
+        def deco(fn: KernelFn) -> KernelFn:
+            register(by_name(prim, fn))
+            return fn
+        return deco
 
     def state(self, factory: StateFactory) -> StateFactory:
         """Register the factory of this dialect's per-worker state (``interp.states[dialect]``)."""

@@ -5,8 +5,11 @@ overrides this loop.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import queue
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPRuntimeError
@@ -210,3 +213,57 @@ def op_error(interp: Interpreter, op: Operation, message: str,
     for a message that holds none of the party's data)."""
     return kind(f"party {interp.party}: op {op.opcode}: {message}", party=interp.party,
                 op=op.opcode, loc=op.loc)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One run of an op by its kernel: the interpreter running it, the op, and its key
+    (unique within the run: its path through regions and loop iterations)."""
+
+    interp: Interpreter
+    op: Operation
+    key: str
+
+    @property
+    def tag(self) -> tuple[str, str]:
+        """The tag of this op's messages: (execution id, key)."""
+        return (self.interp.exec_id, self.key)
+
+    def state(self, dialect: str) -> Any:
+        """This process's state of ``dialect`` (``"simp"``: the party itself)."""
+        return self.interp.states[dialect]
+
+    def in_type(self, index: int) -> Any:
+        """The declared type of operand ``index``."""
+        return self.op.inputs[index].type
+
+    def out_type(self, index: int = 0) -> Any:
+        """The declared type of result ``index``."""
+        return self.op.outputs[index].type
+
+    def error(self, message: str, kind: type[MPRuntimeError] = MPRuntimeError
+              ) -> MPRuntimeError:
+        """`op_error` of this op."""
+        return op_error(self.interp, self.op, message, kind)
+
+
+def by_name(prim: Primitive, fn: Callable[..., list[Any]]) -> Kernel:
+    """The `Kernel` calling ``fn(call, *operands, **attributes)``: operands by position,
+    the attributes ``fn`` names as keyword-only parameters by name (their declared
+    default when an op lacks one). ``fn`` naming an attribute ``prim`` does not declare
+    is refused here, where it is registered."""
+    params = inspect.signature(fn).parameters.values()
+    names = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    unknown = [n for n in names if n not in prim.attrs]
+    if unknown:
+        raise ValueError(f"kernel {fn.__qualname__} of {prim.name} names {unknown}, not "
+                         f"attributes of {prim.name} (it declares {sorted(prim.attrs)})")
+    defaults = {n: prim.attrs[n].default for n in names}
+
+    @functools.wraps(fn)
+    def kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+        attrs = op.attrs
+        return fn(Call(interp, op, key), *args,
+                  **{n: attrs.get(n, d) for n, d in defaults.items()})
+
+    return kernel

@@ -16,9 +16,8 @@ import pytest
 import mplang as mp
 from mplang import simp
 from mplang.dialects import spu as spu_dialect
-from mplang.edsl.graph import Operation
 from mplang.runtime.backend import get_backend, worker_kernels
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Call, Kernel
 from tests.op_failures import assert_generic, logged_failure, traced_at
 
 CLUSTER = mp.ClusterSpec.simple(3)
@@ -224,6 +223,13 @@ assert SPU_BACKEND is not None
 FAILING_PARTY = 1
 
 
+def restore_spu_run(original: Kernel) -> None:
+    """Register ``original``, the worker kernel of ``spu.run`` a test replaced, again as
+    it was: a registered kernel takes the interpreter's arguments, so it goes back
+    through the primitive (``SPU_BACKEND.kernel`` would wrap it a second time)."""
+    spu_dialect.run_p.def_kernel(override=True)(original)
+
+
 class FailingSpuRun:
     """Replaces the worker kernel of ``spu.run``: party ``FAILING_PARTY`` raises once
     the other members have entered the real kernel (so they are inside libspu,
@@ -235,16 +241,15 @@ class FailingSpuRun:
         self.entered = threading.Semaphore(0)
         self.others = members - 1
 
-    def __call__(self, interp: Interpreter, op: Operation, args: list[Any],
-                 key: str) -> list[Any]:
+    def __call__(self, call: Call, *args: Any) -> list[Any]:
         assert self.original is not None
-        if interp.party == FAILING_PARTY:
+        if call.interp.party == FAILING_PARTY:
             for _ in range(self.others):
                 self.entered.acquire(timeout=2)
             time.sleep(0.2)
             raise RuntimeError("injected SPU failure")
         self.entered.release()
-        return self.original(interp, op, args, key)
+        return self.original(call.interp, call.op, list(args), call.key)
 
 
 @pytest.fixture
@@ -255,7 +260,7 @@ def failing_spu_run() -> Iterator[FailingSpuRun]:
         yield failing
     finally:
         assert failing.original is not None
-        SPU_BACKEND.kernel(spu_dialect.run_p, override=True)(failing.original)
+        restore_spu_run(failing.original)
 
 
 def joint(a: Any, b: Any) -> Any:
@@ -276,7 +281,7 @@ def test_failing_spu_kernel_fails_fast_and_names_party_and_op(
         elapsed = time.monotonic() - start
         # restore the real kernel; the same simulator must run the next program correctly
         assert failing_spu_run.original is not None
-        SPU_BACKEND.kernel(spu_dialect.run_p, override=True)(failing_spu_run.original)
+        restore_spu_run(failing_spu_run.original)
         out = mp.evaluate(sim, joint, a, b, mode=mode)
         np.testing.assert_allclose(mp.fetch(sim, out), a * b + 1, atol=1e-3)
     finally:
@@ -295,12 +300,11 @@ def test_failing_spu_kernel_immediately(mode: str) -> None:
     original = worker_kernels().get(spu_dialect.run_p)
     assert original is not None
 
-    def fail_on_party_1(interp: Interpreter, op: Operation, args: list[Any],
-                        key: str) -> list[Any]:
-        if interp.party == FAILING_PARTY:
+    def fail_on_party_1(call: Call, *args: Any) -> list[Any]:
+        if call.interp.party == FAILING_PARTY:
             raise RuntimeError("injected SPU failure")
         assert original is not None
-        return original(interp, op, args, key)
+        return original(call.interp, call.op, list(args), call.key)
 
     sim = mp.Simulator(CLUSTER, timeout=3)
     a = np.array([2.0, -1.0], np.float32)
@@ -311,7 +315,7 @@ def test_failing_spu_kernel_immediately(mode: str) -> None:
             mp.evaluate(sim, joint, a, a, mode=mode)
         elapsed = time.monotonic() - start
     finally:
-        SPU_BACKEND.kernel(spu_dialect.run_p, override=True)(original)
+        restore_spu_run(original)
     try:
         out = mp.evaluate(sim, joint, a, a, mode=mode)
         np.testing.assert_allclose(mp.fetch(sim, out), a * a + 1, atol=1e-3)

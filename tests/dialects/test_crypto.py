@@ -16,11 +16,18 @@ import mplang as mp
 from mplang import simp, tensor
 from mplang.analysis.cost_model import local_cost
 from mplang.dialects import crypto
-from mplang.dialects.crypto import PrivateKey, PublicKey, SharedSecret, SymmetricKey
+from mplang.dialects.crypto import (
+    PrivateKey,
+    PublicKey,
+    SharedSecret,
+    SymmetricKey,
+    key_flow,
+    open_flow,
+    seal_flow,
+)
 from mplang.edsl.primitive import primitive
 from mplang.edsl.serde import decode_type, encode_type
 from mplang.edsl.typing import TensorType
-from mplang.flows.crypto_flows import key_flow, open_flow, seal_flow
 from mplang.flows.dp_flows import entropy_flow
 from mplang.flows.engine import local_conservative
 from mplang.frontend import list_ops

@@ -17,7 +17,6 @@ import pytest
 
 import mplang as mp
 from mplang import simp, tensor
-from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import get_primitive
 from mplang.edsl.typing import TensorType
 from mplang.frontend import (
@@ -47,7 +46,7 @@ from mplang.frontend.cache import CacheStats
 from mplang.frontend.module import FeModule
 from mplang.frontend.routing import check_route
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Call
 
 
 def is_registered(name: str) -> bool:
@@ -147,13 +146,13 @@ SCALE_BACKEND = register_backend("fetest_scale")
 
 
 @SCALE_BACKEND.kernel(scale_mod.prims.scale)
-def _scale_kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    return [np.asarray(args[0]) * np.float32(op.attrs["factor"])]
+def _scale_kernel(call: Call, x: Any, *, factor: float) -> list[Any]:
+    return [np.asarray(x) * np.float32(factor)]
 
 
 @SCALE_BACKEND.kernel(scale_mod.prims.split_sign)
-def _split_kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    x = np.asarray(args[0])
+def _split_kernel(call: Call, x: Any) -> list[Any]:
+    x = np.asarray(x)
     return [np.maximum(x, 0), np.minimum(x, 0)]
 
 

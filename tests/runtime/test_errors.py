@@ -16,11 +16,10 @@ import mplang as mp
 from mplang import simp
 from mplang.analysis.cost_model import local_cost
 from mplang.edsl.attrs import ConfigField as Attr
-from mplang.edsl.graph import Operation
 from mplang.edsl.primitive import Operand, Primitive, Result, Signature
 from mplang.flows.engine import local_conservative
 from mplang.runtime.backend import register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Call
 
 # ---------------------------------------------------------------- a kernel that fails on demand
 # Created once per session at import (op names can be registered only once).
@@ -40,10 +39,10 @@ def _fail_on_rule(sig: Signature) -> list[Any]:
 
 
 @register_backend("testing").kernel(fail_on_p)
-def _fail_on_kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    if interp.party == op.attrs["party"]:
+def _fail_on_kernel(call: Call, x: Any, *, party: int) -> list[Any]:
+    if call.interp.party == party:
         raise ValueError("injected failure")  # the message itself names no party
-    return [args[0]]
+    return [x]
 
 
 def fail_on(x: Any, party: int) -> Any:

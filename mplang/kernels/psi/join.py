@@ -35,7 +35,6 @@ import numpy as np
 
 from mplang.dialects import psi
 from mplang.edsl.errors import MPLangError, MPRuntimeError
-from mplang.edsl.graph import Operation
 from mplang.kernels.psi.count import count_shared, size_plan
 from mplang.kernels.psi.session import (
     U64,
@@ -46,7 +45,7 @@ from mplang.kernels.psi.session import (
     u64,
 )
 from mplang.runtime.backend import WorkerEnv, register_backend
-from mplang.runtime.interpreter import Interpreter, op_error
+from mplang.runtime.interpreter import Call
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -296,13 +295,17 @@ def take_rows(table: pa.Table, index: np.ndarray) -> pa.Table:
     return table.take(picked)
 
 
-def distinct_keys(table: pa.Table, key: str) -> int:
-    """How many distinct non-null keys ``table`` holds: at most as many as the distinct
-    rows of this party's that a join's result ``table`` holds (the other party repeating
-    a key repeats this party's row, and a left or full join adds rows of nulls)."""
+def check_rows(call: Call, table: pa.Table, key: str, what: str) -> None:
+    """This party's guard (if any) on the rows of ``table``, its result of a join: they
+    count as its distinct non-null keys, at most as many as the distinct rows of this
+    party's it holds (the other party repeating a key repeats this party's row, and a
+    left or full join adds rows of nulls)."""
     import pyarrow.compute as pc
 
-    return int(pc.count_distinct(table.column(key), mode="only_valid").as_py())
+    guard = call.state("simp").guard
+    if guard is not None:
+        rows = int(pc.count_distinct(table.column(key), mode="only_valid").as_py())
+        guard.check_rows(call.op, rows, what)
 
 
 def join_table(run: JoinRun, table: pa.Table, session: Session, link: Any) -> pa.Table:
@@ -335,57 +338,43 @@ def _libpsi_message(e: RuntimeError) -> str:
 
 
 @backend.kernel(psi.join_p)
-def _join(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    state: PsiState = interp.states["psi"]
+def _join(call: Call, a: Any, b: Any, *, key: str, how: str, protocol: str) -> list[Any]:
+    state: PsiState = call.state("psi")
     rank = state.env.rank
-    members = psi.holders(op)
+    members = psi.holders(call.op)
     if rank not in members:
         return [None, None]
     side = members.index(rank)
-    run = JoinRun(op.attrs["key"], op.attrs["how"], op.attrs["protocol"], side, members)
+    run = JoinRun(key, how, protocol, side, members)
     peer = members[1 - side]
-    plan = [(peer, "hello"), (peer, "counts")]
-    timeout = interp.options.timeout or state.env.timeout
-    session = Session(state.env.communicator, interp.exec_id, key, timeout, plan)
-    table = args[side]
-    problem = check_table(table, run.key, rank)
-    if problem is not None:
-        session.fail(problem[0])
-        raise op_error(interp, op, problem[1])
+    session = Session.of(call, state.env, [(peer, "hello"), (peer, "counts")])
+    table = (a, b)[side]
+    session.refuse(call, check_table(table, key, rank))
     session.send(peer, "hello", U64.pack(table.num_rows))
 
     def link() -> Any:
-        return state.links.link(members, interp.exec_id, key, side, timeout)
+        return state.links.link(members, *call.tag, side, session.timeout)
 
-    with stopping(interp, op, session):
+    with stopping(call, session):
         result = join_table(run, table, session, link)
-    guard = interp.states["simp"].guard
-    if guard is not None:  # rows repeated for the other's repeated keys count once
-        guard.check_rows(op, distinct_keys(result, run.key), f"the join of its table ({run.how})")
+    check_rows(call, result, key, f"the join of its table ({how})")
     return [result, None] if side == 0 else [None, result]
 
 
 @backend.kernel(psi.size_p)
-def _intersection_size(interp: Interpreter, op: Operation, args: list[Any], key: str
+def _intersection_size(call: Call, a: Any, b: Any, *, key: str, reveal_to: tuple[int, ...]
                        ) -> list[Any]:
-    state: PsiState = interp.states["psi"]
+    state: PsiState = call.state("psi")
     rank = state.env.rank
-    members = psi.holders(op)
-    reveal_to: tuple[int, ...] = tuple(op.attrs["reveal_to"])
+    members = psi.holders(call.op)
     if rank not in members and rank not in reveal_to:
         return [None]
-    timeout = interp.options.timeout or state.env.timeout
-    session = Session(state.env.communicator, interp.exec_id, key, timeout,
-                      size_plan(rank, members, reveal_to))
+    session = Session.of(call, state.env, size_plan(rank, members, reveal_to))
     keys = None
     if rank in members:
-        side = members.index(rank)
-        table = args[side]
-        problem = check_table(table, op.attrs["key"], rank)
-        if problem is not None:
-            session.fail(problem[0])
-            raise op_error(interp, op, problem[1])
-        keys = table.column(op.attrs["key"]).combine_chunks()
-    with stopping(interp, op, session):
+        table = (a, b)[members.index(rank)]
+        session.refuse(call, check_table(table, key, rank))
+        keys = table.column(key).combine_chunks()
+    with stopping(call, session):
         shared = count_shared(rank, members, reveal_to, keys, session)
     return [None if shared is None else np.array(shared, np.int64)]

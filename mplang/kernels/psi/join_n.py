@@ -26,13 +26,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mplang.dialects import psi
-from mplang.edsl.graph import Operation
 from mplang.kernels.psi.aby3 import COMPUTE, plan, shared_index
 from mplang.kernels.psi.join import (
     PsiState,
     backend,
     call_libpsi,
-    distinct_keys,
+    check_rows,
     read_rows,
     sorted_rows,
     take_rows,
@@ -47,7 +46,7 @@ from mplang.kernels.psi.session import (
     stopping,
     u64,
 )
-from mplang.runtime.interpreter import Interpreter, op_error
+from mplang.runtime.interpreter import Call
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -96,40 +95,32 @@ def shared_rows(protocol: str, table: pa.Table, key: str, counts: list[int],
 
 
 @backend.kernel(psi.join_n_p)
-def _join_n(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    state: PsiState = interp.states["psi"]
+def _join_n(call: Call, *tables: Any, key: str, protocol: str) -> list[Any]:
+    state: PsiState = call.state("psi")
     rank = state.env.rank
-    members = psi.holders_n(op)
+    members = psi.holders_n(call.op)
     out: list[Any] = [None] * len(members)
     if rank not in members:
         return out
     side = members.index(rank)
     peers = [m for m in members if m != rank]
-    timeout = interp.options.timeout or state.env.timeout
-    aby3 = op.attrs["protocol"] == "aby3"
+    aby3 = protocol == "aby3"
     planned = plan(members, rank) if aby3 else []
-    session = Session(state.env.communicator, interp.exec_id, key, timeout,
-                      [(p, "hello") for p in peers] + planned)
-    table, column = args[side], op.attrs["key"]
-    problem = check_table(table, column, rank) or check_distinct(table, column, rank,
-                                                                  "psi.join_n")
-    if problem is not None:
-        session.fail(problem[0])
-        raise op_error(interp, op, problem[1])
+    session = Session.of(call, state.env, [(p, "hello") for p in peers] + planned)
+    table = tables[side]
+    session.refuse(call, check_table(table, key, rank)
+                   or check_distinct(table, key, rank, "psi.join_n"))
     for p in peers:
         session.send(p, "hello", U64.pack(table.num_rows))
 
     def link() -> Any:
         among = members[:COMPUTE] if aby3 else members
-        return state.links.link(among, interp.exec_id, key, among.index(rank), timeout)
+        return state.links.link(among, *call.tag, among.index(rank), session.timeout)
 
-    with stopping(interp, op, session):
+    with stopping(call, session):
         counts = [table.num_rows if m == rank else u64(session.recv(m, "hello"), "hello")
                   for m in members]
-        result = shared_rows(op.attrs["protocol"], table, column, counts, link, session,
-                             members, rank)
-    guard = interp.states["simp"].guard
-    if guard is not None:
-        guard.check_rows(op, distinct_keys(result, column), "the n-party join of its table")
+        result = shared_rows(protocol, table, key, counts, link, session, members, rank)
+    check_rows(call, result, key, "the n-party join of its table")
     out[side] = result
     return out

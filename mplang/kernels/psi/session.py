@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mplang.edsl.errors import MPCommunicationError, MPRuntimeError
-from mplang.edsl.graph import Operation
-from mplang.runtime.backend import Communicator
-from mplang.runtime.interpreter import Interpreter, op_error
+from mplang.runtime.backend import Communicator, WorkerEnv
+from mplang.runtime.interpreter import Call
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -137,6 +136,13 @@ class Session:
         self.comm, self.exec_id, self.key, self.timeout = comm, exec_id, key, timeout
         self.pending = list(planned)
 
+    @classmethod
+    def of(cls, call: Call, env: WorkerEnv, planned: Sequence[tuple[int, str]]) -> Session:
+        """The session of ``call`` over ``env``'s communicator; its timeout the run's, else
+        the worker's."""
+        timeout = call.interp.options.timeout or env.timeout
+        return cls(env.communicator, call.interp.exec_id, call.key, timeout, planned)
+
     def _tag(self, name: str) -> tuple[str, str]:
         return (self.exec_id, f"{self.key}/psi#{name}")
 
@@ -162,6 +168,13 @@ class Session:
             self.pending.remove((dst, name))
             self.comm.send(dst, self._tag(name), bytes([code]))
 
+    def refuse(self, call: Call, problem: tuple[int, str] | None) -> None:
+        """If this party's input has a ``problem`` (`check_table`), fail with its code and
+        raise its message as an error of ``call``."""
+        if problem is not None:
+            self.fail(problem[0])
+            raise call.error(problem[1])
+
 
 def u64(data: bytes, what: str) -> int:
     """The count in message ``data`` (`U64`); `MPRuntimeError` naming ``what`` if malformed."""
@@ -172,7 +185,7 @@ def u64(data: bytes, what: str) -> int:
 
 
 @contextlib.contextmanager
-def stopping(interp: Interpreter, op: Operation, session: Session) -> Iterator[None]:
+def stopping(call: Call, session: Session) -> Iterator[None]:
     """On any failure, tell the peers waiting for this party, then raise an error that
     names the party and the op. A failure caused by another party's is a communication
     error, so the driver reports the other party's own error as the cause."""
@@ -180,13 +193,13 @@ def stopping(interp: Interpreter, op: Operation, session: Session) -> Iterator[N
         yield
     except PeerFailed as e:
         session.fail(FAILED)
-        raise op_error(interp, op, str(e), MPCommunicationError) from None
+        raise call.error(str(e), MPCommunicationError) from None
     except MPCommunicationError:
         session.fail(FAILED)
         raise
     except MPRuntimeError as e:
         session.fail(FAILED)
-        raise op_error(interp, op, str(e)) from None
+        raise call.error(str(e)) from None
     except RuntimeError as e:
         session.fail(FAILED)
-        raise op_error(interp, op, f"{type(e).__name__}: {e}") from None
+        raise call.error(f"{type(e).__name__}: {e}") from None

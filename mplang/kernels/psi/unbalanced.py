@@ -32,12 +32,11 @@ import numpy as np
 
 from mplang.dialects import psi
 from mplang.edsl.errors import MPRefusedError, MPRuntimeError
-from mplang.edsl.graph import Operation
 from mplang.kernels.psi.join import (
     PsiState,
     backend,
     call_libpsi,
-    distinct_keys,
+    check_rows,
     read_rows,
     sorted_rows,
     take_rows,
@@ -51,7 +50,7 @@ from mplang.kernels.psi.session import (
     encode_keys,
     stopping,
 )
-from mplang.runtime.interpreter import Interpreter, op_error
+from mplang.runtime.interpreter import Call
 from mplang.storage import data_root
 
 if TYPE_CHECKING:
@@ -153,47 +152,44 @@ def load_prepared(folder: Path) -> Prepared | None:
 
 
 @backend.kernel(psi.ub_prepare_p)
-def _ub_prepare(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    state: PsiState = interp.states["psi"]
-    if state.env.rank != psi.holders_n(op)[0]:
+def _ub_prepare(call: Call, t: Any, *, key: str, name: str) -> list[Any]:
+    state: PsiState = call.state("psi")
+    if state.env.rank != psi.holders_n(call.op)[0]:
         return [None]
-    worker: SimpWorker = interp.states["simp"]
-    name, column = op.attrs["name"], op.attrs["key"]
-    problem = check_table(args[0], column, state.env.rank)
+    worker: SimpWorker = call.state("simp")
+    problem = check_table(t, key, state.env.rank)
     if problem is not None:
-        raise op_error(interp, op, problem[1])
-    what = "op psi.ub_prepare" + (f" at {op.loc}" if op.loc else "")
+        raise call.error(problem[1])
+    what = "op psi.ub_prepare" + (f" at {call.op.loc}" if call.op.loc else "")
     try:
         worker.check_write(what, f"{psi.UB_FOLDER}/{name}")
         folder = _folder(worker, name, "psi.ub_prepare", write=True)
-        count = prepare(folder, column, args[0].column(column),
-                        _solo_link(interp.exec_id, key))
+        count = prepare(folder, key, t.column(key), _solo_link(*call.tag))
     except MPRuntimeError as e:
-        raise op_error(interp, op, str(e), type(e)) from None
+        raise call.error(str(e), type(e)) from None
     return [np.array(count, np.int64)]
 
 
-def _serve(interp: Interpreter, op: Operation, key: str, client: int) -> int:
-    """The server's part of ``psi.ub_join``: the client's row count."""
-    state: PsiState = interp.states["psi"]
-    worker: SimpWorker = interp.states["simp"]
-    name, timeout = op.attrs["name"], interp.options.timeout or state.env.timeout
-    session = Session(state.env.communicator, interp.exec_id, key, timeout, [(client, "hello")])
+def _serve(call: Call, client: int, name: str, key: str) -> int:
+    """The server's part of ``psi.ub_join`` (set ``name``, key column ``key``): the
+    client's row count."""
+    state: PsiState = call.state("psi")
+    worker: SimpWorker = call.state("simp")
+    session = Session.of(call, state.env, [(client, "hello")])
     try:
         folder = _folder(worker, name, "psi.ub_join", write=False)
         prepared = load_prepared(folder)
     except MPRuntimeError:
         prepared = None
-    if prepared is None or prepared.key != op.attrs["key"]:
+    if prepared is None or prepared.key != key:
         session.fail(NO_STATE)
         found = "" if prepared is None else f" (it was prepared for key {prepared.key!r})"
-        raise op_error(interp, op, f"party {state.env.rank} has no usable prepared set "
-                                   f"{name!r} for key {op.attrs['key']!r} in its data root "
-                                   f"({psi.UB_FOLDER}/{name}){found}; run psi.ub_prepare("
-                                   f"table, {op.attrs['key']!r}, name={name!r}) on party "
-                                   f"{state.env.rank} first")
+        raise call.error(f"party {state.env.rank} has no usable prepared set {name!r} for "
+                         f"key {key!r} in its data root ({psi.UB_FOLDER}/{name}){found}; run "
+                         f"psi.ub_prepare(table, {key!r}, name={name!r}) on party "
+                         f"{state.env.rank} first")
     members = (state.env.rank, client)
-    with stopping(interp, op, session):
+    with stopping(call, session):
         session.send(client, "hello", json.dumps(
             {"token": prepared.token, "dtype": prepared.dtype, "keys": prepared.keys}).encode())
         rows, wants = _ANSWER.unpack(_answer(session.recv(client, "answer")))
@@ -205,7 +201,8 @@ def _serve(interp: Interpreter, op: Operation, key: str, client: int) -> int:
             for mode in ("MODE_OFFLINE_TRANSFER_CACHE",) * wants + ("MODE_ONLINE",):
                 config = _config(mode, "ROLE_SERVER", folder / "server-cache",
                                  folder / "server-keys.csv", Path(tmp) / "result.csv")
-                link = state.links.link(members, interp.exec_id, f"{key}/{mode}", 0, timeout)
+                link = state.links.link(members, call.interp.exec_id, f"{call.key}/{mode}", 0,
+                                        session.timeout)
                 call_libpsi(libpsi.ub_psi_execute, config, link)
     return int(rows)
 
@@ -235,23 +232,23 @@ def _client_token(folder: Path) -> str | None:
         return None
 
 
-def _join(interp: Interpreter, op: Operation, key: str, table: pa.Table, server: int
-          ) -> pa.Table:
-    """The client's part of ``psi.ub_join`` (its table checked): its joined rows."""
+def _join(call: Call, table: Any, server: int, name: str, column: str) -> pa.Table:
+    """The client's part of ``psi.ub_join`` (set ``name``, key column ``column``): its
+    joined rows."""
     from spu import psi as libpsi
 
-    state: PsiState = interp.states["psi"]
-    worker: SimpWorker = interp.states["simp"]
-    name, column, rank = op.attrs["name"], op.attrs["key"], state.env.rank
-    timeout = interp.options.timeout or state.env.timeout
-    session = Session(state.env.communicator, interp.exec_id, key, timeout, [(server, "answer")])
+    state: PsiState = call.state("psi")
+    worker: SimpWorker = call.state("simp")
+    rank = state.env.rank
+    session = Session.of(call, state.env, [(server, "answer")])
+    session.refuse(call, check_table(table, column, rank))
     try:  # before any message: the policy's writes must allow the copy of the server's set
-        worker.check_write("op psi.ub_join" + (f" at {op.loc}" if op.loc else ""),
+        worker.check_write("op psi.ub_join" + (f" at {call.op.loc}" if call.op.loc else ""),
                            f"{psi.UB_FOLDER}/{name}")
     except MPRefusedError:
         session.fail(FAILED)
         raise
-    with stopping(interp, op, session):
+    with stopping(call, session):
         hello = _hello(session.recv(server, "hello"), server)
         mine = str(table.column(column).type)
         if hello["dtype"] != mine:
@@ -275,7 +272,8 @@ def _join(interp: Interpreter, op: Operation, key: str, table: pa.Table, server:
             write_keys(source, keys)
             for mode in ("MODE_OFFLINE_TRANSFER_CACHE",) * wants + ("MODE_ONLINE",):
                 config = _config(mode, "ROLE_CLIENT", folder / "client-cache", source, result)
-                link = state.links.link(members, interp.exec_id, f"{key}/{mode}", 1, timeout)
+                link = state.links.link(members, call.interp.exec_id, f"{call.key}/{mode}", 1,
+                                        session.timeout)
                 call_libpsi(libpsi.ub_psi_execute, config, link)
                 if mode != "MODE_ONLINE":
                     (folder / "client.json").write_text(json.dumps({"token": hello["token"]}))
@@ -284,22 +282,13 @@ def _join(interp: Interpreter, op: Operation, key: str, table: pa.Table, server:
 
 
 @backend.kernel(psi.ub_join_p)
-def _ub_join(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    state: PsiState = interp.states["psi"]
-    rank, server = state.env.rank, int(op.attrs["server"])
-    (client,) = psi.holders_n(op)
+def _ub_join(call: Call, t: Any, *, key: str, name: str, server: int) -> list[Any]:
+    rank, server = call.state("psi").env.rank, int(server)
+    (client,) = psi.holders_n(call.op)
     if rank == server:
-        return [None, np.array(_serve(interp, op, key, client), np.int64)]
+        return [None, np.array(_serve(call, client, name, key), np.int64)]
     if rank != client:
         return [None, None]
-    problem = check_table(args[0], op.attrs["key"], rank)
-    if problem is not None:
-        Session(state.env.communicator, interp.exec_id, key, 0.0,
-                [(server, "answer")]).fail(problem[0])
-        raise op_error(interp, op, problem[1])
-    result = _join(interp, op, key, args[0], server)
-    guard = interp.states["simp"].guard
-    if guard is not None:
-        guard.check_rows(op, distinct_keys(result, op.attrs["key"]),
-                         "the unbalanced PSI join of its table")
+    result = _join(call, t, server, name, key)
+    check_rows(call, result, key, "the unbalanced PSI join of its table")
     return [result, None]

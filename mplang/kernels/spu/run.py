@@ -38,7 +38,7 @@ from mplang.kernels.spu.sizes import sized_executable
 from mplang.kernels.tensor import SHAPE_POLYMORPHISM, refuse_unsafe, refused_op
 from mplang.records.audit import SECRET_SHARE
 from mplang.runtime.backend import WorkerEnv, payload_refusal, register_backend
-from mplang.runtime.interpreter import Interpreter
+from mplang.runtime.interpreter import Call, Interpreter
 from mplang.runtime.sandbox import NativePayloadChecker
 from mplang.runtime.scheduler import blocking
 from mplang.transport.wire import ValueCodec, register_value_codec
@@ -338,8 +338,8 @@ _DYNAMIC = -(1 << 63)
 """How parsed StableHLO gives a size known only at run time (MLIR's dynamic size)."""
 
 
-def _worker(interp: Interpreter) -> SimpWorker:
-    worker: SimpWorker = interp.states["simp"]
+def _worker(call: Call) -> SimpWorker:
+    worker: SimpWorker = call.state("simp")
     return worker
 
 
@@ -352,18 +352,16 @@ def _plaintext(op: Operation) -> TensorType:
 
 
 @BACKEND.kernel(_spu.seal_p)
-def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _seal(call: Call, x: Any) -> list[Any]:
     import spu.libspu as libspu
 
-    worker = _worker(interp)
-    config = SpuConfig.from_attrs(op.attrs)
-    owner_type = op.inputs[0].type
+    worker = _worker(call)
+    config = SpuConfig.from_attrs(call.op.attrs)
+    owner_type = call.in_type(0)
     assert isinstance(owner_type, MPType) and owner_type.pmask is not None
     (owner,) = owner_type.pmask.parties
-    tag = (interp.exec_id, key)
     mine: SpuShare | None = None
     if worker.rank == owner:
-        (x,) = args
         if x is None:
             raise RuntimeError("the owner does not hold the value to seal")
         shares = io_for(config).make_shares(np.asarray(x), libspu.Visibility.VIS_SECRET)
@@ -371,79 +369,75 @@ def _seal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list
             if member == worker.rank:
                 mine = SpuShare(share)
             else:
-                worker.communicator.send(member, tag, SpuShare(share))
+                worker.communicator.send(member, call.tag, SpuShare(share))
     if worker.rank not in config.members:
         return [None]
     if mine is not None:
         return [mine]
-    return [_received_share(worker.recv(interp, owner, key), op, owner,
-                            _plaintext(op))]
+    return [_received_share(worker.recv(call.interp, owner, call.key), call.op, owner,
+                            _plaintext(call.op))]
 
 
 @BACKEND.kernel(_spu.shares_p)
-def _shares(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _shares(call: Call, *, plaintext: TensorType, member: int, share: Any) -> list[Any]:
     """The member's share of a driver constant, from its (opened) private attribute."""
-    if _worker(interp).rank != op.attrs["member"]:
+    if _worker(call).rank != member:
         return [None]
-    parts = op.attrs["share"]
-    if not (isinstance(parts, tuple) and all(isinstance(p, bytes) for p in parts)):
+    if not (isinstance(share, tuple) and all(isinstance(p, bytes) for p in share)):
         raise RuntimeError("this member's share was not opened (a tuple of bytes expected)")
     try:
-        share = decode_share([memoryview(p) for p in parts])
+        decoded = decode_share([memoryview(p) for p in share])
     except ValueError as e:
         raise RuntimeError(f"the driver sent a malformed share: {e}") from None
-    return [_received_share(share, op, "the driver", op.attrs["plaintext"])]
+    return [_received_share(decoded, call.op, "the driver", plaintext)]
 
 
 @BACKEND.kernel(_spu.run_p)
-def _run(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+def _run(call: Call, *args: Any, executable: bytes) -> list[Any]:
     import spu
 
-    worker = _worker(interp)
-    config = SpuConfig.from_attrs(op.attrs)
+    worker = _worker(call)
+    config = SpuConfig.from_attrs(call.op.attrs)
     if worker.rank not in config.members:
-        return [None] * len(op.outputs)
+        return [None] * len(call.op.outputs)
     for i, share in enumerate(args):
         if not isinstance(share, SpuShare):
             raise RuntimeError(f"input {i} is not a secret share held by this party")
-    executable = load_executable(op.attrs["executable"] or sized_executable(  # sizes at run time
-        op, [share_shape(share) for share in args]))
+    loaded = load_executable(executable or sized_executable(  # sizes at run time
+        call.op, [share_shape(share) for share in args]))
     names = [input_name(i) for i in range(len(args))]
-    outputs = [output_name(i) for i in range(len(op.outputs))]
+    outputs = [output_name(i) for i in range(len(call.op.outputs))]
 
     def body(runtime: Any) -> list[Any]:
         for name, share in zip(names, args, strict=True):
             runtime.set_var(name, share.to_libspu())
-        runtime.run(executable)
+        runtime.run(loaded)
         results = [SpuShare(runtime.get_var(name)) for name in outputs]
         for name in names + outputs:  # a kept session holds nothing of this run (a failed
             runtime.del_var(name)  # run's session is dropped)
         return results
 
-    state: SpuState = interp.states["spu"]
-    timeout = interp.options.timeout or worker.timeout
+    state: SpuState = call.state("spu")
+    timeout = call.interp.options.timeout or worker.timeout
     with blocking():  # the run waits on its peers' runs, which may wait for a slot
-        kept = run_in_session(state.sessions, interp, worker, config, key, timeout, body)
+        kept = run_in_session(state.sessions, call, worker, config, timeout, body)
         if kept is not None:
             return kept
-        link = state.links(interp)(config, interp.exec_id, key,
-                                   config.members.index(worker.rank), timeout)
+        link = state.links(call.interp)(config, *call.tag, config.members.index(worker.rank),
+                                        timeout)
         return body(spu.Runtime(link, runtime_config_for(config)))
 
 
 @BACKEND.kernel(_spu.reveal_p)
-def _reveal(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
-    worker = _worker(interp)
-    config = SpuConfig.from_attrs(op.attrs)
-    to: int = op.attrs["to"]
-    tag = (interp.exec_id, key)
-    (share,) = args
+def _reveal(call: Call, share: Any, *, to: int) -> list[Any]:
+    worker = _worker(call)
+    config = SpuConfig.from_attrs(call.op.attrs)
     if worker.rank in config.members and worker.rank != to:
-        worker.communicator.send(to, tag, share)
+        worker.communicator.send(to, call.tag, share)
     if worker.rank != to:
         return [None]
-    plaintext = _plaintext(op)
+    plaintext = _plaintext(call.op)
     shares = [share if m == worker.rank else
-              _received_share(worker.recv(interp, m, key), op, m, plaintext)
+              _received_share(worker.recv(call.interp, m, call.key), call.op, m, plaintext)
               for m in config.members]
-    return [reconstruct(config, [s.to_libspu() for s in shares], _plaintext(op))]
+    return [reconstruct(config, [s.to_libspu() for s in shares], plaintext)]

@@ -51,7 +51,7 @@ from mplang.dialects.spu import SpuConfig
 from mplang.edsl.errors import MPTimeoutError
 
 if TYPE_CHECKING:
-    from mplang.runtime.interpreter import Interpreter
+    from mplang.runtime.interpreter import Call, Interpreter
     from mplang.worker.state import SimpWorker
 
 SLOTS = 4
@@ -230,11 +230,11 @@ def _drop_sessions_beyond(limit: int) -> None:
         kept -= pool.drop_idle_sessions()
 
 
-def run_in_session(pools: SessionPools, interp: Interpreter, worker: SimpWorker,
-                   config: SpuConfig, key: str, timeout: float,
-                   body: Callable[[Any], list[Any]]) -> list[Any] | None:
+def run_in_session(pools: SessionPools, call: Call, worker: SimpWorker, config: SpuConfig,
+                   timeout: float, body: Callable[[Any], list[Any]]) -> list[Any] | None:
     """``body(runtime)`` on the session the device's members agree on for this run of
-    op ``key``; None if the leader found no free session (the run needs its own link)."""
+    ``call``'s op; None if the leader found no free session (the run needs its own link)."""
+    interp, key = call.interp, call.key
     members = config.members
     me, leader = worker.rank, members[0]
     pool = pools.pool(interp.owner, config)
