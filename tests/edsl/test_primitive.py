@@ -173,3 +173,40 @@ def test_operations_resolve_their_primitive_once() -> None:
     (op,) = program.graph.operations
     assert op.prim is registry.primitive("simp.prank")
     assert op.replace(loc="x.py:1").prim is op.prim
+
+
+def test_a_kernel_receives_operands_by_position_and_attributes_by_name(probe: Primitive
+                                                                       ) -> None:
+    """`by_name`: the attributes the kernel names, an absent optional one as its default;
+    the `Call` names the op, its key and the party in errors."""
+    from mplang.edsl.graph import Operation, Value
+    from mplang.runtime.interpreter import Call, Interpreter, KernelTable, by_name
+
+    seen: dict[str, Any] = {}
+
+    def scale(call: Call, x: Any, *, factor: float, mode: str) -> list[Any]:
+        seen.update(call=call, mode=mode)
+        return [x * factor]
+
+    kernel = by_name(probe, scale)
+    op = Operation("probe.scale", (Value("a", F32),), (Value("b", F32),), {"factor": 2.0},
+                   loc="prog.py:7")
+    interp = Interpreter(KernelTable(("worker",)), {}, party=1, exec_id="e1")
+    assert kernel(interp, op, [np.ones(3)], "/0")[0].tolist() == [2.0, 2.0, 2.0]
+    call = seen["call"]
+    assert seen["mode"] == "fast" and call.tag == ("e1", "/0") and call.in_type(0) == F32
+    assert str(call.error("no good")) == "party 1: op probe.scale: no good"
+
+
+def test_a_kernel_naming_an_undeclared_attribute_is_refused_where_registered(
+        probe: Primitive) -> None:
+    from mplang.runtime.interpreter import Call, by_name
+
+    def scale(call: Call, x: Any, *, factor: float, speed: str) -> list[Any]:
+        return [x]
+
+    with pytest.raises(ValueError, match=re.escape(
+            "kernel test_a_kernel_naming_an_undeclared_attribute_is_refused_where_registered."
+            "<locals>.scale of probe.scale names ['speed'], not attributes of probe.scale "
+            "(it declares ['factor', 'mode', 'note'])")):
+        by_name(probe, scale)
