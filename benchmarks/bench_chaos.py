@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.http import chaos, support  # noqa: E402
+from tests.worker import chaos, support  # noqa: E402
 
 
 def main() -> None:

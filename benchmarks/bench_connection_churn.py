@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _CHILD = """
 import json, sys, time
-from tests.http import mux_wire, support
+from tests.worker import mux_wire, support
 total, every = int(sys.argv[1]), int(sys.argv[2])
 def rss(pid):
     with open(f"/proc/{pid}/status") as f:

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mplang as mp
 from mplang import simp
 from mplang.cluster.local import LocalCluster
-from tests.http import programs
+from tests.worker import programs
 
 
 def _ring() -> Any:

@@ -1,5 +1,5 @@
 """A TCP proxy in front of node_1 (issue 26): every connection to it, from the driver and
-its peers, passes through ``tests/http/tcp_proxy.py`` (mutual TLS end to end).
+its peers, passes through ``tests/worker/tcp_proxy.py`` (mutual TLS end to end).
 
 - latency: median seconds of SPU, PSI and PHE runs on 3 worker processes without the
   proxy, through it, and through it with 50 ms added each way;
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import mplang as mp  # noqa: E402
-from tests.http import chaos, support, tcp_proxy  # noqa: E402
+from tests.worker import chaos, support, tcp_proxy  # noqa: E402
 
 WORKLOADS = (chaos.spu_workload(rounds=20, size=100), chaos.psi_workload(rows=20_000),
              chaos.phe_workload(size=500))

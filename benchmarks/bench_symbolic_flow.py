@@ -81,7 +81,7 @@ def context(http: bool, save: Callable[[dict[str, Path]], None]) -> Iterator[Any
         with simulated(mp.ClusterSpec.simple(3), save) as sim:
             yield sim
         return
-    from tests.http import support
+    from tests.worker import support
 
     with tempfile.TemporaryDirectory() as tmp:
         save({f"node_{i}": Path(tmp) / f"node_{i}" for i in range(3)})

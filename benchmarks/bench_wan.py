@@ -1,6 +1,6 @@
 """MPLang across a WAN, against raw libspu across the same WAN, in one run.
 
-Every party sits behind its own delaying TCP proxy (`tests.http.tcp_proxy.TcpProxy`):
+Every party sits behind its own delaying TCP proxy (`tests.worker.tcp_proxy.TcpProxy`):
 ``--rtt-ms`` of round trip (half each way) and ``--mbps`` each way, shared by all the
 connections into and out of that party, as one access link. Everything that reaches a
 worker (the driver's requests, its peers' messages) crosses its proxy; so do raw
@@ -44,8 +44,8 @@ from mplang import tensor  # noqa: E402
 from mplang.cluster.local import LocalCluster  # noqa: E402
 from mplang.dialects.spu import SpuConfig  # noqa: E402
 from mplang.libs.linear import train_vertical_lr  # noqa: E402
-from tests.http import support  # noqa: E402
-from tests.http.tcp_proxy import TcpProxy  # noqa: E402
+from tests.worker import support  # noqa: E402
+from tests.worker.tcp_proxy import TcpProxy  # noqa: E402
 
 PROTOCOL = {2: "CHEETAH", 3: "ABY3"}
 

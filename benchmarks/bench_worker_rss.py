@@ -1,6 +1,6 @@
 """Worker memory over a long run: RSS of 3 worker processes across 1,000 evaluations.
 
-The mix (``tests/http/memory_workload.py``): a trivial pcall fetched, a shuffle
+The mix (``tests/worker/memory_workload.py``): a trivial pcall fetched, a shuffle
 from party 0 to party 1 fetched, an SPU op on ``SP0`` revealed to ``P2``
 fetched, and objects the driver drops unfetched (their finalizers ``/delete``
 them), each evaluation with new data. Each worker's VmRSS (/proc/PID/status) is
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import mplang as mp  # noqa: E402
-from tests.http import memory_workload, support  # noqa: E402
+from tests.worker import memory_workload, support  # noqa: E402
 
 
 def processes(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,7 +7,7 @@ values (`decode_value`, with the registered value codecs such as ``share`` (SPU 
 ``/msg`` bodies around them. Whatever the bytes, each must give a decoded object or an
 `MPLangError`; any other exception, a crash, a hang or a large allocation is a bug.
 
-Inputs start from real encodings: compiled programs (those of ``tests/http/programs.py``:
+Inputs start from real encodings: compiled programs (those of ``tests/worker/programs.py``:
 run_jax pcalls, shuffles and converge, uniform_cond / while_loop / func.func, SPU
 programs on ``SP0``; and constants of every dtype) and values (arrays of every dtype
 and many shapes, scalars, bytes, lists, SPU shares; share bytes are fresh each run,
@@ -149,8 +149,8 @@ def seed_programs() -> dict[str, bytes]:
 
     import mplang as mp
     from mplang import simp
-    from tests.http.programs import CASES
-    from tests.http.programs import WORLD as CASES_WORLD
+    from tests.worker.programs import CASES
+    from tests.worker.programs import WORLD as CASES_WORLD
 
     assert CASES_WORLD == WORLD
 
@@ -699,7 +699,7 @@ def seed_consent() -> dict[str, bytes]:
     import mplang as mp
     from mplang.cluster.commitments import commit, encode_openings
     from mplang.edsl.serde import encode_graph_bundle
-    from tests.http.programs import CASES
+    from tests.worker.programs import CASES
 
     makers = {"private": private_constants, "secret_sum": secret_sum} | \
         {case.name: case.program for case in CASES}
@@ -1440,7 +1440,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if root not in sys.path:  # run as a script: the seeds come from tests/http/programs.py
+    if root not in sys.path:  # run as a script: the seeds come from tests/worker/programs.py
         sys.path.insert(0, root)
     if args.child:
         child_main(args.decoder, args.child, args.start, args.rss_mib, args.mem_gib)

@@ -1,5 +1,5 @@
 """Random programs against the flow analysis: how many it releases under each rule and
-how many of those break the rule's definition (`tests.policy.oracle`).
+how many of those break the rule's definition (`tests.flows.oracle`).
 
     .venv/bin/python benchmarks/oracle_campaign.py [N] [--seed S] [--show K] [--selection]
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.policy.oracle import RandomChooser, Violation, analyse, check, program
+from tests.flows.oracle import RandomChooser, Violation, analyse, check, program
 
 
 def main() -> None:

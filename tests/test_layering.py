@@ -469,3 +469,15 @@ def test_device_kinds_are_asked_for_capabilities_not_named() -> None:
         "*.py")) for i, line in enumerate(path.read_text().splitlines(), 1)
         if named.search(line) and "targets" not in line.lower()]
     assert not offenders, offenders
+
+
+UNMIRRORED = {"driver": "tested with real workers, in tests/worker",
+              "util": "small helpers, tested through their users"}
+"""Package folders without a test folder of their own, and where they are tested."""
+
+
+def test_the_tests_mirror_the_package_folder_for_folder() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    tests = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir()}
+    assert sorted(folders - tests - set(UNMIRRORED)) == []
+    assert sorted(set(UNMIRRORED) & tests) == [], "UNMIRRORED names a folder that has tests"

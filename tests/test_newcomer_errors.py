@@ -28,7 +28,7 @@ from mplang.cluster.local import free_ports, write_dev_cluster
 from mplang.device.cluster import ClusterSpecError
 from mplang.edsl.errors import MPConcreteValueError
 from mplang.storage.data_root import MissingData
-from tests.http.support import running_cluster
+from tests.worker.support import running_cluster
 
 
 @dataclass(frozen=True)

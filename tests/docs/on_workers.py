@@ -27,7 +27,7 @@ import mplang as mp
 from mplang.cluster.local import LocalCluster
 from mplang.driver.upload_client import budget
 from mplang.policy.policy import Policy
-from tests.http.support import free_ports
+from tests.worker.support import free_ports
 
 OPEN = """\
 drivers: [driver]

@@ -22,7 +22,7 @@ EXAMPLE_FILES = tuple(sorted(p.stem for p in EXAMPLES.glob("*.py")
                             if 'if __name__ == "__main__":' in p.read_text()))
 """Every example that runs as a script; the others run with ``mplang run`` (`RUN_SCRIPTS`)."""
 RUN_SCRIPTS = ("run_me",)
-"""Examples that define ``main(ctx)`` for ``mplang run`` (tests/test_cli_run.py runs them)."""
+"""Examples that define ``main(ctx)`` for ``mplang run`` (tests/cli/test_cli_run.py runs them)."""
 
 
 def test_every_example_runs_as_a_script_or_with_mplang_run() -> None:

@@ -205,7 +205,7 @@ def test_on_worker_processes(tmp_path: Path) -> None:
     policies that allow SecureBoost's reveals: the simulator's result, within 2 points of
     sklearn's accuracy."""
     from mplang.cluster.local import LocalCluster
-    from tests.http.support import free_ports
+    from tests.worker.support import free_ports
 
     x, y = make_classification(n_samples=300, n_features=20, random_state=0)
     x = x.astype(np.float32)

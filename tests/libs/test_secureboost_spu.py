@@ -167,7 +167,7 @@ def test_on_worker_processes_with_the_init_policies(tmp_path: Path) -> None:
     reading its columns from its data root: refused by the passive party until it
     approves `mplang.libs.secret_trees`, then accepted, the simulator's trees."""
     from mplang.cluster.local import LocalCluster
-    from tests.http.support import edit_policies, free_ports
+    from tests.worker.support import edit_policies, free_ports
 
     x, y = _data()
     _write_split(x, y, {f"node_{i}": tmp_path / f"node_{i}" for i in range(2)})

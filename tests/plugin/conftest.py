@@ -24,7 +24,7 @@ import pytest
 import mplang as mp
 from mplang.cluster.local import LocalCluster
 from mplang.frontend.plugins import discover, load_plugin
-from tests.http import support
+from tests.worker import support
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = ROOT / "examples" / "plugin"

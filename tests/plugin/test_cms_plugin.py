@@ -32,8 +32,8 @@ from mplang.flows.engine import conservative, local_conservative
 from mplang.frontend.introspect import describe
 from mplang.runtime.backend import missing_kernels
 from mplang.transport.wire import decode_value, encode_value, encode_value_bytes
-from tests.http import support
 from tests.plugin.conftest import SKETCH, cms_spec_dict
+from tests.worker import support
 
 P = 2**31 - 1
 RNG = np.random.default_rng(20240611)

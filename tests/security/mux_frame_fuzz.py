@@ -62,8 +62,8 @@ from mplang.transport.mux import ALPN, FRAME, MAX_HEAD
 from mplang.transport.mux_client import SPEC_HEADER, host_port
 from mplang.transport.wire import encode_value_bytes
 from mplang.worker.messages import H_EXEC, H_KEY, H_LINK, H_PROGRAM
-from tests.http import memory_workload, mux_wire, support
 from tests.security import worker_api_fuzz as api
+from tests.worker import memory_workload, mux_wire, support
 
 TARGET = 0
 STALL, HANDSHAKE = 2.0, 1.0

@@ -19,8 +19,8 @@ from fastapi.routing import APIRoute
 from mplang.worker.http import create_app
 from mplang.worker.openapi import WORKER_API, worker_api
 from mplang.worker.server import WorkerServer
-from tests.http import support
 from tests.security import worker_api_fuzz
+from tests.worker import support
 
 CI_CASES = 450
 """Cases per CI run: enough that, with ten operations, the campaign reaches runs, fetches

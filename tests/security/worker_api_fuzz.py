@@ -76,7 +76,7 @@ from mplang.edsl.serde import encode_graph_bundle
 from mplang.transport.mux_client import SPEC_HEADER
 from mplang.transport.wire import encode_value_bytes, split_frame
 from mplang.worker.openapi import worker_api
-from tests.http import support
+from tests.worker import support
 
 TARGET = 0
 """The fuzzed worker's rank."""
