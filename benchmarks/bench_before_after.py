@@ -169,6 +169,8 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=1.10)
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--json", type=Path, help="write every round's figures here")
+    parser.add_argument("--no-parallel", action="store_true",
+                        help="skip bench_parallel.py (item 3)")
     args = parser.parse_args()
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     states = {side: tree_state(tree) for side, tree in trees.items()}
@@ -187,7 +189,7 @@ def main() -> None:
                                   parse_interpreter),
         lambda side, t: run_child(t, [str(script_of(t, "bench_parallel.py"))], args.python,
                                   parse_parallel),
-    ]
+    ][:2 if args.no_parallel else 3]
     for tree in trees.values():  # compile bytecode, warm the disk cache
         measure_import(tree, args.python, pre=False)
     for r in range(args.rounds):
@@ -212,6 +214,8 @@ def main() -> None:
     print("|---|---|---:|---:|---:|---|")
     misses = []
     for key, (unit, better) in METRICS.items():
+        if key not in samples["old"]:
+            continue
         old = statistics.median(samples["old"][key])
         new = statistics.median(samples["new"][key])
         ratio = new / old if old else float("nan")

@@ -101,7 +101,7 @@ def bench_logistic_regression(iterations: int = 3) -> None:
     folder = tempfile.TemporaryDirectory(prefix="bench-parallel-")
     roots = {node.name: Path(folder.name) / node.name for node in cluster.nodes}
     example.save_party_data(roots, example.load_data())  # each party's own files
-    sim = mp.Simulator(cluster, latency_ms=20, data_roots=roots)
+    sim = mp.Simulator(cluster, latency_ms=20, data_roots=roots, policies="open")
     with sim:  # the parties tell the driver their files' types
         program = mp.compile(lambda: example.vertical_logistic_regression(iterations),
                              cluster=cluster)

@@ -2,7 +2,7 @@
 
 For each tree given (default: this checkout) lists the modules whose text
 contains "spu" (case-insensitive), excluding SPU's own modules
-(``dialects/spu.py``, ``backends/spu_*.py``, ``device/spu.py``,
+(``dialects/spu.py``, ``kernels/spu/`` (``backends/spu_*.py`` before), ``device/spu.py``,
 ``analysis/spu_rounds.py``, ``analysis/pphlo.py``), in three tiers:
 
 - text: "spu" anywhere in the file (comments and docstrings included);
@@ -23,7 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SPU_OWN = ("mplang/dialects/spu.py", "mplang/backends/spu_*.py", "mplang/device/spu.py",
+SPU_OWN = ("mplang/dialects/spu.py", "mplang/kernels/spu/*.py", "mplang/backends/spu_*.py",
+           "mplang/device/spu.py",
            "mplang/analysis/spu_rounds.py", "mplang/analysis/pphlo.py")
 
 

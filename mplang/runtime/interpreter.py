@@ -9,8 +9,7 @@ import functools
 import inspect
 import queue
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from mplang.edsl.errors import MPLangError, MPRefusedError, MPRuntimeError
 from mplang.edsl.graph import Graph, Operation
@@ -215,10 +214,10 @@ def op_error(interp: Interpreter, op: Operation, message: str,
                 op=op.opcode, loc=op.loc)
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     """One run of an op by its kernel: the interpreter running it, the op, and its key
-    (unique within the run: its path through regions and loop iterations)."""
+    (unique within the run: its path through regions and loop iterations). A tuple:
+    made for every op run, it must cost next to nothing."""
 
     interp: Interpreter
     op: Operation
@@ -262,6 +261,8 @@ def by_name(prim: Primitive, fn: Callable[..., list[Any]]) -> Kernel:
 
     @functools.wraps(fn)
     def kernel(interp: Interpreter, op: Operation, args: list[Any], key: str) -> list[Any]:
+        if not defaults:
+            return fn(Call(interp, op, key), *args)
         attrs = op.attrs
         return fn(Call(interp, op, key), *args,
                   **{n: attrs.get(n, d) for n, d in defaults.items()})
