@@ -110,14 +110,15 @@ def bench_logistic_regression(iterations: int = 3) -> None:
     before, after = mp.analyze(program, cost_model=cost), mp.analyze(optimized, cost_model=cost)
     print(f"secure logistic regression ({iterations} SPU training iterations; 2 parties, "
           "SEMI2K, beaver TrustedFirstParty), 20 ms links:")
-    results = {}
+    data, results = example.load_data(), {}
     for label, prog, parallel in (("sequential, no passes", program, False),
                                   ("scheduler, no passes", program, True),
                                   ("scheduler + passes", optimized, True)):
         start = time.perf_counter()
-        results[label] = mp.fetch(sim, mp.evaluate(sim, prog, parallel=parallel))
+        model = mp.fetch(sim, mp.evaluate(sim, prog, parallel=parallel))
+        results[label] = example.accuracy(data, model["w0"], model["w1"], model["b"])
         print(f"  {label}: {time.perf_counter() - start:.2f} s, "
-              f"accuracy {float(results[label]['accuracy']):.4f}")
+              f"accuracy {results[label]:.4f}")
     print(f"  ops {before.num_ops} -> {after.num_ops}, rounds {before.rounds} -> {after.rounds}, "
           f"critical-path estimate {before.critical_path:.2f} s -> {after.critical_path:.2f} s")
     sim.close()
