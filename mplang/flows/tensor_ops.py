@@ -142,7 +142,8 @@ def _fold(kind: str, ins: list[Val]) -> float | None:
 
 def _alike(ins: list[Val], label: Flow) -> bool:
     """Whether every operand that is not ``label``'s row-wise value is the same for each
-    of its rows: uniform along the row axis, or other owners' mask (which gates the rows:
+    of its rows, and no comparison of p's data (which may hold one of its rows): uniform
+    along the row axis, or other owners' mask (which gates the rows:
     `combine` marks that). Where p's rows enter only as a mask, other owners' values may
     vary along them: p's data then selects their rows (a group-by over p's keys), which
     `_elementwise` judges."""
@@ -151,6 +152,8 @@ def _alike(ins: list[Val], label: Flow) -> bool:
         lab = v.label
         if lab is not None and lab.mine and lab.form == "rowwise":
             continue
+        if lab is not None and lab.mine and lab.form == "compare":
+            return False  # a bit of some of p's rows (``x[18] <= sum(y)``): unequal rows
         if by_mask and lab is not None and not lab.mine:
             continue
         if label.axis is not None and label.axis not in v.alike_axes():

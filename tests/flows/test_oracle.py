@@ -117,6 +117,7 @@ KNOWN = [  # holes found before (the brief's, and the oracle's): each runs on ev
     "((jnp.arange(400.).reshape(20, 20) < z) @ jnp.full((20,), jnp.sum(x))) @ x",
     "jnp.sum(x > (y > 0))",
     "jnp.sum((jnp.arange(20.) <= z) == (x <= jnp.sum(y)))",
+    "jnp.full((20, 20), 2.)[0:20] @ (x > (x[18] <= jnp.sum(y))).astype(x.dtype)",
 ]
 
 
